@@ -1,0 +1,242 @@
+"""The Backend contract: how an engine turns a recipe into processes.
+
+A backend is a frozen dataclass whose fields are the engine's knobs (the
+``engine:`` mapping of a recipe). Concrete backends are pydantic dataclasses so
+that those knobs are validated with located errors; the base holds the optional
+hooks and their defaults. A backend is *bound* to its recipe (``bind``) before
+use, which is how ``get_config_for_mode`` reads the role's ``args``.
+
+Required: ``type``, ``allocate_endpoints``, ``endpoints_to_processes``,
+``build_worker_command``. Everything else has a default here.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+from reconciler.ports import NodePortAllocator
+from reconciler.topology import MODES, Endpoint, Mode, Process, RoleLayout, allocate, processes_per_node
+
+if TYPE_CHECKING:
+    from reconciler.recipe.model import Recipe
+
+
+@dataclass(frozen=True)
+class SrunConfig:
+    """How a worker is launched. ``per_process``: one step per node of an endpoint;
+    otherwise one step spans all the endpoint's nodes with ``ntasks`` MPI ranks."""
+
+    per_process: bool = True
+    mpi: str | None = None
+    ntasks_per_gpu: bool = False
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Facts the command builder needs beyond the recipe."""
+
+    model_path: str
+    served_model_name: str
+    frontend_type: str
+    config_dir: str  # where per-role engine config files are written
+    python: str = "python3"  # interpreter for engines that ship with the reconciler
+
+
+@dataclass(frozen=True)
+class HealthProbe:
+    port_name: str = "http"
+    path: str = "/health"
+
+
+@dataclass(frozen=True)
+class Backend:
+    # ---------------------------------------------------------------- binding
+    def bind(self, recipe: Recipe) -> Backend:
+        b = copy.copy(self)
+        object.__setattr__(b, "_recipe", recipe)
+        return b
+
+    @property
+    def recipe(self) -> Recipe:
+        try:
+            return self._recipe  # type: ignore[attr-defined]
+        except AttributeError:
+            raise RuntimeError(f"{type(self).__name__} used before bind(recipe)") from None
+
+    # ---------------------------------------------------------------- required
+    def allocate_endpoints(self) -> list[Endpoint]:
+        """Logical worker allocation over node ordinals and GPUs."""
+        r = self.recipe
+        layouts: dict[Mode, RoleLayout] = r.role_layouts()
+        self.check_modes(tuple(layouts))
+        endpoints, _ = allocate(layouts, r.resources.gpus_per_node, r.resources.spread_workers)
+        return endpoints
+
+    def endpoints_to_processes(
+        self, endpoints: list[Endpoint], hostnames: list[str], ports: NodePortAllocator, owner_prefix: str
+    ) -> list[Process]:
+        """Physical processes; every port comes from ``ports``."""
+        out: list[Process] = []
+        for ep in endpoints:
+            hosts = tuple(hostnames[n] for n in ep.nodes)
+            owner = f"{owner_prefix}{ep.name}"
+            shared: dict[str, int] = {}
+            # leader-scoped ports (rendezvous) are taken on the leader node only
+            for name in self.leader_port_names(ep.mode):
+                shared[name] = ports.allocate(hosts[0], owner, name)
+            for host, rank in processes_per_node(ep, hostnames):
+                own = {name: ports.allocate(host, owner, name) for name in self.port_names(ep.mode)}
+                out.append(Process(ep, host, rank, hosts[0], hosts, {**shared, **own}))
+        return out
+
+    def build_worker_command(self, process: Process, runtime: Runtime) -> list[str]:
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- optional
+    type: str = "base"
+
+    supported_modes: ClassVar[tuple[Mode, ...]] = MODES
+
+    def check_modes(self, modes: tuple[Mode, ...]) -> None:
+        from reconciler.topology import TopologyError
+
+        for m in modes:
+            if m not in self.supported_modes:
+                raise TopologyError(f"roles.{m}", f"engine '{self.type}' does not support the {m} role")
+
+    def port_names(self, mode: Mode) -> tuple[str, ...]:
+        """Ports every process of this mode needs on its own node."""
+        return ("http",)
+
+    def leader_port_names(self, mode: Mode) -> tuple[str, ...]:
+        """Ports an endpoint needs once, on its leader node (rendezvous)."""
+        return ()
+
+    def get_srun_config(self) -> SrunConfig:
+        return SrunConfig()
+
+    def get_config_for_mode(self, mode: Mode) -> dict[str, Any]:
+        role = self.recipe.roles.get(mode)
+        return dict(role.args) if role else {}
+
+    def get_environment_for_mode(self, mode: Mode) -> dict[str, str]:
+        role = self.recipe.roles.get(mode)
+        return dict(role.env) if role else {}
+
+    def get_process_environment(self, process: Process) -> dict[str, str]:
+        return {}
+
+    @property
+    def mooncake_kv_store(self) -> Any:
+        return None
+
+    def get_mooncake_worker_env(self, *args: Any, **kwargs: Any) -> dict[str, str]:
+        return {}
+
+    def get_failover_environment(self, *args: Any, **kwargs: Any) -> dict[str, str]:
+        return {}
+
+    @property
+    def process_exporter_groups(self) -> tuple[str, ...]:
+        return ()
+
+    def should_set_visible_devices(self) -> bool:
+        return True
+
+    def get_served_model_name(self, default: str) -> str:
+        for mode in ("agg", "prefill", "decode"):
+            args = self.get_config_for_mode(mode)  # type: ignore[arg-type]
+            for key in ("served-model-name", "served_model_name"):
+                if args.get(key):
+                    return str(args[key])
+        return default
+
+    @property
+    def prometheus_metrics_path(self) -> str:
+        return "/metrics"
+
+    def is_grpc_mode(self, mode: Mode) -> bool:
+        return False
+
+    @property
+    def nvtx_environment(self) -> dict[str, str]:
+        return {}
+
+    def fatal_log_patterns(self, mode: Mode) -> tuple[str, ...]:
+        return ()
+
+    def health_probe(self, mode: Mode) -> HealthProbe:
+        """What the reconciler probes for readiness: GET http://<node>:<port><path>."""
+        return HealthProbe()
+
+    def uses_container(self) -> bool:
+        return True
+
+    def config_files(self, mode: Mode, runtime: Runtime) -> dict[str, str]:
+        """Files (path -> content) a worker of this mode reads; written before launch."""
+        return {}
+
+    def process_ntasks(self, process: Process) -> int:
+        """MPI ranks of one launch (only for non-per-process launchers)."""
+        return 1
+
+
+# ---------------------------------------------------------------- arg helpers
+def cli_args(args: Mapping[str, Any], *, skip: frozenset[str] = frozenset(), underscores: bool = False) -> list[str]:
+    """Render an ``args`` mapping as CLI flags.
+
+    ``True`` is a bare flag; ``False``/``None`` drop the flag; a list repeats the
+    values after one flag; a mapping becomes compact JSON. Values are passed as
+    separate argv items, never through a shell, so spaces and quotes survive.
+    """
+    out: list[str] = []
+    for key, value in args.items():
+        norm = key.lstrip("-")
+        if _norm(norm) in skip:
+            continue
+        flag = "--" + (norm.replace("-", "_") if underscores else norm)
+        if value is True:
+            out.append(flag)
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, (list, tuple)):
+            out.append(flag)
+            out += [_scalar(v) for v in value]
+        else:
+            out += [flag, _scalar(value)]
+    return out
+
+
+def _scalar(v: Any) -> str:
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, separators=(",", ":"), sort_keys=True)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _norm(key: str) -> str:
+    return key.lstrip("-").replace("_", "-")
+
+
+def pop_keys(args: dict[str, Any], *names: str) -> Any:
+    """Remove every spelling of ``names`` from args; return the first value found."""
+    wanted = {_norm(n) for n in names}
+    found = None
+    for k in list(args):
+        if _norm(k) in wanted:
+            v = args.pop(k)
+            if found is None:
+                found = v
+    return found
+
+
+def get_key(args: Mapping[str, Any], *names: str) -> Any:
+    wanted = {_norm(n) for n in names}
+    for k, v in args.items():
+        if _norm(k) in wanted:
+            return v
+    return None

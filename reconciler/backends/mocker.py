@@ -1,0 +1,118 @@
+"""Mocker: a GPU-less engine for tests and demos.
+
+Behind the Dynamo frontend it renders ``python3 -m dynamo.mocker`` like srtctl;
+behind every other frontend it runs the project's own engine,
+``python -m reconciler.mocker``, with the same knobs. A role's ``args`` override
+the engine-wide knobs for that role (``num-gpu-blocks-override: 8192``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ConfigDict
+from pydantic.dataclasses import dataclass
+
+from reconciler.backends.base import Backend, HealthProbe, Runtime, cli_args
+from reconciler.topology import Mode, Process
+
+# knob -> flag of reconciler.mocker (None: accepted, not simulated)
+OWN_FLAGS: dict[str, str | None] = {
+    "speedup_ratio": "speedup-ratio",
+    "decode_speedup_ratio": "decode-speedup-ratio",
+    "num_gpu_blocks_override": "num-gpu-blocks",
+    "max_num_seqs": "max-num-seqs",
+    "max_num_batched_tokens": "max-num-batched-tokens",
+    "block_size": "block-size",
+    "enable_prefix_caching": "enable-prefix-caching",
+    "startup_time": "startup-time",
+    "engine_type": None,
+    "data_parallel_size": None,
+    "num_workers": None,
+    "kv_transfer_bandwidth": None,
+    "kv_cache_dtype": None,
+    "enable_chunked_prefill": None,
+    "preemption_mode": None,
+}
+KNOBS = tuple(OWN_FLAGS)
+
+
+@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+class MockerBackend(Backend):
+    """GPU-less mock engine (``engine.type: mocker``)."""
+
+    type: Literal["mocker"] = "mocker"
+    engine_type: str = "vllm"
+    speedup_ratio: float = 100.0
+    decode_speedup_ratio: float = 1.0
+    num_gpu_blocks_override: int = 16384
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int | None = None
+    data_parallel_size: int = 1
+    num_workers: int = 1
+    startup_time: float | None = None
+    kv_transfer_bandwidth: float | None = None
+    kv_cache_dtype: str | None = None
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    preemption_mode: str | None = None
+    served_model_name: str | None = None
+
+    @property
+    def _dynamo(self) -> bool:
+        return self.recipe.frontend.type == "dynamo"
+
+    def uses_container(self) -> bool:
+        return self._dynamo  # our own mocker runs from the reconciler's Python
+
+    def get_served_model_name(self, default: str) -> str:
+        return self.served_model_name or super().get_served_model_name(default)
+
+    def _settings(self, mode: Mode) -> dict[str, Any]:
+        """Engine knobs overlaid with the role's args (both spellings accepted)."""
+        merged: dict[str, Any] = {k: getattr(self, k) for k in KNOBS}
+        extra: dict[str, Any] = {}
+        for key, value in self.get_config_for_mode(mode).items():
+            k = key.lstrip("-").replace("-", "_")
+            if k == "num_gpu_blocks":
+                k = "num_gpu_blocks_override"
+            if k in merged:
+                merged[k] = value
+            elif k not in ("served_model_name", "model_name", "model_path", "port", "host", "mode"):
+                extra[key] = value
+        return merged | {"__extra__": extra}
+
+    def build_worker_command(self, process: Process, runtime: Runtime) -> list[str]:
+        s = self._settings(process.mode)
+        extra = s.pop("__extra__")
+        name = self.get_served_model_name(runtime.served_model_name)
+        if self._dynamo:
+            argv = ["python3", "-m", "dynamo.mocker", "--model-path", runtime.model_path, "--model-name", name]
+            if process.mode != "agg":
+                argv += ["--disaggregation-mode", process.mode]
+            dyn = {k.replace("_", "-"): v for k, v in s.items() if v is not None and k != "enable_prefix_caching"}
+            argv += cli_args(dyn)
+            if not s["enable_prefix_caching"]:
+                argv.append("--no-enable-prefix-caching")
+            return argv + cli_args(extra)
+        argv = [runtime.python, "-m", "reconciler.mocker", "--host", "0.0.0.0", "--port", str(process.ports["http"]),
+                "--mode", process.mode, "--model-name", name]
+        for knob, flag in OWN_FLAGS.items():
+            v = s[knob]
+            if flag is None or v is None:
+                continue
+            if isinstance(v, bool):
+                argv.append(f"--{flag}" if v else f"--no-{flag}")
+            else:
+                argv += [f"--{flag}", str(v)]
+        return argv + cli_args(extra)
+
+    def get_process_environment(self, process: Process) -> dict[str, str]:
+        return {"PYTHONUNBUFFERED": "1"}
+
+    def health_probe(self, mode: Mode) -> HealthProbe:
+        return HealthProbe("http", "/health")
+
+    def fatal_log_patterns(self, mode: Mode) -> tuple[str, ...]:
+        return (r"^FATAL ",)

@@ -1,0 +1,101 @@
+"""TRT-LLM: MPI-style launch, one srun step per endpoint across all its nodes.
+
+The step runs ``ntasks = GPUs of the endpoint`` ranks with ``--mpi=pmix``. The
+role's ``args`` are the engine's YAML options: they are written to a file per role
+(``<config_dir>/trtllm_<mode>.yaml``) that the command points at. Behind Dynamo the
+command is ``python3 -m dynamo.trtllm``; otherwise ``trtllm-serve``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import yaml
+from pydantic import ConfigDict
+from pydantic.dataclasses import dataclass
+
+from reconciler.backends.base import Backend, HealthProbe, Runtime, SrunConfig
+from reconciler.ports import NodePortAllocator
+from reconciler.topology import Endpoint, Mode, Process
+
+
+@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+class TRTLLMBackend(Backend):
+    """TensorRT-LLM engine (``engine.type: trtllm``)."""
+
+    type: Literal["trtllm"] = "trtllm"
+    served_model_name: str | None = None
+    publish_metrics: bool = True
+    publish_events_and_metrics: bool | None = None
+    sequential_node_start: int = 0
+    numa_memory_bind: bool | Literal["local"] | None = None
+    numa_cpu_bind: bool = False
+
+    @property
+    def _dynamo(self) -> bool:
+        return self.recipe.frontend.type == "dynamo"
+
+    def get_srun_config(self) -> SrunConfig:
+        return SrunConfig(per_process=False, mpi="pmix", ntasks_per_gpu=True)
+
+    def port_names(self, mode: Mode) -> tuple[str, ...]:
+        return ("http", "system") if self._dynamo else ("http",)
+
+    def endpoints_to_processes(
+        self, endpoints: list[Endpoint], hostnames: list[str], ports: NodePortAllocator, owner_prefix: str
+    ) -> list[Process]:
+        # one launch per endpoint: its ports live on the leader node
+        out = []
+        for ep in endpoints:
+            hosts = tuple(hostnames[n] for n in ep.nodes)
+            owner = f"{owner_prefix}{ep.name}"
+            p = {name: ports.allocate(hosts[0], owner, name) for name in self.port_names(ep.mode)}
+            out.append(Process(ep, hosts[0], 0, hosts[0], hosts, p))
+        return out
+
+    def process_ntasks(self, process: Process) -> int:
+        return process.endpoint.total_gpus
+
+    def get_served_model_name(self, default: str) -> str:
+        return self.served_model_name or default
+
+    def config_path(self, mode: Mode, runtime: Runtime) -> str:
+        return f"{runtime.config_dir}/trtllm_{mode}.yaml"
+
+    def config_files(self, mode: Mode, runtime: Runtime) -> dict[str, str]:
+        cfg: dict[str, Any] = self.get_config_for_mode(mode)
+        return {self.config_path(mode, runtime): yaml.safe_dump(cfg, sort_keys=True)}
+
+    def build_worker_command(self, process: Process, runtime: Runtime) -> list[str]:
+        cfg = self.config_path(process.mode, runtime)
+        name = self.get_served_model_name(runtime.served_model_name)
+        role = self.recipe.roles[process.mode]
+        if self._dynamo:
+            argv = ["python3", "-m", "dynamo.trtllm", "--model-path", runtime.model_path,
+                    "--served-model-name", name, "--extra-engine-args", cfg]
+            if process.mode != "agg":
+                argv += ["--disaggregation-mode", process.mode]
+            if self.publish_events_and_metrics:
+                argv.append("--publish-events-and-metrics")
+            elif self.publish_metrics:
+                argv.append("--publish-metrics")
+        else:
+            argv = ["trtllm-serve", runtime.model_path, "--host", "0.0.0.0", "--port", str(process.ports["http"]),
+                    "--extra_llm_api_options", cfg]
+        return argv + list(role.extra_args)
+
+    def get_process_environment(self, process: Process) -> dict[str, str]:
+        if self._dynamo:
+            return {"DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": str(process.ports["system"])}
+        return {}
+
+    def health_probe(self, mode: Mode) -> HealthProbe:
+        return HealthProbe("system" if self._dynamo else "http", "/health")
+
+    @property
+    def prometheus_metrics_path(self) -> str:
+        return "/metrics" if self._dynamo else "/prometheus/metrics"
+
+    def fatal_log_patterns(self, mode: Mode) -> tuple[str, ...]:
+        # the MPI launcher outlives a dead rank; these lines are the only sign
+        return (r"Rank\d+ Task exit code: [1-9]\d*", r"Failed to initialize executor")

@@ -1,0 +1,113 @@
+"""Ports that never collide on a node, across every recipe the reconciler manages.
+
+A port is owned by ``(owner, name)`` on a node — owner is ``<recipe>/<role>_<index>``
+(or ``<recipe>/frontend``). Asking again for the same owner and name on the same
+node returns the same port, so a relaunched worker keeps its ports. ``release``
+frees everything an owner (or a whole recipe) held. The registry is persisted
+under state/ so two recipes sharing a node stay apart across restarts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from reconciler.fsutil import atomic_write_text
+
+DEFAULT_BASE = 20000
+DEFAULT_LIMIT = 32000  # below the usual Linux ephemeral range (32768+)
+
+
+class PortsExhausted(RuntimeError):
+    pass
+
+
+class NodePortAllocator:
+    def __init__(self, base: int = DEFAULT_BASE, limit: int = DEFAULT_LIMIT):
+        if not 0 < base < limit <= 65536:
+            raise ValueError(f"bad port range {base}..{limit}")
+        self.base = base
+        self.limit = limit
+        # node -> {port: "owner#name"}
+        self._by_node: dict[str, dict[int, str]] = {}
+        # node -> {"owner#name": port}
+        self._by_key: dict[str, dict[str, int]] = {}
+        self._cursor: dict[str, int] = {}
+
+    # ---------------------------------------------------------------- queries
+    def allocate(self, node: str, owner: str, name: str) -> int:
+        key = f"{owner}#{name}"
+        keys = self._by_key.setdefault(node, {})
+        if key in keys:
+            return keys[key]
+        ports = self._by_node.setdefault(node, {})
+        span = self.limit - self.base
+        start = self._cursor.get(node, self.base)
+        for i in range(span):
+            port = self.base + (start - self.base + i) % span
+            if port not in ports:
+                ports[port] = key
+                keys[key] = port
+                self._cursor[node] = port + 1 if port + 1 < self.limit else self.base
+                return port
+        raise PortsExhausted(f"no free port left on {node} in {self.base}..{self.limit}")
+
+    def lookup(self, node: str, owner: str, name: str) -> int | None:
+        return self._by_key.get(node, {}).get(f"{owner}#{name}")
+
+    def owners(self) -> set[str]:
+        return {k.split("#", 1)[0] for keys in self._by_key.values() for k in keys}
+
+    def release(self, owner: str) -> int:
+        """Free every port of ``owner``; an owner ending in '/' frees a whole recipe."""
+        freed = 0
+        for node, keys in self._by_key.items():
+            for key in [k for k in keys if _owned(k, owner)]:
+                port = keys.pop(key)
+                self._by_node[node].pop(port, None)
+                freed += 1
+        return freed
+
+    def release_node_owner(self, node: str, owner: str) -> None:
+        keys = self._by_key.get(node, {})
+        for key in [k for k in keys if _owned(k, owner)]:
+            self._by_node[node].pop(keys.pop(key), None)
+
+    def used_on(self, node: str) -> dict[int, str]:
+        return dict(self._by_node.get(node, {}))
+
+    # ---------------------------------------------------------------- persistence
+    def to_dict(self) -> dict:
+        return {
+            "base": self.base,
+            "limit": self.limit,
+            "nodes": {n: dict(sorted(k.items())) for n, k in sorted(self._by_key.items()) if k},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> NodePortAllocator:
+        alloc = cls(int(data.get("base", DEFAULT_BASE)), int(data.get("limit", DEFAULT_LIMIT)))
+        for node, keys in (data.get("nodes") or {}).items():
+            for key, port in keys.items():
+                alloc._by_key.setdefault(node, {})[key] = int(port)
+                alloc._by_node.setdefault(node, {})[int(port)] = key
+        return alloc
+
+    @classmethod
+    def load(cls, path: Path) -> NodePortAllocator:
+        try:
+            return cls.from_dict(json.loads(path.read_text()))
+        except FileNotFoundError:
+            return cls()
+        except (ValueError, AttributeError, TypeError):
+            # a corrupt registry is rebuilt: ports of running workers are re-learnt
+            # from their step's spec on the next tick
+            return cls()
+
+    def save(self, path: Path) -> None:
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+
+
+def _owned(key: str, owner: str) -> bool:
+    k_owner = key.split("#", 1)[0]
+    return k_owner.startswith(owner) if owner.endswith("/") else k_owner == owner

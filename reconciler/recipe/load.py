@@ -1,0 +1,298 @@
+"""Read a recipe file into a validated ``Recipe``, or a located ``RecipeError``.
+
+No exception other than ``RecipeError`` leaves ``load_recipe``: YAML errors carry
+line and column, validation errors carry the key path the user wrote (v1 keys
+included) and its line.
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from reconciler.errors import RecipeError
+from reconciler.recipe import v1
+from reconciler.recipe.model import ACTED_ON, NAME_RE, Recipe
+from reconciler.topology import TopologyError
+
+RECIPE_SUFFIXES = (".yaml", ".yml")
+TYPE_NAMES = {"int", "str", "float", "bool", "none", "list", "dict", "tuple", "literal", "is-instance"}
+
+
+@dataclass
+class LoadedRecipe:
+    path: str
+    recipe: Recipe
+    layout: str  # "v2" or "v1"
+    notes: list[str] = field(default_factory=list)
+    passive_keys: list[str] = field(default_factory=list)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys (PyYAML keeps the last one silently)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    seen: dict[Any, Any] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first at line {seen[key].line + 1})", key_node.start_mark
+            )
+        seen[key] = key_node.start_mark
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_yaml(text: str, path: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        problem = e.problem or "invalid YAML"
+        if e.context and e.context not in problem:
+            problem = f"{e.context}: {problem}"
+        raise RecipeError(
+            path, f"YAML syntax error: {problem}",
+            line=mark.line + 1 if mark else None, column=mark.column + 1 if mark else None,
+        ) from None
+    except yaml.YAMLError as e:
+        raise RecipeError(path, f"YAML error: {e}") from None
+
+
+def key_lines(text: str) -> dict[tuple, int]:
+    """Map each key path (tuple of keys / indices) to its 1-based line."""
+    out: dict[tuple, int] = {}
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return out
+
+    def walk(node: yaml.Node, prefix: tuple) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                p = prefix + (k.value,)
+                out.setdefault(p, k.start_mark.line + 1)
+                walk(v, p)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                out.setdefault(prefix + (i,), v.start_mark.line + 1)
+                walk(v, prefix + (i,))
+
+    if root is not None:
+        walk(root, ())
+    return out
+
+
+def load_recipe(path: str | Path) -> LoadedRecipe:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise RecipeError(str(path), "not a text file (expected UTF-8 YAML)") from None
+    except OSError as e:
+        raise RecipeError(str(path), f"cannot read: {e.strerror or e}") from None
+    return load_text(text, str(path))
+
+
+def load_text(text: str, path: str) -> LoadedRecipe:
+    data = parse_yaml(text, path)
+    if data is None:
+        raise RecipeError(path, "empty file: expected a recipe mapping")
+    if not isinstance(data, dict):
+        raise RecipeError(path, f"expected a mapping of recipe keys at the top level, found {_kind(data)}", line=1)
+    lines = key_lines(text)
+    if "base" in data or any(str(k).startswith(("override_", "zip_override_")) for k in data):
+        raise RecipeError(
+            path,
+            "unsupported feature: override file (base: + override_*); write one recipe file per variant",
+            unsupported="override file",
+        )
+    if "sweep" in data:
+        raise RecipeError(
+            path,
+            "unsupported feature: sweep file (sweep:); write one recipe file per combination",
+            key="sweep", line=lines.get(("sweep",)), unsupported="sweep file",
+        )
+    where: dict[tuple, str] = {}
+    notes: list[str] = []
+    layout = "v2"
+    if "roles" in data and "engine" not in data and v1.backend_is_engine(data.get("backend")):
+        # some 2.0 examples still spell the engine mapping `backend:` next to roles:
+        data = {("engine" if k == "backend" else k): v for k, v in data.items()}
+        notes.append("backend: read as engine: (schema 2 with roles:)")
+    if v1.is_v1(data):
+        layout = "v1"
+        try:
+            data, where, notes = v1.normalize(data)
+        except v1._BadBackend as e:
+            raise RecipeError(path, str(e).split(": ", 1)[1], key=e.key, line=lines.get(tuple(e.key.split(".")))) from None
+        except v1._Mixed as e:
+            raise RecipeError(path, str(e)) from None
+    if "name" not in data:
+        stem = Path(path).stem
+        if not NAME_RE.fullmatch(stem) or ".." in stem:
+            raise RecipeError(path, f"no 'name' and the file name {stem!r} is not a valid recipe name", key="name")
+        data["name"] = stem
+        notes.append(f"name derived from the file name: {stem}")
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as e:
+        raise _located(e, path, data, where, lines) from None
+    try:
+        recipe.backend.allocate_endpoints()
+    except TopologyError as e:
+        parts = tuple(e.key.split("."))
+        raise RecipeError(path, e.message, key=v1.v1_path(parts, where), line=_line(parts, where, lines)) from None
+    passive = sorted(k for k in data if k not in ACTED_ON)
+    return LoadedRecipe(path, recipe, layout, notes, passive)
+
+
+def _kind(v: Any) -> str:
+    return {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}.get(
+        type(v), type(v).__name__
+    )
+
+
+def _line(parts: tuple, where: dict, lines: dict) -> int | None:
+    orig = v1.v1_path(parts, where)
+    for candidate in (tuple(_split(orig)), parts):
+        for n in range(len(candidate), 0, -1):
+            if candidate[:n] in lines:
+                return lines[candidate[:n]]
+    return None
+
+
+def _split(dotted: str) -> list:
+    return [int(p) if p.isdigit() else p for p in dotted.split(".")] if dotted else []
+
+
+def _clean_loc(loc: tuple) -> tuple:
+    out: list = []
+    for item in loc:
+        if isinstance(item, str) and ("[" in item or "(" in item or item in TYPE_NAMES):
+            continue
+        if isinstance(item, str) and item.endswith("Backend"):
+            continue  # a union arm's class name
+        if out and out[-1] == "engine" and item in ("sglang", "vllm", "trtllm", "mocker"):
+            continue  # the discriminator tag pydantic puts in the path
+        out.append(item)
+    return tuple(out)
+
+
+def _located(e: ValidationError, path: str, data: dict, where: dict, lines: dict) -> RecipeError:
+    errors = e.errors()
+    # a union reports one error per arm; the first real one is the most telling
+    first = errors[0]
+    parts = _clean_loc(first["loc"])
+    key = v1.v1_path(tuple(str(p) for p in parts), where) if parts else ""
+    etype = first["type"]
+    found = first.get("input")
+    if etype == "extra_forbidden":
+        unknown = str(parts[-1]) if parts else "?"
+        allowed = _allowed_keys(parts[:-1], data)
+        msg = f"unknown key '{unknown}'"
+        close = difflib.get_close_matches(unknown, allowed, n=1)
+        if close:
+            msg += f" (did you mean '{close[0]}'?)"
+        elif allowed:
+            msg += f"; expected one of: {', '.join(allowed)}"
+    elif etype == "missing":
+        msg = "required key is missing"
+    else:
+        text = first["msg"].removeprefix("Value error, ")
+        msg = text if "found" in text or text.startswith("unsupported feature") else f"{text}; found {_show(found)}"
+    more = len({_clean_loc(x["loc"]) for x in errors}) - 1
+    if more > 0:
+        msg += f" (and {more} more problem{'s' if more > 1 else ''})"
+    unsupported = msg.split(":", 1)[1].split("(")[0].strip() if msg.startswith("unsupported feature") else None
+    return RecipeError(
+        path, msg, key=key, line=_line(tuple(str(p) for p in parts), where, lines), unsupported=unsupported
+    )
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, (dict, list)):
+        return _kind(v)
+    s = repr(v)
+    return s if len(s) < 60 else s[:57] + "..."
+
+
+def _allowed_keys(parts: tuple, data: dict) -> list[str]:
+    """Keys accepted at ``parts`` of the model, for 'did you mean' help."""
+    tp: Any = Recipe
+    node: Any = data
+    for p in parts:
+        node = node.get(p) if isinstance(node, dict) else None
+        tp = _child_type(tp, p, node)
+        if tp is None:
+            return []
+    return sorted(_fields(_pick(tp, node)))
+
+
+def _fields(tp: Any) -> list[str]:
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return [f.alias or n for n, f in tp.model_fields.items()]
+    fields = getattr(tp, "__pydantic_fields__", None)
+    return list(fields) if fields else []
+
+
+def _pick(tp: Any, node: Any) -> Any:
+    """Resolve Optional/Union/Annotated to the model the data is meant for."""
+    args = [a for a in _arms(tp) if _fields(a)]
+    if len(args) > 1 and isinstance(node, dict):
+        for a in args:
+            t = getattr(a, "__pydantic_fields__", {}).get("type")
+            if t is not None and node.get("type") == t.default:
+                return a
+    return args[0] if args else tp
+
+
+def _arms(tp: Any) -> list[Any]:
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _arms(typing.get_args(tp)[0])
+    if origin in (typing.Union, __import__("types").UnionType):
+        return [x for a in typing.get_args(tp) for x in _arms(a)]
+    return [tp]
+
+
+def _child_type(tp: Any, key: Any, node: Any) -> Any:
+    model = _pick(tp, node)
+    if _fields(model):
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            for n, f in model.model_fields.items():
+                if key in (n, f.alias):
+                    return f.annotation
+            return None
+        f = model.__pydantic_fields__.get(key)
+        return f.annotation if f else None
+    for arm in _arms(tp):
+        origin = typing.get_origin(arm)
+        if origin in (dict, list):
+            return typing.get_args(arm)[-1]
+    return None
+
+
+def iter_recipe_files(paths: list[str | Path]) -> list[Path]:
+    """Files named directly, plus *.yaml/*.yml under directories (sorted, hidden skipped)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(
+                f for f in p.rglob("*")
+                if f.suffix in RECIPE_SUFFIXES and f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts)
+            )
+        else:
+            out.append(p)
+    return out

@@ -1,0 +1,588 @@
+"""The recipe model: srtctl schema 2, strict.
+
+Everything here forbids unknown keys (srt-slurm users lost jobs to silently
+dropped keys) and is frozen. Sections the reconciler reads are typed precisely;
+srtctl sections it only carries (benchmark, profiling, telemetry, ...) are typed
+from srtctl's reference so typos are still caught. v1 recipes are normalised into
+this model by ``reconciler.recipe.v1`` before validation.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from reconciler.backends import MockerBackend, SGLangBackend, TRTLLMBackend, VLLMBackend
+from reconciler.topology import MODES, Mode, RoleLayout
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+UNSUPPORTED_ENGINES = ("atom", "tilert", "tokenspeed")
+FRONTEND_TYPES = (
+    "builtin", "dynamo", "sglang-router", "sgl-router", "vllm-router", "atomesh", "tilert-router",
+    "sglang", "vllm", "trtllm_serve", "none",
+)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _env_value(v: Any) -> Any:
+    # YAML turns `PYTHONUNBUFFERED: 1` into an int; the process sees text anyway
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return str(v)
+    return v
+
+
+EnvValue = Annotated[str, BeforeValidator(_env_value)]
+Env = dict[str, EnvValue]
+
+
+def _engine_mapping(v: Any) -> Any:
+    if isinstance(v, str):
+        v = {"type": v}
+    if isinstance(v, dict):
+        t = v.get("type")
+        if t in UNSUPPORTED_ENGINES:
+            raise ValueError(
+                f"unsupported feature: engine type '{t}' (the reconciler runs sglang, vllm, trtllm and mocker)"
+            )
+        if t is None:
+            raise ValueError("engine needs a 'type' (sglang, vllm, trtllm or mocker)")
+    return v
+
+
+# The one schema field that selects a backend class by `type`.
+EngineConfig = Annotated[
+    Union[SGLangBackend, VLLMBackend, TRTLLMBackend, MockerBackend],
+    Field(discriminator="type"),
+    BeforeValidator(_engine_mapping),  # after Field: runs before the discriminator
+]
+
+
+# ---------------------------------------------------------------- sections we act on
+class ModelConfig(Strict):
+    path: str
+    container: str | None = None
+    precision: str | None = None
+    stage_dir: str | None = None
+
+
+class ResourceConfig(Strict):
+    gpu_type: str | None = None
+    gpus_per_node: int = Field(4, ge=1, le=64)
+    spread_workers: bool = False
+    het_jobs: bool | None = None
+
+
+class SlurmConfig(Strict):
+    account: str | None = None
+    partition: str | None = None
+    time_limit: str | None = None
+
+    @field_validator("time_limit", mode="before")
+    @classmethod
+    def _time(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        v = str(v)
+        if not re.fullmatch(r"(\d+-)?\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE", v, re.I):
+            raise ValueError(f"expected a Slurm time limit like '04:00:00', '2-00:00:00' or '90', found {v!r}")
+        return v
+
+
+class RestartConfig(Strict):
+    policy: Literal["never", "on-failure", "always"] = "always"
+    max_restarts: int | None = Field(None, ge=0)
+    backoff_seconds: float = Field(10.0, ge=0)
+    max_backoff_seconds: float = Field(300.0, ge=0)
+    reset_after_seconds: float = Field(600.0, ge=0)
+
+
+def _restart_shorthand(v: Any) -> Any:
+    return {"policy": v} if isinstance(v, str) else v
+
+
+class RoleConfig(Strict):
+    nodes: int | Literal["colocate"] | None = Field(None)
+    workers: int | None = Field(None, ge=0)
+    gpus: int | None = Field(None, ge=1)
+    srun_options: dict[str, EnvValue] = {}
+    env: Env = {}
+    args: dict[str, Any] = {}
+    extra_args: list[str] = []
+    engine: EngineConfig | None = None
+    container: str | None = None
+    kv_events: bool | dict[str, Any] | None = None
+    sidecar: bool | None = None
+    critical: bool = True
+    restart: Annotated[RestartConfig, BeforeValidator(_restart_shorthand)] = RestartConfig()
+    mooncake_store_config: dict[str, Any] | None = None
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, v: Any) -> Any:
+        if isinstance(v, int) and v < 0:
+            raise ValueError("expected a node count >= 0 or 'colocate'")
+        return v
+
+
+class Roles(Strict):
+    prefill: RoleConfig | None = None
+    decode: RoleConfig | None = None
+    agg: RoleConfig | None = None
+
+    def get(self, mode: str) -> RoleConfig | None:
+        return getattr(self, mode, None)
+
+    def items(self) -> list[tuple[Mode, RoleConfig]]:
+        return [(m, r) for m in MODES if (r := getattr(self, m)) is not None]
+
+    def __getitem__(self, mode: str) -> RoleConfig:
+        r = self.get(mode)
+        if r is None:
+            raise KeyError(mode)
+        return r
+
+
+class PlacementConfig(Strict):
+    node: str = "head"
+
+
+class FrontendConfig(Strict):
+    type: str = "dynamo"
+    args: dict[str, Any] = {}
+    env: Env = {}
+    enable_multiple_frontends: bool | None = None
+    num_additional_frontends: int | None = None
+    nginx_container: str | None = None
+    nginx_raise_ulimit: bool | None = None
+    container_image: str | None = None
+    placement: PlacementConfig = PlacementConfig()
+    port: int | None = Field(None, ge=1, le=65535)
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, v: str) -> str:
+        if v not in FRONTEND_TYPES:
+            raise ValueError(f"expected one of {', '.join(FRONTEND_TYPES)}, found {v!r}")
+        return v
+
+
+class HealthCheckConfig(Strict):
+    max_attempts: int = Field(180, ge=1)
+    interval_seconds: float = Field(10, gt=0)
+    fatal_log_markers: bool = True
+    extra_fatal_log_patterns: list[str] = []
+
+    @field_validator("extra_fatal_log_patterns")
+    @classmethod
+    def _regex(cls, v: list[str]) -> list[str]:
+        for p in v:
+            try:
+                re.compile(p)
+            except re.error as e:
+                raise ValueError(f"not a valid regular expression {p!r}: {e}") from None
+        return v
+
+
+class RolloutConfig(Strict):
+    max_unavailable: int = Field(1, ge=1)
+    ready_timeout_seconds: float | None = Field(None, gt=0)
+
+
+class ReconcileConfig(Strict):
+    """Our own additions; srtctl ignores nothing here because it never sees it."""
+
+    suspend: bool = False
+    rollout: RolloutConfig = RolloutConfig()
+    nodes_per_allocation: int | None = Field(None, ge=1)
+    container_runtime: Literal["pyxis", "none"] = "pyxis"
+    probe_interval_seconds: float = Field(2.0, gt=0)
+    liveness_failures: int = Field(3, ge=1)
+
+
+# ---------------------------------------------------------------- sections we carry
+class DynamoSourceConfig(Strict):
+    git: str | None = None
+    rev: str | None = None
+    sha: str | None = None
+    patches: list[str] | None = None
+    pypi: str | None = None
+    wheel: str | None = None
+
+
+class DynamoConfig(Strict):
+    install: bool = True
+    version: str | None = None
+    hash: str | None = None
+    wheel: str | None = None
+    top_of_tree: bool = False
+    source: DynamoSourceConfig | None = None
+    request_plane: str = "tcp"
+    event_plane: str | None = None
+    sidecar: bool = False
+    sidecar_port: int = 50051
+    sidecar_binary: str | None = None
+    sidecar_startup_timeout: int = 3600
+    sidecar_context_length: int | None = None
+    sidecar_args: list[str] = []
+
+    @field_validator("version", "hash", "wheel", mode="before")
+    @classmethod
+    def _text(cls, v: Any) -> Any:
+        return _env_value(v)
+
+
+class SweepConfig(Strict):
+    mode: Literal["zip", "grid"] = "zip"
+    parameters: dict[str, list[Any]] = {}
+
+
+class BenchmarkConfig(Strict):
+    type: str = "manual"
+    stream_output: bool = False
+    isl: int | None = None
+    osl: int | None = None
+    concurrencies: list[int | str] | str | int | None = None
+    req_rate: str | int | float | None = "inf"
+    placement: PlacementConfig = PlacementConfig()
+    colocate_with_frontend: bool = True
+    sweep: SweepConfig | None = None
+    num_examples: int | None = None
+    max_tokens: int | None = None
+    repeat: int | None = None
+    num_threads: int | None = None
+    max_context_length: int | None = None
+    categories: list[str] | None = None
+    num_shots: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    num_requests: int | None = None
+    concurrency: int | None = None
+    prefix_ratios: list[float] | str | None = None
+    mooncake_workload: str | None = None
+    ttft_threshold_ms: int | None = None
+    itl_threshold_ms: int | None = None
+    random_range_ratio: float | None = None
+    num_prompts_mult: int | None = None
+    num_warmup_mult: int | None = None
+    dataset_name: str | None = None
+    dataset_path: str | None = None
+    agentperf_client_dir: str | None = None
+    agentperf_config: str | None = None
+    trace_file: str | None = None
+    custom_tokenizer: str | None = None
+    use_chat_template: bool = True
+    reuse_http_connections: bool = False
+    command: str | None = None
+    container_image: str | None = None
+    env: Env = {}
+    aiperf_package: str | None = None
+    aiperf_args: dict[str, Any] = {}
+    slow_down_sleep_time: float | None = None
+    slow_down_wait_time: float | None = None
+
+
+class ProfilingPhaseConfig(Strict):
+    start_step: int | None = None
+    stop_step: int | None = None
+    capture_scope: Literal["selected", "all"] = "all"
+    worker_index: int = 0
+    worker_rank: int = 0
+
+
+class ProfilingConfig(Strict):
+    type: str = "none"
+    extra_nsys_args: list[str] | None = None
+    nsys_trace: str = "cuda,nvtx"
+    trace_fork_before_exec: bool | None = None
+    capture_range_end: str = "stop"
+    nsys_library_paths: list[str] | None = None
+    prefill: ProfilingPhaseConfig | None = None
+    decode: ProfilingPhaseConfig | None = None
+    aggregated: ProfilingPhaseConfig | None = None
+    delay_secs: int | None = None
+    duration_secs: int | None = None
+    benchmark_duration_secs: int = 300
+
+
+class OutputConfig(Strict):
+    log_dir: str | None = None
+
+
+class HostSetupConfig(Strict):
+    commands: list[str] = []
+    teardown: list[str] = []
+    nodes: Literal["all", "workers"] = "all"
+    ignore_failure: bool = False
+    timeout_seconds: int = 300
+
+
+class TcpProbe(Strict):
+    port: int
+
+
+class HttpProbe(Strict):
+    port: int
+    path: str = "/health"
+    status: int = 200
+
+
+class LogProbe(Strict):
+    pattern: str
+
+
+class ServiceReadinessConfig(Strict):
+    port: int | None = None
+    tcp: TcpProbe | None = None
+    http: HttpProbe | None = None
+    log: LogProbe | None = None
+    file: dict[str, Any] | None = None
+    timeout_seconds: int = 120
+    interval_seconds: int = 2
+
+
+class ServicePlacementConfig(Strict):
+    node: str = "head"
+    pool: str | None = None
+    per: str = "node"
+
+
+class SourceConfig(Strict):
+    git: str
+    rev: str
+    path: str | None = None
+    sha: str | None = None
+
+
+class ServiceMetricsConfig(Strict):
+    port: int
+    path: str = "/metrics"
+    nodes: str = "all"
+    name: str | None = None
+
+
+class ServiceConfig(Strict):
+    name: str
+    type: str = "generic"
+    command: list[str] | None = None
+    args: list[str] = []
+    container: str | None = None
+    env: Env = {}
+    source: SourceConfig | None = None
+    build_command: list[str] | None = None
+    placement: ServicePlacementConfig | None = None
+    nodes: int | None = None
+    start: str | None = None
+    readiness: ServiceReadinessConfig | None = None
+    inherit_discovery_env: bool = True
+    critical: bool | None = None
+    terminal: bool = False
+    preamble: str | None = None
+    cpus_per_task: int | None = None
+    cpu_bind: str | None = None
+    srun_options: dict[str, EnvValue] = {}
+    build_timeout_seconds: int = 1800
+    enabled: bool = True
+    external: str | None = None
+    options: dict[str, Any] = {}
+    metrics: list[ServiceMetricsConfig] | ServiceMetricsConfig = []
+
+
+class TachometerConfig(Strict):
+    enabled: bool | None = None
+    binary_path: str = "tachometer-scraper"
+    collect_interval_ms: int = 1000
+    sync_interval_secs: int = 120
+    shutdown_grace_secs: float = 120.0
+    compaction_threads: int = 4
+    storage_subdir: str = "tachometer"
+    extra_metadata: dict[str, str] = {}
+    default_exporters: bool = True
+    default_gpu_exporter: dict[str, Any] | None = None
+    dcgm_exporter: dict[str, Any] | None = None
+    node_exporter: dict[str, Any] | None = None
+    process_exporter: dict[str, Any] | None = None
+
+
+class ObservabilityConfig(Strict):
+    enabled: bool = False
+    enable_otel: bool = False
+    otel_endpoint: str | None = None
+    scrape_metrics: bool | None = None
+    tachometer: TachometerConfig = TachometerConfig()
+    nsys: dict[str, Any] = {}
+
+
+class TelemetryConfig(Strict):
+    enabled: bool = False
+    dcgm_exporter: dict[str, Any] | None = None
+    collect_interval_ms: int = 1000
+    storage_subdir: str = "power"
+    required: bool = False
+    clock_sync_check: bool = True
+    startup_timeout_seconds: float = 30.0
+    request_timeout_seconds: float = 2.0
+    collector_join_timeout_seconds: float | None = None
+    cpu_power_exporter: dict[str, Any] | None = None
+    cpu_power: dict[str, Any] = {}
+
+
+class PostEvalConfig(Strict):
+    passthrough_env: list[str] = []
+    command: list[str] | None = None
+
+
+class IdentityModelConfig(Strict):
+    repo: str | None = None
+    revision: str | None = None
+
+
+class IdentityContainerConfig(Strict):
+    image: str | None = None
+
+
+class IdentityConfig(Strict):
+    model: IdentityModelConfig = IdentityModelConfig()
+    container: IdentityContainerConfig = IdentityContainerConfig()
+    frameworks: dict[str, str] = {}
+
+
+class ReportingConfig(Strict):
+    status: dict[str, Any] | None = None
+    ai_analysis: dict[str, Any] | None = None
+    s3: dict[str, Any] | None = None
+
+
+class InfraConfig(Strict):
+    """v1 only: ``infra.etcd_nats_dedicated_node``."""
+
+    etcd_nats_dedicated_node: bool = False
+
+
+# Top-level sections the reconciler reads; everything else is carried for srtctl.
+ACTED_ON = frozenset(
+    {"schema", "name", "model", "resources", "slurm", "engine", "roles", "frontend", "health_check",
+     "environment", "srun_options", "sbatch_directives", "reconcile"}
+)
+
+
+class Recipe(Strict):
+    schema_: Literal[2] | None = Field(None, alias="schema")
+    name: str
+    model: ModelConfig
+    resources: ResourceConfig = ResourceConfig()
+    slurm: SlurmConfig = SlurmConfig()
+    engine: EngineConfig | None = None
+    roles: Roles = Roles()
+    frontend: FrontendConfig = FrontendConfig()
+    dynamo: DynamoConfig = DynamoConfig()
+    benchmark: BenchmarkConfig = BenchmarkConfig()
+    profiling: ProfilingConfig = ProfilingConfig()
+    output: OutputConfig = OutputConfig()
+    health_check: HealthCheckConfig = HealthCheckConfig()
+    observability: ObservabilityConfig = ObservabilityConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
+    environment: Env = {}
+    container_mounts: dict[str, str] = {}
+    extra_mount: list[str] | None = None
+    srun_options: dict[str, EnvValue] = {}
+    sbatch_directives: dict[str, EnvValue] = {}
+    enable_config_dump: bool = True
+    setup_script: str | None = None
+    host_setup: HostSetupConfig = HostSetupConfig()
+    services: list[ServiceConfig] = []
+    post_eval: PostEvalConfig = PostEvalConfig()
+    identity: IdentityConfig = IdentityConfig()
+    reporting: ReportingConfig | None = None
+    infra: InfraConfig | None = None
+    reconcile: ReconcileConfig = ReconcileConfig()
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if ".." in v or not NAME_RE.fullmatch(v):
+            raise ValueError(
+                "expected 1-63 characters of letters, digits, '-', '_' or '.', starting with a letter or digit"
+                f" and without '..', found {v!r}"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _engines(self) -> Recipe:
+        role_engines = {m: r.engine for m, r in self.roles.items() if r.engine is not None}
+        if self.engine is not None and role_engines:
+            raise ValueError("use either a top-level engine or roles.<role>.engine on every role, never both")
+        if self.engine is None:
+            missing = [m for m, r in self.roles.items() if r.engine is None]
+            if missing or not role_engines:
+                raise ValueError("no engine: set a top-level 'engine' (or 'engine' on every role)")
+            types = {e.type for e in role_engines.values()}
+            if len(types) > 1:
+                raise ValueError(
+                    f"unsupported feature: mixed per-role engines ({', '.join(sorted(types))})"
+                )
+        if not self.roles.items():
+            raise ValueError("no roles: declare roles.agg, or roles.prefill and roles.decode")
+        has = {m for m, _ in self.roles.items()}
+        if "agg" in has and has & {"prefill", "decode"}:
+            raise ValueError("a recipe is aggregated (agg) or disaggregated (prefill + decode), never both")
+        if has == {"prefill"} or has == {"decode"}:
+            raise ValueError("a disaggregated recipe needs both roles.prefill and roles.decode")
+        return self
+
+    # ---------------------------------------------------------------- derived
+    @property
+    def backend(self):  # -> Backend, bound to this recipe
+        eng = self.engine
+        if eng is None:
+            eng = next(r.engine for _, r in self.roles.items() if r.engine is not None)
+        return eng.bind(self)
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.roles.prefill is not None
+
+    def role_layouts(self) -> dict[Mode, RoleLayout]:
+        """Nodes, workers and GPUs per worker of each role, srtctl's defaults applied."""
+        from reconciler.topology import TopologyError
+
+        gpn = self.resources.gpus_per_node
+        out: dict[Mode, RoleLayout] = {}
+        for mode, role in self.roles.items():
+            key = f"roles.{mode}"
+            colocate = role.nodes == "colocate" or (mode == "decode" and role.nodes == 0)
+            nodes = 0 if colocate else role.nodes
+            workers = role.workers
+            gpus = role.gpus
+            if colocate and mode != "decode":
+                raise TopologyError(f"{key}.nodes", "only the decode role can colocate (nodes: 0 or 'colocate')")
+            if workers is None:
+                workers = 1 if nodes or colocate else None
+            if workers is None:
+                raise TopologyError(f"{key}.workers", "expected a worker count")
+            if gpus is None:
+                if colocate:
+                    # srtctl: colocated decode workers are sized like the prefill workers
+                    pre = out.get("prefill")
+                    if pre is None:
+                        raise TopologyError(f"{key}.gpus", "colocated decode needs 'gpus' per worker")
+                    gpus = pre.gpus
+                elif nodes:
+                    if workers == 0:
+                        gpus = gpn
+                    else:
+                        gpus = max(1, nodes * gpn // workers)
+                else:
+                    raise TopologyError(f"{key}.gpus", "expected 'gpus' per worker or 'nodes' for the role")
+            if nodes is None:
+                nodes = math.ceil(workers * gpus / gpn) if gpus < gpn else workers * math.ceil(gpus / gpn)
+            out[mode] = RoleLayout(mode, nodes, workers, gpus, colocate)
+        return out

@@ -1,0 +1,162 @@
+"""Where workers go: logical nodes and GPUs for every worker of a recipe.
+
+Pure. Nodes are *ordinals* (0..N-1) of the recipe's logical node list; the
+reconciler maps ordinals onto real hostnames once Slurm has granted them, and
+``render`` maps them onto fake names. Rules (srtctl's, see docs/recipes.md):
+
+- a worker with ``gpus >= gpus_per_node`` takes ceil(gpus / gpus_per_node) whole
+  consecutive nodes;
+- partial-node workers pack onto a node by GPU offset (or one per node with
+  ``resources.spread_workers``);
+- roles take consecutive node ranges in the order prefill, decode, agg;
+  ``decode.nodes: 0`` / ``colocate`` places decode on the prefill nodes' spare GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+Mode = Literal["prefill", "decode", "agg"]
+MODES: tuple[Mode, ...] = ("prefill", "decode", "agg")
+
+
+class TopologyError(ValueError):
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+        self.message = message
+
+
+@dataclass(frozen=True)
+class RoleLayout:
+    """A role's resolved size: how many nodes it reserves, workers, GPUs per worker."""
+
+    mode: Mode
+    nodes: int  # 0 = colocated on the prefill nodes
+    workers: int
+    gpus: int
+    colocate: bool = False
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One logical worker: the unit of scaling, restart and rollout."""
+
+    mode: Mode
+    index: int
+    nodes: tuple[int, ...]  # node ordinals, leader first
+    gpus: tuple[int, ...]  # GPU indices used on each of its nodes
+    gpus_per_node: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.mode}_{self.index}"
+
+    @property
+    def total_gpus(self) -> int:
+        return len(self.gpus) * len(self.nodes)
+
+    @property
+    def partial_node(self) -> bool:
+        return len(self.gpus) < self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Process:
+    """One physical process of an endpoint: a node, its GPUs and its ports."""
+
+    endpoint: Endpoint
+    node: str  # hostname (real or fake)
+    node_rank: int
+    leader: str  # hostname of the endpoint's first node
+    hosts: tuple[str, ...]  # every node of the endpoint, leader first
+    ports: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def mode(self) -> Mode:
+        return self.endpoint.mode
+
+    @property
+    def index(self) -> int:
+        return self.endpoint.index
+
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        return self.endpoint.gpus
+
+    @property
+    def http_port(self) -> int:
+        return self.ports["http"]
+
+
+def allocate(
+    layouts: dict[Mode, RoleLayout], gpus_per_node: int, spread: bool = False
+) -> tuple[list[Endpoint], int]:
+    """Place every worker of every role. Returns the endpoints and the node count."""
+    endpoints: list[Endpoint] = []
+    next_node = 0
+    # per-node GPUs in use, for packing and for colocation onto prefill nodes
+    used: dict[int, int] = {}
+    prefill_range: tuple[int, int] | None = None
+    for mode in MODES:
+        lay = layouts.get(mode)
+        if lay is None:
+            continue
+        if lay.colocate:
+            if prefill_range is None:
+                raise TopologyError(f"roles.{mode}.nodes", "colocation needs a prefill role to share nodes with")
+            first, count = prefill_range
+        else:
+            first, count = next_node, lay.nodes
+            next_node += lay.nodes
+        if mode == "prefill":
+            prefill_range = (first, count)
+        endpoints += _place_role(lay, first, count, gpus_per_node, used, spread)
+    return endpoints, next_node
+
+
+def _place_role(
+    lay: RoleLayout, first: int, count: int, gpn: int, used: dict[int, int], spread: bool
+) -> list[Endpoint]:
+    out: list[Endpoint] = []
+    key = f"roles.{lay.mode}"
+    if lay.gpus >= gpn:
+        span = math.ceil(lay.gpus / gpn)
+        if lay.gpus % gpn:
+            raise TopologyError(
+                f"{key}.gpus",
+                f"a multi-node worker must use whole nodes: {lay.gpus} GPUs is not a multiple of gpus_per_node={gpn}",
+            )
+        need = span * lay.workers
+        if need > count:
+            raise TopologyError(
+                f"{key}.workers",
+                f"{lay.workers} workers x {lay.gpus} GPUs need {need} nodes of {gpn} GPUs, the role has {count}",
+            )
+        for i in range(lay.workers):
+            nodes = tuple(range(first + i * span, first + (i + 1) * span))
+            for n in nodes:
+                used[n] = gpn
+            out.append(Endpoint(lay.mode, i, nodes, tuple(range(gpn)), gpn))
+        return out
+    node = first
+    for i in range(lay.workers):
+        while node < first + count and (gpn - used.get(node, 0) < lay.gpus or (spread and used.get(node, 0))):
+            node += 1
+        if node >= first + count:
+            raise TopologyError(
+                f"{key}.workers",
+                f"{lay.workers} workers x {lay.gpus} GPUs do not fit on {count} node(s) of {gpn} GPUs"
+                + (" (colocated on the prefill nodes' spare GPUs)" if lay.colocate else ""),
+            )
+        offset = used.get(node, 0)
+        used[node] = offset + lay.gpus
+        out.append(Endpoint(lay.mode, i, (node,), tuple(range(offset, offset + lay.gpus)), gpn))
+    return out
+
+
+def processes_per_node(ep: Endpoint, hostnames: list[str]) -> list[tuple[str, int]]:
+    """(hostname, node_rank) for each node of an endpoint."""
+    return [(hostnames[n], r) for r, n in enumerate(ep.nodes)]
