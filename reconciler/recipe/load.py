@@ -198,7 +198,7 @@ def _located(e: ValidationError, path: str, data: dict, where: dict, lines: dict
     key = v1.v1_path(tuple(str(p) for p in parts), where) if parts else ""
     etype = first["type"]
     found = first.get("input")
-    if etype == "extra_forbidden":
+    if etype in ("extra_forbidden", "unexpected_keyword_argument"):
         unknown = str(parts[-1]) if parts else "?"
         allowed = _allowed_keys(parts[:-1], data)
         msg = f"unknown key '{unknown}'"

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = Path(os.environ.get("RECONCILER_CORPUS", ROOT.parent / "shared" / "corpus"))
+SUMMARIES: list[str] = []
+
+
+def slurm_available() -> tuple[bool, str]:
+    if not shutil.which("sbatch") or not shutil.which("scontrol"):
+        return False, "sbatch/scontrol not on PATH"
+    try:
+        out = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, f"scontrol ping failed: {e}"
+    if "is UP" not in out.stdout:
+        return False, f"slurmctld not answering: {out.stdout.strip() or out.stderr.strip()}"
+    return True, ""
+
+
+def pytest_collection_modifyitems(config, items):
+    marked = [i for i in items if i.get_closest_marker("slurm")]
+    if not marked:
+        return
+    ok, why = slurm_available()
+    if ok:
+        return
+    if os.environ.get("RECONCILER_REQUIRE_SLURM") == "1":
+        for item in marked:
+            item.add_marker(pytest.mark.usefixtures("_slurm_required_but_missing"))
+    else:
+        skip = pytest.mark.skip(reason=f"no Slurm ({why}); start one with scripts/slurm-dev.sh up")
+        for item in marked:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def _slurm_required_but_missing():
+    ok, why = slurm_available()
+    pytest.fail(f"RECONCILER_REQUIRE_SLURM=1 but Slurm is unavailable: {why}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    for text in SUMMARIES:
+        terminalreporter.write_sep("-", "summary")
+        terminalreporter.write_line(text)
+
+
+@pytest.fixture
+def corpus() -> Path:
+    if not CORPUS.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"corpus not found at {CORPUS}")
+        pytest.skip(f"corpus not found at {CORPUS}")
+    return CORPUS
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p

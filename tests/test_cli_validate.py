@@ -1,0 +1,68 @@
+"""`reconciler validate` and `reconciler schema` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT, write
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "reconciler.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_validate_example_manifests_exit_0():
+    r = run("validate", "manifests/")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("valid") >= 2
+
+
+def test_validate_bad_files_exit_1_with_key_or_line(tmp_path):
+    write(tmp_path, "unknown.yaml", "name: a\nmodel: {path: m}\nengine: mocker\nroles: {agg: {workers: 1, gpus: 1, colour: red}}\n")
+    write(tmp_path, "type.yaml", "name: b\nmodel: {path: m}\nengine: mocker\nroles: {agg: {workers: lots, gpus: 1}}\n")
+    write(tmp_path, "broken.yaml", "name: c\nmodel: [\n")
+    r = run("validate", str(tmp_path))
+    assert r.returncode == 1
+    out = r.stdout
+    assert "roles.agg.colour" in out and "unknown key 'colour'" in out
+    assert "roles.agg.workers" in out
+    assert "broken.yaml:3:" in out and "YAML syntax error" in out
+    assert "Traceback" not in out + r.stderr
+
+
+def test_validate_json_output(tmp_path):
+    good = ROOT / "manifests" / "mocker-agg.yaml"
+    bad = write(tmp_path, "bad.yaml", "name: b\n")
+    r = run("validate", "-o", "json", str(good), str(bad))
+    assert r.returncode == 1
+    data = json.loads(r.stdout)
+    assert [d["valid"] for d in data] == [True, False]
+    assert all({"path", "valid", "error"} <= set(d) for d in data)
+    assert data[0]["error"] is None and "model" in data[1]["error"]
+
+
+def test_validate_missing_path_is_an_error_not_a_traceback(tmp_path):
+    r = run("validate", str(tmp_path / "nope.yaml"))
+    assert r.returncode == 1
+    assert "cannot read" in r.stdout and "Traceback" not in r.stderr
+
+
+def test_validate_verbose_lists_keys_not_acted_on(corpus):
+    f = corpus / "srt-slurm-v1" / "mocker" / "kimi-trace-agg.yaml"
+    r = run("validate", "-v", str(f))
+    assert r.returncode == 0, r.stdout
+    assert "not acted on: benchmark, dynamo, extra_mount, identity" in r.stdout
+    assert "v1 layout normalised" in r.stdout
+
+
+def test_schema_is_json_schema_that_describes_recipes():
+    r = run("schema")
+    assert r.returncode == 0
+    s = json.loads(r.stdout)
+    assert s["$schema"].startswith("https://json-schema.org/")
+    assert s["additionalProperties"] is False
+    assert {"name", "model", "roles", "engine", "reconcile"} <= set(s["properties"])
+    assert "MockerBackend" in s["$defs"]
