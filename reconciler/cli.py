@@ -84,6 +84,47 @@ def schema() -> None:
     click.echo(json.dumps(recipe_json_schema(), indent=2))
 
 
+@cli.command()
+@click.argument("recipe", type=click.Path())
+@click.option("--nodes", help="Comma-separated hostnames to place on (default: node1..nodeN sized to the recipe).")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@STATE_OPT
+def render(recipe: str, nodes: str | None, output: str, state: str) -> None:
+    """Dry run: every process a recipe would launch (role, nodes, GPUs, ports, env, argv)."""
+    import shlex
+
+    from reconciler.recipe.load import load_recipe
+    from reconciler.render import as_rows, render_units
+
+    try:
+        lr = load_recipe(recipe)
+    except RecipeError as e:
+        _fail(str(e))
+    names = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
+    try:
+        rows = as_rows(render_units(lr.recipe, names, Path(state)))
+    except ValueError as e:
+        _fail(f"{recipe}: {e}")
+    if output == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        where = ",".join(r["nodes"])
+        gpus = ",".join(map(str, r["gpus"])) or "-"
+        ports = " ".join(f"{k}={v}" for k, v in r["ports"].items())
+        head = f"{r['role']}_{r['index']}" + (f" rank {r['rank']}" if r["rank"] else "")
+        click.echo(click.style(head, bold=True) + f"  nodes={where} gpus={gpus} {ports}  spec={r['spec_hash']}")
+        if r["ntasks"] > 1 or r["mpi"]:
+            click.echo(f"  launch: ntasks={r['ntasks']} mpi={r['mpi']}")
+        if r["container"]:
+            click.echo(f"  container: {r['container']}")
+        for k, v in r["env"].items():
+            click.echo(f"  env {k}={shlex.quote(v)}")
+        click.echo("  argv: " + shlex.join(r["argv"]))
+        for f in r["files"]:
+            click.echo(f"  file: {f}")
+
+
 def _fail(msg: str, code: int = 1) -> None:
     click.echo(f"error: {msg}", err=True)
     sys.exit(code)

@@ -84,9 +84,10 @@ class Backend:
             hosts = tuple(hostnames[n] for n in ep.nodes)
             owner = f"{owner_prefix}{ep.name}"
             shared: dict[str, int] = {}
-            # leader-scoped ports (rendezvous) are taken on the leader node only
-            for name in self.leader_port_names(ep.mode):
-                shared[name] = ports.allocate(hosts[0], owner, name)
+            # rendezvous ports exist only for multi-node endpoints, on the leader node
+            if len(hosts) > 1:
+                for name in self.leader_port_names(ep.mode):
+                    shared[name] = ports.allocate(hosts[0], owner, name)
             for host, rank in processes_per_node(ep, hostnames):
                 own = {name: ports.allocate(host, owner, name) for name in self.port_names(ep.mode)}
                 out.append(Process(ep, host, rank, hosts[0], hosts, {**shared, **own}))
@@ -112,7 +113,7 @@ class Backend:
         return ("http",)
 
     def leader_port_names(self, mode: Mode) -> tuple[str, ...]:
-        """Ports an endpoint needs once, on its leader node (rendezvous)."""
+        """Ports a multi-node endpoint needs once, on its leader node (rendezvous)."""
         return ()
 
     def get_srun_config(self) -> SrunConfig:

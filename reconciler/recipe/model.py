@@ -13,7 +13,7 @@ import math
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from reconciler.backends import MockerBackend, SGLangBackend, TRTLLMBackend, VLLMBackend
 from reconciler.topology import MODES, Mode, RoleLayout
@@ -37,8 +37,14 @@ def _env_value(v: Any) -> Any:
     return v
 
 
+def _env_name(k: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+        raise ValueError(f"expected an environment variable name (letters, digits, _), found {k!r}")
+    return k
+
+
 EnvValue = Annotated[str, BeforeValidator(_env_value)]
-Env = dict[str, EnvValue]
+Env = dict[Annotated[str, AfterValidator(_env_name)], EnvValue]
 
 
 def _engine_mapping(v: Any) -> Any:

@@ -1,0 +1,37 @@
+"""`reconciler render`: a dry run of what a recipe would launch."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from reconciler.ports import NodePortAllocator
+from reconciler.recipe.model import Recipe
+from reconciler.units import Unit, frontend_unit, node_count, runtime_for, worker_units
+
+
+def render_units(recipe: Recipe, nodes: list[str] | None, state_dir: Path, python: str | None = None) -> list[Unit]:
+    need = node_count(recipe)
+    hostnames = nodes or [f"node{i + 1}" for i in range(need)]
+    if len(hostnames) < need:
+        raise ValueError(f"the recipe needs {need} nodes, --nodes names {len(hostnames)}")
+    ports = NodePortAllocator()
+    runtime = runtime_for(recipe, state_dir, python or sys.executable)
+    endpoints = recipe.backend.allocate_endpoints()
+    units = worker_units(recipe, endpoints, dict(enumerate(hostnames)), ports, runtime)
+    fe = frontend_unit(recipe, hostnames[0], ports, runtime, state_dir)
+    return units + ([fe] if fe else [])
+
+
+def as_rows(units: list[Unit]) -> list[dict]:
+    rows = []
+    for u in units:
+        for l in u.launches:
+            rows.append({
+                "role": u.role, "index": u.index, "rank": l.rank, "nodes": list(l.nodes), "gpus": list(l.gpus),
+                "ports": dict(sorted(u.ports.items())), "env": dict(l.env), "argv": list(l.argv),
+                "ntasks": l.ntasks, "mpi": l.mpi, "container": u.container, "spec_hash": u.spec_hash,
+                "health": f"http://{u.nodes[0]}:{u.health_port}{u.health_path}" if u.health_port else None,
+                "files": sorted(u.files),
+            })
+    return rows

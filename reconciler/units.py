@@ -1,0 +1,181 @@
+"""Recipe -> worker units: what exactly would run, process by process.
+
+A *unit* is one logical worker (or the recipe's frontend): the thing that is
+scaled, relaunched and rolled. It has one or more *launches* (srun steps): one
+per node for per-process engines, one spanning all nodes for MPI engines.
+``spec_hash`` covers what changes the processes (argv, env, container, config
+files, launch shape) and nothing else — not the worker count, not the time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from reconciler.backends.base import Runtime
+from reconciler.ports import NodePortAllocator
+from reconciler.recipe.model import Recipe
+from reconciler.topology import Endpoint, Process
+
+FRONTEND = "frontend"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One srun step."""
+
+    rank: int  # node rank within the unit (0 for MPI launches)
+    nodes: tuple[str, ...]
+    ntasks: int
+    mpi: str | None
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Unit:
+    recipe: str
+    role: str  # prefill | decode | agg | frontend
+    index: int
+    ordinals: tuple[int, ...]  # logical node ordinals of the recipe
+    nodes: tuple[str, ...]  # hostnames, leader first
+    gpus: tuple[int, ...]
+    ports: Mapping[str, int]
+    launches: tuple[Launch, ...]
+    container: str | None
+    files: Mapping[str, str] = field(default_factory=dict)
+    health_port: int | None = None
+    health_path: str = "/health"
+    fatal_patterns: tuple[str, ...] = ()
+    spec_hash: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}_{self.index}"
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.recipe, self.role, self.index)
+
+    @property
+    def url(self) -> str | None:
+        return f"http://{self.nodes[0]}:{self.health_port}" if self.health_port else None
+
+
+def spec_hash(launches: tuple[Launch, ...], container: str | None, files: Mapping[str, str]) -> str:
+    doc = {
+        "launches": [[l.rank, l.ntasks, l.mpi, list(l.argv), [list(e) for e in l.env]] for l in launches],
+        "container": container,
+        "files": dict(sorted(files.items())),
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def runtime_for(recipe: Recipe, state_dir: Path, python: str = "python3") -> Runtime:
+    backend = recipe.backend
+    default_name = recipe.model.path.rstrip("/").split("/")[-1] or recipe.name
+    if recipe.model.path.startswith("hf:"):
+        default_name = recipe.model.path[3:]
+    return Runtime(
+        model_path=recipe.model.path,
+        served_model_name=backend.get_served_model_name(default_name),
+        frontend_type=recipe.frontend.type,
+        config_dir=str(Path(state_dir).absolute() / recipe.name / "configs"),
+        python=python,
+    )
+
+
+def worker_units(
+    recipe: Recipe,
+    endpoints: list[Endpoint],
+    hostnames: Mapping[int, str],
+    ports: NodePortAllocator,
+    runtime: Runtime,
+) -> list[Unit]:
+    """Units for ``endpoints`` (all of whose node ordinals must be in ``hostnames``)."""
+    backend = recipe.backend
+    procs = backend.endpoints_to_processes(endpoints, hostnames, ports, f"{recipe.name}/")  # type: ignore[arg-type]
+    by_ep: dict[tuple[str, int], list[Process]] = {}
+    for p in procs:
+        by_ep.setdefault((p.mode, p.index), []).append(p)
+    srun = backend.get_srun_config()
+    container = _container(recipe, backend)
+    units = []
+    for ep in endpoints:
+        ps = by_ep[(ep.mode, ep.index)]
+        role = recipe.roles[ep.mode]
+        files = backend.config_files(ep.mode, runtime)
+        launches = []
+        for p in ps:
+            env = dict(recipe.environment)
+            env.update(backend.get_environment_for_mode(ep.mode))
+            env.update(backend.get_process_environment(p))
+            if backend.should_set_visible_devices() and ep.partial_node:
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ep.gpus))
+            argv = backend.build_worker_command(p, runtime)
+            if srun.per_process:
+                nodes, ntasks = (p.node,), 1
+            else:
+                nodes, ntasks = p.hosts, backend.process_ntasks(p)
+            launches.append(Launch(p.node_rank, nodes, ntasks, srun.mpi, tuple(argv), tuple(sorted(env.items())), ep.gpus))
+        launches_t = tuple(launches)
+        probe = backend.health_probe(ep.mode)
+        patterns = tuple(backend.fatal_log_patterns(ep.mode)) if recipe.health_check.fatal_log_markers else ()
+        patterns += tuple(recipe.health_check.extra_fatal_log_patterns)
+        hosts = tuple(hostnames[n] for n in ep.nodes)
+        role_container = role.container or container
+        units.append(Unit(
+            recipe=recipe.name, role=ep.mode, index=ep.index, ordinals=ep.nodes, nodes=hosts, gpus=ep.gpus,
+            ports=dict(ps[0].ports), launches=launches_t, container=role_container, files=files,
+            health_port=ps[0].ports.get(probe.port_name), health_path=probe.path, fatal_patterns=patterns,
+            spec_hash=spec_hash(launches_t, role_container, files),
+        ))
+    return units
+
+
+def frontend_unit(
+    recipe: Recipe, head: str, ports: NodePortAllocator, runtime: Runtime, state_dir: Path
+) -> Unit | None:
+    """The builtin router, on the recipe's head node; None for other frontend types."""
+    if recipe.frontend.type != "builtin":
+        return None
+    owner = f"{recipe.name}/{FRONTEND}"
+    port = recipe.frontend.port or ports.allocate(head, owner, "http")
+    endpoints_file = str(endpoints_path(state_dir, recipe.name))
+    argv = [runtime.python, "-m", "reconciler.router", "--host", "0.0.0.0", "--port", str(port),
+            "--endpoints-file", endpoints_file, "--model-name", runtime.served_model_name]
+    argv += _frontend_args(recipe.frontend.args)
+    env = tuple(sorted({**recipe.environment, **recipe.frontend.env, "PYTHONUNBUFFERED": "1"}.items()))
+    launch = Launch(0, (head,), 1, None, tuple(argv), env)
+    return Unit(
+        recipe=recipe.name, role=FRONTEND, index=0, ordinals=(0,), nodes=(head,), gpus=(), ports={"http": port},
+        launches=(launch,), container=None, health_port=port, health_path="/health",
+        spec_hash=spec_hash((launch,), None, {}),
+    )
+
+
+def _frontend_args(args: Mapping[str, object]) -> list[str]:
+    from reconciler.backends.base import cli_args
+
+    return cli_args(dict(args))
+
+
+def _container(recipe: Recipe, backend) -> str | None:
+    if recipe.reconcile.container_runtime == "none" or not backend.uses_container():
+        return None
+    return recipe.model.container
+
+
+def endpoints_path(state_dir: Path, recipe: str) -> Path:
+    return Path(state_dir).absolute() / recipe / "endpoints.json"
+
+
+def node_count(recipe: Recipe) -> int:
+    from reconciler.topology import allocate
+
+    _, n = allocate(recipe.role_layouts(), recipe.resources.gpus_per_node, recipe.resources.spread_workers)
+    return n

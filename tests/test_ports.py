@@ -1,0 +1,73 @@
+"""NodePortAllocator: unique per node across recipes, stable, released, persisted."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reconciler.ports import NodePortAllocator
+from reconciler.recipe.load import load_text
+from reconciler.units import runtime_for, worker_units
+
+RECIPE = """\
+name: {name}
+model: {{path: /m}}
+resources: {{gpus_per_node: 8}}
+engine: {engine}
+frontend: {{type: {frontend}}}
+roles:
+  prefill: {{nodes: 1, workers: {p}, gpus: 1}}
+  decode: {{nodes: colocate, workers: {d}, gpus: 1}}
+"""
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["sglang", "vllm", "mocker", "trtllm"]),
+            st.sampled_from(["builtin", "dynamo", "sglang-router"]),
+            st.integers(1, 3),
+            st.integers(1, 3),
+            st.lists(st.sampled_from(["n1", "n2", "n3"]), min_size=1, max_size=1),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_ports_unique_per_node_across_recipes(specs):
+    ports = NodePortAllocator()
+    seen: dict[tuple[str, int], str] = {}
+    for i, (engine, frontend, p, d, nodes) in enumerate(specs):
+        recipe = load_text(RECIPE.format(name=f"r{i}", engine=engine, frontend=frontend, p=p, d=d), f"r{i}.yaml").recipe
+        units = worker_units(recipe, recipe.backend.allocate_endpoints(), {0: nodes[0]}, ports, runtime_for(recipe, "/s"))
+        for u in units:
+            for name, port in u.ports.items():
+                key = (u.nodes[0], port)
+                owner = f"{u.recipe}/{u.name}#{name}"
+                assert seen.setdefault(key, owner) == owner, f"{key} used by {seen[key]} and {owner}"
+
+
+def test_same_owner_same_port_and_release():
+    a = NodePortAllocator()
+    p1 = a.allocate("n1", "r/agg_0", "http")
+    p2 = a.allocate("n1", "r/agg_1", "http")
+    assert p1 != p2
+    assert a.allocate("n1", "r/agg_0", "http") == p1  # stable across relaunches
+    assert a.allocate("n2", "r/agg_0", "http") == p1  # other node, independent space
+    a.release("r/agg_0")
+    assert a.lookup("n1", "r/agg_0", "http") is None
+    assert a.lookup("n1", "r/agg_1", "http") == p2
+    a.release("r/")
+    assert a.owners() == set()
+
+
+def test_registry_roundtrip(tmp_path):
+    a = NodePortAllocator()
+    p = a.allocate("n1", "r/agg_0", "http")
+    a.save(tmp_path / "ports.json")
+    b = NodePortAllocator.load(tmp_path / "ports.json")
+    assert b.lookup("n1", "r/agg_0", "http") == p
+    assert b.allocate("n1", "other/agg_0", "http") != p
+    (tmp_path / "bad.json").write_text("{not json")
+    assert NodePortAllocator.load(tmp_path / "bad.json").owners() == set()

@@ -1,0 +1,68 @@
+"""Where workers land: allocation tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from reconciler.topology import RoleLayout, TopologyError, allocate
+
+
+def place(gpn, spread=False, **roles):
+    layouts = {m: RoleLayout(m, *spec) for m, spec in roles.items()}
+    eps, n = allocate(layouts, gpn, spread)
+    return {e.name: (tuple(x + 1 for x in e.nodes), e.gpus) for e in eps}, n
+
+
+def test_issue_table_two_full_prefill_four_half_decode():
+    # 2 x 8-GPU prefill + 4 x 4-GPU decode on 4 nodes of 8 GPUs
+    got, n = place(8, prefill=(2, 2, 8), decode=(2, 4, 4))
+    assert n == 4
+    assert got == {
+        "prefill_0": ((1,), tuple(range(8))),
+        "prefill_1": ((2,), tuple(range(8))),
+        "decode_0": ((3,), (0, 1, 2, 3)),
+        "decode_1": ((3,), (4, 5, 6, 7)),
+        "decode_2": ((4,), (0, 1, 2, 3)),
+        "decode_3": ((4,), (4, 5, 6, 7)),
+    }
+
+
+def test_multi_node_workers_take_whole_consecutive_nodes():
+    got, n = place(4, agg=(4, 2, 8))
+    assert n == 4
+    assert got["agg_0"] == ((1, 2), (0, 1, 2, 3))
+    assert got["agg_1"] == ((3, 4), (0, 1, 2, 3))
+
+
+def test_decode_colocates_on_prefill_spare_gpus():
+    got, n = place(8, prefill=(1, 2, 2), decode=(0, 1, 4, True))
+    assert n == 1
+    assert got["prefill_0"] == ((1,), (0, 1))
+    assert got["prefill_1"] == ((1,), (2, 3))
+    assert got["decode_0"] == ((1,), (4, 5, 6, 7))
+
+
+def test_spread_puts_one_partial_worker_per_node():
+    got, _ = place(8, spread=True, agg=(3, 3, 2))
+    assert [got[f"agg_{i}"][0] for i in range(3)] == [(1,), (2,), (3,)]
+
+
+def test_packing_skips_to_next_node_when_worker_does_not_fit():
+    got, _ = place(8, agg=(2, 3, 3))
+    assert got["agg_0"] == ((1,), (0, 1, 2))
+    assert got["agg_1"] == ((1,), (3, 4, 5))
+    assert got["agg_2"] == ((2,), (0, 1, 2))
+
+
+@pytest.mark.parametrize(
+    "roles, key",
+    [
+        ({"agg": (1, 3, 4)}, "roles.agg.workers"),  # 12 GPUs on one 8-GPU node
+        ({"agg": (2, 1, 12)}, "roles.agg.gpus"),  # not a whole number of nodes
+        ({"prefill": (1, 1, 8), "decode": (0, 1, 2, True)}, "roles.decode.workers"),  # no spare GPUs
+    ],
+)
+def test_layouts_that_do_not_fit(roles, key):
+    with pytest.raises(TopologyError) as ei:
+        place(8, **roles)
+    assert ei.value.key == key
