@@ -1,0 +1,1 @@
+"""The builtin router (frontend.type: builtin)."""

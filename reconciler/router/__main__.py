@@ -1,0 +1,32 @@
+"""python -m reconciler.router --port P --endpoints-file F"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from reconciler.router.server import Router, log
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m reconciler.router", description="OpenAI router in front of a recipe's workers")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--endpoints-file", type=Path, required=True, help='JSON: {"workers": [{"url": ..., "role": ...}]}')
+    p.add_argument("--model-name", default=None, help="served name for /v1/models when no worker answers")
+    p.add_argument("--poll-interval", type=float, default=0.25, help="seconds between endpoints-file checks")
+    a = p.parse_args(argv)
+    router = Router(a.endpoints_file, a.model_name, a.poll_interval)
+    log("INFO", f"starting port={a.port} endpoints={a.endpoints_file}")
+    try:
+        web.run_app(router.app(), host=a.host, port=a.port, print=None, access_log=None)
+    except OSError as e:
+        log("FATAL", f"cannot listen on {a.host}:{a.port}: {e.strerror or e}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,271 @@
+"""The builtin router: one OpenAI endpoint in front of a recipe's workers.
+
+Workers come from a JSON file the reconciler rewrites
+(``{"workers": [{"url": ..., "role": "agg|prefill|decode"}, ...]}``); the file is
+re-read when it changes, no restart. Balancing is least-outstanding-requests.
+A disaggregated request goes to a prefill worker first (which answers with a
+handle after the first token), then to a decode worker that streams the answer.
+Responses are streamed through as they arrive. A refused connection is retried
+once on another worker; no worker at all is a 503 with a JSON error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from reconciler.openai import ApiError, error_response, parse_json_body
+
+RETRYABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError)
+COOLDOWN = 2.0  # seconds a worker that refused a connection is skipped
+
+
+def log(level: str, msg: str) -> None:
+    print(f"{level} router: {msg}", flush=True)
+
+
+@dataclass
+class Worker:
+    url: str
+    role: str
+    outstanding: int = 0
+    down_until: float = 0.0
+
+
+@dataclass
+class Pool:
+    workers: dict[str, Worker] = field(default_factory=dict)
+    _rr: int = 0
+
+    def update(self, entries: list[dict[str, Any]]) -> None:
+        fresh: dict[str, Worker] = {}
+        for e in entries:
+            url = str(e["url"]).rstrip("/")
+            role = str(e.get("role", "agg"))
+            old = self.workers.get(url)
+            fresh[url] = old if old and old.role == role else Worker(url, role)
+        self.workers = fresh
+
+    def pick(self, role: str, exclude: set[str] = frozenset()) -> Worker | None:
+        now = time.monotonic()
+        cands = [w for w in self.workers.values() if w.role == role and w.url not in exclude]
+        live = [w for w in cands if w.down_until <= now] or cands
+        if not live:
+            return None
+        self._rr += 1
+        # least outstanding; ties rotate so equal workers share the load
+        return min(live, key=lambda w: (w.outstanding, (hash(w.url) + self._rr) % len(live)))
+
+    def roles(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for w in self.workers.values():
+            out[w.role] = out.get(w.role, 0) + 1
+        return out
+
+
+class Router:
+    def __init__(self, endpoints_file: Path, model_name: str | None = None, poll: float = 0.25):
+        self.endpoints_file = Path(endpoints_file)
+        self.model_name = model_name
+        self.poll = poll
+        self.pool = Pool()
+        self._stamp: tuple[int, int] | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._tasks: list[asyncio.Task] = []
+        r = self.registry = CollectorRegistry()
+        self.m_requests = Counter("router_requests", "Requests by endpoint and status", ["endpoint", "status"], registry=r)
+        self.m_retries = Counter("router_retries", "Requests retried on another worker", registry=r)
+        self.m_outstanding = Gauge("router_outstanding_requests", "In-flight requests per worker", ["worker", "role"], registry=r)
+        self.m_workers = Gauge("router_workers", "Workers known, by role", ["role"], registry=r)
+        self.m_latency = Histogram("router_request_duration_seconds", "Time to the end of the response", registry=r)
+
+    # ---------------------------------------------------------------- endpoints file
+    def load_endpoints(self) -> bool:
+        """Re-read the endpoints file when it changed; return True when it did."""
+        try:
+            st = os.stat(self.endpoints_file)
+        except FileNotFoundError:
+            if self._stamp is not None or self.pool.workers:
+                self.pool.update([])
+                self._stamp = None
+                log("WARN", f"{self.endpoints_file} is gone: no workers")
+                return True
+            return False
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self._stamp:
+            return False
+        try:
+            data = json.loads(self.endpoints_file.read_text())
+            entries = data["workers"]
+            if not isinstance(entries, list) or not all(isinstance(e, dict) and "url" in e for e in entries):
+                raise ValueError("'workers' must be a list of objects with a 'url'")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log("WARN", f"ignoring unreadable {self.endpoints_file}: {e}")
+            self._stamp = stamp
+            return False
+        self._stamp = stamp
+        self.pool.update(entries)
+        log("INFO", f"endpoints: {self.pool.roles() or 'none'}")
+        for role in ("agg", "prefill", "decode"):
+            self.m_workers.labels(role).set(self.pool.roles().get(role, 0))
+        return True
+
+    async def _watch(self) -> None:
+        while True:
+            self.load_endpoints()
+            await asyncio.sleep(self.poll)
+
+    # ---------------------------------------------------------------- app
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/chat/completions", self.forward)
+        app.router.add_post("/v1/completions", self.forward)
+        app.on_startup.append(self._startup)
+        app.on_cleanup.append(self._cleanup)
+        return app
+
+    async def _startup(self, app: web.Application) -> None:
+        conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        self._session = aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
+        self.load_endpoints()
+        self._tasks.append(asyncio.create_task(self._watch()))
+        log("INFO", "ready")
+
+    async def _cleanup(self, app: web.Application) -> None:
+        for t in self._tasks:
+            t.cancel()
+        if self._session:
+            await self._session.close()
+
+    def routable(self) -> tuple[bool, str]:
+        roles = self.pool.roles()
+        if roles.get("agg"):
+            return True, "agg"
+        if roles.get("prefill") and roles.get("decode"):
+            return True, "disagg"
+        if roles.get("decode"):
+            return True, "decode-only"
+        return False, "no workers"
+
+    async def health(self, request: web.Request) -> web.Response:
+        ok, how = self.routable()
+        return web.json_response({"status": "ok", "routing": how, "workers": self.pool.roles()})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        for w in self.pool.workers.values():
+            self.m_outstanding.labels(w.url, w.role).set(w.outstanding)
+        return web.Response(body=generate_latest(self.registry), content_type="text/plain", charset="utf-8")
+
+    async def models(self, request: web.Request) -> web.Response:
+        w = self.pool.pick("agg") or self.pool.pick("decode")
+        if w is not None:
+            try:
+                async with self._session.get(w.url + "/v1/models", timeout=aiohttp.ClientTimeout(total=5)) as r:
+                    return web.json_response(await r.json(), status=r.status)
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+                pass
+        data = [{"id": self.model_name, "object": "model", "owned_by": "reconciler"}] if self.model_name else []
+        return web.json_response({"object": "list", "data": data})
+
+    # ---------------------------------------------------------------- forwarding
+    async def forward(self, request: web.Request) -> web.StreamResponse:
+        t0 = time.monotonic()
+        endpoint = request.path
+        try:
+            body = await parse_json_body(request)
+            ok, how = self.routable()
+            if not ok:
+                raise ApiError(503, "no worker is available for this deployment yet", "service_unavailable")
+            if how == "disagg":
+                handle = await self._prefill(endpoint, body)
+                body = {**body, "disaggregated_params": handle}
+                resp = await self._relay(request, endpoint, body, "decode")
+            else:
+                resp = await self._relay(request, endpoint, body, "agg" if how == "agg" else "decode")
+        except ApiError as e:
+            self.m_requests.labels(endpoint, str(e.status)).inc()
+            return error_response(e)
+        self.m_requests.labels(endpoint, str(resp.status)).inc()
+        self.m_latency.observe(time.monotonic() - t0)
+        return resp
+
+    async def _prefill(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+        pre = {**body, "stream": False, "max_tokens": 1}
+        pre.pop("stream_options", None)
+        pre.pop("max_completion_tokens", None)
+        tried: set[str] = set()
+        for attempt in range(2):
+            w = self.pool.pick("prefill", tried)
+            if w is None:
+                break
+            tried.add(w.url)
+            w.outstanding += 1
+            try:
+                async with self._session.post(w.url + endpoint, json=pre) as r:
+                    data = await r.json(content_type=None)
+                    if r.status != 200:
+                        raise ApiError(r.status, _upstream_message(data, r.status))
+                    params = data.get("disaggregated_params")
+                    if not isinstance(params, dict):
+                        raise ApiError(502, f"prefill worker {w.url} returned no handle")
+                    return params
+            except RETRYABLE:
+                w.down_until = time.monotonic() + COOLDOWN
+                if attempt == 0:
+                    self.m_retries.inc()
+                    continue
+            finally:
+                w.outstanding -= 1
+        raise ApiError(503, "no prefill worker is reachable", "service_unavailable")
+
+    async def _relay(self, request: web.Request, endpoint: str, body: dict[str, Any], role: str) -> web.StreamResponse:
+        tried: set[str] = set()
+        for attempt in range(2):
+            w = self.pool.pick(role, tried)
+            if w is None:
+                break
+            tried.add(w.url)
+            w.outstanding += 1
+            resp: web.StreamResponse | None = None
+            try:
+                async with self._session.post(w.url + endpoint, json=body) as up:
+                    resp = web.StreamResponse(status=up.status)
+                    ctype = up.headers.get("Content-Type")
+                    if ctype:
+                        resp.headers["Content-Type"] = ctype
+                    await resp.prepare(request)
+                    async for chunk in up.content.iter_any():
+                        await resp.write(chunk)
+                    await resp.write_eof()
+                    return resp
+            except aiohttp.ClientError as e:
+                w.down_until = time.monotonic() + COOLDOWN
+                if resp is not None and resp.prepared:
+                    # the worker died mid-stream: the client keeps what it got, the stream ends
+                    log("WARN", f"{w.url} failed mid-response: {e}")
+                    return resp
+                if isinstance(e, RETRYABLE) and attempt == 0:
+                    self.m_retries.inc()
+                    continue
+                raise ApiError(502, f"{role} worker {w.url} failed: {e}", "bad_gateway") from None
+            finally:
+                w.outstanding -= 1
+        raise ApiError(503, f"no {role} worker is reachable", "service_unavailable")
+
+
+def _upstream_message(data: Any, status: int) -> str:
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        return str(data["error"].get("message", f"upstream error {status}"))
+    return f"upstream error {status}"
