@@ -1,0 +1,101 @@
+"""Small HTTP and process helpers for tests (stdlib only)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str, timeout: float = 5) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def post(url: str, body, timeout: float = 30) -> tuple[int, bytes]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def sse_events(raw: bytes) -> list:
+    out = []
+    for block in raw.decode().split("\n\n"):
+        block = block.strip()
+        if block.startswith("data: "):
+            payload = block[6:]
+            out.append(payload if payload == "[DONE]" else json.loads(payload))
+    return out
+
+
+def wait_until(fn, timeout: float = 20, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+            if last:
+                return last
+        except Exception as e:  # noqa: BLE001 - keep polling until the deadline
+            last = e
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def metric(url: str, name: str) -> float:
+    _, body = get(url + "/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise KeyError(name)
+
+
+class Proc:
+    """A python -m module subprocess with its output in a file."""
+
+    def __init__(self, module: str, *args: str, log: Path):
+        self.log = log
+        self.fh = open(log, "wb")
+        self.p = subprocess.Popen([sys.executable, "-m", module, *args], stdout=self.fh, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        self.fh.flush()
+        return self.log.read_text()
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(5)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.fh.close()
+
+
+def start_mocker(tmp_path: Path, *args: str, name: str = "mocker") -> tuple[Proc, str]:
+    port = free_port()
+    proc = Proc("reconciler.mocker", "--host", "127.0.0.1", "--port", str(port), "--model-name", "m", *args,
+                log=tmp_path / f"{name}-{port}.log")
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: proc.p.poll() is not None or get(url + "/metrics")[0] == 200, what=f"{name} up")
+    assert proc.p.poll() is None, proc.output()
+    return proc, url

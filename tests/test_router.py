@@ -1,0 +1,127 @@
+"""The builtin router: balancing, disaggregation, failover, live endpoint changes."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from helpers import Proc, free_port, get, metric, post, sse_events, start_mocker, wait_until
+
+
+def write_endpoints(path, workers):
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"workers": workers}))
+    tmp.replace(path)
+
+
+@pytest.fixture
+def router(tmp_path):
+    ep = tmp_path / "endpoints.json"
+    write_endpoints(ep, [])
+    port = free_port()
+    proc = Proc("reconciler.router", "--host", "127.0.0.1", "--port", str(port), "--endpoints-file", str(ep),
+                "--poll-interval", "0.05", log=tmp_path / "router.log")
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: get(url + "/health")[0] == 200, what="router up")
+    yield url, ep, proc
+    proc.stop()
+
+
+def wait_workers(url, **roles):
+    wait_until(lambda: json.loads(get(url + "/health")[1])["workers"] == roles, what=f"router sees {roles}")
+
+
+def test_no_workers_is_a_clear_503(router):
+    url, ep, _ = router
+    status, raw = post(url + "/v1/completions", {"prompt": "x"})
+    assert status == 503
+    assert "no worker" in json.loads(raw)["error"]["message"]
+
+
+def test_malformed_requests_are_400_at_the_router(router):
+    url, _, _ = router
+    assert post(url + "/v1/chat/completions", b"{oops")[0] == 400
+    assert post(url + "/v1/chat/completions", b"\"text\"")[0] == 400
+
+
+def test_balances_streams_and_follows_endpoint_file_changes(router, tmp_path):
+    url, ep, _ = router
+    a, aurl = start_mocker(tmp_path, "--speedup-ratio", "0", name="a")
+    b, burl = start_mocker(tmp_path, "--speedup-ratio", "0", name="b")
+    try:
+        write_endpoints(ep, [{"url": aurl, "role": "agg"}])
+        wait_workers(url, agg=1)
+        status, raw = post(url + "/v1/chat/completions",
+                           {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True})
+        ev = sse_events(raw)
+        assert status == 200 and ev[-1] == "[DONE]" and len(ev) == 6  # 4 tokens + final + DONE
+        write_endpoints(ep, [{"url": aurl, "role": "agg"}, {"url": burl, "role": "agg", "extra": 1}])
+        wait_workers(url, agg=2)
+        threads = [threading.Thread(target=post, args=(url + "/v1/completions", {"prompt": "x", "max_tokens": 20}))
+                   for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        served_a = metric(aurl, "vllm:request_success_total")
+        served_b = metric(burl, "vllm:request_success_total")
+        assert served_b > 0 and served_a > 1, (served_a, served_b)  # both got traffic
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_survives_a_worker_killed_mid_test(router, tmp_path):
+    url, ep, _ = router
+    a, aurl = start_mocker(tmp_path, "--speedup-ratio", "0", name="a")
+    b, burl = start_mocker(tmp_path, "--speedup-ratio", "0", name="b")
+    try:
+        write_endpoints(ep, [{"url": aurl, "role": "agg"}, {"url": burl, "role": "agg"}])
+        wait_workers(url, agg=2)
+        assert post(url + "/v1/completions", {"prompt": "x"})[0] == 200
+        a.p.kill()
+        a.p.wait()
+        # the endpoints file still lists the dead worker: refused connections are retried elsewhere
+        results = [post(url + "/v1/completions", {"prompt": "x", "max_tokens": 3})[0] for _ in range(10)]
+        assert results == [200] * 10
+        assert metric(url, "router_retries_total") >= 1
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_disaggregated_prefill_then_decode(router, tmp_path):
+    url, ep, _ = router
+    p, purl = start_mocker(tmp_path, "--mode", "prefill", "--speedup-ratio", "0", name="p")
+    d, durl = start_mocker(tmp_path, "--mode", "decode", "--speedup-ratio", "0", name="d")
+    try:
+        write_endpoints(ep, [{"url": purl, "role": "prefill"}, {"url": durl, "role": "decode"}])
+        wait_workers(url, prefill=1, decode=1)
+        status, raw = post(url + "/v1/chat/completions",
+                           {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "stream": True,
+                            "stream_options": {"include_usage": True}})
+        assert status == 200
+        ev = sse_events(raw)
+        usage = [e for e in ev[:-1] if not e["choices"]][0]["usage"]
+        assert usage["completion_tokens"] == 6
+        assert metric(purl, "vllm:request_success_total") == 1  # prefill ran there
+        assert metric(durl, "vllm:request_success_total") == 1  # decode there
+    finally:
+        p.stop()
+        d.stop()
+
+
+def test_router_metrics_and_models(router, tmp_path):
+    url, ep, _ = router
+    a, aurl = start_mocker(tmp_path, "--speedup-ratio", "0", name="a")
+    try:
+        write_endpoints(ep, [{"url": aurl, "role": "agg"}])
+        wait_workers(url, agg=1)
+        post(url + "/v1/completions", {"prompt": "x"})
+        _, text = get(url + "/metrics")
+        assert b"router_requests_total" in text
+        assert json.loads(get(url + "/v1/models")[1])["data"][0]["id"] == "m"
+    finally:
+        a.stop()
