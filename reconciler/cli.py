@@ -125,6 +125,167 @@ def render(recipe: str, nodes: str | None, output: str, state: str) -> None:
             click.echo(f"  file: {f}")
 
 
+def _controller(manifests: str, state: str, driver: str | None, allow_empty: bool = False):
+    from reconciler.controller import Controller
+    from reconciler.drivers import make_driver
+
+    return Controller(Path(manifests), Path(state), make_driver(driver, Path(state)), allow_empty=allow_empty)
+
+
+def _setup_logging(verbose: bool = False) -> None:
+    import logging
+
+    import structlog
+
+    tty = sys.stderr.isatty()
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="%H:%M:%S" if tty else "iso"),
+            structlog.dev.ConsoleRenderer(colors=tty) if tty else structlog.processors.KeyValueRenderer(
+                key_order=["timestamp", "level", "event"]),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG if verbose else logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+@cli.command()
+@MANIFESTS_OPT
+@STATE_OPT
+@DRIVER_OPT
+@click.option("--once", is_flag=True, help="Run one reconcile pass and exit.")
+@click.option("--allow-empty", is_flag=True, help="Allow tearing everything down when no manifest is left.")
+@click.option("--resync", type=float, default=5.0, show_default=True, help="Seconds between full passes.")
+def run(manifests: str, state: str, driver: str | None, once: bool, allow_empty: bool, resync: float) -> None:
+    """Watch the manifests and keep the cluster converged (SIGTERM/SIGINT stop it; workloads keep running)."""
+    import signal
+
+    _setup_logging()
+    ctl = _controller(manifests, state, driver, allow_empty)
+    Path(manifests).mkdir(parents=True, exist_ok=True)
+
+    def stop(signum, frame):  # noqa: ARG001
+        ctl.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    import structlog
+
+    structlog.get_logger("reconciler").info(
+        "reconciler started", manifests=str(Path(manifests).absolute()), state=str(Path(state).absolute()),
+        driver=ctl.driver.name, resync=resync)
+    ctl.run(resync=resync, once=once)
+
+
+@cli.command("plan")
+@MANIFESTS_OPT
+@STATE_OPT
+@DRIVER_OPT
+@click.option("--allow-empty", is_flag=True)
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+def plan_cmd(manifests: str, state: str, driver: str | None, allow_empty: bool, output: str) -> None:
+    """Show the actions `run` would take now. Exit 0: nothing to do; 2: changes pending; 1: error."""
+    try:
+        snap = _controller(manifests, state, driver, allow_empty).snapshot()
+    except ReconcilerError as e:
+        _fail(str(e))
+    acts = snap.plan.actions
+    if output == "json":
+        click.echo(json.dumps({"actions": [{"kind": type(a).__name__, "description": a.describe()} for a in acts],
+                               "notes": list(snap.plan.notes),
+                               "invalid": snap.manifests.invalid}, indent=2))
+    else:
+        for name, msg in sorted(snap.manifests.invalid.items()):
+            click.echo(click.style("invalid ", fg="red") + msg)
+        for a in acts:
+            click.echo(a.describe())
+        for n in snap.plan.notes:
+            click.echo(click.style("note: ", fg="yellow") + n)
+        if not acts:
+            click.echo("nothing to do: the cluster matches the manifests", err=True)
+    sys.exit(2 if acts else 0)
+
+
+@cli.command()
+@click.argument("names", nargs=-1)
+@MANIFESTS_OPT
+@STATE_OPT
+@DRIVER_OPT
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, output: str) -> None:
+    """Deployments: readiness per role, status, restarts, age and endpoint (live from the cluster)."""
+    import time as _time
+
+    from reconciler.state import StateDir
+    from reconciler.status import build_status
+
+    try:
+        ctl = _controller(manifests, state, driver)
+        snap = ctl.snapshot()
+    except ReconcilerError as e:
+        _fail(str(e))
+    sd = StateDir(Path(state))
+    now = _time.time()
+    all_names = sorted(set(snap.desired.recipes) | set(snap.manifests.invalid))
+    if names:
+        missing = [n for n in names if n not in all_names]
+        if missing:
+            _fail(f"no recipe named {', '.join(missing)} in {manifests}")
+        all_names = [n for n in all_names if n in names]
+    rows = []
+    for name in all_names:
+        prev = sd.status(name)
+        st = build_status(name, snap.desired.recipes.get(name), snap.observed, snap.plan,
+                          snap.manifests.invalid.get(name), prev, sd.launches(name), now)
+        created = _parse_iso(st["createdAt"])
+        invalid = snap.manifests.invalid.get(name)
+        rows.append({
+            "name": name, "status": st["phase"] if not invalid else "Invalid",
+            "roles": {r: c for r, c in st["roles"].items() if r != "frontend"},
+            "endpoint": st["endpoint"], "restarts": sum(w["restarts"] for w in st["workers"]),
+            "age_seconds": int(now - created) if created else None, "conditions": st["conditions"],
+            "error": invalid,
+        })
+    if output == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo(f"no recipes in {manifests}", err=True)
+        return
+    table = [("NAME", "READY", "STATUS", "RESTARTS", "AGE", "ENDPOINT")]
+    for r in rows:
+        ready = " ".join(f"{role}:{c['ready']}/{c['desired']}" for role, c in r["roles"].items()) or "-"
+        table.append((r["name"], ready, r["status"], str(r["restarts"]), _age(r["age_seconds"]), r["endpoint"] or "-"))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    for r in rows:
+        if r["error"]:
+            click.echo(click.style("invalid: ", fg="red") + r["error"], err=True)
+
+
+def _parse_iso(s: str | None) -> float | None:
+    import calendar
+    import time as _time
+
+    if not s:
+        return None
+    try:
+        return calendar.timegm(_time.strptime(s, "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return None
+
+
+def _age(secs: int | None) -> str:
+    if secs is None:
+        return "-"
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= n:
+            return f"{secs // n}{unit}"
+    return f"{secs}s"
+
+
 def _fail(msg: str, code: int = 1) -> None:
     click.echo(f"error: {msg}", err=True)
     sys.exit(code)

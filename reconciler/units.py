@@ -51,6 +51,7 @@ class Unit:
     health_port: int | None = None
     health_path: str = "/health"
     fatal_patterns: tuple[str, ...] = ()
+    srun_options: tuple[tuple[str, str], ...] = ()
     spec_hash: str = ""
 
     @property
@@ -66,12 +67,17 @@ class Unit:
         return f"http://{self.nodes[0]}:{self.health_port}" if self.health_port else None
 
 
-def spec_hash(launches: tuple[Launch, ...], container: str | None, files: Mapping[str, str]) -> str:
+def spec_hash(
+    launches: tuple[Launch, ...], container: str | None, files: Mapping[str, str],
+    srun_options: tuple[tuple[str, str], ...] = (),
+) -> str:
     doc = {
         "launches": [[l.rank, l.ntasks, l.mpi, list(l.argv), [list(e) for e in l.env]] for l in launches],
         "container": container,
         "files": dict(sorted(files.items())),
     }
+    if srun_options:
+        doc["srun"] = [list(o) for o in srun_options]
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -128,11 +134,12 @@ def worker_units(
         patterns += tuple(recipe.health_check.extra_fatal_log_patterns)
         hosts = tuple(hostnames[n] for n in ep.nodes)
         role_container = role.container or container
+        srun_opts = tuple(sorted({**recipe.srun_options, **role.srun_options}.items()))
         units.append(Unit(
             recipe=recipe.name, role=ep.mode, index=ep.index, ordinals=ep.nodes, nodes=hosts, gpus=ep.gpus,
             ports=dict(ps[0].ports), launches=launches_t, container=role_container, files=files,
             health_port=ps[0].ports.get(probe.port_name), health_path=probe.path, fatal_patterns=patterns,
-            spec_hash=spec_hash(launches_t, role_container, files),
+            srun_options=srun_opts, spec_hash=spec_hash(launches_t, role_container, files, srun_opts),
         ))
     return units
 
@@ -143,7 +150,7 @@ def frontend_unit(
     """The builtin router, on the recipe's head node; None for other frontend types."""
     if recipe.frontend.type != "builtin":
         return None
-    owner = f"{recipe.name}/{FRONTEND}"
+    owner = f"{recipe.name}/{FRONTEND}_0"  # the unit name: what bookkeeping keeps alive
     port = recipe.frontend.port or ports.allocate(head, owner, "http")
     endpoints_file = str(endpoints_path(state_dir, recipe.name))
     argv = [runtime.python, "-m", "reconciler.router", "--host", "0.0.0.0", "--port", str(port),

@@ -1,0 +1,281 @@
+"""The imperative shell: read manifests and the world, plan, act, write status.
+
+Level-triggered: every tick reads everything fresh (one job query, one step query,
+probes, state/) and computes the plan from scratch; nothing is remembered between
+ticks except launches still in flight (a step takes a moment to show in squeue),
+per-recipe error backoff, and caches of derived data.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from reconciler import labels
+from reconciler.desired import build as build_desired
+from reconciler.drivers import Driver, DriverError
+from reconciler.errors import RecipeError
+from reconciler.plan import CancelAlloc, CancelStep, LaunchStep, Plan, SubmitAlloc, plan
+from reconciler.ports import NodePortAllocator
+from reconciler.probe import probe_units
+from reconciler.recipe.load import LoadedRecipe, iter_recipe_files, load_recipe, load_text
+from reconciler.recipe.model import Recipe
+from reconciler.state import StateDir, iso
+from reconciler.units import FRONTEND, Unit, endpoints_path
+from reconciler.world import Desired, DesiredRecipe, Observed, Step
+
+log = structlog.get_logger("reconciler")
+INFLIGHT_GRACE = 20.0  # seconds a launched step may take to appear in squeue
+
+
+@dataclass
+class Manifests:
+    recipes: dict[str, Recipe] = field(default_factory=dict)  # what to converge to (last good spec when invalid)
+    texts: dict[str, str] = field(default_factory=dict)  # name -> file text of valid recipes
+    invalid: dict[str, str] = field(default_factory=dict)  # recipe name (or file stem) -> error message
+    paths: dict[str, str] = field(default_factory=dict)  # file path -> recipe name
+    files_seen: int = 0
+
+
+@dataclass
+class Snapshot:
+    manifests: Manifests
+    desired: Desired
+    observed: Observed
+    plan: Plan
+
+
+class Controller:
+    def __init__(self, manifests: Path, state: Path, driver: Driver, *, allow_empty: bool = False,
+                 python: str | None = None):
+        self.manifests_dir = Path(manifests)
+        self.state = StateDir(Path(state))
+        self.driver = driver
+        self.allow_empty = allow_empty
+        self.python = python or sys.executable
+        self.ports = NodePortAllocator.load(self.state.root / "ports.json")
+        self.inflight: dict[str, tuple[float, Step]] = {}  # step name -> (launched at, pseudo step)
+        self.backoff: dict[str, tuple[float, float]] = {}  # recipe -> (retry at, current delay)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+
+    # ---------------------------------------------------------------- manifests
+    def load_manifests(self) -> Manifests:
+        m = Manifests()
+        known = self.state.files()
+        files = iter_recipe_files([self.manifests_dir]) if self.manifests_dir.is_dir() else []
+        m.files_seen = len(files)
+        for f in files:
+            path = str(f)
+            try:
+                lr: LoadedRecipe = load_recipe(f)
+            except RecipeError as e:
+                name = known.get(path) or f.stem
+                m.invalid[name] = str(e)
+                m.paths[path] = name
+                last = self.state.last_applied(name) if name in known.values() else None
+                if last is not None and name not in m.recipes:
+                    try:
+                        m.recipes[name] = load_text(last, f"{path} (last applied)").recipe
+                    except RecipeError:
+                        pass
+                continue
+            name = lr.recipe.name
+            if name in m.texts:
+                other = next(p for p, n in m.paths.items() if n == name)
+                m.invalid[name] = f"{path}: recipe name {name!r} is also used by {other}; this file is ignored"
+                continue
+            m.recipes[name] = lr.recipe
+            m.texts[name] = f.read_text()
+            m.paths[path] = name
+        return m
+
+    # ---------------------------------------------------------------- observe
+    def observe(self, desired_units: list[Unit] | None = None) -> tuple[list, list[Step]]:
+        allocs, steps = self.driver.observe()
+        seen = {labels.step_name(s.recipe, s.role, s.index, s.rank, s.spec_hash) for s in steps}
+        now = time.monotonic()
+        for name, (at, pseudo) in list(self.inflight.items()):
+            if name in seen or now - at > INFLIGHT_GRACE:
+                del self.inflight[name]
+            else:
+                steps.append(pseudo)
+        return allocs, steps
+
+    def snapshot(self) -> Snapshot:
+        m = self.load_manifests()
+        allocs, steps = self.observe()
+        pre = Observed(tuple(allocs), tuple(steps))
+        desired = build_desired(m.recipes, pre, self.ports, self.state.root, self.python, m.files_seen)
+        units = [u for d in desired.recipes.values() for u in _all_units(d)]
+        running = {s.unit_key for s in steps if not s.pending}
+        ready = probe_units([u for u in units if u.key in running])
+        observed = Observed(tuple(allocs), tuple(steps), ready)
+        return Snapshot(m, desired, observed, plan(desired, observed, time.time(), self.allow_empty))
+
+    # ---------------------------------------------------------------- act
+    def execute(self, p: Plan) -> list[str]:
+        """Run the plan's actions; a failing recipe backs off, the others go on."""
+        done: list[str] = []
+        failed: set[str] = set()
+        now = time.monotonic()
+        for a in p.actions:
+            recipe = a.spec.recipe if isinstance(a, SubmitAlloc) else (a.unit.recipe if isinstance(a, LaunchStep) else a.recipe)
+            if recipe in failed:
+                continue
+            retry_at, _ = self.backoff.get(recipe, (0.0, 0.0))
+            if retry_at > now:
+                continue
+            try:
+                self._do(a)
+                done.append(a.describe())
+                log.info(a.describe())
+                self.state.event(type(a).__name__, recipe, a.describe())
+            except (DriverError, OSError) as e:
+                failed.add(recipe)
+                _, delay = self.backoff.get(recipe, (0.0, 0.0))
+                delay = min(max(2.0, delay * 2), 300.0)
+                self.backoff[recipe] = (now + delay, delay)
+                log.error("action failed", recipe=recipe, action=a.describe(), error=str(e), retry_in=f"{delay:g}s")
+                self.state.event("ActionFailed", recipe, f"{a.describe()}: {e}", retry_in=delay)
+        for recipe in {r for r in self.backoff if r not in failed}:
+            if self.backoff[recipe][0] <= now:
+                del self.backoff[recipe]
+        return done
+
+    def _do(self, a) -> None:
+        if isinstance(a, CancelStep):
+            self.driver.cancel_step(a.step_id)
+        elif isinstance(a, CancelAlloc):
+            self.driver.cancel_alloc(a.job_id)
+        elif isinstance(a, SubmitAlloc):
+            self.driver.submit(a.spec)
+        elif isinstance(a, LaunchStep):
+            u, l = a.unit, a.launch
+            for path, content in u.files.items():
+                _write_config(Path(path), content)
+            name = labels.step_name(u.recipe, u.role, u.index, l.rank, u.spec_hash)
+            self.driver.launch(a.job_id, u, l, name)
+            if l.rank == 0:
+                self.state.count_launch(u.recipe, u.name)
+            pseudo = Step(f"{a.job_id}.pending-{u.name}-{l.rank}", u.recipe, u.role, u.index, l.rank, u.spec_hash,
+                          l.nodes, pending=True)
+            self.inflight[name] = (time.monotonic(), pseudo)
+
+    # ---------------------------------------------------------------- one tick
+    def tick(self, dry_run: bool = False) -> tuple[Snapshot, list[str]]:
+        self.driver.reap()
+        snap = self.snapshot()
+        done = [] if dry_run else self.execute(snap.plan)
+        if not dry_run:
+            self._bookkeeping(snap)
+        return snap, done
+
+    def _bookkeeping(self, snap: Snapshot) -> None:
+        m, d, o = snap.manifests, snap.desired, snap.observed
+        for name, text in m.texts.items():
+            self.state.write_last_applied(name, text)
+        files = {p: n for p, n in m.paths.items()}
+        self.state.write_files(files)
+        # ports: keep those of desired units and of anything still running
+        if not snap.plan.refused_prune:
+            live = {f"{u.recipe}/{u.name}" for dr in d.recipes.values() for u in _all_units(dr)}
+            live |= {f"{r}/{role}_{i}" for dr in d.recipes.values() for (role, i) in dr.waiting for r in [dr.name]}
+            live |= {f"{s.recipe}/{s.role}_{s.index}" for s in o.steps}
+            for owner in self.ports.owners() - live:
+                self.ports.release(owner)
+        self.ports.save(self.state.root / "ports.json")
+        for name, dr in d.recipes.items():
+            self._write_endpoints(dr, o)
+        from reconciler.status import build_status
+
+        names = set(d.recipes) | set(m.invalid)
+        for name in names:
+            prev = self.state.status(name)
+            st = build_status(name, d.recipes.get(name), o, snap.plan, m.invalid.get(name), prev,
+                              self.state.launches(name), time.time())
+            for cond in st["conditions"]:
+                old = next((c for c in prev.get("conditions", []) if c["type"] == cond["type"]), None)
+                if old is None or old["status"] != cond["status"]:
+                    self.state.event("Condition", name, f"{cond['type']}={cond['status']}: {cond['message']}",
+                                     reason=cond["reason"])
+            self.state.write_status(name, st)
+            dr = d.recipes.get(name)
+            if dr is not None:
+                self.state.prune_launches(name, {f"{r}_{i}" for r, i in dr.unit_keys} | {f"{FRONTEND}_0"})
+        for name in self.state.known_recipes():
+            if name not in names and not o.steps_of(name) and not o.allocs_of(name):
+                st = self.state.status(name)
+                if st.get("phase") != "Deleted":
+                    self.state.event("Deleted", name, "recipe removed and everything it owned is gone")
+                    self.state.write_status(name, {**st, "phase": "Deleted", "deletedAt": iso(time.time()),
+                                                   "workers": []})
+                    self.state.prune_launches(name, set())
+
+    def _write_endpoints(self, d: DesiredRecipe, o: Observed) -> None:
+        if d.frontend is None and not d.units:
+            return
+        if d.frontend is None:
+            return
+        workers = [
+            {"url": u.url, "role": u.role, "name": u.name, "node": u.nodes[0]}
+            for u in d.units if o.ready.get(u.key)
+        ]
+        self.state.write_json(endpoints_path(self.state.root, d.name), {"recipe": d.name, "workers": workers})
+
+    # ---------------------------------------------------------------- the loop
+    def run(self, resync: float = 5.0, once: bool = False) -> None:
+        watcher = None
+        if not once:
+            watcher = threading.Thread(target=self._watch, name="manifest-watch", daemon=True)
+            watcher.start()
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                snap, done = self.tick()
+                for n in snap.plan.notes:
+                    log.info(n)
+            except Exception as e:  # noqa: BLE001 - the loop must survive anything and retry
+                log.exception("tick failed", error=str(e))
+            if once:
+                break
+            self._wake.wait(resync)
+        log.info("controller stopped; workloads keep running")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _watch(self) -> None:
+        import watchfiles
+
+        self.manifests_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for _changes in watchfiles.watch(self.manifests_dir, debounce=200, step=50, stop_event=self._stop,
+                                             yield_on_timeout=False, raise_interrupt=False):
+                self._wake.set()
+        except Exception as e:  # noqa: BLE001 - resync still converges without the watcher
+            log.warning("manifest watcher stopped; relying on resync", error=str(e))
+
+
+def _all_units(d: DesiredRecipe) -> list[Unit]:
+    return list(d.units) + ([d.frontend] if d.frontend else [])
+
+
+def _write_config(path: Path, content: str) -> None:
+    from reconciler.fsutil import atomic_write_text
+
+    try:
+        if path.read_text() == content:
+            return
+    except FileNotFoundError:
+        pass
+    atomic_write_text(path, content)
+
+
+__all__ = ["Controller", "Snapshot", "FRONTEND"]

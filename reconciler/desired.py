@@ -1,0 +1,160 @@
+"""Recipes + observed allocations -> the desired world.
+
+Allocation placement rule: observed live allocations keep covering the node
+ordinals they were submitted for (their comment says which); ordinals that no
+live allocation covers go to new allocations, cut at worker boundaries and at
+``reconcile.nodes_per_allocation``. A worker is placed only when the allocation
+that covers all its ordinals runs; until then it is *waiting*. Ports come from
+the shared registry, so the same worker on the same node keeps its ports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Mapping
+
+from reconciler.ports import NodePortAllocator
+from reconciler.recipe.model import Recipe
+from reconciler.topology import Endpoint
+from reconciler.units import FRONTEND, frontend_unit, runtime_for, worker_units
+from reconciler.world import Alloc, AllocSpec, Desired, DesiredRecipe, Observed
+
+
+def generation(recipe: Recipe) -> str:
+    doc = recipe.model_dump(mode="json", by_alias=True)
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def build(
+    recipes: Mapping[str, Recipe],
+    observed: Observed,
+    ports: NodePortAllocator,
+    state_dir: Path,
+    python: str,
+    manifests_seen: int,
+) -> Desired:
+    out = {name: build_recipe(r, observed.allocs_of(name), ports, state_dir, python) for name, r in recipes.items()}
+    return Desired(out, manifests_seen)
+
+
+def build_recipe(
+    recipe: Recipe, allocs: list[Alloc], ports: NodePortAllocator, state_dir: Path, python: str
+) -> DesiredRecipe:
+    gen = generation(recipe)
+    if recipe.reconcile.suspend:
+        return DesiredRecipe(recipe.name, gen, (), (), (), (), None, True)
+    endpoints = recipe.backend.allocate_endpoints()
+    live = _dedupe([a for a in allocs if a.live])
+    specs, keep, placement, unplaceable = place(recipe, endpoints, live)
+    runtime = runtime_for(recipe, state_dir, python)
+    placed: list[Endpoint] = []
+    hostnames: dict[int, str] = {}
+    job_of: dict[tuple[str, int], str] = {}
+    waiting: list[tuple[str, int]] = []
+    for ep in endpoints:
+        alloc = placement.get((ep.mode, ep.index))
+        if alloc is None or not alloc.running:
+            if ep.name not in unplaceable:
+                waiting.append((ep.mode, ep.index))
+            continue
+        for o in ep.nodes:
+            hostnames[o] = alloc.nodes[o - alloc.start]
+        placed.append(ep)
+        job_of[(ep.mode, ep.index)] = alloc.job_id
+    units = worker_units(recipe, placed, hostnames, ports, runtime) if placed else []
+    head_alloc = next((a for a in live if a.covers((0,))), None)
+    fe = None
+    if head_alloc is not None and head_alloc.running:
+        fe = frontend_unit(recipe, head_alloc.nodes[0 - head_alloc.start], ports, runtime, state_dir)
+        job_of[(FRONTEND, 0)] = head_alloc.job_id
+    pending = "; ".join(f"allocation {a.index} (job {a.job_id}) {a.state.lower()}: {a.reason}"
+                        for a in live if not a.running and a.reason and a.reason != "None")
+    return DesiredRecipe(
+        name=recipe.name, generation=gen, allocs=tuple(specs), keep_allocs=tuple(keep), units=tuple(units),
+        waiting=tuple(waiting), frontend=fe, max_unavailable=recipe.reconcile.rollout.max_unavailable,
+        unplaceable=tuple(unplaceable), job_of=job_of, pending_reason=pending,
+    )
+
+
+def _dedupe(allocs: list[Alloc]) -> list[Alloc]:
+    """Two live jobs with one index (a crash between sbatch and bookkeeping): keep the older."""
+    best: dict[int, Alloc] = {}
+    for a in sorted(allocs, key=lambda a: _job_sort(a.job_id)):
+        best.setdefault(a.index, a)
+    return sorted(best.values(), key=lambda a: a.index)
+
+
+def _job_sort(job_id: str) -> tuple[int, str]:
+    head = job_id.split("_")[0]
+    return (int(head), job_id) if head.isdigit() else (1 << 62, job_id)
+
+
+def place(
+    recipe: Recipe, endpoints: list[Endpoint], live: list[Alloc]
+) -> tuple[list[AllocSpec], list[str], dict[tuple[str, int], Alloc], list[str]]:
+    """Which allocation holds which worker; which allocations to keep and to submit."""
+    gpn = recipe.resources.gpus_per_node
+    placement: dict[tuple[str, int], Alloc] = {}
+    used_by: dict[str, bool] = {a.job_id: False for a in live}
+    covered = {o for a in live for o in range(a.start, a.start + a.count)}
+    uncovered: list[Endpoint] = []
+    unplaceable: list[str] = []
+    for ep in endpoints:
+        holder = next((a for a in live if a.covers(ep.nodes)), None)
+        if holder is not None:
+            placement[(ep.mode, ep.index)] = holder
+            used_by[holder.job_id] = True
+        elif any(o in covered for o in ep.nodes):
+            unplaceable.append(ep.name)  # straddles an existing allocation: the topology changed under it
+        else:
+            uncovered.append(ep)
+    # new allocations for uncovered ordinals, cut at worker boundaries
+    gpus_on: dict[int, int] = {}
+    for ep in endpoints:
+        for o in ep.nodes:
+            gpus_on[o] = max(gpus_on.get(o, 0), max(ep.gpus) + 1 if ep.gpus else 0)
+    chunk = recipe.reconcile.nodes_per_allocation
+    groups: list[list[Endpoint]] = []
+    for ep in sorted(uncovered, key=lambda e: (e.nodes[0], e.mode, e.index)):
+        if groups:
+            g = groups[-1]
+            g_start, g_end = min(e.nodes[0] for e in g), max(e.nodes[-1] for e in g)
+            contiguous = ep.nodes[0] <= g_end + 1
+            fits = chunk is None or max(g_end, ep.nodes[-1]) - g_start + 1 <= chunk
+            if contiguous and fits:
+                g.append(ep)
+                continue
+        groups.append([ep])
+    taken = {a.index for a in live}
+    next_index = 0
+    new_specs: list[AllocSpec] = []
+    pseudo: list[Alloc] = []
+    for g in groups:
+        while next_index in taken:
+            next_index += 1
+        start = min(e.nodes[0] for e in g)
+        count = max(e.nodes[-1] for e in g) - start + 1
+        gpus = max(gpus_on.get(o, 0) for o in range(start, start + count))
+        new_specs.append(_spec(recipe, next_index, start, count, min(gpus, gpn)))
+        fake = Alloc("", recipe.name, next_index, start, count, "WANTED")
+        pseudo.append(fake)
+        for e in g:
+            placement[(e.mode, e.index)] = fake
+        taken.add(next_index)
+    keep = [a.job_id for a in live if used_by[a.job_id]]
+    kept_specs = [
+        _spec(recipe, a.index, a.start, a.count,
+              min(gpn, max((gpus_on.get(o, 0) for o in range(a.start, a.start + a.count)), default=0)))
+        for a in live if used_by[a.job_id]
+    ]
+    return kept_specs + new_specs, keep, placement, unplaceable
+
+
+def _spec(recipe: Recipe, index: int, start: int, count: int, gpus: int) -> AllocSpec:
+    return AllocSpec(
+        recipe=recipe.name, index=index, start=start, count=count, gpus_per_node=gpus,
+        partition=recipe.slurm.partition, account=recipe.slurm.account, time_limit=recipe.slurm.time_limit,
+        directives=tuple(sorted(recipe.sbatch_directives.items())),
+    )

@@ -1,0 +1,25 @@
+"""Where workloads run: a real Slurm (``slurm``) or local process groups (``local``)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from reconciler.drivers.base import Driver, DriverError
+
+
+def make_driver(name: str | None, state_dir: Path) -> Driver:
+    if name is None:
+        name = "slurm" if shutil.which("sbatch") else "local"
+    if name == "slurm":
+        from reconciler.drivers.slurm import SlurmDriver
+
+        return SlurmDriver(state_dir)
+    if name == "local":
+        from reconciler.drivers.local import LocalDriver
+
+        return LocalDriver(state_dir)
+    raise DriverError(f"unknown driver {name!r} (slurm or local)")
+
+
+__all__ = ["Driver", "DriverError", "make_driver"]

@@ -1,0 +1,75 @@
+"""The driver protocol: the only place the reconciler touches the cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from reconciler.errors import ReconcilerError
+from reconciler.units import Launch, Unit
+from reconciler.world import Alloc, AllocSpec, Step
+
+# Runs inside the step: starts the worker, forwards SIGTERM, and records its exit
+# status in a file so it is known even after the reconciler restarts. Constant
+# text; everything from the recipe arrives as positional arguments ("$@").
+LAUNCHER = r"""status=$1; shift
+rm -f "$status"
+"$@" &
+child=$!
+trap 'kill -TERM "$child" 2>/dev/null' TERM INT HUP
+while :; do
+  wait "$child"; rc=$?
+  kill -0 "$child" 2>/dev/null || break
+done
+printf '%s %s\n' "$rc" "$(date +%s)" >"$status.tmp" && mv -f "$status.tmp" "$status"
+exit "$rc"
+"""
+
+
+class DriverError(ReconcilerError):
+    pass
+
+
+@dataclass(frozen=True)
+class StepPaths:
+    log: Path
+    status: Path
+
+
+def step_paths(state_dir: Path, unit: Unit, launch: Launch) -> StepPaths:
+    base = Path(state_dir).absolute() / unit.recipe / "logs" / f"{unit.name}.{launch.rank}"
+    return StepPaths(base.with_suffix(base.suffix + ".log"), base.with_suffix(base.suffix + ".exit"))
+
+
+def wrapped_argv(launch: Launch, status: Path) -> list[str]:
+    """argv of the step: the launcher, the exit-status file, then `env K=V... cmd...`."""
+    return ["/bin/sh", "-c", LAUNCHER, "rcl-launch", str(status), "env", *[f"{k}={v}" for k, v in launch.env],
+            *launch.argv]
+
+
+def rotate(log: Path) -> None:
+    """Keep the previous life's log as <log>.1; the new life starts a fresh file."""
+    if log.exists():
+        log.replace(log.with_name(log.name + ".1"))
+
+
+class Driver(Protocol):
+    name: str
+    commands: int  # cluster commands issued so far (squeue, sbatch, srun, scancel)
+
+    def observe(self) -> tuple[list[Alloc], list[Step]]:
+        """Our allocations and steps: exactly one job query and one step query."""
+
+    def submit(self, spec: AllocSpec) -> str:
+        """Submit an allocation; return its job id."""
+
+    def launch(self, job_id: str, unit: Unit, launch: Launch, step_name: str) -> None:
+        """Start one step; must return without waiting for it, and it must outlive us."""
+
+    def cancel_step(self, step_id: str) -> None: ...
+
+    def cancel_alloc(self, job_id: str) -> None: ...
+
+    def reap(self) -> None:
+        """Collect finished child processes (srun clients) so none are left as zombies."""

@@ -1,0 +1,142 @@
+"""The real thing: sbatch, srun, squeue, scancel as subprocesses with argv lists."""
+
+from __future__ import annotations
+
+import getpass
+import subprocess
+from pathlib import Path
+
+from reconciler import hostlist, labels
+from reconciler.drivers.base import DriverError, rotate, step_paths, wrapped_argv
+from reconciler.units import Launch, Unit
+from reconciler.world import Alloc, AllocSpec, Step
+
+SEP = "\x1f"  # unit separator: cannot appear in names we create, unlikely in anyone's
+JOB_FIELDS = ["JobId", "Name", "State", "Reason", "NodeList", "NumNodes", "Comment"]
+TIMEOUT = 60
+
+
+class SlurmDriver:
+    name = "slurm"
+
+    def __init__(self, state_dir: Path, user: str | None = None):
+        self.state_dir = Path(state_dir)
+        self.user = user or getpass.getuser()
+        self.commands = 0
+        self._children: list[subprocess.Popen] = []
+
+    # ---------------------------------------------------------------- helpers
+    def _run(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
+        self.commands += 1
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise DriverError(f"{argv[0]} not found on PATH: is this a Slurm login node? (or use --driver local)") from None
+        except subprocess.TimeoutExpired:
+            raise DriverError(f"{argv[0]} did not answer within {TIMEOUT}s") from None
+        if check and r.returncode != 0:
+            raise DriverError(f"{' '.join(argv[:2])} failed (exit {r.returncode}): {r.stderr.strip() or r.stdout.strip()}")
+        return r
+
+    # ---------------------------------------------------------------- observe
+    def observe(self) -> tuple[list[Alloc], list[Step]]:
+        fmt = ",".join(f"{f}:{SEP}" for f in JOB_FIELDS)
+        jobs = self._run(["squeue", "-h", "-u", self.user, "-O", fmt]).stdout
+        steps = self._run(["squeue", "-h", "-s", "-u", self.user, "-o", SEP.join(["%i", "%j", "%N"])]).stdout
+        return parse_jobs(jobs), parse_steps(steps)
+
+    # ---------------------------------------------------------------- act
+    def submit(self, spec: AllocSpec) -> str:
+        log = self.state_dir.absolute() / spec.recipe / "logs" / f"alloc-{spec.index}.out"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        argv = [
+            "sbatch", "--parsable",
+            f"--job-name={labels.job_name(spec.recipe, spec.index)}",
+            f"--comment={labels.job_comment(spec.recipe, spec.index, spec.start, spec.count)}",
+            f"--nodes={spec.count}", "--ntasks-per-node=1", f"--output={log}",
+        ]
+        if spec.gpus_per_node:
+            argv.append(f"--gres=gpu:{spec.gpus_per_node}")
+        if spec.partition:
+            argv.append(f"--partition={spec.partition}")
+        if spec.account:
+            argv.append(f"--account={spec.account}")
+        if spec.time_limit:
+            argv.append(f"--time={spec.time_limit}")
+        for k, v in spec.directives:
+            if k in ("job-name", "comment", "nodes", "output", "parsable"):
+                continue  # ours: they carry the ownership labels and the shape
+            argv.append(f"--{k}={v}" if v != "" else f"--{k}")
+        # the batch script only holds the nodes; the workers are steps
+        argv += ["--wrap", "exec sleep infinity"]
+        out = self._run(argv).stdout.strip()
+        job_id = out.split(";", 1)[0]
+        if not job_id:
+            raise DriverError(f"sbatch printed no job id: {out!r}")
+        return job_id
+
+    def launch(self, job_id: str, unit: Unit, launch: Launch, step_name: str) -> None:
+        paths = step_paths(self.state_dir, unit, launch)
+        paths.log.parent.mkdir(parents=True, exist_ok=True)
+        rotate(paths.log)
+        argv = [
+            "srun", f"--jobid={job_id}", "--overlap", f"--job-name={step_name}",
+            f"--nodelist={hostlist.compress(list(launch.nodes))}", f"--nodes={len(launch.nodes)}",
+            f"--ntasks={launch.ntasks}", f"--output={paths.log}", "--open-mode=append", "--kill-on-bad-exit=0",
+        ]
+        if launch.mpi:
+            argv.append(f"--mpi={launch.mpi}")
+        if unit.container:
+            argv.append(f"--container-image={unit.container}")
+        for k, v in unit.srun_options:
+            argv.append(f"--{k}={v}" if v != "" else f"--{k}")
+        argv.append("--")
+        argv += wrapped_argv(launch, paths.status)
+        client_log = paths.log.with_name(paths.log.name.replace(".log", ".srun"))
+        self.commands += 1
+        with open(client_log, "ab") as out:
+            # own session: the srun client (and so the step) outlives a reconciler restart
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                 start_new_session=True, close_fds=True)
+        self._children.append(p)
+
+    def cancel_step(self, step_id: str) -> None:
+        r = self._run(["scancel", step_id], check=False)
+        if r.returncode != 0 and "already completing or completed" not in r.stderr and "Invalid job id" not in r.stderr:
+            raise DriverError(f"scancel {step_id} failed: {r.stderr.strip()}")
+
+    def cancel_alloc(self, job_id: str) -> None:
+        self.cancel_step(job_id)
+
+    def reap(self) -> None:
+        self._children = [p for p in self._children if p.poll() is None]
+
+
+def parse_jobs(text: str) -> list[Alloc]:
+    out = []
+    for line in text.splitlines():
+        f = line.split(SEP)
+        if len(f) < len(JOB_FIELDS):
+            continue
+        job_id, name, state, reason, nodelist, _num, comment = (x.strip() for x in f[: len(JOB_FIELDS)])
+        lab = labels.parse_job(name, comment)
+        if lab is None:
+            continue  # not ours: never touched
+        nodes = tuple(hostlist.expand(nodelist)) if state == "RUNNING" else ()
+        out.append(Alloc(job_id, lab.recipe, lab.index, lab.start, lab.count, state, reason, nodes))
+    return out
+
+
+def parse_steps(text: str) -> list[Step]:
+    out = []
+    for line in text.splitlines():
+        f = line.split(SEP)
+        if len(f) < 3:
+            continue
+        step_id, name, nodelist = (x.strip() for x in f[:3])
+        lab = labels.parse_step(name)
+        if lab is None:
+            continue
+        out.append(Step(step_id, lab.recipe, lab.role, lab.index, lab.rank, lab.spec_hash, tuple(hostlist.expand(nodelist))))
+    return out
+

@@ -1,0 +1,101 @@
+"""state/: status, events, last-applied specs. Human-readable, atomic, safe to delete."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reconciler.fsutil import append_line, atomic_write_text
+
+
+def iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+@dataclass
+class StateDir:
+    root: Path
+
+    def recipe_dir(self, name: str) -> Path:
+        return self.root / name
+
+    # ---------------------------------------------------------------- events
+    def event(self, kind: str, recipe: str | None, message: str, **fields: Any) -> None:
+        rec = {"time": iso(time.time()), "kind": kind, "recipe": recipe, "message": message, **fields}
+        append_line(self.root / "events.jsonl", json.dumps(rec, sort_keys=False))
+
+    # ---------------------------------------------------------------- json helpers
+    def read_json(self, path: Path, default: Any) -> Any:
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            return default
+
+    def write_json(self, path: Path, data: Any) -> None:
+        text = json.dumps(data, indent=2, sort_keys=False) + "\n"
+        try:
+            if path.read_text() == text:
+                return  # unchanged: no write, no mtime bump (the router watches some of these)
+        except FileNotFoundError:
+            pass
+        atomic_write_text(path, text)
+
+    # ---------------------------------------------------------------- recipes
+    def status(self, name: str) -> dict:
+        return self.read_json(self.recipe_dir(name) / "status.json", {})
+
+    def write_status(self, name: str, status: dict) -> None:
+        self.write_json(self.recipe_dir(name) / "status.json", status)
+
+    def last_applied(self, name: str) -> str | None:
+        try:
+            return (self.recipe_dir(name) / "last-applied.yaml").read_text()
+        except FileNotFoundError:
+            return None
+
+    def write_last_applied(self, name: str, text: str) -> None:
+        p = self.recipe_dir(name) / "last-applied.yaml"
+        try:
+            if p.read_text() == text:
+                return
+        except FileNotFoundError:
+            pass
+        atomic_write_text(p, text)
+
+    def launches(self, name: str) -> dict[str, int]:
+        return self.read_json(self.recipe_dir(name) / "launches.json", {})
+
+    def count_launch(self, name: str, unit: str) -> int:
+        data = self.launches(name)
+        data[unit] = data.get(unit, 0) + 1
+        self.write_json(self.recipe_dir(name) / "launches.json", data)
+        return data[unit]
+
+    def prune_launches(self, name: str, keep: set[str]) -> None:
+        """Forget launch counts of workers that no longer exist: a new worker starts at 0 restarts."""
+        data = self.launches(name)
+        kept = {k: v for k, v in data.items() if k in keep}
+        if kept != data:
+            self.write_json(self.recipe_dir(name) / "launches.json", kept)
+
+    def files(self) -> dict[str, str]:
+        return self.read_json(self.root / "files.json", {})
+
+    def write_files(self, mapping: dict[str, str]) -> None:
+        self.write_json(self.root / "files.json", dict(sorted(mapping.items())))
+
+    def known_recipes(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.parent.name for p in self.root.glob("*/status.json"))
+
+    def exit_status(self, name: str, unit: str, rank: int = 0) -> tuple[int, float] | None:
+        p = self.recipe_dir(name) / "logs" / f"{unit}.{rank}.exit"
+        try:
+            rc, ts = p.read_text().split()
+            return int(rc), float(ts)
+        except (FileNotFoundError, ValueError):
+            return None

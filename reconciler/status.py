@@ -1,0 +1,110 @@
+"""A recipe's status: conditions and one row per worker. Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reconciler.plan import Plan
+from reconciler.state import iso
+from reconciler.units import FRONTEND
+from reconciler.world import DesiredRecipe, Observed
+
+ROLES = ("prefill", "decode", "agg")
+
+
+def build_status(
+    name: str, d: DesiredRecipe | None, o: Observed, p: Plan, invalid: str | None, prev: dict,
+    launches: dict[str, int], now: float,
+) -> dict[str, Any]:
+    rows = worker_rows(name, d, o, launches) if d else []
+    workers = [r for r in rows if r["role"] != FRONTEND]
+    ready = sum(r["ready"] for r in workers)
+    want = len(workers)
+    fe = next((r for r in rows if r["role"] == FRONTEND), None)
+    pending_actions = p.for_recipe(name)
+    suspended = bool(d and d.suspended)
+    conds = []
+
+    def cond(kind: str, status: bool, reason: str, message: str) -> None:
+        old = next((c for c in prev.get("conditions", []) if c["type"] == kind), None)
+        value = "True" if status else "False"
+        since = old["lastTransitionTime"] if old and old["status"] == value else iso(now)
+        conds.append({"type": kind, "status": value, "reason": reason, "message": message,
+                      "lastTransitionTime": since, "observedGeneration": d.generation if d else None})
+
+    all_ready = d is not None and not suspended and want > 0 and ready == want and not d.waiting and (
+        fe is None or fe["ready"])
+    cond("Ready", all_ready, "AllReady" if all_ready else ("Suspended" if suspended else "NotReady"),
+         f"{ready}/{want} workers ready" + (f", frontend {'ready' if fe['ready'] else 'not ready'}" if fe else ""))
+    if d is None:
+        cond("Progressing", False, "NoSpec", "no valid spec has ever been applied")
+    elif suspended:
+        cond("Progressing", bool(pending_actions), "Suspending" if pending_actions else "Suspended",
+             "reconcile.suspend is set: nothing runs")
+    elif d.waiting and d.pending_reason:
+        cond("Progressing", True, "AllocationPending", d.pending_reason)
+    elif d.waiting:
+        cond("Progressing", True, "AllocationPending", f"{len(d.waiting)} worker(s) wait for their allocation")
+    elif pending_actions:
+        cond("Progressing", True, "Reconciling", "; ".join(a.describe() for a in pending_actions[:3])
+             + (f" (+{len(pending_actions) - 3} more)" if len(pending_actions) > 3 else ""))
+    elif not all_ready:
+        cond("Progressing", True, "WaitingForReady", f"{ready}/{want} workers ready")
+    else:
+        cond("Progressing", False, "Converged", "every worker runs the current spec and is ready")
+    down = [r["name"] for r in workers if r["phase"] == "Pending" and launches.get(r["name"], 0) > 0]
+    cond("Degraded", bool(down), "WorkersDown" if down else "AsExpected",
+         f"relaunching {', '.join(down)}" if down else "no worker is down")
+    cond("Invalid", invalid is not None, "InvalidSpec" if invalid else "Valid",
+         (invalid + ("; still running the last applied spec" if d else "")) if invalid else "the recipe file validates")
+    phase = ("Invalid" if invalid and d is None else "Suspended" if suspended else "Ready" if all_ready else "Progressing")
+    return {
+        "name": name,
+        "phase": phase,
+        "observedGeneration": d.generation if d else None,
+        "createdAt": prev.get("createdAt") or iso(now),
+        "updatedAt": iso(now),
+        "conditions": conds,
+        "roles": role_counts(rows),
+        "endpoint": fe["url"] if fe else None,
+        "workers": rows,
+    }
+
+
+def role_counts(rows: list[dict]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        c = out.setdefault(r["role"], {"desired": 0, "ready": 0})
+        c["desired"] += 1
+        c["ready"] += int(r["ready"])
+    return out
+
+
+def worker_rows(name: str, d: DesiredRecipe, o: Observed, launches: dict[str, int]) -> list[dict]:
+    steps: dict[tuple[str, int], list] = {}
+    for s in o.steps_of(name):
+        steps.setdefault((s.role, s.index), []).append(s)
+    rows = []
+    units = list(d.units) + ([d.frontend] if d.frontend else [])
+    for u in units:
+        ss = steps.get((u.role, u.index), [])
+        ok = bool(o.ready.get(u.key))
+        if not ss:
+            phase = "Pending"
+        elif any(s.spec_hash != u.spec_hash for s in ss):
+            phase = "Outdated"
+        else:
+            phase = "Ready" if ok else "Starting"
+        rows.append({
+            "name": u.name, "role": u.role, "index": u.index, "phase": phase, "ready": ok and phase == "Ready",
+            "nodes": list(u.nodes), "gpus": list(u.gpus), "ports": dict(u.ports), "url": u.url,
+            "steps": sorted(s.step_id for s in ss), "specHash": u.spec_hash,
+            "restarts": max(0, launches.get(u.name, 0) - 1),
+        })
+    for role, index in d.waiting:
+        rows.append({"name": f"{role}_{index}", "role": role, "index": index, "phase": "Waiting", "ready": False,
+                     "nodes": [], "gpus": [], "ports": {}, "url": None, "steps": [], "specHash": None,
+                     "restarts": max(0, launches.get(f"{role}_{index}", 0) - 1)})
+    order = {r: i for i, r in enumerate(ROLES + (FRONTEND,))}
+    rows.sort(key=lambda r: (order.get(r["role"], 9), r["index"]))
+    return rows

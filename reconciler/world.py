@@ -1,0 +1,118 @@
+"""What the reconciler sees (Observed) and wants (Desired): plain frozen data.
+
+``plan`` is a pure function of these two plus the time; the drivers fill
+``Observed``, ``desired.build`` fills ``Desired``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from reconciler.units import Unit
+
+LIVE_JOB_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING"})
+
+
+@dataclass(frozen=True)
+class Alloc:
+    """One of our Slurm jobs (an allocation) as observed."""
+
+    job_id: str
+    recipe: str
+    index: int
+    start: int  # first node ordinal of the recipe it holds
+    count: int
+    state: str  # PENDING, RUNNING, COMPLETING, ...
+    reason: str = ""
+    nodes: tuple[str, ...] = ()
+
+    @property
+    def running(self) -> bool:
+        return self.state == "RUNNING" and len(self.nodes) >= self.count
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE_JOB_STATES
+
+    def covers(self, ordinals: tuple[int, ...]) -> bool:
+        return all(self.start <= o < self.start + self.count for o in ordinals)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One of our job steps (a worker process) as observed."""
+
+    step_id: str  # "<job>.<step>"
+    recipe: str
+    role: str
+    index: int
+    rank: int
+    spec_hash: str
+    nodes: tuple[str, ...] = ()
+    pending: bool = False  # launched by us but not yet visible in squeue
+
+    @property
+    def job_id(self) -> str:
+        return self.step_id.split(".", 1)[0]
+
+    @property
+    def unit_key(self) -> tuple[str, str, int]:
+        return (self.recipe, self.role, self.index)
+
+
+@dataclass(frozen=True)
+class Observed:
+    allocs: tuple[Alloc, ...] = ()
+    steps: tuple[Step, ...] = ()
+    ready: Mapping[tuple[str, str, int], bool] = field(default_factory=dict)  # unit key -> health probe ok
+
+    def allocs_of(self, recipe: str) -> list[Alloc]:
+        return [a for a in self.allocs if a.recipe == recipe]
+
+    def steps_of(self, recipe: str) -> list[Step]:
+        return [s for s in self.steps if s.recipe == recipe]
+
+    def recipes(self) -> set[str]:
+        return {a.recipe for a in self.allocs} | {s.recipe for s in self.steps}
+
+
+@dataclass(frozen=True)
+class AllocSpec:
+    """An allocation a recipe needs: node ordinals [start, start+count)."""
+
+    recipe: str
+    index: int
+    start: int
+    count: int
+    gpus_per_node: int
+    partition: str | None = None
+    account: str | None = None
+    time_limit: str | None = None
+    directives: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class DesiredRecipe:
+    name: str
+    generation: str  # hash of the recipe spec: status observedGeneration
+    allocs: tuple[AllocSpec, ...]  # every allocation the recipe needs
+    keep_allocs: tuple[str, ...]  # job ids of observed allocations that serve the recipe
+    units: tuple[Unit, ...]  # units placed on running allocations (concrete argv, ports, hash)
+    waiting: tuple[tuple[str, int], ...]  # (role, index) of units whose allocation is not running yet
+    frontend: Unit | None = None
+    suspended: bool = False
+    max_unavailable: int = 1
+    unplaceable: tuple[str, ...] = ()  # unit names that no allocation can hold (topology changed)
+    job_of: Mapping[tuple[str, int], str] = field(default_factory=dict)  # (role, index) -> job id holding it
+    pending_reason: str = ""  # why an allocation is still pending (Slurm's reason)
+
+    @property
+    def unit_keys(self) -> set[tuple[str, int]]:
+        return {(u.role, u.index) for u in self.units} | set(self.waiting)
+
+
+@dataclass(frozen=True)
+class Desired:
+    recipes: Mapping[str, DesiredRecipe] = field(default_factory=dict)
+    manifests_seen: int = 0  # recipe files found (valid or not): the prune guard's input
