@@ -1,0 +1,275 @@
+"""End to end: `reconciler run` against a real Slurm (and the local driver), mocker recipes.
+
+Every wait is bounded; every check reads the cluster itself (squeue for Slurm, the
+process table for local), not the reconciler's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from helpers import get, post, wait_until
+
+ROOT = Path(__file__).resolve().parents[1]
+
+DISAGG = """\
+schema: 2
+name: {name}
+model: {{path: "Qwen/Qwen3-0.6B"}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles:
+  prefill: {{nodes: 1, workers: 1, gpus: 1}}
+  decode: {{nodes: colocate, workers: {decode}, gpus: 1}}
+frontend: {{type: builtin}}
+"""
+
+TWO_ALLOCS = """\
+schema: 2
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 4}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles:
+  agg: {{workers: 2, gpus: 4}}
+frontend: {{type: none}}
+reconcile: {{nodes_per_allocation: 1}}
+"""
+
+
+def sh(*argv: str) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
+
+
+class Harness:
+    def __init__(self, tmp: Path, driver: str):
+        self.tmp = tmp
+        self.driver = driver
+        self.manifests = tmp / "manifests"
+        self.state = tmp / "state"
+        self.manifests.mkdir()
+        self.proc: subprocess.Popen | None = None
+        self.names: list[str] = []
+
+    def name(self, prefix: str) -> str:
+        n = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        self.names.append(n)
+        return n
+
+    # ---------------------------------------------------------------- the reconciler
+    def start(self) -> None:
+        log = open(self.tmp / "reconciler.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "reconciler.cli", "run", "--manifests", str(self.manifests), "--state",
+             str(self.state), "--driver", self.driver, "--resync", "1"],
+            stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp,
+        )
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> int:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            return self.proc.wait(20)
+        return self.proc.returncode if self.proc else 0
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "reconciler.cli", *args, "--manifests", str(self.manifests),
+                               "--state", str(self.state), "--driver", self.driver],
+                              capture_output=True, text=True, timeout=60, cwd=self.tmp)
+
+    def get(self, name: str) -> dict:
+        r = self.cli("get", name, "-o", "json")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)[0]
+
+    def log(self) -> str:
+        return (self.tmp / "reconciler.log").read_text()
+
+    # ---------------------------------------------------------------- the cluster, read directly
+    def steps(self, recipe: str) -> dict[str, tuple[str, str]]:
+        """unit name -> (step id, node) of the recipe's live steps, from the cluster itself."""
+        out = {}
+        if self.driver == "slurm":
+            for line in sh("squeue", "-h", "-s", "-o", "%i|%j|%N").splitlines():
+                sid, name, node = line.split("|")
+                parts = name.split(":")
+                if len(parts) == 6 and parts[0] == "rcl" and parts[1] == recipe:
+                    key = f"{parts[2]}_{parts[3]}"
+                    assert key not in out, f"duplicate step for {key}: {out[key]} and {sid}"
+                    out[key] = (sid, node)
+        else:
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit():
+                    continue
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if len(cmd) > 4 and cmd[0] == b"/bin/sh" and cmd[3] == b"rcl-launch":
+                    status = Path(cmd[4].decode())
+                    if status.parent.parent.name == recipe:
+                        unit = status.name.split(".")[0]
+                        assert unit not in out, f"duplicate process for {unit}"
+                        out[unit] = (pid, "localhost")
+        return out
+
+    def jobs(self, recipe: str) -> list[str]:
+        if self.driver == "slurm":
+            return [l.split("|")[0] for l in sh("squeue", "-h", "-o", "%i|%j").splitlines()
+                    if l.split("|")[1] .startswith(f"rcl:{recipe}:")]
+        data = json.loads((self.state / "local" / "allocs.json").read_text()) if (self.state / "local" / "allocs.json").exists() else {}
+        return [j for j, r in data.items() if r["name"].startswith(f"rcl:{recipe}:")]
+
+    def wait_steps(self, recipe: str, units: set[str], timeout: float = 60) -> dict:
+        return wait_until(lambda: (s := self.steps(recipe)) and set(s) == units and s, timeout=timeout,
+                          what=f"steps {sorted(units)} (reconciler log:\n{self.log()[-3000:]})")
+
+    def wait_ready(self, recipe: str, timeout: float = 60) -> dict:
+        return wait_until(lambda: (g := self.get(recipe))["status"] == "Ready" and g, timeout=timeout,
+                          what=f"{recipe} Ready (reconciler log:\n{self.log()[-3000:]})")
+
+    def cleanup(self) -> None:
+        self.stop()
+        for f in self.manifests.glob("*.yaml"):
+            f.unlink()
+        subprocess.run([sys.executable, "-m", "reconciler.cli", "run", "--once", "--allow-empty", "--manifests",
+                        str(self.manifests), "--state", str(self.state), "--driver", self.driver],
+                       capture_output=True, timeout=60, cwd=self.tmp)
+        if self.driver == "slurm":
+            for n in self.names:
+                subprocess.run(["scancel", "--jobname", f"rcl:{n}:a0"], capture_output=True)
+                subprocess.run(["scancel", "--jobname", f"rcl:{n}:a1"], capture_output=True)
+
+
+DRIVERS = [pytest.param("slurm", marks=pytest.mark.slurm), "local"]
+
+
+@pytest.fixture(params=DRIVERS)
+def h(request, tmp_path):
+    harness = Harness(tmp_path, request.param)
+    yield harness
+    harness.cleanup()
+
+
+def test_deploy_scale_heal_and_delete(h):
+    name = h.name("e2e")
+    f = h.manifests / f"{name}.yaml"
+    f.write_text(DISAGG.format(name=name, decode=2))
+    h.start()
+    h.wait_steps(name, {"prefill_0", "decode_0", "decode_1", "frontend_0"})
+    g = h.wait_ready(name)
+    assert g["roles"] == {"prefill": {"desired": 1, "ready": 1}, "decode": {"desired": 2, "ready": 2}}
+    endpoint = g["endpoint"]
+    assert endpoint and endpoint.startswith("http://")
+    for unit in ("prefill_0", "decode_0", "decode_1"):
+        assert get(_url(h, name, unit) + "/health")[0] == 200
+    status, body = wait_until(
+        lambda: (r := post(endpoint + "/v1/chat/completions",
+                           {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}))[0] == 200 and r,
+        timeout=20, what="a chat completion through the router")
+    assert json.loads(body)["usage"]["completion_tokens"] == 8
+
+    # scale decode 2 -> 3: exactly one more step, nothing else moves
+    before = h.steps(name)
+    f.write_text(DISAGG.format(name=name, decode=3))
+    after = h.wait_steps(name, {"prefill_0", "decode_0", "decode_1", "decode_2", "frontend_0"})
+    assert all(after[u] == before[u] for u in before)
+
+    # scale 3 -> 1: the highest indices go
+    f.write_text(DISAGG.format(name=name, decode=1))
+    after = h.wait_steps(name, {"prefill_0", "decode_0", "frontend_0"})
+    assert after["decode_0"] == before["decode_0"] and after["prefill_0"] == before["prefill_0"]
+
+    # kill a worker step: it comes back on the same node and ports
+    old_url = _url(h, name, "decode_0")
+    victim = after["decode_0"]
+    if h.driver == "slurm":
+        sh("scancel", victim[0])
+    else:
+        os.killpg(int(victim[0]), signal.SIGKILL)
+    wait_until(lambda: (s := h.steps(name).get("decode_0")) and s[0] != victim[0], timeout=30, what="relaunch")
+    assert h.steps(name)["decode_0"][1] == victim[1]
+    wait_until(lambda: get(old_url + "/health")[0] == 200, timeout=30, what="relaunched worker healthy")
+    assert _url(h, name, "decode_0") == old_url
+    h.wait_ready(name)
+
+    # delete the file: nothing of ours is left
+    f.unlink()
+    # the last manifest going away is refused (a mis-mounted directory must not wipe the cluster)...
+    time.sleep(2.5)
+    assert h.steps(name), "every manifest gone at once must be refused without --allow-empty"
+    assert "refusing to prune" in h.log()
+    assert h.stop() == 0
+    assert h.steps(name), "stopping the reconciler must leave workloads running"
+    r = h.cli("run", "--once", "--allow-empty")
+    assert r.returncode == 0, r.stderr
+    wait_until(lambda: not h.steps(name) and not h.jobs(name), timeout=30, what="everything cancelled")
+
+
+def test_kill9_mid_deploy_then_restart_adopts_without_duplicates(h):
+    name = h.name("adopt")
+    keep = h.name("keep")
+    (h.manifests / f"{keep}.yaml").write_text(DISAGG.format(name=keep, decode=1).replace("builtin", "none"))
+    (h.manifests / f"{name}.yaml").write_text(DISAGG.format(name=name, decode=4))
+    h.start()
+    wait_until(lambda: len(h.steps(name)) >= 1, timeout=60, what="first launches")
+    h.kill9()
+    partial = h.steps(name)
+    h.start()
+    units = {"prefill_0", "decode_0", "decode_1", "decode_2", "decode_3", "frontend_0"}
+    final = h.wait_steps(name, units)
+    h.wait_ready(name)
+    # adopted steps were not replaced, nothing is duplicated (h.steps asserts uniqueness)
+    for unit, sid in partial.items():
+        assert final[unit] == sid, f"{unit} was relaunched after the restart"
+    launches = json.loads((h.state / name / "launches.json").read_text())
+    assert all(n == 1 for n in launches.values()), launches
+    time.sleep(2.5)  # a few more resyncs change nothing
+    assert h.steps(name) == final
+
+
+def test_recipe_that_needs_two_allocations(h):
+    name = h.name("twoalloc")
+    (h.manifests / f"{name}.yaml").write_text(TWO_ALLOCS.format(name=name))
+    h.start()
+    h.wait_steps(name, {"agg_0", "agg_1"})
+    h.wait_ready(name)
+    assert len(h.jobs(name)) == 2
+
+
+def test_invalid_edit_keeps_last_good_spec_running(h):
+    name = h.name("typo")
+    f = h.manifests / f"{name}.yaml"
+    f.write_text(DISAGG.format(name=name, decode=1))
+    h.start()
+    before = h.wait_steps(name, {"prefill_0", "decode_0", "frontend_0"})
+    f.write_text(DISAGG.format(name=name, decode=1).replace("workers: 1, gpus: 1}", "workerz: 1, gpus: 1}", 1))
+    wait_until(lambda: h.get(name)["status"] == "Invalid", timeout=20, what="Invalid status")
+    g = h.get(name)
+    assert "roles.prefill.workerz" in g["error"]
+    time.sleep(2.5)
+    assert h.steps(name) == before  # nothing torn down, nothing restarted
+    status = json.loads((h.state / name / "status.json").read_text())
+    inv = next(c for c in status["conditions"] if c["type"] == "Invalid")
+    assert inv["status"] == "True" and "last applied" in inv["message"]
+
+
+def _url(h: Harness, recipe: str, unit: str) -> str:
+    st = json.loads((h.state / recipe / "status.json").read_text()) if (h.state / recipe / "status.json").exists() else {}
+    for w in st.get("workers", []):
+        if w["name"] == unit and w["url"]:
+            return w["url"]
+    g = h.cli("get", recipe, "-o", "json")
+    raise AssertionError(f"no url for {unit}: {g.stdout}")

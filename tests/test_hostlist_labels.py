@@ -1,0 +1,45 @@
+"""Slurm hostlist expressions and ownership labels."""
+
+from __future__ import annotations
+
+import pytest
+
+from reconciler import hostlist, labels
+
+
+@pytest.mark.parametrize(
+    "expr, hosts",
+    [
+        ("gpu[01-04,07]", ["gpu01", "gpu02", "gpu03", "gpu04", "gpu07"]),
+        ("node1", ["node1"]),
+        ("a,b[3-4],c", ["a", "b3", "b4", "c"]),
+        ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
+        ("n[8-11]", ["n8", "n9", "n10", "n11"]),
+        ("n[098-101]", ["n098", "n099", "n100", "n101"]),
+        ("", []),
+        ("(null)", []),
+    ],
+)
+def test_expand(expr, hosts):
+    assert hostlist.expand(expr) == hosts
+
+
+@pytest.mark.parametrize("bad", ["n[1-", "n]1[", "n[a-b]", "n[5-1]"])
+def test_expand_rejects_garbage(bad):
+    with pytest.raises(ValueError):
+        hostlist.expand(bad)
+
+
+def test_job_labels_roundtrip_and_need_both_markers():
+    name, comment = labels.job_name("my.recipe-1", 3), labels.job_comment("my.recipe-1", 3, 4, 2)
+    assert labels.parse_job(name, comment) == labels.JobLabel("my.recipe-1", 3, 4, 2)
+    assert labels.parse_job(name, "someone else's comment") is None
+    assert labels.parse_job("train", comment) is None
+    assert labels.parse_job(labels.job_name("other", 3), comment) is None  # name and comment disagree
+
+
+def test_step_labels_roundtrip():
+    n = labels.step_name("r.v2", "decode", 12, 1, "abcdef0123")
+    assert labels.parse_step(n) == labels.StepLabel("r.v2", "decode", 12, 1, "abcdef0123")
+    assert labels.parse_step("batch") is None
+    assert labels.parse_step("rcl:r:agg:x:0:abc") is None

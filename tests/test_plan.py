@@ -1,0 +1,285 @@
+"""plan(): one table test per policy, plus convergence as a property."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fakes import FakeCluster, recipe
+from reconciler.plan import CancelAlloc, CancelStep, LaunchStep, SubmitAlloc
+
+AGG = """\
+name: r
+model: {path: /m}
+resources: {gpus_per_node: 8}
+engine: mocker
+frontend: {type: %(frontend)s}
+roles:
+  agg: {workers: %(workers)d, gpus: %(gpus)d}
+%(extra)s
+"""
+
+
+def agg(workers=2, gpus=1, frontend="none", extra="", name="r"):
+    text = AGG % {"workers": workers, "gpus": gpus, "frontend": frontend, "extra": extra}
+    return {name: recipe(text.replace("name: r", f"name: {name}"), name)}
+
+
+def kinds(p):
+    return [type(a).__name__ for a in p.actions]
+
+
+def launched(p):
+    return sorted((a.unit.role, a.unit.index) for a in p.actions if isinstance(a, LaunchStep))
+
+
+def test_fresh_deploy_submits_one_allocation_then_launches_every_worker():
+    c = FakeCluster()
+    p = c.plan(agg(2))
+    assert kinds(p) == ["SubmitAlloc"]
+    spec = p.actions[0].spec
+    assert (spec.count, spec.gpus_per_node) == (1, 2)
+    c.apply(p)
+    p = c.plan(agg(2))
+    assert launched(p) == [("agg", 0), ("agg", 1)]
+    c.apply(p)
+    assert not c.plan(agg(2)).actions
+
+
+def test_scale_up_launches_exactly_the_lowest_free_indices():
+    c = FakeCluster()
+    c.converge(agg(2))
+    before = dict(c.steps)
+    p = c.plan(agg(4))
+    assert kinds(p) == ["LaunchStep", "LaunchStep"]
+    assert launched(p) == [("agg", 2), ("agg", 3)]
+    c.apply(p)
+    assert all(sid in c.steps for sid in before)  # nothing else moved
+
+
+def test_scale_down_cancels_highest_indices_and_releases_empty_allocation():
+    c = FakeCluster()
+    rs = agg(4, gpus=8, extra="reconcile: {nodes_per_allocation: 1}")
+    c.converge(rs)
+    assert len(c.allocs) == 4
+    p = c.plan(agg(2, gpus=8, extra="reconcile: {nodes_per_allocation: 1}"))
+    cancels = [a for a in p.actions if isinstance(a, CancelStep)]
+    assert sorted(a.unit for a in cancels) == ["agg_2", "agg_3"]
+    dropped = [a for a in p.actions if isinstance(a, CancelAlloc)]
+    assert sorted(a.index for a in dropped) == [2, 3]
+    assert kinds(p).index("CancelAlloc") > kinds(p).index("CancelStep")  # steps first
+    assert not any(isinstance(a, LaunchStep | SubmitAlloc) for a in p.actions)
+
+
+def test_scale_down_within_a_shared_allocation_keeps_it():
+    c = FakeCluster()
+    c.converge(agg(4))
+    p = c.plan(agg(1))
+    assert kinds(p) == ["CancelStep"] * 3
+
+
+def test_pending_allocation_launches_nothing_and_reports_slurms_reason():
+    c = FakeCluster(pending=True)
+    c.apply(c.plan(agg(2)))
+    d = c.desired(agg(2))["r"] if False else c.desired(agg(2)).recipes["r"]
+    p = c.plan(agg(2))
+    assert not p.actions  # no second submission, no launches
+    assert d.waiting == (("agg", 0), ("agg", 1))
+    assert "Resources" in d.pending_reason
+
+
+def test_ended_worker_is_relaunched_in_place_with_same_nodes_and_ports():
+    c = FakeCluster()
+    c.converge(agg(2))
+    victim = next(s for s in c.steps.values() if s.index == 1)
+    first = next(u for u in c.desired(agg(2)).recipes["r"].units if u.index == 1)
+    del c.steps[victim.step_id]
+    p = c.plan(agg(2))
+    assert launched(p) == [("agg", 1)]
+    again = p.actions[0].unit
+    assert again.nodes == first.nodes and again.ports == first.ports and again.gpus == first.gpus
+    assert p.actions[0].job_id == victim.job_id
+
+
+def test_ended_allocation_is_resubmitted_and_workers_return_when_it_runs():
+    c = FakeCluster()
+    c.converge(agg(2))
+    (job,) = list(c.allocs)
+    del c.allocs[job]
+    for sid in list(c.steps):
+        del c.steps[sid]
+    c.pending = True
+    p = c.plan(agg(2))
+    assert kinds(p) == ["SubmitAlloc"] and p.actions[0].spec.index == 0
+    c.apply(p)
+    assert not c.plan(agg(2)).actions
+    c.run_alloc()
+    assert launched(c.plan(agg(2))) == [("agg", 0), ("agg", 1)]
+
+
+def test_deleted_recipe_cancels_steps_then_allocations():
+    c = FakeCluster()
+    c.converge({**agg(2), **agg(1, name="other")})
+    p = c.plan(agg(1, name="other"))
+    assert all(a.recipe == "r" for a in p.actions)
+    assert kinds(p) == ["CancelStep", "CancelStep", "CancelAlloc"]
+
+
+def test_every_manifest_gone_is_refused_without_allow_empty():
+    c = FakeCluster()
+    c.converge(agg(2))
+    p = c.plan({}, manifests_seen=0)
+    assert not p.actions and p.refused_prune
+    assert "--allow-empty" in p.notes[0]
+    p = c.plan({}, allow_empty=True, manifests_seen=0)
+    assert kinds(p) == ["CancelStep", "CancelStep", "CancelAlloc"]
+    # a directory that still has (invalid) files is not "every manifest gone"
+    assert c.plan({}, manifests_seen=1).actions
+
+
+def test_foreign_jobs_are_never_seen_by_plan():
+    from reconciler.drivers.slurm import SEP, parse_jobs, parse_steps
+
+    line = SEP.join(["7", "train-llama", "RUNNING", "None", "gpu[01-02]", "2", "(null)"]) + SEP
+    fake_ours = SEP.join(["8", "rcl:r:a0", "RUNNING", "None", "gpu01", "1", "hand-written comment"]) + SEP
+    ours = SEP.join(["9", "rcl:r:a0", "RUNNING", "None", "gpu[03-04]", "2", "reconciler/v1 recipe=r alloc=0 start=0 nodes=2"]) + SEP
+    allocs = parse_jobs("\n".join([line, fake_ours, ours]))
+    assert [a.job_id for a in allocs] == ["9"]
+    assert allocs[0].nodes == ("gpu03", "gpu04")
+    steps = parse_steps(SEP.join(["7.0", "python", "gpu01"]) + "\n" + SEP.join(["9.3", "rcl:r:agg:1:0:abc123", "gpu03"]))
+    assert [(s.step_id, s.role, s.index) for s in steps] == [("9.3", "agg", 1)]
+
+
+def test_spec_change_rolls_one_worker_at_a_time_gated_on_ready():
+    c = FakeCluster()
+    c.converge(agg(3))
+    new = agg(3, extra="reconcile: {}\n").copy()
+    new = {"r": recipe((AGG % {"workers": 3, "gpus": 1, "frontend": "none", "extra": ""}).replace(
+        "engine: mocker", "engine: {type: mocker, speedup_ratio: 7}"), "r")}
+    p = c.plan(new)
+    assert kinds(p) == ["CancelStep"] and p.actions[0].unit == "agg_0"
+    c.apply(p)
+    p = c.plan(new)
+    assert launched(p) == [("agg", 0)]  # the replacement, and nothing else moves yet
+    c.apply(p)
+    new_step = next(s for s in c.steps.values() if s.index == 0)
+    c.unready.add(new_step.unit_key)
+    p = c.plan(new)
+    assert not p.actions and any("waits to be replaced" in n for n in p.notes)
+    c.unready.clear()
+    p = c.plan(new)
+    assert kinds(p) == ["CancelStep"] and p.actions[0].unit == "agg_1"
+    assert c.converge(new) > 0
+
+
+def test_frontend_starts_only_after_a_worker_is_ready():
+    c = FakeCluster()
+    rs = agg(1, frontend="builtin")
+    c.apply(c.plan(rs))
+    p = c.plan(rs)
+    assert launched(p) == [("agg", 0)]
+    assert any("frontend waits" in n for n in p.notes)
+    c.apply(p)
+    assert launched(c.plan(rs)) == [("frontend", 0)]
+
+
+MULTI = """\
+name: mn
+model: {path: /m}
+resources: {gpus_per_node: 4}
+engine: sglang
+frontend: {type: sglang-router}
+roles: {agg: {nodes: 2, workers: 1, gpus: 8}}
+"""
+
+
+def test_multi_node_worker_missing_a_rank_is_relaunched_whole():
+    c = FakeCluster()
+    rs = {"mn": recipe(MULTI, "mn")}
+    c.converge(rs)
+    assert len(c.steps) == 2
+    rank1 = next(s for s in c.steps.values() if s.rank == 1)
+    del c.steps[rank1.step_id]
+    p = c.plan(rs)
+    assert kinds(p) == ["CancelStep"] and "rank died" in p.actions[0].reason
+    c.apply(p)
+    p = c.plan(rs)
+    assert sorted(a.launch.rank for a in p.actions) == [0, 1]
+
+
+def test_suspend_tears_down_and_resume_comes_back():
+    c = FakeCluster()
+    c.converge(agg(2))
+    p = c.plan(agg(2, extra="reconcile: {suspend: true}"))
+    assert kinds(p) == ["CancelStep", "CancelStep", "CancelAlloc"]
+    c.apply(p)
+    assert not c.plan(agg(2, extra="reconcile: {suspend: true}")).actions
+    assert c.converge(agg(2)) >= 2
+
+
+def test_recipe_needing_two_allocations():
+    c = FakeCluster()
+    rs = agg(2, gpus=8, extra="reconcile: {nodes_per_allocation: 1}")
+    p = c.plan(rs)
+    assert sorted((a.spec.index, a.spec.start, a.spec.count) for a in p.actions) == [(0, 0, 1), (1, 1, 1)]
+    c.apply(p)
+    p = c.plan(rs)
+    assert {a.job_id for a in p.actions} == set(c.allocs)
+
+
+def test_scale_up_beyond_the_allocation_submits_another():
+    c = FakeCluster()
+    c.converge(agg(1, gpus=8))
+    p = c.plan(agg(2, gpus=8))
+    assert kinds(p) == ["SubmitAlloc"] and (p.actions[0].spec.index, p.actions[0].spec.start) == (1, 1)
+
+
+# ---------------------------------------------------------------- convergence property
+spec_st = st.fixed_dictionaries({
+    "disagg": st.booleans(),
+    "workers": st.integers(0, 4),
+    "gpus": st.sampled_from([1, 2, 4, 8]),
+    "frontend": st.sampled_from(["builtin", "none"]),
+    "chunk": st.sampled_from([None, 1, 2]),
+    "ratio": st.sampled_from([1, 5]),
+})
+
+
+def make(name: str, s: dict):
+    extra = f"reconcile: {{nodes_per_allocation: {s['chunk']}}}" if s["chunk"] else ""
+    engine = f"engine: {{type: mocker, speedup_ratio: {s['ratio']}}}"
+    if s["disagg"]:
+        roles = (f"roles:\n  prefill: {{workers: {max(1, s['workers'])}, gpus: {s['gpus']}}}\n"
+                 f"  decode: {{workers: {s['workers']}, gpus: {s['gpus']}}}\n")
+    else:
+        roles = f"roles:\n  agg: {{workers: {s['workers']}, gpus: {s['gpus']}}}\n"
+    text = (f"name: {name}\nmodel: {{path: /m}}\nresources: {{gpus_per_node: 8}}\n{engine}\n"
+            f"frontend: {{type: {s['frontend']}}}\n{roles}{extra}\n")
+    return recipe(text, name)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.dictionaries(st.sampled_from(["a", "b", "c"]), spec_st, min_size=1, max_size=3),
+    st.dictionaries(st.sampled_from(["a", "b", "c"]), spec_st, max_size=3),
+    st.lists(st.integers(0, 50), max_size=4),
+)
+def test_plan_converges_and_is_idempotent(first, second, kills):
+    """Executing plans against the fake reaches a fixpoint; at the fixpoint the plan is empty."""
+    c = FakeCluster()
+    r1 = {n: make(n, s) for n, s in first.items()}
+    c.converge(r1)
+    assert not c.plan(r1).actions
+    # perturb the world: kill some steps, then change the manifests
+    ids = sorted(c.steps)
+    for k in kills:
+        if ids:
+            c.steps.pop(ids[k % len(ids)], None)
+    r2 = {n: make(n, s) for n, s in second.items()}
+    c.converge(r2, allow_empty=True)
+    assert not c.plan(r2, allow_empty=True).actions
+    # the converged world matches the manifests exactly
+    want = {(n, role, i) for n, r in r2.items() for role, lay in r.role_layouts().items() for i in range(lay.workers)}
+    have = {s.unit_key for s in c.steps.values() if s.role != "frontend"}
+    assert have == want
+    assert {a.recipe for a in c.allocs.values()} <= set(r2)
