@@ -31,6 +31,7 @@ from reconciler.world import Desired, DesiredRecipe, Observed, Step
 
 log = structlog.get_logger("reconciler")
 INFLIGHT_GRACE = 20.0  # seconds a launched step may take to appear in squeue
+ACTIVE_INTERVAL = 0.5  # seconds between ticks while something is still converging
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Controller:
         self.backoff: dict[str, tuple[float, float]] = {}  # recipe -> (retry at, current delay)
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._said: set[str] = set()
 
     # ---------------------------------------------------------------- manifests
     def load_manifests(self) -> Manifests:
@@ -236,15 +238,21 @@ class Controller:
             watcher.start()
         while not self._stop.is_set():
             self._wake.clear()
+            wait = resync
             try:
                 snap, done = self.tick()
                 for n in snap.plan.notes:
-                    log.info(n)
+                    if n not in self._said:
+                        log.info(n)
+                self._said = set(snap.plan.notes)
+                if done or snap.plan.actions or not _settled(snap):
+                    # converging: look again soon instead of waiting a full resync
+                    wait = min(resync, ACTIVE_INTERVAL)
             except Exception as e:  # noqa: BLE001 - the loop must survive anything and retry
                 log.exception("tick failed", error=str(e))
             if once:
                 break
-            self._wake.wait(resync)
+            self._wake.wait(wait)
         log.info("controller stopped; workloads keep running")
 
     def stop(self) -> None:
@@ -261,6 +269,19 @@ class Controller:
                 self._wake.set()
         except Exception as e:  # noqa: BLE001 - resync still converges without the watcher
             log.warning("manifest watcher stopped; relying on resync", error=str(e))
+
+
+def _settled(snap: Snapshot) -> bool:
+    """Every desired worker runs and is Ready: nothing to watch closely."""
+    for d in snap.desired.recipes.values():
+        if d.suspended:
+            continue
+        if d.waiting:
+            return False
+        for u in _all_units(d):
+            if not snap.observed.ready.get(u.key):
+                return False
+    return True
 
 
 def _all_units(d: DesiredRecipe) -> list[Unit]:

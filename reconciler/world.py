@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Mapping
 
 from reconciler.units import Unit
@@ -67,14 +68,24 @@ class Observed:
     steps: tuple[Step, ...] = ()
     ready: Mapping[tuple[str, str, int], bool] = field(default_factory=dict)  # unit key -> health probe ok
 
+    @cached_property
+    def _index(self) -> dict[str, tuple[list[Alloc], list[Step]]]:
+        # built once: per-recipe lookups must not scan the whole cluster (plan is O(objects))
+        idx: dict[str, tuple[list[Alloc], list[Step]]] = {}
+        for a in self.allocs:
+            idx.setdefault(a.recipe, ([], []))[0].append(a)
+        for s in self.steps:
+            idx.setdefault(s.recipe, ([], []))[1].append(s)
+        return idx
+
     def allocs_of(self, recipe: str) -> list[Alloc]:
-        return [a for a in self.allocs if a.recipe == recipe]
+        return list(self._index.get(recipe, ((), ()))[0])
 
     def steps_of(self, recipe: str) -> list[Step]:
-        return [s for s in self.steps if s.recipe == recipe]
+        return list(self._index.get(recipe, ((), ()))[1])
 
     def recipes(self) -> set[str]:
-        return {a.recipe for a in self.allocs} | {s.recipe for s in self.steps}
+        return set(self._index)
 
 
 @dataclass(frozen=True)
