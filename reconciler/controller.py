@@ -59,12 +59,24 @@ class Controller:
         self.driver = driver
         self.allow_empty = allow_empty
         self.python = python or sys.executable
-        self.ports = NodePortAllocator.load(self.state.root / "ports.json")
+        self.ports = self._load_ports()
         self.inflight: dict[str, tuple[float, Step]] = {}  # step name -> (launched at, pseudo step)
         self.backoff: dict[str, tuple[float, float]] = {}  # recipe -> (retry at, current delay)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._said: set[str] = set()
+
+    def _load_ports(self) -> NodePortAllocator:
+        path = self.state.root / "ports.json"
+        ports = NodePortAllocator.load(path)
+        if not path.exists():
+            # registry deleted: re-learn the ports running workers hold from their status rows
+            for name in self.state.known_recipes():
+                for row in self.state.status(name).get("workers", []):
+                    for node in row.get("nodes", [])[:1]:
+                        for port_name, port in row.get("ports", {}).items():
+                            ports.claim(node, f"{name}/{row['name']}", port_name, int(port))
+        return ports
 
     # ---------------------------------------------------------------- manifests
     def load_manifests(self) -> Manifests:

@@ -52,6 +52,16 @@ class NodePortAllocator:
                 return port
         raise PortsExhausted(f"no free port left on {node} in {self.base}..{self.limit}")
 
+    def claim(self, node: str, owner: str, name: str, port: int) -> bool:
+        """Record a port already in use by ``owner``; False when someone else holds it."""
+        key = f"{owner}#{name}"
+        ports = self._by_node.setdefault(node, {})
+        if ports.get(port, key) != key:
+            return False
+        ports[port] = key
+        self._by_key.setdefault(node, {})[key] = port
+        return True
+
     def lookup(self, node: str, owner: str, name: str) -> int | None:
         return self._by_key.get(node, {}).get(f"{owner}#{name}")
 

@@ -71,3 +71,11 @@ def test_registry_roundtrip(tmp_path):
     assert b.allocate("n1", "other/agg_0", "http") != p
     (tmp_path / "bad.json").write_text("{not json")
     assert NodePortAllocator.load(tmp_path / "bad.json").owners() == set()
+
+
+def test_claim_records_existing_ports_and_refuses_conflicts():
+    a = NodePortAllocator()
+    assert a.claim("n1", "r/agg_0", "http", 20007)
+    assert a.lookup("n1", "r/agg_0", "http") == 20007
+    assert not a.claim("n1", "r/agg_1", "http", 20007)
+    assert a.allocate("n1", "r/agg_1", "http") != 20007

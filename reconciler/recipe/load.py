@@ -34,7 +34,10 @@ class LoadedRecipe:
     passive_keys: list[str] = field(default_factory=list)
 
 
-class _StrictLoader(yaml.SafeLoader):
+_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
+
+
+class _StrictLoader(_Base):  # type: ignore[misc, valid-type]
     """SafeLoader that rejects duplicate keys (PyYAML keeps the last one silently)."""
 
 
@@ -48,7 +51,7 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
                 None, None, f"duplicate key {key!r} (first at line {seen[key].line + 1})", key_node.start_mark
             )
         seen[key] = key_node.start_mark
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+    return yaml.constructor.SafeConstructor.construct_mapping(loader, node, deep=deep)
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
@@ -74,7 +77,7 @@ def key_lines(text: str) -> dict[tuple, int]:
     """Map each key path (tuple of keys / indices) to its 1-based line."""
     out: dict[tuple, int] = {}
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_Base)
     except yaml.YAMLError:
         return out
 
