@@ -18,6 +18,10 @@ STATE_OPT = click.option(
     "--state", "state", default="state", show_default=True, type=click.Path(file_okay=False),
     help="Directory for status, logs and the port registry.",
 )
+PORTS_OPT = click.option(
+    "--port-range", "port_range", default="20000-32000", show_default=True, envvar="RECONCILER_PORT_RANGE",
+    help="Ports handed to workers and routers (LO-HI), unique per node across recipes.",
+)
 DRIVER_OPT = click.option(
     "--driver", type=click.Choice(["slurm", "local"]), default=None,
     help="Where workloads run (default: slurm when sbatch is on PATH, else local).",
@@ -125,11 +129,19 @@ def render(recipe: str, nodes: str | None, output: str, state: str) -> None:
             click.echo(f"  file: {f}")
 
 
-def _controller(manifests: str, state: str, driver: str | None, allow_empty: bool = False):
+def _controller(manifests: str, state: str, driver: str | None, allow_empty: bool = False,
+                port_range: str = "20000-32000"):
     from reconciler.controller import Controller
     from reconciler.drivers import make_driver
 
-    return Controller(Path(manifests), Path(state), make_driver(driver, Path(state)), allow_empty=allow_empty)
+    try:
+        lo, hi = (int(x) for x in port_range.split("-", 1))
+        if not 0 < lo < hi <= 65536:
+            raise ValueError
+    except ValueError:
+        _fail(f"--port-range: expected LO-HI with 0 < LO < HI <= 65536, found {port_range!r}")
+    return Controller(Path(manifests), Path(state), make_driver(driver, Path(state)), allow_empty=allow_empty,
+                      port_range=(lo, hi))
 
 
 def _setup_logging(verbose: bool = False) -> None:
@@ -154,15 +166,17 @@ def _setup_logging(verbose: bool = False) -> None:
 @MANIFESTS_OPT
 @STATE_OPT
 @DRIVER_OPT
+@PORTS_OPT
 @click.option("--once", is_flag=True, help="Run one reconcile pass and exit.")
 @click.option("--allow-empty", is_flag=True, help="Allow tearing everything down when no manifest is left.")
 @click.option("--resync", type=float, default=5.0, show_default=True, help="Seconds between full passes.")
-def run(manifests: str, state: str, driver: str | None, once: bool, allow_empty: bool, resync: float) -> None:
+def run(manifests: str, state: str, driver: str | None, port_range: str, once: bool, allow_empty: bool,
+        resync: float) -> None:
     """Watch the manifests and keep the cluster converged (SIGTERM/SIGINT stop it; workloads keep running)."""
     import signal
 
     _setup_logging()
-    ctl = _controller(manifests, state, driver, allow_empty)
+    ctl = _controller(manifests, state, driver, allow_empty, port_range)
     Path(manifests).mkdir(parents=True, exist_ok=True)
 
     def stop(signum, frame):  # noqa: ARG001
@@ -182,12 +196,13 @@ def run(manifests: str, state: str, driver: str | None, once: bool, allow_empty:
 @MANIFESTS_OPT
 @STATE_OPT
 @DRIVER_OPT
+@PORTS_OPT
 @click.option("--allow-empty", is_flag=True)
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
-def plan_cmd(manifests: str, state: str, driver: str | None, allow_empty: bool, output: str) -> None:
+def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, allow_empty: bool, output: str) -> None:
     """Show the actions `run` would take now. Exit 0: nothing to do; 2: changes pending; 1: error."""
     try:
-        snap = _controller(manifests, state, driver, allow_empty).snapshot()
+        snap = _controller(manifests, state, driver, allow_empty, port_range).snapshot()
     except ReconcilerError as e:
         _fail(str(e))
     acts = snap.plan.actions
@@ -212,8 +227,9 @@ def plan_cmd(manifests: str, state: str, driver: str | None, allow_empty: bool, 
 @MANIFESTS_OPT
 @STATE_OPT
 @DRIVER_OPT
+@PORTS_OPT
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
-def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, output: str) -> None:
+def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, port_range: str, output: str) -> None:
     """Deployments: readiness per role, status, restarts, age and endpoint (live from the cluster)."""
     import time as _time
 
@@ -221,8 +237,7 @@ def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, 
     from reconciler.status import build_status
 
     try:
-        ctl = _controller(manifests, state, driver)
-        snap = ctl.snapshot()
+        snap = _controller(manifests, state, driver, port_range=port_range).snapshot()
     except ReconcilerError as e:
         _fail(str(e))
     sd = StateDir(Path(state))

@@ -53,13 +53,15 @@ class Snapshot:
 
 class Controller:
     def __init__(self, manifests: Path, state: Path, driver: Driver, *, allow_empty: bool = False,
-                 python: str | None = None):
+                 python: str | None = None, port_range: tuple[int, int] | None = None):
         self.manifests_dir = Path(manifests)
         self.state = StateDir(Path(state))
         self.driver = driver
         self.allow_empty = allow_empty
         self.python = python or sys.executable
         self.ports = self._load_ports()
+        if port_range:
+            self.ports.set_range(*port_range)
         self.inflight: dict[str, tuple[float, Step]] = {}  # step name -> (launched at, pseudo step)
         self.backoff: dict[str, tuple[float, float]] = {}  # recipe -> (retry at, current delay)
         self._stop = threading.Event()

@@ -34,6 +34,13 @@ class NodePortAllocator:
         self._by_key: dict[str, dict[str, int]] = {}
         self._cursor: dict[str, int] = {}
 
+    def set_range(self, base: int, limit: int) -> None:
+        """New ports come from [base, limit); ports already handed out stay where they are."""
+        if not 0 < base < limit <= 65536:
+            raise ValueError(f"bad port range {base}..{limit}")
+        self.base, self.limit = base, limit
+        self._cursor = {n: c for n, c in self._cursor.items() if base <= c < limit}
+
     # ---------------------------------------------------------------- queries
     def allocate(self, node: str, owner: str, name: str) -> int:
         key = f"{owner}#{name}"

@@ -50,10 +50,16 @@ def sh(*argv: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
 
 
+_ranges = iter(range(21000, 31000, 400))
+
+
 class Harness:
     def __init__(self, tmp: Path, driver: str):
         self.tmp = tmp
         self.driver = driver
+        # each test its own port range: a previous test's workers may still be shutting down
+        lo = next(_ranges)
+        self.env = {**os.environ, "RECONCILER_PORT_RANGE": f"{lo}-{lo + 400}"}
         self.manifests = tmp / "manifests"
         self.state = tmp / "state"
         self.manifests.mkdir()
@@ -71,7 +77,7 @@ class Harness:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "reconciler.cli", "run", "--manifests", str(self.manifests), "--state",
              str(self.state), "--driver", self.driver, "--resync", "1"],
-            stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp,
+            stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp, env=self.env,
         )
 
     def kill9(self) -> None:
@@ -87,7 +93,7 @@ class Harness:
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "reconciler.cli", *args, "--manifests", str(self.manifests),
                                "--state", str(self.state), "--driver", self.driver],
-                              capture_output=True, text=True, timeout=60, cwd=self.tmp)
+                              capture_output=True, text=True, timeout=60, cwd=self.tmp, env=self.env)
 
     def get(self, name: str) -> dict:
         r = self.cli("get", name, "-o", "json")
@@ -117,7 +123,7 @@ class Harness:
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 except OSError:
                     continue
-                if len(cmd) > 4 and cmd[0] == b"/bin/sh" and cmd[3] == b"rcl-launch":
+                if len(cmd) > 4 and cmd[0] == b"/bin/sh" and cmd[3].startswith(b"rcl:"):
                     status = Path(cmd[4].decode())
                     if status.parent.parent.name == recipe:
                         unit = status.name.split(".")[0]
@@ -146,11 +152,22 @@ class Harness:
             f.unlink()
         subprocess.run([sys.executable, "-m", "reconciler.cli", "run", "--once", "--allow-empty", "--manifests",
                         str(self.manifests), "--state", str(self.state), "--driver", self.driver],
-                       capture_output=True, timeout=60, cwd=self.tmp)
+                       capture_output=True, timeout=60, cwd=self.tmp, env=self.env)
         if self.driver == "slurm":
             for n in self.names:
                 subprocess.run(["scancel", "--jobname", f"rcl:{n}:a0"], capture_output=True)
                 subprocess.run(["scancel", "--jobname", f"rcl:{n}:a1"], capture_output=True)
+        # leave nothing behind for the next test
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(self.steps(n) for n in self.names):
+            time.sleep(0.2)
+        if self.driver == "local":
+            for n in self.names:
+                for pid, _ in self.steps(n).values():
+                    try:
+                        os.killpg(int(pid), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
 
 
 DRIVERS = [pytest.param("slurm", marks=pytest.mark.slurm), "local"]

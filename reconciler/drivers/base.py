@@ -42,9 +42,10 @@ def step_paths(state_dir: Path, unit: Unit, launch: Launch) -> StepPaths:
     return StepPaths(base.with_suffix(base.suffix + ".log"), base.with_suffix(base.suffix + ".exit"))
 
 
-def wrapped_argv(launch: Launch, status: Path) -> list[str]:
-    """argv of the step: the launcher, the exit-status file, then `env K=V... cmd...`."""
-    return ["/bin/sh", "-c", LAUNCHER, "rcl-launch", str(status), "env", *[f"{k}={v}" for k, v in launch.env],
+def wrapped_argv(launch: Launch, status: Path, step_name: str) -> list[str]:
+    """argv of the step: the launcher (its $0 is the step name, visible in ps), the
+    exit-status file, then `env K=V... cmd...`."""
+    return ["/bin/sh", "-c", LAUNCHER, step_name, str(status), "env", *[f"{k}={v}" for k, v in launch.env],
             *launch.argv]
 
 

@@ -1,8 +1,11 @@
 """No Slurm: allocations are records, steps are local process groups.
 
-Records live in ``state/local/`` so a restarted reconciler adopts what runs. A
-step record holds the pid and its kernel start time, so a recycled pid is never
-mistaken for our process.
+The process table is the source of truth for steps, as squeue is for Slurm: a
+step is a launcher process (``/bin/sh -c <LAUNCHER> <step name> <status file> ...``)
+whose status file lives under our state directory, and whose environment names
+its allocation. So a reconciler killed between starting a process and writing
+anything down still finds (and adopts) it. Allocations are records in
+``state/local/allocs.json``.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ import time
 from pathlib import Path
 
 from reconciler import labels
-from reconciler.drivers.base import rotate, step_paths, wrapped_argv
+from reconciler.drivers.base import LAUNCHER, rotate, step_paths, wrapped_argv
 from reconciler.fsutil import atomic_write_text
 from reconciler.units import Launch, Unit
 from reconciler.world import Alloc, AllocSpec, Step
 
 KILL_AFTER = 5.0  # seconds between SIGTERM and SIGKILL of a cancelled step
+JOB_ENV = "RECONCILER_LOCAL_JOB"
+_LAUNCHER = LAUNCHER.encode()
 
 
 def _start_time(pid: int) -> str | None:
@@ -39,8 +44,8 @@ class LocalDriver:
     name = "local"
 
     def __init__(self, state_dir: Path, host: str | None = None):
-        self.dir = Path(state_dir) / "local"
         self.state_dir = Path(state_dir)
+        self.dir = self.state_dir / "local"
         self.host = host or "localhost"
         self.commands = 0
         self._children: list[subprocess.Popen] = []
@@ -55,8 +60,26 @@ class LocalDriver:
     def _save(self, what: str, data: dict) -> None:
         atomic_write_text(self.dir / f"{what}.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
 
-    def _alive(self, rec: dict) -> bool:
-        return _start_time(rec["pid"]) == rec["start"]
+    def _processes(self) -> dict[str, tuple[int, str, str]]:
+        """step id -> (pid, step name, start time) of our live launcher processes."""
+        root = str(self.state_dir.absolute()) + os.sep
+        out = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if len(cmd) < 5 or cmd[0] != b"/bin/sh" or cmd[2] != _LAUNCHER or not cmd[4].decode().startswith(root):
+                    continue
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            job = next((e.split(b"=", 1)[1].decode() for e in env if e.startswith(JOB_ENV.encode() + b"=")), "?")
+            start = _start_time(pid)
+            if start is not None:
+                out[f"{job}.{pid}"] = (pid, cmd[3].decode(), start)
+        return out
 
     # ---------------------------------------------------------------- observe
     def observe(self) -> tuple[list[Alloc], list[Step]]:
@@ -67,34 +90,40 @@ class LocalDriver:
             if lab:
                 allocs.append(Alloc(job_id, lab.recipe, lab.index, lab.start, lab.count, "RUNNING", "None",
                                     tuple([self.host] * lab.count)))
-        steps_rec = self._load("steps")
-        steps, changed, now = [], False, time.time()
-        for step_id, rec in list(steps_rec.items()):
-            if not self._alive(rec):
-                del steps_rec[step_id]
-                changed = True
-                continue
-            if rec.get("cancelled") and now - rec["cancelled"] > KILL_AFTER:
-                self._signal(rec, signal.SIGKILL)
-            lab = labels.parse_step(rec["name"])
+        procs = self._processes()
+        self._escalate(procs)
+        steps = []
+        for step_id, (_pid, name, _start) in procs.items():
+            lab = labels.parse_step(name)
             if lab:
                 steps.append(Step(step_id, lab.recipe, lab.role, lab.index, lab.rank, lab.spec_hash, (self.host,)))
-        if changed:
-            self._save("steps", steps_rec)
         return allocs, steps
+
+    def _escalate(self, procs: dict[str, tuple[int, str, str]]) -> None:
+        cancelled = self._load("cancelled")
+        live = {str(pid): start for pid, _n, start in procs.values()}
+        now, changed = time.time(), False
+        for pid, (start, at) in list(cancelled.items()):
+            if live.get(pid) != start:
+                del cancelled[pid]
+                changed = True
+            elif now - at > KILL_AFTER:
+                _killpg(int(pid), signal.SIGKILL)
+        if changed:
+            self._save("cancelled", cancelled)
 
     # ---------------------------------------------------------------- act
     def submit(self, spec: AllocSpec) -> str:
         self.commands += 1
         allocs = self._load("allocs")
-        nums = [int(j) for j in allocs] + [int(self._load("meta").get("last_job", 0))]
-        job_id = str(max(nums, default=0) + 1)
+        meta = self._load("meta")
+        job_id = str(max([int(j) for j in allocs] + [int(meta.get("last_job", 0))]) + 1)
         allocs[job_id] = {
             "name": labels.job_name(spec.recipe, spec.index),
             "comment": labels.job_comment(spec.recipe, spec.index, spec.start, spec.count),
             "submitted": time.time(),
         }
-        self._save("meta", {"last_job": int(job_id)})
+        self._save("meta", {**meta, "last_job": int(job_id)})
         self._save("allocs", allocs)
         return job_id
 
@@ -103,44 +132,30 @@ class LocalDriver:
         paths = step_paths(self.state_dir, unit, launch)
         paths.log.parent.mkdir(parents=True, exist_ok=True)
         rotate(paths.log)
+        env = {**os.environ, JOB_ENV: job_id}
         with open(paths.log, "ab") as out:
-            p = subprocess.Popen(wrapped_argv(launch, paths.status), stdin=subprocess.DEVNULL, stdout=out,
-                                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+            # own session and process group: outlives us, and is cancelled as a group
+            p = subprocess.Popen(wrapped_argv(launch, paths.status, step_name), stdin=subprocess.DEVNULL,
+                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, env=env)
         self._children.append(p)
-        steps = self._load("steps")
-        n = 1 + max((int(s.split(".")[1]) for s in steps if s.startswith(job_id + ".")), default=-1)
-        n = max(n, int(self._load("meta").get(f"step_{job_id}", -1)) + 1)
-        steps[f"{job_id}.{n}"] = {"name": step_name, "pid": p.pid, "start": _start_time(p.pid) or "", "job": job_id}
-        meta = self._load("meta")
-        meta[f"step_{job_id}"] = n
-        self._save("meta", meta)
-        self._save("steps", steps)
 
-    def _signal(self, rec: dict, sig: int) -> None:
-        if self._alive(rec):
-            try:
-                os.killpg(rec["pid"], sig)
-            except ProcessLookupError:
-                pass
+    def _cancel(self, pid: int, start: str) -> None:
+        _killpg(pid, signal.SIGTERM)
+        cancelled = self._load("cancelled")
+        cancelled.setdefault(str(pid), [start, time.time()])
+        self._save("cancelled", cancelled)
 
     def cancel_step(self, step_id: str) -> None:
         self.commands += 1
-        steps = self._load("steps")
-        rec = steps.get(step_id)
-        if rec is None:
-            return
-        self._signal(rec, signal.SIGTERM)
-        rec["cancelled"] = time.time()
-        self._save("steps", steps)
+        proc = self._processes().get(step_id)
+        if proc:
+            self._cancel(proc[0], proc[2])
 
     def cancel_alloc(self, job_id: str) -> None:
         self.commands += 1
-        steps = self._load("steps")
-        for sid, rec in steps.items():
-            if rec.get("job") == job_id:
-                self._signal(rec, signal.SIGTERM)
-                rec["cancelled"] = time.time()
-        self._save("steps", steps)
+        for step_id, (pid, _n, start) in self._processes().items():
+            if step_id.split(".", 1)[0] == job_id:
+                self._cancel(pid, start)
         allocs = self._load("allocs")
         allocs.pop(job_id, None)
         self._save("allocs", allocs)
@@ -148,3 +163,9 @@ class LocalDriver:
     def reap(self) -> None:
         self._children = [p for p in self._children if p.poll() is None]
 
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

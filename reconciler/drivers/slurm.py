@@ -91,7 +91,7 @@ class SlurmDriver:
         for k, v in unit.srun_options:
             argv.append(f"--{k}={v}" if v != "" else f"--{k}")
         argv.append("--")
-        argv += wrapped_argv(launch, paths.status)
+        argv += wrapped_argv(launch, paths.status, step_name)
         client_log = paths.log.with_name(paths.log.name.replace(".log", ".srun"))
         self.commands += 1
         with open(client_log, "ab") as out:

@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> None:
     log("INFO", f"starting mode={a.mode} model={a.model_name} port={a.port} speedup={a.speedup_ratio:g} "
         f"blocks={a.num_gpu_blocks}x{a.block_size} max_num_seqs={a.max_num_seqs}")
     try:
-        web.run_app(server.app(), host=a.host, port=a.port, print=None, access_log=None, handle_signals=True)
+        web.run_app(server.app(), host=a.host, port=a.port, print=None, access_log=None, handle_signals=True,
+                    shutdown_timeout=2.0)
     except OSError as e:
         log("FATAL", f"cannot listen on {a.host}:{a.port}: {e.strerror or e}")
         sys.exit(2)

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     router = Router(a.endpoints_file, a.model_name, a.poll_interval)
     log("INFO", f"starting port={a.port} endpoints={a.endpoints_file}")
     try:
-        web.run_app(router.app(), host=a.host, port=a.port, print=None, access_log=None)
+        web.run_app(router.app(), host=a.host, port=a.port, print=None, access_log=None, shutdown_timeout=2.0)
     except OSError as e:
         log("FATAL", f"cannot listen on {a.host}:{a.port}: {e.strerror or e}")
         sys.exit(2)
