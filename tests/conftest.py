@@ -47,6 +47,16 @@ def _slurm_required_but_missing():
 
 
 def pytest_terminal_summary(terminalreporter):
+    counts: dict[str, int] = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for rep in terminalreporter.stats.get(outcome, []):
+            if getattr(rep, "when", "call") in ("call", "setup") and "slurm" in getattr(rep, "keywords", {}):
+                if outcome == "passed" and rep.when != "call":
+                    continue
+                counts[outcome] = counts.get(outcome, 0) + 1
+    if counts:
+        terminalreporter.write_sep("-", "tests on the real Slurm")
+        terminalreporter.write_line(", ".join(f"{n} {k}" for k, n in counts.items()))
     for text in SUMMARIES:
         terminalreporter.write_sep("-", "summary")
         terminalreporter.write_line(text)
