@@ -229,18 +229,71 @@ def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, al
 @DRIVER_OPT
 @PORTS_OPT
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
-def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, port_range: str, output: str) -> None:
+@click.option("--wait", "wait_ready", is_flag=True, help="Wait until every listed recipe is Ready (progress on a TTY).")
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="With --wait: give up after SEC (exit 1).")
+def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, port_range: str, output: str,
+        wait_ready: bool, timeout: float) -> None:
     """Deployments: readiness per role, status, restarts, age and endpoint (live from the cluster)."""
-    import time as _time
-
-    from reconciler.state import StateDir
-    from reconciler.status import build_status
-
     try:
-        snap = _controller(manifests, state, driver, port_range=port_range).snapshot()
+        ctl = _controller(manifests, state, driver, port_range=port_range)
+        rows = _get_rows(ctl, names, manifests)
+        if wait_ready:
+            rows = _wait_ready(ctl, names, manifests, rows, timeout)
     except ReconcilerError as e:
         _fail(str(e))
-    sd = StateDir(Path(state))
+    if output == "json":
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        _print_table(rows, manifests)
+    if wait_ready and not all(r["status"] == "Ready" for r in rows):
+        sys.exit(1)
+
+
+def _wait_ready(ctl, names: tuple[str, ...], manifests: str, rows: list[dict], timeout: float) -> list[dict]:
+    import time as _time
+
+    tty = sys.stderr.isatty()
+    deadline = _time.monotonic() + timeout
+    last = ""
+    while not all(r["status"] == "Ready" for r in rows):
+        line = "waiting: " + "; ".join(
+            f"{r['name']} {_ready_text(r)} {r['status']}" + (f" ({_why(r)})" if _why(r) else "")
+            for r in rows if r["status"] != "Ready")
+        if tty:
+            click.echo("\r\033[K" + line[:200], nl=False, err=True)
+        elif line != last:
+            click.echo(line, err=True)
+        last = line
+        if _time.monotonic() > deadline:
+            if tty:
+                click.echo("", err=True)
+            click.echo(f"error: not Ready after {timeout:g}s", err=True)
+            return rows
+        _time.sleep(1.0)
+        rows = _get_rows(ctl, names, manifests)
+    if tty and last:
+        click.echo("\r\033[K", nl=False, err=True)
+    return rows
+
+
+def _why(row: dict) -> str:
+    for c in row["conditions"]:
+        if c["type"] == "Progressing" and c["status"] == "True":
+            return c["message"][:120]
+    return row["error"] or ""
+
+
+def _ready_text(r: dict) -> str:
+    return " ".join(f"{role}:{c['ready']}/{c['desired']}" for role, c in r["roles"].items()) or "-"
+
+
+def _get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
+    import time as _time
+
+    from reconciler.status import build_status
+
+    snap = ctl.snapshot()
+    sd = ctl.state
     now = _time.time()
     all_names = sorted(set(snap.desired.recipes) | set(snap.manifests.invalid))
     if names:
@@ -262,16 +315,17 @@ def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, 
             "age_seconds": int(now - created) if created else None, "conditions": st["conditions"],
             "error": invalid,
         })
-    if output == "json":
-        click.echo(json.dumps(rows, indent=2))
-        return
+    return rows
+
+
+def _print_table(rows: list[dict], manifests: str) -> None:
     if not rows:
         click.echo(f"no recipes in {manifests}", err=True)
         return
     table = [("NAME", "READY", "STATUS", "RESTARTS", "AGE", "ENDPOINT")]
     for r in rows:
-        ready = " ".join(f"{role}:{c['ready']}/{c['desired']}" for role, c in r["roles"].items()) or "-"
-        table.append((r["name"], ready, r["status"], str(r["restarts"]), _age(r["age_seconds"]), r["endpoint"] or "-"))
+        table.append((r["name"], _ready_text(r), r["status"], str(r["restarts"]), _age(r["age_seconds"]),
+                      r["endpoint"] or "-"))
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
@@ -307,12 +361,18 @@ def _fail(msg: str, code: int = 1) -> None:
 
 
 def main() -> None:
+    import os
+
     try:
         cli(standalone_mode=True)
     except ReconcilerError as e:
         _fail(str(e))
     except KeyboardInterrupt:
         _fail("interrupted", 130)
+    except Exception as e:  # noqa: BLE001 - users get one line; RECONCILER_DEBUG=1 gets the traceback
+        if os.environ.get("RECONCILER_DEBUG"):
+            raise
+        _fail(f"internal error: {type(e).__name__}: {e} (set RECONCILER_DEBUG=1 for the traceback, and please report it)")
 
 
 if __name__ == "__main__":

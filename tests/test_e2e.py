@@ -180,8 +180,20 @@ def h(request, tmp_path):
     harness.cleanup()
 
 
+KEEP = """\
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles: {{agg: {{workers: 1, gpus: 1}}}}
+frontend: {{type: none}}
+"""
+
+
 def test_deploy_scale_heal_and_delete(h):
     name = h.name("e2e")
+    keep = h.name("keep")
+    (h.manifests / f"{keep}.yaml").write_text(KEEP.format(name=keep))
     f = h.manifests / f"{name}.yaml"
     f.write_text(DISAGG.format(name=name, decode=2))
     h.start()
@@ -222,14 +234,28 @@ def test_deploy_scale_heal_and_delete(h):
     assert _url(h, name, "decode_0") == old_url
     h.wait_ready(name)
 
-    # delete the file: nothing of ours is left
+    # delete the file: nothing of it is left; the other recipe is untouched
+    keep_steps = h.steps(keep)
     f.unlink()
-    # the last manifest going away is refused (a mis-mounted directory must not wipe the cluster)...
-    time.sleep(2.5)
-    assert h.steps(name), "every manifest gone at once must be refused without --allow-empty"
-    assert "refusing to prune" in h.log()
+    wait_until(lambda: not h.steps(name) and not h.jobs(name), timeout=30, what="everything of the recipe cancelled")
+    assert h.steps(keep) == keep_steps
+    wait_until(lambda: json.loads((h.state / name / "status.json").read_text())["phase"] == "Deleted", timeout=10,
+               what="status Deleted")
+
+
+def test_every_manifest_gone_is_refused_and_sigterm_leaves_workloads(h):
+    name = h.name("guard")
+    (h.manifests / f"{name}.yaml").write_text(KEEP.format(name=name))
+    h.start()
+    running = h.wait_steps(name, {"agg_0"})
+    (h.manifests / f"{name}.yaml").unlink()
+    wait_until(lambda: "refusing to prune" in h.log(), timeout=20, what="the prune guard")
+    time.sleep(1.5)
+    assert h.steps(name) == running, "every manifest gone at once must be refused without --allow-empty"
     assert h.stop() == 0
-    assert h.steps(name), "stopping the reconciler must leave workloads running"
+    assert h.steps(name) == running, "stopping the reconciler must leave workloads running"
+    r = h.cli("plan")
+    assert r.returncode == 0 and "refusing to prune" in r.stdout
     r = h.cli("run", "--once", "--allow-empty")
     assert r.returncode == 0, r.stderr
     wait_until(lambda: not h.steps(name) and not h.jobs(name), timeout=30, what="everything cancelled")
@@ -290,3 +316,20 @@ def _url(h: Harness, recipe: str, unit: str) -> str:
             return w["url"]
     g = h.cli("get", recipe, "-o", "json")
     raise AssertionError(f"no url for {unit}: {g.stdout}")
+
+
+def test_get_wait_reports_progress_and_times_out(h):
+    name = h.name("slow")
+    (h.manifests / f"{name}.yaml").write_text(
+        KEEP.format(name=name).replace("workers: 1, gpus: 1", "workers: 1, gpus: 1, args: {startup-time: 1000}"))
+    h.start()
+    h.wait_steps(name, {"agg_0"})
+    r = h.cli("get", name, "--wait", "--timeout", "3")
+    assert r.returncode == 1
+    assert "waiting: " in r.stderr and "not Ready after 3s" in r.stderr
+    assert "agg:0/1" in r.stdout
+    fast = h.name("fast")
+    (h.manifests / f"{fast}.yaml").write_text(KEEP.format(name=fast))
+    r = h.cli("get", fast, "--wait", "--timeout", "60")
+    assert r.returncode == 0, r.stderr
+    assert "Ready" in r.stdout and "agg:1/1" in r.stdout
