@@ -211,7 +211,7 @@ def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, al
                                "notes": list(snap.plan.notes),
                                "invalid": snap.manifests.invalid}, indent=2))
     else:
-        for name, msg in sorted(snap.manifests.invalid.items()):
+        for msg in sorted(snap.manifests.invalid.values()):
             click.echo(click.style("invalid ", fg="red") + msg)
         for a in acts:
             click.echo(a.describe())

@@ -20,12 +20,14 @@ from reconciler import labels
 from reconciler.desired import build as build_desired
 from reconciler.drivers import Driver, DriverError
 from reconciler.errors import RecipeError
-from reconciler.plan import CancelAlloc, CancelStep, LaunchStep, Plan, SubmitAlloc, plan
+from reconciler.fsutil import write_if_changed
+from reconciler.plan import CancelAlloc, CancelStep, LaunchStep, Plan, SubmitAlloc, plan, recipe_of
 from reconciler.ports import NodePortAllocator
 from reconciler.probe import probe_units
 from reconciler.recipe.load import LoadedRecipe, iter_recipe_files, load_recipe, load_text
 from reconciler.recipe.model import Recipe
 from reconciler.state import StateDir, iso
+from reconciler.status import build_status
 from reconciler.units import FRONTEND, Unit, endpoints_path
 from reconciler.world import Desired, DesiredRecipe, Observed, Step
 
@@ -112,7 +114,7 @@ class Controller:
         return m
 
     # ---------------------------------------------------------------- observe
-    def observe(self, desired_units: list[Unit] | None = None) -> tuple[list, list[Step]]:
+    def observe(self) -> tuple[list, list[Step]]:
         allocs, steps = self.driver.observe()
         seen = {labels.step_name(s.recipe, s.role, s.index, s.rank, s.spec_hash) for s in steps}
         now = time.monotonic()
@@ -141,7 +143,7 @@ class Controller:
         failed: set[str] = set()
         now = time.monotonic()
         for a in p.actions:
-            recipe = a.spec.recipe if isinstance(a, SubmitAlloc) else (a.unit.recipe if isinstance(a, LaunchStep) else a.recipe)
+            recipe = recipe_of(a)
             if recipe in failed:
                 continue
             retry_at, _ = self.backoff.get(recipe, (0.0, 0.0))
@@ -174,7 +176,7 @@ class Controller:
         elif isinstance(a, LaunchStep):
             u, l = a.unit, a.launch
             for path, content in u.files.items():
-                _write_config(Path(path), content)
+                write_if_changed(Path(path), content)
             name = labels.step_name(u.recipe, u.role, u.index, l.rank, u.spec_hash)
             self.driver.launch(a.job_id, u, l, name)
             if l.rank == 0:
@@ -184,32 +186,28 @@ class Controller:
             self.inflight[name] = (time.monotonic(), pseudo)
 
     # ---------------------------------------------------------------- one tick
-    def tick(self, dry_run: bool = False) -> tuple[Snapshot, list[str]]:
+    def tick(self) -> tuple[Snapshot, list[str]]:
         self.driver.reap()
         snap = self.snapshot()
-        done = [] if dry_run else self.execute(snap.plan)
-        if not dry_run:
-            self._bookkeeping(snap)
+        done = self.execute(snap.plan)
+        self._bookkeeping(snap)
         return snap, done
 
     def _bookkeeping(self, snap: Snapshot) -> None:
         m, d, o = snap.manifests, snap.desired, snap.observed
         for name, text in m.texts.items():
             self.state.write_last_applied(name, text)
-        files = {p: n for p, n in m.paths.items()}
-        self.state.write_files(files)
+        self.state.write_files(m.paths)
         # ports: keep those of desired units and of anything still running
         if not snap.plan.refused_prune:
             live = {f"{u.recipe}/{u.name}" for dr in d.recipes.values() for u in _all_units(dr)}
-            live |= {f"{r}/{role}_{i}" for dr in d.recipes.values() for (role, i) in dr.waiting for r in [dr.name]}
+            live |= {f"{dr.name}/{role}_{i}" for dr in d.recipes.values() for (role, i) in dr.waiting}
             live |= {f"{s.recipe}/{s.role}_{s.index}" for s in o.steps}
             for owner in self.ports.owners() - live:
                 self.ports.release(owner)
         self.ports.save(self.state.root / "ports.json")
-        for name, dr in d.recipes.items():
+        for dr in d.recipes.values():
             self._write_endpoints(dr, o)
-        from reconciler.status import build_status
-
         names = set(d.recipes) | set(m.invalid)
         for name in names:
             prev = self.state.status(name)
@@ -234,10 +232,8 @@ class Controller:
                     self.state.prune_launches(name, set())
 
     def _write_endpoints(self, d: DesiredRecipe, o: Observed) -> None:
-        if d.frontend is None and not d.units:
-            return
         if d.frontend is None:
-            return
+            return  # only the builtin router reads an endpoints file
         workers = [
             {"url": u.url, "role": u.role, "name": u.name, "node": u.nodes[0]}
             for u in d.units if o.ready.get(u.key)
@@ -300,17 +296,6 @@ def _settled(snap: Snapshot) -> bool:
 
 def _all_units(d: DesiredRecipe) -> list[Unit]:
     return list(d.units) + ([d.frontend] if d.frontend else [])
-
-
-def _write_config(path: Path, content: str) -> None:
-    from reconciler.fsutil import atomic_write_text
-
-    try:
-        if path.read_text() == content:
-            return
-    except FileNotFoundError:
-        pass
-    atomic_write_text(path, content)
 
 
 __all__ = ["Controller", "Snapshot", "FRONTEND"]

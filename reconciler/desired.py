@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 from reconciler.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe

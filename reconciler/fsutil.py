@@ -25,6 +25,17 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def write_if_changed(path: Path, text: str) -> bool:
+    """Atomic write that skips identical content (no mtime bump for watchers); True when written."""
+    try:
+        if Path(path).read_text() == text:
+            return False
+    except FileNotFoundError:
+        pass
+    atomic_write_text(path, text)
+    return True
+
+
 def append_line(path: Path, line: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ Every policy of the reconciler is readable here, top to bottom:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from reconciler.units import FRONTEND, Launch, Unit
 from reconciler.world import AllocSpec, Desired, DesiredRecipe, Observed, Step
@@ -91,10 +91,10 @@ class Plan:
         return bool(self.actions)
 
     def for_recipe(self, name: str) -> list[Action]:
-        return [a for a in self.actions if _recipe_of(a) == name]
+        return [a for a in self.actions if recipe_of(a) == name]
 
 
-def _recipe_of(a: Action) -> str:
+def recipe_of(a: Action) -> str:
     if isinstance(a, SubmitAlloc):
         return a.spec.recipe
     if isinstance(a, LaunchStep):
@@ -160,7 +160,7 @@ def _converge(d: DesiredRecipe, observed: Observed) -> tuple[list[Action], list[
     have = {a.index for a in live if a.job_id in keep}
     for spec in d.allocs:
         if spec.index not in have:
-            submits.append(SubmitAlloc(spec, "needed by " + _needs(d, spec)))
+            submits.append(SubmitAlloc(spec, f"needed for nodes {spec.start}-{spec.start + spec.count - 1}"))
     drop = [a for a in live if a.job_id not in keep]
 
     # steps, by unit
@@ -235,10 +235,6 @@ def _converge(d: DesiredRecipe, observed: Observed) -> tuple[list[Action], list[
         notes.append(f"{d.name}: {name} cannot be placed: its nodes straddle an existing allocation "
                      "(delete and re-create the recipe to re-pack it)")
     return cancels, submits, launches, notes
-
-
-def _needs(d: DesiredRecipe, spec: AllocSpec) -> str:
-    return f"nodes {spec.start}-{spec.start + spec.count - 1}"
 
 
 def _step_num(step_id: str) -> tuple[int, str]:

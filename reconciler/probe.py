@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import http.client
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable
+from collections.abc import Iterable
 
 from reconciler.units import Unit
 

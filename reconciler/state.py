@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reconciler.fsutil import append_line, atomic_write_text
+from reconciler.fsutil import append_line, write_if_changed
 
 
 def iso(ts: float) -> str:
@@ -35,13 +35,8 @@ class StateDir:
             return default
 
     def write_json(self, path: Path, data: Any) -> None:
-        text = json.dumps(data, indent=2, sort_keys=False) + "\n"
-        try:
-            if path.read_text() == text:
-                return  # unchanged: no write, no mtime bump (the router watches some of these)
-        except FileNotFoundError:
-            pass
-        atomic_write_text(path, text)
+        # unchanged content is not rewritten: the router watches endpoints.json's mtime
+        write_if_changed(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
     # ---------------------------------------------------------------- recipes
     def status(self, name: str) -> dict:
@@ -57,13 +52,7 @@ class StateDir:
             return None
 
     def write_last_applied(self, name: str, text: str) -> None:
-        p = self.recipe_dir(name) / "last-applied.yaml"
-        try:
-            if p.read_text() == text:
-                return
-        except FileNotFoundError:
-            pass
-        atomic_write_text(p, text)
+        write_if_changed(self.recipe_dir(name) / "last-applied.yaml", text)
 
     def launches(self, name: str) -> dict[str, int]:
         return self.read_json(self.recipe_dir(name) / "launches.json", {})

@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 from reconciler.backends.base import Runtime
 from reconciler.ports import NodePortAllocator

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 
@@ -152,7 +151,7 @@ def test_hang_after_stays_alive_but_stops_answering(tmp_path):
     proc, url = start_mocker(tmp_path, "--hang-after", "0.5")
     try:
         wait_until(lambda: "FATAL mocker: simulated engine hang" in proc.output(), timeout=10, what="fatal line")
-        with pytest.raises(Exception):
+        with pytest.raises(OSError):  # a timeout: the process is alive but silent
             get(url + "/health", timeout=1)
         assert proc.p.poll() is None
     finally:

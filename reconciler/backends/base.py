@@ -15,7 +15,8 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Mapping
 
 from reconciler.ports import NodePortAllocator
 from reconciler.topology import MODES, Endpoint, Mode, Process, RoleLayout, allocate, processes_per_node

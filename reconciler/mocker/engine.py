@@ -19,7 +19,8 @@ import math
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from reconciler.mocker import timing
 from reconciler.mocker.tokenizer import filler

@@ -174,7 +174,7 @@ class Router:
             try:
                 async with self._session.get(w.url + "/v1/models", timeout=aiohttp.ClientTimeout(total=5)) as r:
                     return web.json_response(await r.json(), status=r.status)
-            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            except (TimeoutError, aiohttp.ClientError, ValueError):
                 pass
         data = [{"id": self.model_name, "object": "model", "owned_by": "reconciler"}] if self.model_name else []
         return web.json_response({"object": "list", "data": data})
