@@ -19,7 +19,8 @@ import structlog
 from reconciler import labels
 from reconciler.desired import build as build_desired
 from reconciler.drivers import Driver, DriverError
-from reconciler.errors import RecipeError
+from reconciler.drivers.base import Launched, step_log_paths
+from reconciler.errors import RecipeError, ReconcilerError
 from reconciler.fsutil import write_if_changed
 from reconciler.plan import CancelAlloc, CancelStep, LaunchStep, Plan, SubmitAlloc, plan, recipe_of
 from reconciler.ports import NodePortAllocator
@@ -64,7 +65,8 @@ class Controller:
         self.ports = self._load_ports()
         if port_range:
             self.ports.set_range(*port_range)
-        self.inflight: dict[str, tuple[float, Step]] = {}  # step name -> (launched at, pseudo step)
+        # step name -> (launched at, pseudo step, launcher handle): launches squeue does not show yet
+        self.inflight: dict[str, tuple[float, Step, Launched]] = {}
         self.backoff: dict[str, tuple[float, float]] = {}  # recipe -> (retry at, current delay)
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -118,9 +120,15 @@ class Controller:
         allocs, steps = self.driver.observe()
         seen = {labels.step_name(s.recipe, s.role, s.index, s.rank, s.spec_hash) for s in steps}
         now = time.monotonic()
-        for name, (at, pseudo) in list(self.inflight.items()):
+        for name, (at, pseudo, handle) in list(self.inflight.items()):
             if name in seen or now - at > INFLIGHT_GRACE:
                 del self.inflight[name]
+            elif handle.poll() is not None:
+                # the launcher exited before the step ever showed up: the launch failed
+                del self.inflight[name]
+                tail = _tail(step_log_paths(self.state.root, pseudo.recipe, f"{pseudo.role}_{pseudo.index}", pseudo.rank).srun)
+                log.error("launch failed", step=name, exit=handle.poll(), output=tail)
+                self.state.event("LaunchFailed", pseudo.recipe, f"{name}: launcher exited {handle.poll()}: {tail}")
             else:
                 steps.append(pseudo)
         return allocs, steps
@@ -178,12 +186,13 @@ class Controller:
             for path, content in u.files.items():
                 write_if_changed(Path(path), content)
             name = labels.step_name(u.recipe, u.role, u.index, l.rank, u.spec_hash)
-            self.driver.launch(a.job_id, u, l, name)
+            handle = self.driver.launch(a.job_id, u, l, name)
             if l.rank == 0:
                 self.state.count_launch(u.recipe, u.name)
-            pseudo = Step(f"{a.job_id}.pending-{u.name}-{l.rank}", u.recipe, u.role, u.index, l.rank, u.spec_hash,
-                          l.nodes, pending=True)
-            self.inflight[name] = (time.monotonic(), pseudo)
+            if handle is not None:
+                pseudo = Step(f"{a.job_id}.pending-{u.name}-{l.rank}", u.recipe, u.role, u.index, l.rank,
+                              u.spec_hash, l.nodes, pending=True)
+                self.inflight[name] = (time.monotonic(), pseudo, handle)
 
     # ---------------------------------------------------------------- one tick
     def tick(self) -> tuple[Snapshot, list[str]]:
@@ -241,7 +250,29 @@ class Controller:
         self.state.write_json(endpoints_path(self.state.root, d.name), {"recipe": d.name, "workers": workers})
 
     # ---------------------------------------------------------------- the loop
+    def lock(self) -> None:
+        """One controller per state directory: two would fight over the same workloads."""
+        import fcntl
+        import os
+
+        self.state.root.mkdir(parents=True, exist_ok=True)
+        path = self.state.root / "run.lock"
+        self._lock = open(path, "a+")  # noqa: SIM115 - held for the life of the controller
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.seek(0)
+            holder = self._lock.read().strip() or "?"
+            raise ReconcilerError(
+                f"another reconciler (pid {holder}) is running on {self.state.root.absolute()}; stop it first"
+            ) from None
+        self._lock.seek(0)
+        self._lock.truncate()
+        self._lock.write(f"{os.getpid()}\n")
+        self._lock.flush()
+
     def run(self, resync: float = 5.0, once: bool = False) -> None:
+        self.lock()
         watcher = None
         if not once:
             watcher = threading.Thread(target=self._watch, name="manifest-watch", daemon=True)
@@ -279,6 +310,13 @@ class Controller:
                 self._wake.set()
         except Exception as e:  # noqa: BLE001 - resync still converges without the watcher
             log.warning("manifest watcher stopped; relying on resync", error=str(e))
+
+
+def _tail(path: Path, limit: int = 400) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:].strip()
+    except OSError:
+        return ""
 
 
 def _settled(snap: Snapshot) -> bool:

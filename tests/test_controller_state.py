@@ -39,3 +39,15 @@ def test_invalid_file_keeps_last_applied_spec_and_duplicate_names_are_reported(t
     assert dup.recipes["r"].roles.agg.workers == 2  # the first file wins, the second is reported
     assert "also used by" in dup.invalid["r"]
     assert dup.files_seen == 2
+
+
+def test_one_controller_per_state_directory(tmp_path):
+    import pytest
+
+    from reconciler.errors import ReconcilerError
+
+    a = Controller(tmp_path / "m", tmp_path / "state", LocalDriver(tmp_path / "state"))
+    b = Controller(tmp_path / "m", tmp_path / "state", LocalDriver(tmp_path / "state"))
+    a.lock()
+    with pytest.raises(ReconcilerError, match="another reconciler"):
+        b.lock()

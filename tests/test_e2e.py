@@ -333,3 +333,21 @@ def test_get_wait_reports_progress_and_times_out(h):
     r = h.cli("get", fast, "--wait", "--timeout", "60")
     assert r.returncode == 0, r.stderr
     assert "Ready" in r.stdout and "agg:1/1" in r.stdout
+
+
+@pytest.mark.slurm
+def test_a_launch_slurm_rejects_is_reported_not_hidden(tmp_path):
+    h = Harness(tmp_path, "slurm")
+    try:
+        name = h.name("reject")
+        (h.manifests / f"{name}.yaml").write_text(
+            KEEP.format(name=name) + "srun_options: {constraint: no-such-feature}\n")
+        h.start()
+        wait_until(lambda: "LaunchFailed" in (h.state / "events.jsonl").read_text(), timeout=30,
+                   what="a LaunchFailed event")
+        ev = [json.loads(l) for l in (h.state / "events.jsonl").read_text().splitlines()]
+        failed = [e for e in ev if e["kind"] == "LaunchFailed"]
+        assert failed[0]["recipe"] == name and "agg:0" in failed[0]["message"]
+        assert h.get(name)["status"] == "Progressing"
+    finally:
+        h.cleanup()

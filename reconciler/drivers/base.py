@@ -33,13 +33,18 @@ class DriverError(ReconcilerError):
 
 @dataclass(frozen=True)
 class StepPaths:
-    log: Path
-    status: Path
+    log: Path  # the worker's output
+    status: Path  # "<exit code> <time>" written by the launcher
+    srun: Path  # the srun client's own output (launch errors)
+
+
+def step_log_paths(state_dir: Path, recipe: str, unit: str, rank: int) -> StepPaths:
+    base = Path(state_dir).absolute() / recipe / "logs" / f"{unit}.{rank}"
+    return StepPaths(*(base.with_name(f"{base.name}.{ext}") for ext in ("log", "exit", "srun")))
 
 
 def step_paths(state_dir: Path, unit: Unit, launch: Launch) -> StepPaths:
-    base = Path(state_dir).absolute() / unit.recipe / "logs" / f"{unit.name}.{launch.rank}"
-    return StepPaths(base.with_suffix(base.suffix + ".log"), base.with_suffix(base.suffix + ".exit"))
+    return step_log_paths(state_dir, unit.recipe, unit.name, launch.rank)
 
 
 def wrapped_argv(launch: Launch, status: Path, step_name: str) -> list[str]:
@@ -55,6 +60,10 @@ def rotate(log: Path) -> None:
         log.replace(log.with_name(log.name + ".1"))
 
 
+class Launched(Protocol):
+    def poll(self) -> int | None: ...
+
+
 class Driver(Protocol):
     name: str
     commands: int  # cluster commands issued so far (squeue, sbatch, srun, scancel)
@@ -65,8 +74,10 @@ class Driver(Protocol):
     def submit(self, spec: AllocSpec) -> str:
         """Submit an allocation; return its job id."""
 
-    def launch(self, job_id: str, unit: Unit, launch: Launch, step_name: str) -> None:
-        """Start one step; must return without waiting for it, and it must outlive us."""
+    def launch(self, job_id: str, unit: Unit, launch: Launch, step_name: str) -> Launched | None:
+        """Start one step without waiting for it; it must outlive us. When the step is not
+        observable at once (Slurm registers it a moment later), return a handle whose
+        ``poll()`` is not None once the launcher has exited."""
 
     def cancel_step(self, step_id: str) -> None: ...
 

@@ -128,6 +128,7 @@ class LocalDriver:
         return job_id
 
     def launch(self, job_id: str, unit: Unit, launch: Launch, step_name: str) -> None:
+        """The process is in /proc the moment Popen returns: no handle to watch."""
         self.commands += 1
         paths = step_paths(self.state_dir, unit, launch)
         paths.log.parent.mkdir(parents=True, exist_ok=True)

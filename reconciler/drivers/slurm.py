@@ -75,7 +75,7 @@ class SlurmDriver:
             raise DriverError(f"sbatch printed no job id: {out!r}")
         return job_id
 
-    def launch(self, job_id: str, unit: Unit, launch: Launch, step_name: str) -> None:
+    def launch(self, job_id: str, unit: Unit, launch: Launch, step_name: str) -> subprocess.Popen:
         paths = step_paths(self.state_dir, unit, launch)
         paths.log.parent.mkdir(parents=True, exist_ok=True)
         rotate(paths.log)
@@ -92,13 +92,13 @@ class SlurmDriver:
             argv.append(f"--{k}={v}" if v != "" else f"--{k}")
         argv.append("--")
         argv += wrapped_argv(launch, paths.status, step_name)
-        client_log = paths.log.with_name(paths.log.name.replace(".log", ".srun"))
         self.commands += 1
-        with open(client_log, "ab") as out:
+        with open(paths.srun, "ab") as out:
             # own session: the srun client (and so the step) outlives a reconciler restart
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                  start_new_session=True, close_fds=True)
         self._children.append(p)
+        return p  # the step shows in squeue a moment later; until then the caller watches the client
 
     def cancel_step(self, step_id: str) -> None:
         r = self._run(["scancel", step_id], check=False)
