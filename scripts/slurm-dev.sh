@@ -12,6 +12,8 @@
 #   SLURM_GPUS      fake GPUs for --gres=gpu:N (default 8; 0 = none)
 #   SLURM_PARTITION partition name (default debug)
 #   SLURM_TIMEOUT   seconds to wait for each stage (default 60)
+#   SLURM_FRESH=1   start slurmctld with -c: forget jobs left in its saved state by a
+#                   previous run (CI: a stale job holding the fake GPUs would block tests)
 #
 # Facts this relies on (each one cost someone an afternoon):
 # - slurmctld refuses to start unless SlurmctldHost is this machine's short hostname,
@@ -218,9 +220,13 @@ up() {
     say "slurmctld already running"
     [ "$CHANGED" = 1 ] && scontrol reconfigure >/dev/null 2>&1 || true
   else
-    say "starting slurmctld"
+    say "starting slurmctld${SLURM_FRESH:+ (fresh state)}"
     rm -f $CTLD_PID
-    launch "$LOGS/slurmctld.out" /usr/sbin/slurmctld -i
+    if [ "${SLURM_FRESH:-0}" = 1 ]; then
+      launch "$LOGS/slurmctld.out" /usr/sbin/slurmctld -i -c
+    else
+      launch "$LOGS/slurmctld.out" /usr/sbin/slurmctld -i
+    fi
     poll pid_of $CTLD_PID slurmctld || { tail -20 "$LOGS/slurmctld.log" >&2; die "slurmctld did not start"; }
     pid_of $CTLD_PID slurmctld >"$REC_DIR/slurmctld.pid"
   fi
