@@ -305,7 +305,7 @@ def _get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
     for name in all_names:
         prev = sd.status(name)
         st = build_status(name, snap.desired.recipes.get(name), snap.observed, snap.plan,
-                          snap.manifests.invalid.get(name), prev, sd.launches(name), now)
+                          snap.manifests.invalid.get(name), prev, sd.launches(name), now, sd.exits(name))
         created = _parse_iso(st["createdAt"])
         invalid = snap.manifests.invalid.get(name)
         rows.append({

@@ -221,7 +221,7 @@ class Controller:
         for name in names:
             prev = self.state.status(name)
             st = build_status(name, d.recipes.get(name), o, snap.plan, m.invalid.get(name), prev,
-                              self.state.launches(name), time.time())
+                              self.state.launches(name), time.time(), self.state.exits(name))
             for cond in st["conditions"]:
                 old = next((c for c in prev.get("conditions", []) if c["type"] == cond["type"]), None)
                 if old is None or old["status"] != cond["status"]:

@@ -81,6 +81,16 @@ class StateDir:
             return []
         return sorted(p.parent.name for p in self.root.glob("*/status.json"))
 
+    def exits(self, name: str) -> dict[str, tuple[int, float]]:
+        """unit -> (exit code, time) of its last ended life (rank 0), from the launcher's records."""
+        out = {}
+        logs = self.recipe_dir(name) / "logs"
+        for p in logs.glob("*.0.exit") if logs.is_dir() else ():
+            rec = self.exit_status(name, p.name[: -len(".0.exit")])
+            if rec:
+                out[p.name[: -len(".0.exit")]] = rec
+        return out
+
     def exit_status(self, name: str, unit: str, rank: int = 0) -> tuple[int, float] | None:
         p = self.recipe_dir(name) / "logs" / f"{unit}.{rank}.exit"
         try:

@@ -14,9 +14,9 @@ ROLES = ("prefill", "decode", "agg")
 
 def build_status(
     name: str, d: DesiredRecipe | None, o: Observed, p: Plan, invalid: str | None, prev: dict,
-    launches: dict[str, int], now: float,
+    launches: dict[str, int], now: float, exits: dict[str, tuple[int, float]] | None = None,
 ) -> dict[str, Any]:
-    rows = worker_rows(name, d, o, launches) if d else []
+    rows = worker_rows(name, d, o, launches, exits or {}) if d else []
     workers = [r for r in rows if r["role"] != FRONTEND]
     ready = sum(r["ready"] for r in workers)
     want = len(workers)
@@ -71,6 +71,11 @@ def build_status(
     }
 
 
+def _exit(rec: tuple[int, float] | None) -> dict | None:
+    """The launcher's record of the last life that ended: exit code (128+n = signal n) and when."""
+    return {"code": rec[0], "at": iso(rec[1])} if rec else None
+
+
 def role_counts(rows: list[dict]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for r in rows:
@@ -80,7 +85,9 @@ def role_counts(rows: list[dict]) -> dict[str, dict[str, int]]:
     return out
 
 
-def worker_rows(name: str, d: DesiredRecipe, o: Observed, launches: dict[str, int]) -> list[dict]:
+def worker_rows(
+    name: str, d: DesiredRecipe, o: Observed, launches: dict[str, int], exits: dict[str, tuple[int, float]]
+) -> list[dict]:
     steps: dict[tuple[str, int], list] = {}
     for s in o.steps_of(name):
         steps.setdefault((s.role, s.index), []).append(s)
@@ -100,11 +107,13 @@ def worker_rows(name: str, d: DesiredRecipe, o: Observed, launches: dict[str, in
             "nodes": list(u.nodes), "gpus": list(u.gpus), "ports": dict(u.ports), "url": u.url,
             "steps": sorted(s.step_id for s in ss), "specHash": u.spec_hash,
             "restarts": max(0, launches.get(u.name, 0) - 1),
+            "lastExit": _exit(exits.get(u.name)),
         })
     for role, index in d.waiting:
         rows.append({"name": f"{role}_{index}", "role": role, "index": index, "phase": "Waiting", "ready": False,
                      "nodes": [], "gpus": [], "ports": {}, "url": None, "steps": [], "specHash": None,
-                     "restarts": max(0, launches.get(f"{role}_{index}", 0) - 1)})
+                     "restarts": max(0, launches.get(f"{role}_{index}", 0) - 1),
+                     "lastExit": _exit(exits.get(f"{role}_{index}"))})
     order = {r: i for i, r in enumerate(ROLES + (FRONTEND,))}
     rows.sort(key=lambda r: (order.get(r["role"], 9), r["index"]))
     return rows

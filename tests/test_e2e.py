@@ -351,3 +351,17 @@ def test_a_launch_slurm_rejects_is_reported_not_hidden(tmp_path):
         assert h.get(name)["status"] == "Progressing"
     finally:
         h.cleanup()
+
+
+def test_exit_status_of_a_dead_worker_is_recorded(h):
+    name = h.name("exit")
+    (h.manifests / f"{name}.yaml").write_text(
+        KEEP.format(name=name).replace("workers: 1, gpus: 1", "workers: 1, gpus: 1, args: {crash-after: 1}"))
+    h.start()
+    wait_until(lambda: (h.state / name / "logs" / "agg_0.0.exit").exists(), timeout=30, what="an exit record")
+    code = int((h.state / name / "logs" / "agg_0.0.exit").read_text().split()[0])
+    assert code == 3  # the mocker's --crash-after exit code, through srun and the launcher
+    wait_until(lambda: json.loads((h.state / name / "status.json").read_text())["workers"][0]["lastExit"],
+               timeout=20, what="lastExit in status")
+    logs = "".join(p.read_text() for p in (h.state / name / "logs").glob("agg_0.0.log*"))
+    assert "FATAL mocker: simulated engine crash" in logs

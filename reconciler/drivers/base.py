@@ -11,10 +11,10 @@ from reconciler.units import Launch, Unit
 from reconciler.world import Alloc, AllocSpec, Step
 
 # Runs inside the step: starts the worker, forwards SIGTERM, and records its exit
-# status in a file so it is known even after the reconciler restarts. Constant
+# status in a file so it is known even after the reconciler restarts. The file
+# holds the last life that ended; a relaunch does not clear it. Constant
 # text; everything from the recipe arrives as positional arguments ("$@").
 LAUNCHER = r"""status=$1; shift
-rm -f "$status"
 "$@" &
 child=$!
 trap 'kill -TERM "$child" 2>/dev/null' TERM INT HUP
