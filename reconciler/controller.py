@@ -22,6 +22,7 @@ from reconciler.drivers import Driver, DriverError
 from reconciler.drivers.base import Launched, step_log_paths
 from reconciler.errors import RecipeError, ReconcilerError
 from reconciler.fsutil import write_if_changed
+from reconciler.health import HealthTracker
 from reconciler.plan import CancelAlloc, CancelStep, LaunchStep, Plan, SubmitAlloc, plan, recipe_of
 from reconciler.ports import NodePortAllocator
 from reconciler.probe import probe_units
@@ -30,7 +31,7 @@ from reconciler.recipe.model import Recipe
 from reconciler.state import StateDir, iso
 from reconciler.status import build_status
 from reconciler.units import FRONTEND, Unit, endpoints_path
-from reconciler.world import Desired, DesiredRecipe, Observed, Step
+from reconciler.world import Desired, DesiredRecipe, Observed, Step, UnitHealth
 
 log = structlog.get_logger("reconciler")
 INFLIGHT_GRACE = 20.0  # seconds a launched step may take to appear in squeue
@@ -71,6 +72,7 @@ class Controller:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._said: set[str] = set()
+        self.tracker = HealthTracker(self.state.root)
 
     def _load_ports(self) -> NodePortAllocator:
         path = self.state.root / "ports.json"
@@ -141,8 +143,34 @@ class Controller:
         units = [u for d in desired.recipes.values() for u in _all_units(d)]
         running = {s.unit_key for s in steps if not s.pending}
         ready = probe_units([u for u in units if u.key in running])
-        observed = Observed(tuple(allocs), tuple(steps), ready)
-        return Snapshot(m, desired, observed, plan(desired, observed, time.time(), self.allow_empty))
+        now = time.time()
+        health = self._health(desired, units, running, ready, now)
+        observed = Observed(tuple(allocs), tuple(steps), ready, health)
+        return Snapshot(m, desired, observed, plan(desired, observed, now, self.allow_empty))
+
+    def _health(self, desired: Desired, units: list[Unit], running: set, ready: dict, now: float) -> dict:
+        """Per worker: lives and exits from state/, probe history and fatal log lines from the tracker."""
+        out: dict[tuple[str, str, int], UnitHealth] = {}
+        records = {name: self.state.launches(name) for name in desired.recipes}
+        for u in units:
+            rec = records[u.recipe].get(u.name, {})
+            last_exit = None
+            if u.key in running:
+                self.tracker.seen_running(u.key)
+                self.tracker.probed(u.key, bool(ready.get(u.key)), now)
+                self.tracker.scan_logs(u)
+                missing = None
+            else:
+                missing = self.tracker.seen_missing(u.key, now) if rec.get("launches") else None
+                last_exit = self.state.exit_status(u.recipe, u.name) if rec.get("launches") else None
+            life = self.tracker.life(u.key)
+            out[u.key] = UnitHealth(
+                launches=rec.get("launches", 0), restarts=rec.get("restarts", 0), last_launch=rec.get("lastLaunch"),
+                last_exit=last_exit, missing_since=missing,
+                replacing=bool(rec.get("replace")), was_ready=life.was_ready, probe_failures=life.probe_failures,
+                fatal=life.fatal,
+            )
+        return out
 
     # ---------------------------------------------------------------- act
     def execute(self, p: Plan) -> list[str]:
@@ -177,6 +205,8 @@ class Controller:
     def _do(self, a) -> None:
         if isinstance(a, CancelStep):
             self.driver.cancel_step(a.step_id)
+            if a.replace:
+                self.state.mark_replace(a.recipe, a.unit)
         elif isinstance(a, CancelAlloc):
             self.driver.cancel_alloc(a.job_id)
         elif isinstance(a, SubmitAlloc):
@@ -188,7 +218,8 @@ class Controller:
             name = labels.step_name(u.recipe, u.role, u.index, l.rank, u.spec_hash)
             handle = self.driver.launch(a.job_id, u, l, name)
             if l.rank == 0:
-                self.state.count_launch(u.recipe, u.name)
+                self.state.count_launch(u.recipe, u.name, time.time())
+                self.tracker.new_life(u.key)
             if handle is not None:
                 pseudo = Step(f"{a.job_id}.pending-{u.name}-{l.rank}", u.recipe, u.role, u.index, l.rank,
                               u.spec_hash, l.nodes, pending=True)
@@ -231,6 +262,11 @@ class Controller:
             dr = d.recipes.get(name)
             if dr is not None:
                 self.state.prune_launches(name, {f"{r}_{i}" for r, i in dr.unit_keys} | {f"{FRONTEND}_0"})
+                # a worker healthy for reset_after_seconds starts its backoff from scratch again
+                for u in _all_units(dr):
+                    life = self.tracker.lives.get(u.key)
+                    if life and life.ready_since and time.time() - life.ready_since >= dr.policy(u.role).reset_after_seconds:
+                        self.state.reset_restarts(name, u.name)
         for name in self.state.known_recipes():
             if name not in names and not o.steps_of(name) and not o.allocs_of(name):
                 st = self.state.status(name)

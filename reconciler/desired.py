@@ -19,7 +19,7 @@ from reconciler.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
 from reconciler.topology import Endpoint
 from reconciler.units import FRONTEND, frontend_unit, runtime_for, worker_units
-from reconciler.world import Alloc, AllocSpec, Desired, DesiredRecipe, Observed
+from reconciler.world import Alloc, AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy
 
 
 def generation(recipe: Recipe) -> str:
@@ -75,6 +75,9 @@ def build_recipe(
         name=recipe.name, generation=gen, allocs=tuple(specs), keep_allocs=tuple(keep), units=tuple(units),
         waiting=tuple(waiting), frontend=fe, max_unavailable=recipe.reconcile.rollout.max_unavailable,
         unplaceable=tuple(unplaceable), job_of=job_of, pending_reason=pending,
+        restart={m: RestartPolicy(**r.restart.model_dump()) for m, r in recipe.roles.items()},
+        startup_grace=recipe.health_check.max_attempts * recipe.health_check.interval_seconds,
+        liveness_failures=recipe.reconcile.liveness_failures,
     )
 
 

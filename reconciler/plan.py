@@ -12,8 +12,15 @@ Every policy of the reconciler is readable here, top to bottom:
    highest indices go, because desired indices are always 0..n-1); missing
    workers are launched at the lowest free indices, on their allocation.
 5. Relaunch — a worker with no step is launched again in place: same nodes,
-   same ports (ports are owned by the worker in the registry). A multi-node
-   worker missing a rank has its other ranks cancelled and comes back whole.
+   same ports (ports are owned by the worker in the registry), subject to its
+   role's restart policy (``restart_gate``): ``never``, ``on-failure`` (exit code
+   0 is final), ``always``; ``max_restarts``; exponential backoff from the end of
+   the last life. A worker we stopped on purpose (rollout) comes back at once.
+   A multi-node worker missing a rank has its other ranks cancelled and comes
+   back whole.
+5b. Liveness — a running worker is stopped (and so relaunched by 5) when its log
+   shows a fatal line, when ``liveness_failures`` probes in a row fail after it
+   was Ready, or when it is not Ready within the startup grace.
 6. Rollout — a worker whose step runs an older spec hash is replaced one at a
    time (``max_unavailable``): cancel now, launch on the next tick once the old
    step is gone (same ports!). A worker that is not Ready is replaced at once;
@@ -27,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reconciler.units import FRONTEND, Launch, Unit
-from reconciler.world import AllocSpec, Desired, DesiredRecipe, Observed, Step
+from reconciler.world import AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy, Step, UnitHealth
 
 ROLE_ORDER = {"prefill": 0, "decode": 1, "agg": 2, FRONTEND: 3}
 
@@ -62,6 +69,7 @@ class CancelStep:
     recipe: str
     unit: str
     reason: str
+    replace: bool = False  # stopped on purpose to be replaced: its relaunch skips the restart policy
 
     def describe(self) -> str:
         return f"cancel step {self.step_id} ({self.recipe}/{self.unit}: {self.reason})"
@@ -124,7 +132,7 @@ def plan(desired: Desired, observed: Observed, now: float = 0.0, allow_empty: bo
         if d.suspended:
             cancels += _teardown(name, observed, "suspended")
             continue
-        c, s, l, n = _converge(d, observed)
+        c, s, l, n = _converge(d, observed, now)
         cancels += c
         submits += s
         launches += l
@@ -148,7 +156,42 @@ def _step_order(s: Step) -> tuple:
     return (ROLE_ORDER.get(s.role, 9), s.index, s.rank, s.step_id)
 
 
-def _converge(d: DesiredRecipe, observed: Observed) -> tuple[list[Action], list[Action], list[Action], list[str]]:
+def restart_gate(policy: RestartPolicy, h: UnitHealth | None, now: float) -> tuple[str, str]:
+    """Whether a worker without a step is launched now: ("launch" | "wait" | "stop", why)."""
+    if h is None or h.launches == 0:
+        return "launch", "missing"
+    if h.replacing:
+        return "launch", "replacing"
+    code, ended = h.ended(now)
+    how = "was killed" if code is None else f"exited with code {code}"
+    if policy.policy == "never":
+        return "stop", f"{how}; restart policy is never"
+    if policy.policy == "on-failure" and code == 0:
+        return "stop", f"{how}; restart policy on-failure does not restart a clean exit"
+    if policy.max_restarts is not None and h.restarts >= policy.max_restarts:
+        return "stop", f"{how}; gave up after {h.restarts} restarts (max_restarts)"
+    due = ended + policy.delay(h.restarts)
+    if now < due:
+        return "wait", f"{how}; relaunch in {due - now:.0f}s (backoff, restart {h.restarts + 1})"
+    return "launch", f"{how}; restart {h.restarts + 1}"
+
+
+def _liveness(d: DesiredRecipe, h: UnitHealth | None, now: float) -> str | None:
+    """Why a running worker must be stopped, or None."""
+    if h is None:
+        return None
+    if h.fatal:
+        return f"fatal log line: {h.fatal[:160]}"
+    if h.was_ready and h.probe_failures >= d.liveness_failures:
+        return f"liveness: {h.probe_failures} health probes failed in a row"
+    if not h.was_ready and h.last_launch is not None and now - h.last_launch > d.startup_grace:
+        return f"not Ready within the startup grace of {d.startup_grace:g}s"
+    return None
+
+
+def _converge(
+    d: DesiredRecipe, observed: Observed, now: float
+) -> tuple[list[Action], list[Action], list[Action], list[str]]:
     cancels: list[Action] = []
     submits: list[Action] = []
     launches: list[Action] = []
@@ -196,13 +239,17 @@ def _converge(d: DesiredRecipe, observed: Observed) -> tuple[list[Action], list[
         job = d.job_of.get(key, "")
         current = [s for s in steps if s.spec_hash == unit.spec_hash and s.job_id == job]
         stale = [s for s in steps if s not in current]
+        health = observed.health.get((d.name, key[0], key[1]))
         if not steps:
             # 5. (re)launch; 7. the frontend waits for a Ready worker
             if key[0] == FRONTEND and not any(k[0] != FRONTEND for k in ready):
                 notes.append(f"{d.name}: frontend waits for a Ready worker")
                 continue
-            reason = "missing"
-            launches += [LaunchStep(unit, l, job, reason) for l in unit.launches]
+            decision, why = restart_gate(d.policy(key[0]), health, now)
+            if decision != "launch":
+                notes.append(f"{d.name}: {unit.name} {why}")
+                continue
+            launches += [LaunchStep(unit, l, job, why) for l in unit.launches]
             continue
         if stale:
             outdated.append((key, stale))
@@ -219,6 +266,10 @@ def _converge(d: DesiredRecipe, observed: Observed) -> tuple[list[Action], list[
             if s.rank in seen and not s.pending:
                 cancels.append(CancelStep(s.step_id, d.name, unit.name, "duplicate step"))
             seen.add(s.rank)
+        # 5b. liveness: a worker that is up but dead inside is stopped; 5 brings it back
+        dead = None if any(s.pending for s in current) else _liveness(d, health, now)
+        if dead:
+            cancels += [CancelStep(s.step_id, d.name, unit.name, dead) for s in sorted(current, key=_step_order)]
 
     # 6. rollout, one at a time
     for key, stale in outdated:
@@ -226,7 +277,7 @@ def _converge(d: DesiredRecipe, observed: Observed) -> tuple[list[Action], list[
         if not_ready or budget > 0:
             if not not_ready:
                 budget -= 1
-            cancels += [CancelStep(s.step_id, d.name, f"{key[0]}_{key[1]}", "spec changed: replacing")
+            cancels += [CancelStep(s.step_id, d.name, f"{key[0]}_{key[1]}", "spec changed: replacing", replace=True)
                         for s in sorted(stale, key=_step_order) if not s.pending]
         else:
             notes.append(f"{d.name}: {key[0]}_{key[1]} waits to be replaced until fewer than "

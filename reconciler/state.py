@@ -54,21 +54,43 @@ class StateDir:
     def write_last_applied(self, name: str, text: str) -> None:
         write_if_changed(self.recipe_dir(name) / "last-applied.yaml", text)
 
-    def launches(self, name: str) -> dict[str, int]:
-        return self.read_json(self.recipe_dir(name) / "launches.json", {})
+    def launches(self, name: str) -> dict[str, dict]:
+        """unit -> {"launches": lives started, "restarts": backoff counter, "lastLaunch": time, "replace": bool}."""
+        data = self.read_json(self.recipe_dir(name) / "launches.json", {})
+        return {k: (v if isinstance(v, dict) else {"launches": int(v)}) for k, v in data.items()}
 
-    def count_launch(self, name: str, unit: str) -> int:
-        data = self.launches(name)
-        data[unit] = data.get(unit, 0) + 1
+    def _write_launches(self, name: str, data: dict) -> None:
         self.write_json(self.recipe_dir(name) / "launches.json", data)
-        return data[unit]
+
+    def count_launch(self, name: str, unit: str, now: float) -> dict:
+        data = self.launches(name)
+        rec = data.setdefault(unit, {})
+        if rec.get("launches", 0) > 0 and not rec.get("replace"):
+            rec["restarts"] = rec.get("restarts", 0) + 1  # a relaunch after a failure
+        rec["launches"] = rec.get("launches", 0) + 1
+        rec["lastLaunch"] = now
+        rec["replace"] = False
+        self._write_launches(name, data)
+        return rec
+
+    def mark_replace(self, name: str, unit: str) -> None:
+        data = self.launches(name)
+        if unit in data and not data[unit].get("replace"):
+            data[unit]["replace"] = True
+            self._write_launches(name, data)
+
+    def reset_restarts(self, name: str, unit: str) -> None:
+        data = self.launches(name)
+        if data.get(unit, {}).get("restarts"):
+            data[unit]["restarts"] = 0
+            self._write_launches(name, data)
 
     def prune_launches(self, name: str, keep: set[str]) -> None:
         """Forget launch counts of workers that no longer exist: a new worker starts at 0 restarts."""
         data = self.launches(name)
         kept = {k: v for k, v in data.items() if k in keep}
         if kept != data:
-            self.write_json(self.recipe_dir(name) / "launches.json", kept)
+            self._write_launches(name, kept)
 
     def files(self) -> dict[str, str]:
         return self.read_json(self.root / "files.json", {})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.plan import Plan
+from reconciler.plan import Plan, restart_gate
 from reconciler.state import iso
 from reconciler.units import FRONTEND
 from reconciler.world import DesiredRecipe, Observed
@@ -14,9 +14,9 @@ ROLES = ("prefill", "decode", "agg")
 
 def build_status(
     name: str, d: DesiredRecipe | None, o: Observed, p: Plan, invalid: str | None, prev: dict,
-    launches: dict[str, int], now: float, exits: dict[str, tuple[int, float]] | None = None,
+    launches: dict[str, dict], now: float, exits: dict[str, tuple[int, float]] | None = None,
 ) -> dict[str, Any]:
-    rows = worker_rows(name, d, o, launches, exits or {}) if d else []
+    rows = worker_rows(name, d, o, launches, exits or {}, now) if d else []
     workers = [r for r in rows if r["role"] != FRONTEND]
     ready = sum(r["ready"] for r in workers)
     want = len(workers)
@@ -52,9 +52,12 @@ def build_status(
         cond("Progressing", True, "WaitingForReady", f"{ready}/{want} workers ready")
     else:
         cond("Progressing", False, "Converged", "every worker runs the current spec and is ready")
-    down = [r["name"] for r in workers if r["phase"] == "Pending" and launches.get(r["name"], 0) > 0]
-    cond("Degraded", bool(down), "WorkersDown" if down else "AsExpected",
-         f"relaunching {', '.join(down)}" if down else "no worker is down")
+    down = [r["name"] for r in workers if r["phase"] in ("Pending", "BackOff", "Failed")
+            and launches.get(r["name"], {}).get("launches", 0) > 0]
+    failed = [r["name"] for r in workers if r["phase"] == "Failed"]
+    cond("Degraded", bool(down), "WorkersFailed" if failed else ("WorkersDown" if down else "AsExpected"),
+         (f"not restarted: {', '.join(failed)}; " if failed else "")
+         + (f"down: {', '.join(down)}" if down else "no worker is down"))
     cond("Invalid", invalid is not None, "InvalidSpec" if invalid else "Valid",
          (invalid + ("; still running the last applied spec" if d else "")) if invalid else "the recipe file validates")
     phase = ("Invalid" if invalid and d is None else "Suspended" if suspended else "Ready" if all_ready else "Progressing")
@@ -69,6 +72,11 @@ def build_status(
         "endpoint": fe["url"] if fe else None,
         "workers": rows,
     }
+
+
+def _restarts(launches: dict[str, dict], unit: str) -> int:
+    """Lives after the first: what RESTARTS shows (the backoff counter is separate and resets)."""
+    return max(0, launches.get(unit, {}).get("launches", 0) - 1)
 
 
 def _exit(rec: tuple[int, float] | None) -> dict | None:
@@ -86,7 +94,8 @@ def role_counts(rows: list[dict]) -> dict[str, dict[str, int]]:
 
 
 def worker_rows(
-    name: str, d: DesiredRecipe, o: Observed, launches: dict[str, int], exits: dict[str, tuple[int, float]]
+    name: str, d: DesiredRecipe, o: Observed, launches: dict[str, dict], exits: dict[str, tuple[int, float]],
+    now: float,
 ) -> list[dict]:
     steps: dict[tuple[str, int], list] = {}
     for s in o.steps_of(name):
@@ -97,7 +106,8 @@ def worker_rows(
         ss = steps.get((u.role, u.index), [])
         ok = bool(o.ready.get(u.key))
         if not ss:
-            phase = "Pending"
+            decision, _why = restart_gate(d.policy(u.role), o.health.get(u.key), now)
+            phase = {"launch": "Pending", "wait": "BackOff", "stop": "Failed"}[decision]
         elif any(s.spec_hash != u.spec_hash for s in ss):
             phase = "Outdated"
         else:
@@ -106,13 +116,13 @@ def worker_rows(
             "name": u.name, "role": u.role, "index": u.index, "phase": phase, "ready": ok and phase == "Ready",
             "nodes": list(u.nodes), "gpus": list(u.gpus), "ports": dict(u.ports), "url": u.url,
             "steps": sorted(s.step_id for s in ss), "specHash": u.spec_hash,
-            "restarts": max(0, launches.get(u.name, 0) - 1),
+            "restarts": _restarts(launches, u.name),
             "lastExit": _exit(exits.get(u.name)),
         })
     for role, index in d.waiting:
         rows.append({"name": f"{role}_{index}", "role": role, "index": index, "phase": "Waiting", "ready": False,
                      "nodes": [], "gpus": [], "ports": {}, "url": None, "steps": [], "specHash": None,
-                     "restarts": max(0, launches.get(f"{role}_{index}", 0) - 1),
+                     "restarts": _restarts(launches, f"{role}_{index}"),
                      "lastExit": _exit(exits.get(f"{role}_{index}"))})
     order = {r: i for i, r in enumerate(ROLES + (FRONTEND,))}
     rows.sort(key=lambda r: (order.get(r["role"], 9), r["index"]))

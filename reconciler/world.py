@@ -63,10 +63,32 @@ class Step:
 
 
 @dataclass(frozen=True)
+class UnitHealth:
+    """What the reconciler knows about one worker's lives, beyond squeue."""
+
+    launches: int = 0  # lives started so far
+    restarts: int = 0  # the backoff counter: failures since the worker was last healthy for a while
+    last_launch: float | None = None  # when the current (or last) life was launched
+    last_exit: tuple[int, float] | None = None  # (exit code, time) of the last life that ended
+    missing_since: float | None = None  # first time it was seen without a step (when no exit record)
+    replacing: bool = False  # we stopped it on purpose (rollout, a lost rank): relaunch at once
+    was_ready: bool = False  # Ready at least once in this life
+    probe_failures: int = 0  # consecutive failed probes since it was last Ready
+    fatal: str | None = None  # a line of this life's log matching a fatal pattern
+
+    def ended(self, now: float) -> tuple[int | None, float]:
+        """Exit code (None when unknown, e.g. SIGKILL) and time of the life that ended."""
+        if self.last_exit and (self.last_launch is None or self.last_exit[1] >= self.last_launch - 1):
+            return self.last_exit
+        return None, self.missing_since or now
+
+
+@dataclass(frozen=True)
 class Observed:
     allocs: tuple[Alloc, ...] = ()
     steps: tuple[Step, ...] = ()
     ready: Mapping[tuple[str, str, int], bool] = field(default_factory=dict)  # unit key -> health probe ok
+    health: Mapping[tuple[str, str, int], UnitHealth] = field(default_factory=dict)
 
     @cached_property
     def _index(self) -> dict[str, tuple[list[Alloc], list[Step]]]:
@@ -104,6 +126,18 @@ class AllocSpec:
 
 
 @dataclass(frozen=True)
+class RestartPolicy:
+    policy: str = "always"  # never | on-failure | always
+    max_restarts: int | None = None
+    backoff_seconds: float = 10.0
+    max_backoff_seconds: float = 300.0
+    reset_after_seconds: float = 600.0
+
+    def delay(self, restarts: int) -> float:
+        return min(self.backoff_seconds * (2 ** min(restarts, 30)), self.max_backoff_seconds)
+
+
+@dataclass(frozen=True)
 class DesiredRecipe:
     name: str
     generation: str  # hash of the recipe spec: status observedGeneration
@@ -117,6 +151,12 @@ class DesiredRecipe:
     unplaceable: tuple[str, ...] = ()  # unit names that no allocation can hold (topology changed)
     job_of: Mapping[tuple[str, int], str] = field(default_factory=dict)  # (role, index) -> job id holding it
     pending_reason: str = ""  # why an allocation is still pending (Slurm's reason)
+    restart: Mapping[str, RestartPolicy] = field(default_factory=dict)  # role -> policy (frontend: default)
+    startup_grace: float = 1800.0  # seconds a new life may take to become Ready
+    liveness_failures: int = 3  # consecutive failed probes after Ready that mean "dead"
+
+    def policy(self, role: str) -> RestartPolicy:
+        return self.restart.get(role, RestartPolicy())
 
     @property
     def unit_keys(self) -> set[tuple[str, int]]:

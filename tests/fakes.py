@@ -26,6 +26,7 @@ class FakeCluster:
     allocs: dict[str, Alloc] = field(default_factory=dict)
     steps: dict[str, Step] = field(default_factory=dict)
     unready: set = field(default_factory=set)
+    health: dict = field(default_factory=dict)  # unit key -> UnitHealth
     pending: bool = False
     ports: NodePortAllocator = field(default_factory=NodePortAllocator)
     _jobs: itertools.count = field(default_factory=lambda: itertools.count(100))
@@ -34,17 +35,17 @@ class FakeCluster:
 
     def observed(self) -> Observed:
         ready = {s.unit_key: True for s in self.steps.values() if s.unit_key not in self.unready}
-        return Observed(tuple(self.allocs.values()), tuple(self.steps.values()), ready)
+        return Observed(tuple(self.allocs.values()), tuple(self.steps.values()), ready, dict(self.health))
 
     def desired(self, recipes: dict, manifests_seen: int | None = None) -> Desired:
         seen = len(recipes) if manifests_seen is None else manifests_seen
         return build(recipes, Observed(tuple(self.allocs.values()), tuple(self.steps.values())), self.ports, STATE,
                      "py", seen)
 
-    def plan(self, recipes: dict, allow_empty: bool = False, manifests_seen: int | None = None) -> Plan:
+    def plan(self, recipes: dict, allow_empty: bool = False, manifests_seen: int | None = None,
+             now: float = 0.0) -> Plan:
         desired = self.desired(recipes, manifests_seen)
-        # readiness is probed for desired units that run: mirror that
-        return plan(desired, self.observed(), 0.0, allow_empty)
+        return plan(desired, self.observed(), now, allow_empty)
 
     def apply(self, p: Plan) -> None:
         for a in p.actions:

@@ -29,7 +29,7 @@ resources: {{gpus_per_node: 8}}
 engine: {{type: mocker, speedup_ratio: 100}}
 roles:
   prefill: {{nodes: 1, workers: 1, gpus: 1}}
-  decode: {{nodes: colocate, workers: {decode}, gpus: 1}}
+  decode: {{nodes: colocate, workers: {decode}, gpus: 1, restart: {{backoff_seconds: 0.5}}}}
 frontend: {{type: builtin}}
 """
 
@@ -278,7 +278,7 @@ def test_kill9_mid_deploy_then_restart_adopts_without_duplicates(h):
     for unit, sid in partial.items():
         assert final[unit] == sid, f"{unit} was relaunched after the restart"
     launches = json.loads((h.state / name / "launches.json").read_text())
-    assert all(n == 1 for n in launches.values()), launches
+    assert all(r["launches"] == 1 for r in launches.values()), launches
     time.sleep(2.5)  # a few more resyncs change nothing
     assert h.steps(name) == final
 
@@ -365,3 +365,52 @@ def test_exit_status_of_a_dead_worker_is_recorded(h):
                timeout=20, what="lastExit in status")
     logs = "".join(p.read_text() for p in (h.state / name / "logs").glob("agg_0.0.log*"))
     assert "FATAL mocker: simulated engine crash" in logs
+
+
+def _status(h: Harness, name: str) -> dict:
+    try:
+        return json.loads((h.state / name / "status.json").read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def _row(h: Harness, name: str, unit: str) -> dict:
+    return next((w for w in _status(h, name).get("workers", []) if w["name"] == unit), {})
+
+
+def test_crash_loop_backs_off_and_never_policy_gives_up(h):
+    loop = h.name("loop")
+    once = h.name("once")
+    (h.manifests / f"{loop}.yaml").write_text(KEEP.format(name=loop).replace(
+        "workers: 1, gpus: 1", "workers: 1, gpus: 1, args: {crash-after: 0.5}, "
+        "restart: {backoff_seconds: 1, max_backoff_seconds: 2}"))
+    (h.manifests / f"{once}.yaml").write_text(KEEP.format(name=once).replace(
+        "workers: 1, gpus: 1", "workers: 1, gpus: 1, args: {crash-after: 0.5}, restart: never"))
+    h.start()
+    wait_until(lambda: _row(h, loop, "agg_0").get("restarts", 0) >= 2, timeout=40, what="two restarts")
+    rec = json.loads((h.state / loop / "launches.json").read_text())["agg_0"]
+    assert rec["restarts"] >= 2  # the backoff counter grows with each failed life
+    wait_until(lambda: _row(h, once, "agg_0").get("phase") == "Failed", timeout=30, what="never: Failed")
+    row = _row(h, once, "agg_0")
+    assert row["lastExit"]["code"] == 3 and row["restarts"] == 0
+    degraded = next(c for c in _status(h, once)["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "WorkersFailed"
+    assert "not restarted: agg_0" in degraded["message"]
+    time.sleep(1.5)
+    assert not h.steps(once)
+
+
+@pytest.mark.parametrize("markers", [True, False], ids=["fatal-log-line", "liveness-probes"])
+def test_hung_engine_is_detected_and_relaunched(h, markers):
+    name = h.name("hang")
+    text = KEEP.format(name=name).replace(
+        "workers: 1, gpus: 1", "workers: 1, gpus: 1, args: {hang-after: 2}, restart: {backoff_seconds: 0.5}")
+    text += f"health_check: {{fatal_log_markers: {str(markers).lower()}}}\nreconcile: {{liveness_failures: 2}}\n"
+    (h.manifests / f"{name}.yaml").write_text(text)
+    h.start()
+    first = h.wait_steps(name, {"agg_0"})["agg_0"]
+    h.wait_ready(name)
+    wait_until(lambda: (s := h.steps(name).get("agg_0")) and s[0] != first[0], timeout=40, what="relaunch of the hung engine")
+    events = (h.state / "events.jsonl").read_text()
+    assert ("fatal log line: FATAL mocker: simulated engine hang" in events) == markers
+    assert ("health probes failed in a row" in events) == (not markers)

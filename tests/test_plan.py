@@ -283,3 +283,96 @@ def test_plan_converges_and_is_idempotent(first, second, kills):
     have = {s.unit_key for s in c.steps.values() if s.role != "frontend"}
     assert have == want
     assert {a.recipe for a in c.allocs.values()} <= set(r2)
+
+
+# ---------------------------------------------------------------- self-healing policies
+import pytest  # noqa: E402
+
+from reconciler.plan import restart_gate  # noqa: E402
+from reconciler.world import RestartPolicy, UnitHealth  # noqa: E402
+
+
+def life(launches=1, restarts=0, launched=0.0, exit=None, missing=None, **kw) -> UnitHealth:
+    return UnitHealth(launches=launches, restarts=restarts, last_launch=launched, last_exit=exit,
+                      missing_since=missing, **kw)
+
+
+@pytest.mark.parametrize(
+    "policy, health, now, decision, fragment",
+    [
+        (RestartPolicy(), None, 0, "launch", "missing"),
+        (RestartPolicy(), life(launches=0), 0, "launch", "missing"),
+        (RestartPolicy("never"), life(exit=(1, 5.0)), 100, "stop", "restart policy is never"),
+        (RestartPolicy("on-failure"), life(exit=(0, 5.0)), 100, "stop", "does not restart a clean exit"),
+        (RestartPolicy("on-failure"), life(exit=(1, 5.0)), 16, "launch", "exited with code 1; restart 1"),
+        (RestartPolicy("on-failure"), life(exit=(1, 5.0)), 14, "wait", "relaunch in 1s"),
+        (RestartPolicy("always"), life(exit=(0, 5.0)), 10, "wait", "backoff, restart 1"),
+        (RestartPolicy("always"), life(restarts=3, exit=(137, 0.0)), 79, "wait", "relaunch in 1s"),
+        (RestartPolicy("always"), life(restarts=3, exit=(137, 0.0)), 81, "launch", "restart 4"),
+        (RestartPolicy("always"), life(restarts=12, exit=(1, 0.0)), 299, "wait", "relaunch in 1s"),  # capped at 300
+        (RestartPolicy(max_restarts=2), life(restarts=2, exit=(1, 0.0)), 1e6, "stop", "gave up after 2 restarts"),
+        (RestartPolicy("never"), life(replacing=True), 0, "launch", "replacing"),
+        # no exit record (SIGKILL): the end is when the step was first seen missing
+        (RestartPolicy(), life(launched=50.0, missing=100.0), 105, "wait", "was killed; relaunch in 5s"),
+        # an exit record older than the current life belongs to a previous life
+        (RestartPolicy(), life(launched=50.0, exit=(0, 10.0), missing=100.0), 111, "launch", "was killed"),
+    ],
+)
+def test_restart_gate_table(policy, health, now, decision, fragment):
+    got, why = restart_gate(policy, health, now)
+    assert (got, fragment in why) == (decision, True), why
+
+
+RESTART = "reconcile: {liveness_failures: 2}\nhealth_check: {max_attempts: 3, interval_seconds: 10}\n"
+
+
+def test_dead_worker_waits_for_backoff_then_is_relaunched():
+    c = FakeCluster()
+    rs = agg(2, extra=RESTART)
+    c.converge(rs)
+    dead = next(s for s in c.steps.values() if s.index == 1)
+    del c.steps[dead.step_id]
+    c.health[("r", "agg", 1)] = life(launched=0.0, exit=(3, 100.0))
+    p = c.plan(rs, now=105.0)
+    assert not p.actions and any("agg_1 exited with code 3; relaunch in 5s" in n for n in p.notes)
+    p = c.plan(rs, now=110.5)
+    assert launched(p) == [("agg", 1)]
+
+
+def test_liveness_stops_a_worker_that_stopped_answering():
+    c = FakeCluster()
+    rs = agg(2, extra=RESTART)
+    c.converge(rs)
+    c.health[("r", "agg", 0)] = life(was_ready=True, probe_failures=1)
+    assert not c.plan(rs, now=5.0).actions
+    c.health[("r", "agg", 0)] = life(was_ready=True, probe_failures=2)
+    p = c.plan(rs, now=5.0)
+    assert kinds(p) == ["CancelStep"] and "liveness: 2 health probes failed" in p.actions[0].reason
+    assert not p.actions[0].replace  # a failure: its relaunch goes through the restart policy
+
+
+def test_fatal_log_line_stops_the_worker():
+    c = FakeCluster()
+    rs = agg(1, extra=RESTART)
+    c.converge(rs)
+    c.health[("r", "agg", 0)] = life(was_ready=True, fatal="FATAL mocker: simulated engine hang")
+    p = c.plan(rs, now=1.0)
+    assert kinds(p) == ["CancelStep"] and "fatal log line: FATAL mocker" in p.actions[0].reason
+
+
+def test_worker_not_ready_within_startup_grace_is_stopped():
+    c = FakeCluster()
+    rs = agg(1, extra=RESTART)  # grace = 3 x 10 s
+    c.converge(rs)
+    c.health[("r", "agg", 0)] = life(launched=0.0, was_ready=False)
+    assert not c.plan(rs, now=29.0).actions
+    p = c.plan(rs, now=31.0)
+    assert kinds(p) == ["CancelStep"] and "startup grace of 30s" in p.actions[0].reason
+
+
+def test_rollout_replacements_skip_the_restart_policy():
+    c = FakeCluster()
+    c.converge(agg(1, extra=RESTART))
+    changed = agg(1, extra=RESTART + "environment: {X: '1'}\n")
+    p = c.plan(changed)
+    assert kinds(p) == ["CancelStep"] and p.actions[0].replace

@@ -1,0 +1,94 @@
+"""What the controller remembers about workers between ticks: probe history and log scans.
+
+This is the only edge-triggered memory of the reconciler, and losing it (a restart)
+is safe: a worker that was Ready is probed again, a log is rescanned from the start
+of the current life (logs are rotated at each launch), a restart counter comes from
+state/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reconciler.drivers.base import step_log_paths
+from reconciler.units import Unit
+
+SCAN_LIMIT = 1 << 20  # bytes of new log read per worker and tick
+
+Key = tuple[str, str, int]
+
+
+@dataclass
+class Life:
+    was_ready: bool = False
+    ready_since: float | None = None
+    probe_failures: int = 0
+    fatal: str | None = None
+    offsets: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (inode, offset)
+    partial: dict[int, bytes] = field(default_factory=dict)  # rank -> unterminated last line
+
+
+class HealthTracker:
+    def __init__(self, state_root: Path):
+        self.state_root = state_root
+        self.lives: dict[Key, Life] = {}
+        self.missing_since: dict[Key, float] = {}
+
+    def new_life(self, key: Key) -> None:
+        self.lives.pop(key, None)
+        self.missing_since.pop(key, None)
+
+    def life(self, key: Key) -> Life:
+        return self.lives.setdefault(key, Life())
+
+    def probed(self, key: Key, ok: bool, now: float) -> None:
+        life = self.life(key)
+        if ok:
+            life.was_ready = True
+            life.probe_failures = 0
+            if life.ready_since is None:
+                life.ready_since = now
+        else:
+            life.ready_since = None
+            if life.was_ready:
+                life.probe_failures += 1
+
+    def seen_running(self, key: Key) -> None:
+        self.missing_since.pop(key, None)
+
+    def seen_missing(self, key: Key, now: float) -> float:
+        return self.missing_since.setdefault(key, now)
+
+    def scan_logs(self, unit: Unit) -> None:
+        """Look for the first fatal line of this life in each rank's log."""
+        if not unit.fatal_patterns:
+            return
+        life = self.life(unit.key)
+        if life.fatal:
+            return
+        patterns = [re.compile(p) for p in unit.fatal_patterns]
+        for launch in unit.launches:
+            path = step_log_paths(self.state_root, unit.recipe, unit.name, launch.rank).log
+            try:
+                st = os.stat(path)
+                inode, offset = life.offsets.get(launch.rank, (st.st_ino, 0))
+                if inode != st.st_ino or st.st_size < offset:
+                    offset = 0  # rotated or truncated: a new file
+                    life.partial.pop(launch.rank, None)
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    data = f.read(SCAN_LIMIT)
+            except OSError:
+                continue
+            life.offsets[launch.rank] = (st.st_ino, offset + len(data))
+            data = life.partial.pop(launch.rank, b"") + data
+            lines = data.split(b"\n")
+            life.partial[launch.rank] = lines.pop()[-4096:]  # keep an incomplete last line for next time
+            for raw in lines:
+                line = raw.decode(errors="replace").rstrip("\r")
+                if any(p.search(line) for p in patterns):
+                    life.fatal = line
+                    return
