@@ -197,7 +197,6 @@ class HealthCheckConfig(Strict):
 
 class RolloutConfig(Strict):
     max_unavailable: int = Field(1, ge=1)
-    ready_timeout_seconds: float | None = Field(None, gt=0)
 
 
 class ReconcileConfig(Strict):
@@ -207,7 +206,6 @@ class ReconcileConfig(Strict):
     rollout: RolloutConfig = RolloutConfig()
     nodes_per_allocation: int | None = Field(None, ge=1)
     container_runtime: Literal["pyxis", "none"] = "pyxis"
-    probe_interval_seconds: float = Field(2.0, gt=0)
     liveness_failures: int = Field(3, ge=1)
 
 
