@@ -73,6 +73,7 @@ class Controller:
         self._wake = threading.Event()
         self._said: set[str] = set()
         self.tracker = HealthTracker(self.state.root)
+        self._desired_cache: dict = {}
 
     def _load_ports(self) -> NodePortAllocator:
         path = self.state.root / "ports.json"
@@ -139,7 +140,8 @@ class Controller:
         m = self.load_manifests()
         allocs, steps = self.observe()
         pre = Observed(tuple(allocs), tuple(steps))
-        desired = build_desired(m.recipes, pre, self.ports, self.state.root, self.python, m.files_seen)
+        desired = build_desired(m.recipes, pre, self.ports, self.state.root, self.python, m.files_seen,
+                                self._desired_cache)
         units = [u for d in desired.recipes.values() for u in _all_units(d)]
         running = {s.unit_key for s in steps if not s.pending}
         ready = probe_units([u for u in units if u.key in running])

@@ -34,8 +34,25 @@ def build(
     state_dir: Path,
     python: str,
     manifests_seen: int,
+    cache: dict[str, tuple[tuple, DesiredRecipe]] | None = None,
 ) -> Desired:
-    out = {name: build_recipe(r, observed.allocs_of(name), ports, state_dir, python) for name, r in recipes.items()}
+    """``cache`` (kept by the caller across ticks) skips rebuilding a recipe whose spec and
+    allocations did not change: its units (argv, ports, hashes) are then the same."""
+    out = {}
+    for name, r in recipes.items():
+        allocs = observed.allocs_of(name)
+        if cache is None:
+            out[name] = build_recipe(r, allocs, ports, state_dir, python)
+            continue
+        key = (generation(r), tuple(sorted((a.job_id, a.index, a.start, a.count, a.state, a.nodes) for a in allocs)))
+        hit = cache.get(name)
+        if hit is None or hit[0] != key:
+            hit = (key, build_recipe(r, allocs, ports, state_dir, python))
+            cache[name] = hit
+        out[name] = hit[1]
+    if cache is not None:
+        for gone in set(cache) - set(recipes):
+            del cache[gone]
     return Desired(out, manifests_seen)
 
 
