@@ -170,7 +170,7 @@ class Controller:
                 launches=rec.get("launches", 0), restarts=rec.get("restarts", 0), last_launch=rec.get("lastLaunch"),
                 last_exit=last_exit, missing_since=missing,
                 replacing=bool(rec.get("replace")), was_ready=life.was_ready, probe_failures=life.probe_failures,
-                fatal=life.fatal,
+                fatal=life.fatal, watched_since=life.watched_since,
             )
         return out
 

@@ -23,6 +23,7 @@ Key = tuple[str, str, int]
 
 @dataclass
 class Life:
+    watched_since: float | None = None
     was_ready: bool = False
     ready_since: float | None = None
     probe_failures: int = 0
@@ -46,6 +47,8 @@ class HealthTracker:
 
     def probed(self, key: Key, ok: bool, now: float) -> None:
         life = self.life(key)
+        if life.watched_since is None:
+            life.watched_since = now
         if ok:
             life.was_ready = True
             life.probe_failures = 0

@@ -184,7 +184,7 @@ def _liveness(d: DesiredRecipe, h: UnitHealth | None, now: float) -> str | None:
         return f"fatal log line: {h.fatal[:160]}"
     if h.was_ready and h.probe_failures >= d.liveness_failures:
         return f"liveness: {h.probe_failures} health probes failed in a row"
-    if not h.was_ready and h.last_launch is not None and now - h.last_launch > d.startup_grace:
+    if not h.was_ready and h.grace_from is not None and now - h.grace_from > d.startup_grace:
         return f"not Ready within the startup grace of {d.startup_grace:g}s"
     return None
 

@@ -75,6 +75,14 @@ class UnitHealth:
     was_ready: bool = False  # Ready at least once in this life
     probe_failures: int = 0  # consecutive failed probes since it was last Ready
     fatal: str | None = None  # a line of this life's log matching a fatal pattern
+    watched_since: float | None = None  # when this reconciler process first probed it (after a restart)
+
+    @property
+    def grace_from(self) -> float | None:
+        """Start of the startup grace: the launch, or our own start if we adopted it later."""
+        if self.last_launch is None:
+            return self.watched_since
+        return max(self.last_launch, self.watched_since or self.last_launch)
 
     def ended(self, now: float) -> tuple[int | None, float]:
         """Exit code (None when unknown, e.g. SIGKILL) and time of the life that ended."""

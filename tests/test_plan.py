@@ -376,3 +376,13 @@ def test_rollout_replacements_skip_the_restart_policy():
     changed = agg(1, extra=RESTART + "environment: {X: '1'}\n")
     p = c.plan(changed)
     assert kinds(p) == ["CancelStep"] and p.actions[0].replace
+
+
+def test_startup_grace_restarts_when_a_reconciler_adopts_a_worker():
+    c = FakeCluster()
+    rs = agg(1, extra=RESTART)  # grace 30 s
+    c.converge(rs)
+    # launched long ago by a previous reconciler process; this one started watching at t=1000
+    c.health[("r", "agg", 0)] = life(launched=0.0, was_ready=False, watched_since=1000.0)
+    assert not c.plan(rs, now=1010.0).actions  # one failed probe after a restart is not a verdict
+    assert kinds(c.plan(rs, now=1031.0)) == ["CancelStep"]
