@@ -17,7 +17,7 @@ from aiohttp import web
 from reconciler.mocker.engine import Engine, EngineConfig, PromptTooLong, Request
 from reconciler.mocker.metrics import EngineMetrics
 from reconciler.mocker.tokenizer import encode
-from reconciler.openai import ApiError, error_response, parse_json_body, sse
+from reconciler.openai import ApiError, error_response, openai_app, parse_json_body, sse
 
 DEFAULT_MAX_TOKENS = {"chat": 64, "completion": 16}
 
@@ -50,15 +50,8 @@ class MockerServer:
 
     # ---------------------------------------------------------------- app
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=16 * 1024 * 1024)
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/metrics", self.metrics_handler)
-        app.router.add_get("/v1/models", self.models)
-        app.router.add_post("/v1/chat/completions", self.chat)
-        app.router.add_post("/v1/completions", self.completions)
-        app.on_startup.append(self._on_startup)
-        app.on_cleanup.append(self._on_cleanup)
-        return app
+        return openai_app(health=self.health, metrics=self.metrics_handler, models=self.models, chat=self.chat,
+                          completions=self.completions, on_startup=self._on_startup, on_cleanup=self._on_cleanup)
 
     async def _on_startup(self, app: web.Application) -> None:
         self._tasks.append(asyncio.create_task(self.engine.run()))

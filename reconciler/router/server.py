@@ -23,7 +23,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from reconciler.openai import ApiError, error_response, parse_json_body
+from reconciler.openai import ApiError, error_response, openai_app, parse_json_body
 
 RETRYABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError)
 COOLDOWN = 2.0  # seconds a worker that refused a connection is skipped
@@ -126,15 +126,8 @@ class Router:
 
     # ---------------------------------------------------------------- app
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=16 * 1024 * 1024)
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/metrics", self.metrics)
-        app.router.add_get("/v1/models", self.models)
-        app.router.add_post("/v1/chat/completions", self.forward)
-        app.router.add_post("/v1/completions", self.forward)
-        app.on_startup.append(self._startup)
-        app.on_cleanup.append(self._cleanup)
-        return app
+        return openai_app(health=self.health, metrics=self.metrics, models=self.models, chat=self.forward,
+                          completions=self.forward, on_startup=self._startup, on_cleanup=self._cleanup)
 
     async def _startup(self, app: web.Application) -> None:
         conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
