@@ -150,7 +150,6 @@ def place(
     taken = {a.index for a in live}
     next_index = 0
     new_specs: list[AllocSpec] = []
-    pseudo: list[Alloc] = []
     for g in groups:
         while next_index in taken:
             next_index += 1
@@ -158,10 +157,9 @@ def place(
         count = max(e.nodes[-1] for e in g) - start + 1
         gpus = max(gpus_on.get(o, 0) for o in range(start, start + count))
         new_specs.append(_spec(recipe, next_index, start, count, min(gpus, gpn)))
-        fake = Alloc("", recipe.name, next_index, start, count, "WANTED")
-        pseudo.append(fake)
+        wanted = Alloc("", recipe.name, next_index, start, count, "WANTED")  # not submitted yet: never running
         for e in g:
-            placement[(e.mode, e.index)] = fake
+            placement[(e.mode, e.index)] = wanted
         taken.add(next_index)
     keep = [a.job_id for a in live if used_by[a.job_id]]
     kept_specs = [
