@@ -8,6 +8,8 @@ per-recipe error backoff, and caches of derived data.
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import threading
 import time
@@ -34,6 +36,7 @@ from reconciler.units import FRONTEND, Unit, endpoints_path
 from reconciler.world import Desired, DesiredRecipe, Observed, Step, UnitHealth
 
 log = structlog.get_logger("reconciler")
+BIND_FAILURE = re.compile(r"address already in use|EADDRINUSE|\[Errno 98\]", re.IGNORECASE)
 INFLIGHT_GRACE = 20.0  # seconds a launched step may take to appear in squeue
 ACTIVE_INTERVAL = 0.5  # seconds between ticks while something is still converging
 
@@ -74,6 +77,7 @@ class Controller:
         self._said: set[str] = set()
         self.tracker = HealthTracker(self.state.root)
         self._desired_cache: dict = {}
+        self._conflicts_seen: set[tuple[str, int, int]] = set()
 
     def _load_ports(self) -> NodePortAllocator:
         path = self.state.root / "ports.json"
@@ -139,6 +143,7 @@ class Controller:
     def snapshot(self) -> Snapshot:
         m = self.load_manifests()
         allocs, steps = self.observe()
+        self._port_conflicts(steps)
         pre = Observed(tuple(allocs), tuple(steps))
         desired = build_desired(m.recipes, pre, self.ports, self.state.root, self.python, m.files_seen,
                                 self._desired_cache)
@@ -149,6 +154,34 @@ class Controller:
         health = self._health(desired, units, running, ready, now)
         observed = Observed(tuple(allocs), tuple(steps), ready, health)
         return Snapshot(m, desired, observed, plan(desired, observed, now, self.allow_empty))
+
+    def _port_conflicts(self, steps: list[Step]) -> None:
+        """A worker that died because its port was taken by a process we do not own gets new
+        ports (the taken ones are blocked on that node), instead of crash-looping on them."""
+        running = {f"{s.recipe}/{s.role}_{s.index}" for s in steps}
+        for owner in sorted(self.ports.owners() - running):
+            recipe, unit = owner.split("/", 1)
+            logs = self.state.recipe_dir(recipe) / "logs"
+            for log_path in logs.glob(f"{unit}.*.log") if logs.is_dir() else ():
+                try:
+                    st = os.stat(log_path)
+                except OSError:
+                    continue
+                mark = (str(log_path), st.st_ino, st.st_size)
+                if mark in self._conflicts_seen or not BIND_FAILURE.search(_tail(log_path, 8192)):
+                    continue
+                self._conflicts_seen.add(mark)
+                held = self.ports.held_by(owner)
+                for node, ports in held.items():
+                    for port in ports.values():
+                        self.ports.block(node, port)
+                self.ports.release(owner)
+                self._desired_cache.pop(recipe, None)
+                taken = ", ".join(f"{n}:{p}" for n, ps in held.items() for p in ps.values())
+                log.warning("port conflict: new ports for the worker", recipe=recipe, unit=unit, ports=taken)
+                self.state.event("PortConflict", recipe, f"{unit} could not bind ({taken}): another process holds "
+                                 "it; the worker gets new ports and those are avoided for an hour")
+                break
 
     def _health(self, desired: Desired, units: list[Unit], running: set, ready: dict, now: float) -> dict:
         """Per worker: lives and exits from state/, probe history and fatal log lines from the tracker."""
@@ -320,10 +353,12 @@ class Controller:
             wait = resync
             try:
                 snap, done = self.tick()
-                for n in snap.plan.notes:
-                    if n not in self._said:
+                # a note is logged when it first appears, not again each tick (countdowns aside)
+                keys = {_note_key(n): n for n in snap.plan.notes}
+                for k, n in keys.items():
+                    if k not in self._said:
                         log.info(n)
-                self._said = set(snap.plan.notes)
+                self._said = set(keys)
                 if done or snap.plan.actions or not _settled(snap):
                     # converging: look again soon instead of waiting a full resync
                     wait = min(resync, ACTIVE_INTERVAL)
@@ -348,6 +383,10 @@ class Controller:
                 self._wake.set()
         except Exception as e:  # noqa: BLE001 - resync still converges without the watcher
             log.warning("manifest watcher stopped; relying on resync", error=str(e))
+
+
+def _note_key(note: str) -> str:
+    return re.sub(r"\d+s\b", "Ns", note)
 
 
 def _tail(path: Path, limit: int = 400) -> str:

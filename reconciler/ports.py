@@ -10,6 +10,7 @@ under state/ so two recipes sharing a node stay apart across restarts.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from reconciler.fsutil import atomic_write_text
@@ -33,6 +34,8 @@ class NodePortAllocator:
         # node -> {"owner#name": port}
         self._by_key: dict[str, dict[str, int]] = {}
         self._cursor: dict[str, int] = {}
+        # node -> {port: until}: ports something else turned out to hold; skipped until then
+        self._blocked: dict[str, dict[int, float]] = {}
 
     def set_range(self, base: int, limit: int) -> None:
         """New ports come from [base, limit); ports already handed out stay where they are."""
@@ -48,11 +51,13 @@ class NodePortAllocator:
         if key in keys:
             return keys[key]
         ports = self._by_node.setdefault(node, {})
+        now = time.time()
+        blocked = {p for p, until in self._blocked.get(node, {}).items() if until > now}
         span = self.limit - self.base
         start = self._cursor.get(node, self.base)
         for i in range(span):
             port = self.base + (start - self.base + i) % span
-            if port not in ports:
+            if port not in ports and port not in blocked:
                 ports[port] = key
                 keys[key] = port
                 self._cursor[node] = port + 1 if port + 1 < self.limit else self.base
@@ -68,6 +73,20 @@ class NodePortAllocator:
         ports[port] = key
         self._by_key.setdefault(node, {})[key] = port
         return True
+
+    def block(self, node: str, port: int, seconds: float = 3600.0) -> None:
+        """A process we do not own holds ``port`` on ``node``: hand it to nobody for a while."""
+        self._blocked.setdefault(node, {})[port] = time.time() + seconds
+
+    def held_by(self, owner: str) -> dict[str, dict[str, int]]:
+        """node -> {name: port} of one owner."""
+        out: dict[str, dict[str, int]] = {}
+        for node, keys in self._by_key.items():
+            for key, port in keys.items():
+                k_owner, name = key.split("#", 1)
+                if k_owner == owner:
+                    out.setdefault(node, {})[name] = port
+        return out
 
     def lookup(self, node: str, owner: str, name: str) -> int | None:
         return self._by_key.get(node, {}).get(f"{owner}#{name}")
@@ -99,6 +118,8 @@ class NodePortAllocator:
             "base": self.base,
             "limit": self.limit,
             "nodes": {n: dict(sorted(k.items())) for n, k in sorted(self._by_key.items()) if k},
+            "blocked": {n: {str(p): u for p, u in sorted(b.items()) if u > time.time()}
+                        for n, b in sorted(self._blocked.items()) if b},
         }
 
     @classmethod
@@ -108,6 +129,8 @@ class NodePortAllocator:
             for key, port in keys.items():
                 alloc._by_key.setdefault(node, {})[key] = int(port)
                 alloc._by_node.setdefault(node, {})[int(port)] = key
+        for node, ports in (data.get("blocked") or {}).items():
+            alloc._blocked[node] = {int(p): float(u) for p, u in ports.items()}
         return alloc
 
     @classmethod

@@ -414,3 +414,27 @@ def test_hung_engine_is_detected_and_relaunched(h, markers):
     events = (h.state / "events.jsonl").read_text()
     assert ("fatal log line: FATAL mocker: simulated engine hang" in events) == markers
     assert ("health probes failed in a row" in events) == (not markers)
+
+
+def test_a_port_taken_by_a_foreign_process_is_replaced(h):
+    import socket
+
+    lo = int(h.env["RECONCILER_PORT_RANGE"].split("-")[0])
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind(("0.0.0.0", lo))
+    squatter.listen()
+    try:
+        name = h.name("squat")
+        (h.manifests / f"{name}.yaml").write_text(KEEP.format(name=name).replace(
+            "workers: 1, gpus: 1", "workers: 1, gpus: 1, restart: {backoff_seconds: 0.5}"))
+        h.start()
+        h.wait_ready(name, timeout=60)
+        row = _row(h, name, "agg_0")
+        assert row["ports"]["http"] != lo
+        events = (h.state / "events.jsonl").read_text()
+        assert "PortConflict" in events and f":{lo}" in events
+        ports = json.loads((h.state / "ports.json").read_text())
+        assert str(lo) in next(iter(ports["blocked"].values()))
+    finally:
+        squatter.close()
