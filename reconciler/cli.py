@@ -22,6 +22,11 @@ PORTS_OPT = click.option(
     "--port-range", "port_range", default="20000-32000", show_default=True, envvar="RECONCILER_PORT_RANGE",
     help="Ports handed to workers and routers (LO-HI), unique per node across recipes.",
 )
+INSTANCE_OPT = click.option(
+    "--instance", default=None, envvar="RECONCILER_INSTANCE",
+    help="This reconciler's name on the cluster: it only sees and touches Slurm objects labelled with it "
+         "(default: derived from --state). Set it to keep ownership when the state directory moves.",
+)
 DRIVER_OPT = click.option(
     "--driver", type=click.Choice(["slurm", "local"]), default=None,
     help="Where workloads run (default: slurm when sbatch is on PATH, else local).",
@@ -130,7 +135,7 @@ def render(recipe: str, nodes: str | None, output: str, state: str) -> None:
 
 
 def _controller(manifests: str, state: str, driver: str | None, allow_empty: bool = False,
-                port_range: str = "20000-32000"):
+                port_range: str = "20000-32000", instance: str | None = None):
     from reconciler.controller import Controller
     from reconciler.drivers import make_driver
 
@@ -140,8 +145,11 @@ def _controller(manifests: str, state: str, driver: str | None, allow_empty: boo
             raise ValueError
     except ValueError:
         _fail(f"--port-range: expected LO-HI with 0 < LO < HI <= 65536, found {port_range!r}")
-    return Controller(Path(manifests), Path(state), make_driver(driver, Path(state)), allow_empty=allow_empty,
-                      port_range=(lo, hi))
+    try:
+        drv = make_driver(driver, Path(state), instance)
+    except ValueError as e:
+        _fail(f"--instance: {e}")
+    return Controller(Path(manifests), Path(state), drv, allow_empty=allow_empty, port_range=(lo, hi))
 
 
 def _setup_logging(verbose: bool = False) -> None:
@@ -167,16 +175,17 @@ def _setup_logging(verbose: bool = False) -> None:
 @STATE_OPT
 @DRIVER_OPT
 @PORTS_OPT
+@INSTANCE_OPT
 @click.option("--once", is_flag=True, help="Run one reconcile pass and exit.")
 @click.option("--allow-empty", is_flag=True, help="Allow tearing everything down when no manifest is left.")
 @click.option("--resync", type=float, default=5.0, show_default=True, help="Seconds between full passes.")
-def run(manifests: str, state: str, driver: str | None, port_range: str, once: bool, allow_empty: bool,
-        resync: float) -> None:
+def run(manifests: str, state: str, driver: str | None, port_range: str, instance: str | None, once: bool,
+        allow_empty: bool, resync: float) -> None:
     """Watch the manifests and keep the cluster converged (SIGTERM/SIGINT stop it; workloads keep running)."""
     import signal
 
     _setup_logging()
-    ctl = _controller(manifests, state, driver, allow_empty, port_range)
+    ctl = _controller(manifests, state, driver, allow_empty, port_range, instance)
     Path(manifests).mkdir(parents=True, exist_ok=True)
 
     def stop(signum, frame):  # noqa: ARG001
@@ -188,7 +197,7 @@ def run(manifests: str, state: str, driver: str | None, port_range: str, once: b
 
     structlog.get_logger("reconciler").info(
         "reconciler started", manifests=str(Path(manifests).absolute()), state=str(Path(state).absolute()),
-        driver=ctl.driver.name, resync=resync)
+        driver=ctl.driver.name, instance=ctl.driver.owner, resync=resync)
     ctl.run(resync=resync, once=once)
 
 
@@ -197,12 +206,14 @@ def run(manifests: str, state: str, driver: str | None, port_range: str, once: b
 @STATE_OPT
 @DRIVER_OPT
 @PORTS_OPT
+@INSTANCE_OPT
 @click.option("--allow-empty", is_flag=True)
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
-def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, allow_empty: bool, output: str) -> None:
+def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, instance: str | None,
+             allow_empty: bool, output: str) -> None:
     """Show the actions `run` would take now. Exit 0: nothing to do; 2: changes pending; 1: error."""
     try:
-        snap = _controller(manifests, state, driver, allow_empty, port_range).snapshot()
+        snap = _controller(manifests, state, driver, allow_empty, port_range, instance).snapshot()
     except ReconcilerError as e:
         _fail(str(e))
     acts = snap.plan.actions
@@ -228,14 +239,15 @@ def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, al
 @STATE_OPT
 @DRIVER_OPT
 @PORTS_OPT
+@INSTANCE_OPT
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("--wait", "wait_ready", is_flag=True, help="Wait until every listed recipe is Ready (progress on a TTY).")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="With --wait: give up after SEC (exit 1).")
-def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, port_range: str, output: str,
-        wait_ready: bool, timeout: float) -> None:
+def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, port_range: str,
+        instance: str | None, output: str, wait_ready: bool, timeout: float) -> None:
     """Deployments: readiness per role, status, restarts, age and endpoint (live from the cluster)."""
     try:
-        ctl = _controller(manifests, state, driver, port_range=port_range)
+        ctl = _controller(manifests, state, driver, port_range=port_range, instance=instance)
         rows = _get_rows(ctl, names, manifests)
         if wait_ready:
             rows = _wait_ready(ctl, names, manifests, rows, timeout)

@@ -125,7 +125,7 @@ class Controller:
     # ---------------------------------------------------------------- observe
     def observe(self) -> tuple[list, list[Step]]:
         allocs, steps = self.driver.observe()
-        seen = {labels.step_name(s.recipe, s.role, s.index, s.rank, s.spec_hash) for s in steps}
+        seen = {labels.step_name(self.driver.owner, s.recipe, s.role, s.index, s.rank, s.spec_hash) for s in steps}
         now = time.monotonic()
         for name, (at, pseudo, handle) in list(self.inflight.items()):
             if name in seen or now - at > INFLIGHT_GRACE:
@@ -200,7 +200,7 @@ class Controller:
                 last_exit = self.state.exit_status(u.recipe, u.name) if rec.get("launches") else None
             life = self.tracker.life(u.key)
             out[u.key] = UnitHealth(
-                launches=rec.get("launches", 0), restarts=rec.get("restarts", 0), last_launch=rec.get("lastLaunch"),
+                launches=rec.get("launches", 0), restarts=rec.get("backoff", 0), last_launch=rec.get("lastLaunch"),
                 last_exit=last_exit, missing_since=missing,
                 replacing=bool(rec.get("replace")), was_ready=life.was_ready, probe_failures=life.probe_failures,
                 fatal=life.fatal, watched_since=life.watched_since,
@@ -250,7 +250,7 @@ class Controller:
             u, l = a.unit, a.launch
             for path, content in u.files.items():
                 write_if_changed(Path(path), content)
-            name = labels.step_name(u.recipe, u.role, u.index, l.rank, u.spec_hash)
+            name = labels.step_name(self.driver.owner, u.recipe, u.role, u.index, l.rank, u.spec_hash)
             handle = self.driver.launch(a.job_id, u, l, name)
             if l.rank == 0:
                 self.state.count_launch(u.recipe, u.name, time.time())
@@ -301,7 +301,7 @@ class Controller:
                 for u in _all_units(dr):
                     life = self.tracker.lives.get(u.key)
                     if life and life.ready_since and time.time() - life.ready_since >= dr.policy(u.role).reset_after_seconds:
-                        self.state.reset_restarts(name, u.name)
+                        self.state.reset_backoff(name, u.name)
         for name in self.state.known_recipes():
             if name not in names and not o.steps_of(name) and not o.allocs_of(name):
                 st = self.state.status(name)

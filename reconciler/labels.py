@@ -1,24 +1,34 @@
 """Ownership labels on Slurm objects, so that adoption and pruning are safe.
 
-Jobs carry the marker in their name *and* their comment; steps carry it in their
-name (steps have no comment). Recipe names cannot contain ':' (see the recipe
-model), so ':' separates fields unambiguously. Nothing without the marker is
-ever touched.
+Every object carries the marker ``rcl`` and the *owner*: the identity of one
+reconciler (``--instance``, by default derived from its state directory). Two
+reconcilers on one cluster, even under one Slurm account and with the same recipe
+names, never see each other's objects. Jobs carry marker and owner in their name
+*and* their comment; steps in their name (steps have no comment). Recipe names
+cannot contain ':' (see the recipe model), so ':' separates fields unambiguously.
+Nothing without our marker and owner is ever touched.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 MARKER = "rcl"
 COMMENT_MARKER = "reconciler/v1"
+OWNER_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 
-_JOB = re.compile(r"^rcl:(?P<recipe>[A-Za-z0-9][A-Za-z0-9_.-]*):a(?P<index>\d+)$")
+_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+_JOB = re.compile(rf"^rcl:(?P<owner>[a-z0-9-]+):(?P<recipe>{_NAME}):a(?P<index>\d+)$")
 _STEP = re.compile(
-    r"^rcl:(?P<recipe>[A-Za-z0-9][A-Za-z0-9_.-]*):(?P<role>[a-z]+):(?P<index>\d+):(?P<rank>\d+):(?P<hash>[0-9a-f]+)$"
+    rf"^rcl:(?P<owner>[a-z0-9-]+):(?P<recipe>{_NAME}):(?P<role>[a-z]+):(?P<index>\d+):(?P<rank>\d+):(?P<hash>[0-9a-f]+)$"
 )
-_COMMENT = re.compile(r"\breconciler/v1 recipe=(?P<recipe>\S+) alloc=(?P<index>\d+) start=(?P<start>\d+) nodes=(?P<count>\d+)")
+_COMMENT = re.compile(
+    r"\breconciler/v1 owner=(?P<owner>\S+) recipe=(?P<recipe>\S+) alloc=(?P<index>\d+) start=(?P<start>\d+)"
+    r" nodes=(?P<count>\d+)"
+)
 
 
 @dataclass(frozen=True)
@@ -38,28 +48,41 @@ class StepLabel:
     spec_hash: str
 
 
-def job_name(recipe: str, index: int) -> str:
-    return f"{MARKER}:{recipe}:a{index}"
+def default_owner(state_dir: Path) -> str:
+    """A stable identity per state directory: restarting with the same --state adopts."""
+    return "s" + hashlib.sha256(str(Path(state_dir).absolute()).encode()).hexdigest()[:8]
 
 
-def job_comment(recipe: str, index: int, start: int, count: int) -> str:
-    return f"{COMMENT_MARKER} recipe={recipe} alloc={index} start={start} nodes={count}"
+def check_owner(owner: str) -> str:
+    if not OWNER_RE.fullmatch(owner):
+        raise ValueError(f"instance name must be 1-32 lowercase letters, digits or '-', found {owner!r}")
+    return owner
 
 
-def parse_job(name: str, comment: str) -> JobLabel | None:
-    """Ours only when both the name and the comment carry the marker and agree."""
+def job_name(owner: str, recipe: str, index: int) -> str:
+    return f"{MARKER}:{owner}:{recipe}:a{index}"
+
+
+def job_comment(owner: str, recipe: str, index: int, start: int, count: int) -> str:
+    return f"{COMMENT_MARKER} owner={owner} recipe={recipe} alloc={index} start={start} nodes={count}"
+
+
+def parse_job(name: str, comment: str, owner: str) -> JobLabel | None:
+    """Ours only when name and comment both carry the marker and our owner, and agree."""
     n, c = _JOB.match(name or ""), _COMMENT.search(comment or "")
-    if not n or not c or n["recipe"] != c["recipe"] or n["index"] != c["index"]:
+    if not n or not c or n["owner"] != owner or c["owner"] != owner:
+        return None
+    if n["recipe"] != c["recipe"] or n["index"] != c["index"]:
         return None
     return JobLabel(n["recipe"], int(n["index"]), int(c["start"]), int(c["count"]))
 
 
-def step_name(recipe: str, role: str, index: int, rank: int, spec_hash: str) -> str:
-    return f"{MARKER}:{recipe}:{role}:{index}:{rank}:{spec_hash}"
+def step_name(owner: str, recipe: str, role: str, index: int, rank: int, spec_hash: str) -> str:
+    return f"{MARKER}:{owner}:{recipe}:{role}:{index}:{rank}:{spec_hash}"
 
 
-def parse_step(name: str) -> StepLabel | None:
+def parse_step(name: str, owner: str) -> StepLabel | None:
     m = _STEP.match(name or "")
-    if not m:
+    if not m or m["owner"] != owner:
         return None
     return StepLabel(m["recipe"], m["role"], int(m["index"]), int(m["rank"]), m["hash"])

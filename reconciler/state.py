@@ -55,7 +55,9 @@ class StateDir:
         write_if_changed(self.recipe_dir(name) / "last-applied.yaml", text)
 
     def launches(self, name: str) -> dict[str, dict]:
-        """unit -> {"launches": lives started, "restarts": backoff counter, "lastLaunch": time, "replace": bool}."""
+        """unit -> {"launches": lives started, "restarts": relaunches after a failure (what users see),
+        "backoff": the backoff counter (reset once healthy for a while), "lastLaunch": time,
+        "replace": stopped on purpose, relaunch outside the restart policy}."""
         data = self.read_json(self.recipe_dir(name) / "launches.json", {})
         return {k: (v if isinstance(v, dict) else {"launches": int(v)}) for k, v in data.items()}
 
@@ -66,7 +68,8 @@ class StateDir:
         data = self.launches(name)
         rec = data.setdefault(unit, {})
         if rec.get("launches", 0) > 0 and not rec.get("replace"):
-            rec["restarts"] = rec.get("restarts", 0) + 1  # a relaunch after a failure
+            rec["restarts"] = rec.get("restarts", 0) + 1  # a relaunch after a failure (a rollout is not one)
+            rec["backoff"] = rec.get("backoff", 0) + 1
         rec["launches"] = rec.get("launches", 0) + 1
         rec["lastLaunch"] = now
         rec["replace"] = False
@@ -79,10 +82,10 @@ class StateDir:
             data[unit]["replace"] = True
             self._write_launches(name, data)
 
-    def reset_restarts(self, name: str, unit: str) -> None:
+    def reset_backoff(self, name: str, unit: str) -> None:
         data = self.launches(name)
-        if data.get(unit, {}).get("restarts"):
-            data[unit]["restarts"] = 0
+        if data.get(unit, {}).get("backoff"):
+            data[unit]["backoff"] = 0
             self._write_launches(name, data)
 
     def prune_launches(self, name: str, keep: set[str]) -> None:

@@ -75,8 +75,8 @@ def build_status(
 
 
 def _restarts(launches: dict[str, dict], unit: str) -> int:
-    """Lives after the first: what RESTARTS shows (the backoff counter is separate and resets)."""
-    return max(0, launches.get(unit, {}).get("launches", 0) - 1)
+    """Relaunches after failures: what RESTARTS shows (rollout replacements are not restarts)."""
+    return launches.get(unit, {}).get("restarts", 0)
 
 
 def _exit(rec: tuple[int, float] | None) -> dict | None:

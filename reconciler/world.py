@@ -67,7 +67,7 @@ class UnitHealth:
     """What the reconciler knows about one worker's lives, beyond squeue."""
 
     launches: int = 0  # lives started so far
-    restarts: int = 0  # the backoff counter: failures since the worker was last healthy for a while
+    restarts: int = 0  # the backoff counter: relaunches since the worker was last healthy for a while
     last_launch: float | None = None  # when the current (or last) life was launched
     last_exit: tuple[int, float] | None = None  # (exit code, time) of the last life that ended
     missing_since: float | None = None  # first time it was seen without a step (when no exit record)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers import get, post, wait_until
+from reconciler import labels
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,6 +66,7 @@ class Harness:
         self.manifests.mkdir()
         self.proc: subprocess.Popen | None = None
         self.names: list[str] = []
+        self.owner = labels.default_owner(self.state)
 
     def name(self, prefix: str) -> str:
         n = f"{prefix}-{uuid.uuid4().hex[:6]}"
@@ -111,8 +113,8 @@ class Harness:
             for line in sh("squeue", "-h", "-s", "-o", "%i|%j|%N").splitlines():
                 sid, name, node = line.split("|")
                 parts = name.split(":")
-                if len(parts) == 6 and parts[0] == "rcl" and parts[1] == recipe:
-                    key = f"{parts[2]}_{parts[3]}"
+                if len(parts) == 7 and parts[0] == "rcl" and parts[1] == self.owner and parts[2] == recipe:
+                    key = f"{parts[3]}_{parts[4]}"
                     assert key not in out, f"duplicate step for {key}: {out[key]} and {sid}"
                     out[key] = (sid, node)
         else:
@@ -123,9 +125,9 @@ class Harness:
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 except OSError:
                     continue
-                if len(cmd) > 4 and cmd[0] == b"/bin/sh" and cmd[3].startswith(b"rcl:"):
+                if len(cmd) > 4 and cmd[0] == b"/bin/sh" and cmd[3].startswith(f"rcl:{self.owner}:".encode()):
                     status = Path(cmd[4].decode())
-                    if status.parent.parent.name == recipe:
+                    if status.parent.parent.name == recipe and status.is_relative_to(self.state.absolute()):
                         unit = status.name.split(".")[0]
                         assert unit not in out, f"duplicate process for {unit}"
                         out[unit] = (pid, "localhost")
@@ -134,9 +136,9 @@ class Harness:
     def jobs(self, recipe: str) -> list[str]:
         if self.driver == "slurm":
             return [l.split("|")[0] for l in sh("squeue", "-h", "-o", "%i|%j").splitlines()
-                    if l.split("|")[1] .startswith(f"rcl:{recipe}:")]
+                    if l.split("|")[1].startswith(f"rcl:{self.owner}:{recipe}:")]
         data = json.loads((self.state / "local" / "allocs.json").read_text()) if (self.state / "local" / "allocs.json").exists() else {}
-        return [j for j, r in data.items() if r["name"].startswith(f"rcl:{recipe}:")]
+        return [j for j, r in data.items() if r["name"].startswith(f"rcl:{self.owner}:{recipe}:")]
 
     def wait_steps(self, recipe: str, units: set[str], timeout: float = 60) -> dict:
         return wait_until(lambda: (s := self.steps(recipe)) and set(s) == units and s, timeout=timeout,
@@ -155,8 +157,8 @@ class Harness:
                        capture_output=True, timeout=60, cwd=self.tmp, env=self.env)
         if self.driver == "slurm":
             for n in self.names:
-                subprocess.run(["scancel", "--jobname", f"rcl:{n}:a0"], capture_output=True)
-                subprocess.run(["scancel", "--jobname", f"rcl:{n}:a1"], capture_output=True)
+                subprocess.run(["scancel", "--jobname", f"rcl:{self.owner}:{n}:a0"], capture_output=True)
+                subprocess.run(["scancel", "--jobname", f"rcl:{self.owner}:{n}:a1"], capture_output=True)
         # leave nothing behind for the next test
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(self.steps(n) for n in self.names):
@@ -389,7 +391,7 @@ def test_crash_loop_backs_off_and_never_policy_gives_up(h):
     h.start()
     wait_until(lambda: _row(h, loop, "agg_0").get("restarts", 0) >= 2, timeout=40, what="two restarts")
     rec = json.loads((h.state / loop / "launches.json").read_text())["agg_0"]
-    assert rec["restarts"] >= 2  # the backoff counter grows with each failed life
+    assert rec["restarts"] >= 2 and rec["backoff"] >= 2  # the backoff counter grows with each failed life
     wait_until(lambda: _row(h, once, "agg_0").get("phase") == "Failed", timeout=30, what="never: Failed")
     row = _row(h, once, "agg_0")
     assert row["lastExit"]["code"] == 3 and row["restarts"] == 0
@@ -438,3 +440,43 @@ def test_a_port_taken_by_a_foreign_process_is_replaced(h):
         assert str(lo) in next(iter(ports["blocked"].values()))
     finally:
         squatter.close()
+
+
+def test_rollout_replaces_one_at_a_time_and_is_not_a_restart(h):
+    name = h.name("roll")
+    f = h.manifests / f"{name}.yaml"
+    text = KEEP.format(name=name).replace("workers: 1, gpus: 1", "workers: 2, gpus: 1")
+    f.write_text(text)
+    h.start()
+    before = h.wait_steps(name, {"agg_0", "agg_1"})
+    h.wait_ready(name)
+    f.write_text(text.replace("speedup_ratio: 100", "speedup_ratio: 50"))
+    wait_until(lambda: all(h.steps(name).get(u, before[u]) != before[u] for u in before) and len(h.steps(name)) == 2,
+               timeout=60, what="both workers replaced")
+    g = h.wait_ready(name)
+    assert g["restarts"] == 0
+    cancels = [json.loads(l) for l in (h.state / "events.jsonl").read_text().splitlines()
+               if '"CancelStep"' in l and name in l]
+    assert [c["message"].split("(")[1].split(":")[0] for c in cancels] == [f"{name}/agg_0", f"{name}/agg_1"]
+
+
+def test_two_reconcilers_with_the_same_recipe_names_leave_each_other_alone(h, tmp_path_factory):
+    other = Harness(tmp_path_factory.mktemp("other"), h.driver)
+    try:
+        name = h.name("shared-name")
+        other.names.append(name)
+        for harness in (h, other):
+            (harness.manifests / f"{name}.yaml").write_text(KEEP.format(name=name))
+            harness.start()
+        mine = h.wait_steps(name, {"agg_0"})
+        theirs = other.wait_steps(name, {"agg_0"})
+        assert mine != theirs
+        # one of them drops the recipe: only its own workload goes
+        (h.manifests / f"{name}.yaml").unlink()
+        (h.manifests / "keep.yaml").write_text(KEEP.format(name=h.name("keep")))
+        wait_until(lambda: not h.steps(name), timeout=30, what="my copy cancelled")
+        time.sleep(2)
+        assert other.steps(name) == theirs
+        assert "recipe deleted" not in other.log()
+    finally:
+        other.cleanup()

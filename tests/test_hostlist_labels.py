@@ -31,15 +31,27 @@ def test_expand_rejects_garbage(bad):
 
 
 def test_job_labels_roundtrip_and_need_both_markers():
-    name, comment = labels.job_name("my.recipe-1", 3), labels.job_comment("my.recipe-1", 3, 4, 2)
-    assert labels.parse_job(name, comment) == labels.JobLabel("my.recipe-1", 3, 4, 2)
-    assert labels.parse_job(name, "someone else's comment") is None
-    assert labels.parse_job("train", comment) is None
-    assert labels.parse_job(labels.job_name("other", 3), comment) is None  # name and comment disagree
+    name, comment = labels.job_name("me", "my.recipe-1", 3), labels.job_comment("me", "my.recipe-1", 3, 4, 2)
+    assert labels.parse_job(name, comment, "me") == labels.JobLabel("my.recipe-1", 3, 4, 2)
+    assert labels.parse_job(name, "someone else's comment", "me") is None
+    assert labels.parse_job("train", comment, "me") is None
+    assert labels.parse_job(labels.job_name("me", "other", 3), comment, "me") is None  # name and comment disagree
+    assert labels.parse_job(name, comment, "you") is None  # another reconciler's job
 
 
 def test_step_labels_roundtrip():
-    n = labels.step_name("r.v2", "decode", 12, 1, "abcdef0123")
-    assert labels.parse_step(n) == labels.StepLabel("r.v2", "decode", 12, 1, "abcdef0123")
-    assert labels.parse_step("batch") is None
-    assert labels.parse_step("rcl:r:agg:x:0:abc") is None
+    n = labels.step_name("me", "r.v2", "decode", 12, 1, "abcdef0123")
+    assert labels.parse_step(n, "me") == labels.StepLabel("r.v2", "decode", 12, 1, "abcdef0123")
+    assert labels.parse_step(n, "you") is None
+    assert labels.parse_step("batch", "me") is None
+    assert labels.parse_step("rcl:me:r:agg:x:0:abc", "me") is None
+
+
+def test_owner_defaults_to_the_state_directory_and_names_are_checked(tmp_path):
+    import pytest
+
+    assert labels.default_owner(tmp_path / "a") == labels.default_owner(tmp_path / "a")
+    assert labels.default_owner(tmp_path / "a") != labels.default_owner(tmp_path / "b")
+    assert labels.check_owner("prod-1") == "prod-1"
+    with pytest.raises(ValueError):
+        labels.check_owner("Prod:1")

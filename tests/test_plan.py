@@ -140,13 +140,19 @@ def test_every_manifest_gone_is_refused_without_allow_empty():
 def test_foreign_jobs_are_never_seen_by_plan():
     from reconciler.drivers.slurm import SEP, parse_jobs, parse_steps
 
-    line = SEP.join(["7", "train-llama", "RUNNING", "None", "gpu[01-02]", "2", "(null)"]) + SEP
-    fake_ours = SEP.join(["8", "rcl:r:a0", "RUNNING", "None", "gpu01", "1", "hand-written comment"]) + SEP
-    ours = SEP.join(["9", "rcl:r:a0", "RUNNING", "None", "gpu[03-04]", "2", "reconciler/v1 recipe=r alloc=0 start=0 nodes=2"]) + SEP
-    allocs = parse_jobs("\n".join([line, fake_ours, ours]))
+    comment = "reconciler/v1 owner={} recipe=r alloc=0 start=0 nodes=2"
+    lines = [
+        ["7", "train-llama", "RUNNING", "None", "gpu[01-02]", "2", "(null)"],  # someone else's job
+        ["8", "rcl:me:r:a0", "RUNNING", "None", "gpu01", "1", "hand-written comment"],  # name alone is not enough
+        ["10", "rcl:other:r:a0", "RUNNING", "None", "gpu05", "2", comment.format("other")],  # another reconciler's
+        ["9", "rcl:me:r:a0", "RUNNING", "None", "gpu[03-04]", "2", comment.format("me")],
+    ]
+    allocs = parse_jobs("\n".join(SEP.join(f) + SEP for f in lines), "me")
     assert [a.job_id for a in allocs] == ["9"]
     assert allocs[0].nodes == ("gpu03", "gpu04")
-    steps = parse_steps(SEP.join(["7.0", "python", "gpu01"]) + "\n" + SEP.join(["9.3", "rcl:r:agg:1:0:abc123", "gpu03"]))
+    steps = parse_steps("\n".join(SEP.join(f) for f in [
+        ["7.0", "python", "gpu01"], ["10.1", "rcl:other:r:agg:1:0:abc123", "gpu05"],
+        ["9.3", "rcl:me:r:agg:1:0:abc123", "gpu03"]]), "me")
     assert [(s.step_id, s.role, s.index) for s in steps] == [("9.3", "agg", 1)]
 
 

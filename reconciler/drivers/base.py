@@ -66,6 +66,7 @@ class Launched(Protocol):
 
 class Driver(Protocol):
     name: str
+    owner: str  # this reconciler's identity in every label it writes and reads
     commands: int  # cluster commands issued so far (squeue, sbatch, srun, scancel)
 
     def observe(self) -> tuple[list[Alloc], list[Step]]:

@@ -43,8 +43,9 @@ def _start_time(pid: int) -> str | None:
 class LocalDriver:
     name = "local"
 
-    def __init__(self, state_dir: Path, host: str | None = None):
+    def __init__(self, state_dir: Path, host: str | None = None, owner: str | None = None):
         self.state_dir = Path(state_dir)
+        self.owner = owner or labels.default_owner(self.state_dir)
         self.dir = self.state_dir / "local"
         self.host = host or "localhost"
         self.commands = 0
@@ -86,7 +87,7 @@ class LocalDriver:
         self.commands += 2  # the equivalent of one job query and one step query
         allocs = []
         for job_id, rec in self._load("allocs").items():
-            lab = labels.parse_job(rec["name"], rec["comment"])
+            lab = labels.parse_job(rec["name"], rec["comment"], self.owner)
             if lab:
                 allocs.append(Alloc(job_id, lab.recipe, lab.index, lab.start, lab.count, "RUNNING", "None",
                                     tuple([self.host] * lab.count)))
@@ -94,7 +95,7 @@ class LocalDriver:
         self._escalate(procs)
         steps = []
         for step_id, (_pid, name, _start) in procs.items():
-            lab = labels.parse_step(name)
+            lab = labels.parse_step(name, self.owner)
             if lab:
                 steps.append(Step(step_id, lab.recipe, lab.role, lab.index, lab.rank, lab.spec_hash, (self.host,)))
         return allocs, steps
@@ -119,8 +120,8 @@ class LocalDriver:
         meta = self._load("meta")
         job_id = str(max([int(j) for j in allocs] + [int(meta.get("last_job", 0))]) + 1)
         allocs[job_id] = {
-            "name": labels.job_name(spec.recipe, spec.index),
-            "comment": labels.job_comment(spec.recipe, spec.index, spec.start, spec.count),
+            "name": labels.job_name(self.owner, spec.recipe, spec.index),
+            "comment": labels.job_comment(self.owner, spec.recipe, spec.index, spec.start, spec.count),
             "submitted": time.time(),
         }
         self._save("meta", {**meta, "last_job": int(job_id)})

@@ -19,9 +19,10 @@ TIMEOUT = 60
 class SlurmDriver:
     name = "slurm"
 
-    def __init__(self, state_dir: Path, user: str | None = None):
+    def __init__(self, state_dir: Path, user: str | None = None, owner: str | None = None):
         self.state_dir = Path(state_dir)
         self.user = user or getpass.getuser()
+        self.owner = owner or labels.default_owner(self.state_dir)
         self.commands = 0
         self._children: list[subprocess.Popen] = []
 
@@ -43,7 +44,7 @@ class SlurmDriver:
         fmt = ",".join(f"{f}:{SEP}" for f in JOB_FIELDS)
         jobs = self._run(["squeue", "-h", "-u", self.user, "-O", fmt]).stdout
         steps = self._run(["squeue", "-h", "-s", "-u", self.user, "-o", SEP.join(["%i", "%j", "%N"])]).stdout
-        return parse_jobs(jobs), parse_steps(steps)
+        return parse_jobs(jobs, self.owner), parse_steps(steps, self.owner)
 
     # ---------------------------------------------------------------- act
     def submit(self, spec: AllocSpec) -> str:
@@ -51,8 +52,8 @@ class SlurmDriver:
         log.parent.mkdir(parents=True, exist_ok=True)
         argv = [
             "sbatch", "--parsable",
-            f"--job-name={labels.job_name(spec.recipe, spec.index)}",
-            f"--comment={labels.job_comment(spec.recipe, spec.index, spec.start, spec.count)}",
+            f"--job-name={labels.job_name(self.owner, spec.recipe, spec.index)}",
+            f"--comment={labels.job_comment(self.owner, spec.recipe, spec.index, spec.start, spec.count)}",
             f"--nodes={spec.count}", "--ntasks-per-node=1", f"--output={log}",
         ]
         if spec.gpus_per_node:
@@ -112,14 +113,14 @@ class SlurmDriver:
         self._children = [p for p in self._children if p.poll() is None]
 
 
-def parse_jobs(text: str) -> list[Alloc]:
+def parse_jobs(text: str, owner: str) -> list[Alloc]:
     out = []
     for line in text.splitlines():
         f = line.split(SEP)
         if len(f) < len(JOB_FIELDS):
             continue
         job_id, name, state, reason, nodelist, _num, comment = (x.strip() for x in f[: len(JOB_FIELDS)])
-        lab = labels.parse_job(name, comment)
+        lab = labels.parse_job(name, comment, owner)
         if lab is None:
             continue  # not ours: never touched
         nodes = tuple(hostlist.expand(nodelist)) if state == "RUNNING" else ()
@@ -127,14 +128,14 @@ def parse_jobs(text: str) -> list[Alloc]:
     return out
 
 
-def parse_steps(text: str) -> list[Step]:
+def parse_steps(text: str, owner: str) -> list[Step]:
     out = []
     for line in text.splitlines():
         f = line.split(SEP)
         if len(f) < 3:
             continue
         step_id, name, nodelist = (x.strip() for x in f[:3])
-        lab = labels.parse_step(name)
+        lab = labels.parse_step(name, owner)
         if lab is None:
             continue
         out.append(Step(step_id, lab.recipe, lab.role, lab.index, lab.rank, lab.spec_hash, tuple(hostlist.expand(nodelist))))
