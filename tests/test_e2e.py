@@ -6,6 +6,7 @@ process table for local), not the reconciler's own bookkeeping.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -51,7 +52,7 @@ def sh(*argv: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
 
 
-_ranges = iter(range(21000, 31000, 400))
+_ranges = itertools.cycle(range(21000, 31800, 200))
 
 
 class Harness:
@@ -60,7 +61,7 @@ class Harness:
         self.driver = driver
         # each test its own port range: a previous test's workers may still be shutting down
         lo = next(_ranges)
-        self.env = {**os.environ, "RECONCILER_PORT_RANGE": f"{lo}-{lo + 400}"}
+        self.env = {**os.environ, "RECONCILER_PORT_RANGE": f"{lo}-{lo + 200}"}
         self.manifests = tmp / "manifests"
         self.state = tmp / "state"
         self.manifests.mkdir()
