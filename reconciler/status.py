@@ -32,6 +32,9 @@ def build_status(
         conds.append({"type": kind, "status": value, "reason": reason, "message": message,
                       "lastTransitionTime": since, "observedGeneration": d.generation if d else None})
 
+    failed = [r["name"] for r in workers if r["phase"] == "Failed"]
+    # nothing left to do but some workers are down for good: stalled, not progressing
+    stalled = bool(failed) and all(r["ready"] or r["phase"] == "Failed" for r in workers)
     all_ready = d is not None and not suspended and want > 0 and ready == want and not d.waiting and (
         fe is None or fe["ready"])
     cond("Ready", all_ready, "AllReady" if all_ready else ("Suspended" if suspended else "NotReady"),
@@ -48,19 +51,21 @@ def build_status(
     elif pending_actions:
         cond("Progressing", True, "Reconciling", "; ".join(a.describe() for a in pending_actions[:3])
              + (f" (+{len(pending_actions) - 3} more)" if len(pending_actions) > 3 else ""))
+    elif not all_ready and stalled:
+        cond("Progressing", False, "WorkersFailed", f"{', '.join(failed)} will not be restarted (restart policy)")
     elif not all_ready:
         cond("Progressing", True, "WaitingForReady", f"{ready}/{want} workers ready")
     else:
         cond("Progressing", False, "Converged", "every worker runs the current spec and is ready")
     down = [r["name"] for r in workers if r["phase"] in ("Pending", "BackOff", "Failed")
             and launches.get(r["name"], {}).get("launches", 0) > 0]
-    failed = [r["name"] for r in workers if r["phase"] == "Failed"]
     cond("Degraded", bool(down), "WorkersFailed" if failed else ("WorkersDown" if down else "AsExpected"),
          (f"not restarted: {', '.join(failed)}; " if failed else "")
          + (f"down: {', '.join(down)}" if down else "no worker is down"))
     cond("Invalid", invalid is not None, "InvalidSpec" if invalid else "Valid",
          (invalid + ("; still running the last applied spec" if d else "")) if invalid else "the recipe file validates")
-    phase = ("Invalid" if invalid and d is None else "Suspended" if suspended else "Ready" if all_ready else "Progressing")
+    phase = ("Invalid" if invalid and d is None else "Suspended" if suspended else "Ready" if all_ready
+             else "Degraded" if stalled and not pending_actions else "Progressing")
     return {
         "name": name,
         "phase": phase,

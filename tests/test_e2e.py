@@ -398,6 +398,9 @@ def test_crash_loop_backs_off_and_never_policy_gives_up(h):
     assert row["lastExit"]["code"] == 3 and row["restarts"] == 0
     degraded = next(c for c in _status(h, once)["conditions"] if c["type"] == "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "WorkersFailed"
+    progressing = next(c for c in _status(h, once)["conditions"] if c["type"] == "Progressing")
+    assert progressing["status"] == "False" and progressing["reason"] == "WorkersFailed"
+    assert h.get(once)["status"] == "Degraded"
     assert "not restarted: agg_0" in degraded["message"]
     time.sleep(1.5)
     assert not h.steps(once)
