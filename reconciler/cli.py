@@ -307,7 +307,7 @@ def _get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
     snap = ctl.snapshot()
     sd = ctl.state
     now = _time.time()
-    all_names = sorted(set(snap.desired.recipes) | set(snap.manifests.invalid))
+    all_names = sorted(set(snap.desired.recipes) | set(snap.manifests.invalid) | set(snap.desired.held))
     if names:
         missing = [n for n in names if n not in all_names]
         if missing:
@@ -319,9 +319,10 @@ def _get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
         st = build_status(name, snap.desired.recipes.get(name), snap.observed, snap.plan,
                           snap.manifests.invalid.get(name), prev, sd.launches(name), now, sd.exits(name))
         created = _parse_iso(st["createdAt"])
-        invalid = snap.manifests.invalid.get(name)
+        invalid = snap.manifests.invalid.get(name) or snap.desired.held.get(name)
         rows.append({
-            "name": name, "status": st["phase"] if not invalid else "Invalid",
+            "name": name, "status": st["phase"] if not invalid else (
+                "Invalid" if name in snap.manifests.invalid else "Error"),
             "roles": {r: c for r, c in st["roles"].items() if r != "frontend"},
             "endpoint": st["endpoint"], "restarts": sum(w["restarts"] for w in st["workers"]),
             "age_seconds": int(now - created) if created else None, "conditions": st["conditions"],

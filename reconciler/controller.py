@@ -283,6 +283,13 @@ class Controller:
         self.ports.save(self.state.root / "ports.json")
         for dr in d.recipes.values():
             self._write_endpoints(dr, o)
+        for name, why in d.held.items():
+            prev = self.state.status(name)
+            if prev.get("error") != why:
+                log.error("recipe held", recipe=name, error=why)
+                self.state.event("Held", name, f"desired state cannot be computed, nothing is changed: {why}")
+            self.state.write_status(name, {**prev, "name": name, "phase": "Error", "error": why,
+                                           "updatedAt": iso(time.time())})
         names = set(d.recipes) | set(m.invalid)
         for name in names:
             prev = self.state.status(name)
@@ -303,7 +310,7 @@ class Controller:
                     if life and life.ready_since and time.time() - life.ready_since >= dr.policy(u.role).reset_after_seconds:
                         self.state.reset_backoff(name, u.name)
         for name in self.state.known_recipes():
-            if name not in names and not o.steps_of(name) and not o.allocs_of(name):
+            if name not in names and name not in d.held and not o.steps_of(name) and not o.allocs_of(name):
                 st = self.state.status(name)
                 if st.get("phase") != "Deleted":
                     self.state.event("Deleted", name, "recipe removed and everything it owned is gone")

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from collections.abc import Mapping
 
-from reconciler.ports import NodePortAllocator
+from reconciler.ports import NodePortAllocator, PortsExhausted
 from reconciler.recipe.model import Recipe
 from reconciler.topology import Endpoint
 from reconciler.units import FRONTEND, frontend_unit, runtime_for, worker_units
@@ -37,23 +37,31 @@ def build(
     cache: dict[str, tuple[tuple, DesiredRecipe]] | None = None,
 ) -> Desired:
     """``cache`` (kept by the caller across ticks) skips rebuilding a recipe whose spec and
-    allocations did not change: its units (argv, ports, hashes) are then the same."""
+    allocations did not change: its units (argv, ports, hashes) are then the same.
+
+    A recipe whose desired state cannot be computed (e.g. no free port left) is *held*:
+    left out, and named in ``Desired.held`` so that plan() does not mistake it for a
+    deleted recipe. What it runs keeps running."""
     out = {}
+    held: dict[str, str] = {}
     for name, r in recipes.items():
         allocs = observed.allocs_of(name)
-        if cache is None:
-            out[name] = build_recipe(r, allocs, ports, state_dir, python)
-            continue
-        key = (generation(r), tuple(sorted((a.job_id, a.index, a.start, a.count, a.state, a.nodes) for a in allocs)))
-        hit = cache.get(name)
-        if hit is None or hit[0] != key:
-            hit = (key, build_recipe(r, allocs, ports, state_dir, python))
-            cache[name] = hit
-        out[name] = hit[1]
+        try:
+            if cache is None:
+                out[name] = build_recipe(r, allocs, ports, state_dir, python)
+                continue
+            key = (generation(r), tuple(sorted((a.job_id, a.index, a.start, a.count, a.state, a.nodes) for a in allocs)))
+            hit = cache.get(name)
+            if hit is None or hit[0] != key:
+                hit = (key, build_recipe(r, allocs, ports, state_dir, python))
+                cache[name] = hit
+            out[name] = hit[1]
+        except (PortsExhausted, ValueError, KeyError, IndexError) as e:
+            held[name] = f"{type(e).__name__}: {e}"
     if cache is not None:
         for gone in set(cache) - set(recipes):
             del cache[gone]
-    return Desired(out, manifests_seen)
+    return Desired(out, manifests_seen, held)
 
 
 def build_recipe(

@@ -117,8 +117,10 @@ def plan(desired: Desired, observed: Observed, now: float = 0.0, allow_empty: bo
     notes: list[str] = []
     refused = False
 
-    gone = sorted(observed.recipes() - set(desired.recipes))
-    if gone and not desired.recipes and desired.manifests_seen == 0 and not allow_empty:
+    gone = sorted(observed.recipes() - set(desired.recipes) - set(desired.held))
+    for name, why in sorted(desired.held.items()):
+        notes.append(f"{name}: left as it is, its desired state cannot be computed: {why}")
+    if gone and not desired.recipes and not desired.held and desired.manifests_seen == 0 and not allow_empty:
         notes.append(
             f"refusing to prune {', '.join(gone)}: every manifest is gone at once "
             "(a mis-mounted directory?); run with --allow-empty to tear everything down"

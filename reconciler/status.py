@@ -40,7 +40,7 @@ def build_status(
     cond("Ready", all_ready, "AllReady" if all_ready else ("Suspended" if suspended else "NotReady"),
          f"{ready}/{want} workers ready" + (f", frontend {'ready' if fe['ready'] else 'not ready'}" if fe else ""))
     if d is None:
-        cond("Progressing", False, "NoSpec", "no valid spec has ever been applied")
+        cond("Progressing", False, "NoSpec", "no desired state: see Invalid, or the recipe's error")
     elif suspended:
         cond("Progressing", bool(pending_actions), "Suspending" if pending_actions else "Suspended",
              "reconcile.suspend is set: nothing runs")

@@ -175,3 +175,4 @@ class DesiredRecipe:
 class Desired:
     recipes: Mapping[str, DesiredRecipe] = field(default_factory=dict)
     manifests_seen: int = 0  # recipe files found (valid or not): the prune guard's input
+    held: Mapping[str, str] = field(default_factory=dict)  # recipe -> why its desired state could not be built

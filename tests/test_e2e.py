@@ -484,3 +484,19 @@ def test_two_reconcilers_with_the_same_recipe_names_leave_each_other_alone(h, tm
         assert "recipe deleted" not in other.log()
     finally:
         other.cleanup()
+
+
+def test_a_recipe_that_runs_out_of_ports_is_held_and_keeps_running(h):
+    lo = int(h.env["RECONCILER_PORT_RANGE"].split("-")[0])
+    h.env["RECONCILER_PORT_RANGE"] = f"{lo}-{lo + 2}"  # room for two workers
+    name = h.name("ports")
+    f = h.manifests / f"{name}.yaml"
+    f.write_text(KEEP.format(name=name))
+    h.start()
+    running = h.wait_steps(name, {"agg_0"})
+    f.write_text(KEEP.format(name=name).replace("workers: 1", "workers: 3"))
+    wait_until(lambda: h.get(name)["status"] == "Error", timeout=20, what="status Error")
+    assert "PortsExhausted" in h.get(name)["error"]
+    time.sleep(1.5)
+    assert h.steps(name) == running  # held: nothing added, nothing torn down
+    assert "Held" in (h.state / "events.jsonl").read_text()

@@ -392,3 +392,17 @@ def test_startup_grace_restarts_when_a_reconciler_adopts_a_worker():
     c.health[("r", "agg", 0)] = life(launched=0.0, was_ready=False, watched_since=1000.0)
     assert not c.plan(rs, now=1010.0).actions  # one failed probe after a restart is not a verdict
     assert kinds(c.plan(rs, now=1031.0)) == ["CancelStep"]
+
+
+def test_a_recipe_whose_desired_state_fails_is_held_not_pruned():
+    from reconciler.ports import NodePortAllocator
+
+    c = FakeCluster()
+    rs = agg(3)
+    c.converge(rs)
+    c.ports = NodePortAllocator(20000, 20002)  # a fresh registry with room for two workers only
+    d = c.desired(rs)
+    assert "r" in d.held and "PortsExhausted" in d.held["r"]
+    p = c.plan(rs)
+    assert not p.actions  # nothing of it is cancelled
+    assert any("left as it is" in n for n in p.notes)
