@@ -8,6 +8,7 @@ per-recipe error backoff, and caches of derived data.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -38,6 +39,7 @@ from reconciler.world import Desired, DesiredRecipe, Observed, Step, UnitHealth
 log = structlog.get_logger("reconciler")
 BIND_FAILURE = re.compile(r"address already in use|EADDRINUSE|\[Errno 98\]", re.IGNORECASE)
 INFLIGHT_GRACE = 20.0  # seconds a launched step may take to appear in squeue
+CANCEL_GRACE = 30.0  # seconds a cancelled step may take to go before it is cancelled again
 ACTIVE_INTERVAL = 0.5  # seconds between ticks while something is still converging
 
 
@@ -69,6 +71,7 @@ class Controller:
         self.ports = self._load_ports()
         if port_range:
             self.ports.set_range(*port_range)
+        self.cancelled: dict[str, float] = {}  # step id -> when we cancelled it (it may linger a moment)
         # step name -> (launched at, pseudo step, launcher handle): launches squeue does not show yet
         self.inflight: dict[str, tuple[float, Step, Launched]] = {}
         self.backoff: dict[str, tuple[float, float]] = {}  # recipe -> (retry at, current delay)
@@ -125,8 +128,11 @@ class Controller:
     # ---------------------------------------------------------------- observe
     def observe(self) -> tuple[list, list[Step]]:
         allocs, steps = self.driver.observe()
-        seen = {labels.step_name(self.driver.owner, s.recipe, s.role, s.index, s.rank, s.spec_hash) for s in steps}
         now = time.monotonic()
+        live_ids = {s.step_id for s in steps}
+        self.cancelled = {sid: at for sid, at in self.cancelled.items() if sid in live_ids and now - at < CANCEL_GRACE}
+        steps = [dataclasses.replace(s, terminating=True) if s.step_id in self.cancelled else s for s in steps]
+        seen = {labels.step_name(self.driver.owner, s.recipe, s.role, s.index, s.rank, s.spec_hash) for s in steps}
         for name, (at, pseudo, handle) in list(self.inflight.items()):
             if name in seen or now - at > INFLIGHT_GRACE:
                 del self.inflight[name]
@@ -240,6 +246,7 @@ class Controller:
     def _do(self, a) -> None:
         if isinstance(a, CancelStep):
             self.driver.cancel_step(a.step_id)
+            self.cancelled[a.step_id] = time.monotonic()
             if a.replace:
                 self.state.mark_replace(a.recipe, a.unit)
         elif isinstance(a, CancelAlloc):

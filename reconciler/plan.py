@@ -148,7 +148,7 @@ def _teardown(name: str, observed: Observed, reason: str) -> list[Action]:
     acts: list[Action] = [
         CancelStep(s.step_id, name, f"{s.role}_{s.index}", reason)
         for s in sorted(observed.steps_of(name), key=_step_order)
-        if not s.pending
+        if s.cancellable
     ]
     acts += [CancelAlloc(a.job_id, name, a.index, reason) for a in observed.allocs_of(name) if a.live]
     return acts
@@ -226,7 +226,7 @@ def _converge(
             continue  # its allocation is not running (yet): nothing to do
         why = "scaled down" if key[0] != FRONTEND else "frontend no longer managed"
         cancels += [CancelStep(s.step_id, d.name, f"{s.role}_{s.index}", why) for s in sorted(steps, key=_step_order)
-                    if not s.pending]
+                    if s.cancellable]
     for a in drop:
         cancels.append(CancelAlloc(a.job_id, d.name, a.index, "no longer needed"))
 
@@ -261,15 +261,15 @@ def _converge(
         if not expected <= ranks:
             # a rank of a multi-node worker died: the whole endpoint comes back together
             cancels += [CancelStep(s.step_id, d.name, unit.name, "a rank died: relaunching the whole worker")
-                        for s in sorted(current, key=_step_order) if not s.pending]
+                        for s in sorted(current, key=_step_order) if s.cancellable]
             continue
         seen: set[int] = set()
         for s in sorted(current, key=lambda s: (s.pending, _step_num(s.step_id))):
-            if s.rank in seen and not s.pending:
+            if s.rank in seen and s.cancellable:
                 cancels.append(CancelStep(s.step_id, d.name, unit.name, "duplicate step"))
             seen.add(s.rank)
         # 5b. liveness: a worker that is up but dead inside is stopped; 5 brings it back
-        dead = None if any(s.pending for s in current) else _liveness(d, health, now)
+        dead = None if not all(s.cancellable for s in current) else _liveness(d, health, now)
         if dead:
             cancels += [CancelStep(s.step_id, d.name, unit.name, dead) for s in sorted(current, key=_step_order)]
 
@@ -280,7 +280,7 @@ def _converge(
             if not not_ready:
                 budget -= 1
             cancels += [CancelStep(s.step_id, d.name, f"{key[0]}_{key[1]}", "spec changed: replacing", replace=True)
-                        for s in sorted(stale, key=_step_order) if not s.pending]
+                        for s in sorted(stale, key=_step_order) if s.cancellable]
         else:
             notes.append(f"{d.name}: {key[0]}_{key[1]} waits to be replaced until fewer than "
                          f"{d.max_unavailable} worker(s) are unavailable")

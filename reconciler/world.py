@@ -52,6 +52,11 @@ class Step:
     spec_hash: str
     nodes: tuple[str, ...] = ()
     pending: bool = False  # launched by us but not yet visible in squeue
+    terminating: bool = False  # we cancelled it moments ago; it is still shutting down
+
+    @property
+    def cancellable(self) -> bool:
+        return not (self.pending or self.terminating)
 
     @property
     def job_id(self) -> str:

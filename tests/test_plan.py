@@ -406,3 +406,19 @@ def test_a_recipe_whose_desired_state_fails_is_held_not_pruned():
     p = c.plan(rs)
     assert not p.actions  # nothing of it is cancelled
     assert any("left as it is" in n for n in p.notes)
+
+
+def test_a_step_we_just_cancelled_is_not_cancelled_again_and_blocks_its_relaunch():
+    import dataclasses
+
+    c = FakeCluster()
+    c.converge(agg(1))
+    changed = agg(1, extra="environment: {X: '1'}\n")
+    p = c.plan(changed)
+    assert kinds(p) == ["CancelStep"]
+    (sid,) = list(c.steps)
+    c.steps[sid] = dataclasses.replace(c.steps[sid], terminating=True)  # still shutting down
+    p = c.plan(changed)
+    assert not p.actions  # neither a second cancel nor a launch onto its ports
+    del c.steps[sid]
+    assert launched(c.plan(changed)) == [("agg", 0)]
