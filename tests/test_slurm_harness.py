@@ -15,7 +15,8 @@ def sh(*argv: str) -> str:
 
 
 def test_sbatch_gres_and_overlapping_step():
-    jid = sh("sbatch", "--parsable", "-J", "harness-check", "-N1", "--gres=gpu:2", "--wrap", "sleep 120").strip()
+    jid = sh("sbatch", "--parsable", "-J", "harness-check", "-N1", "--gres=gpu:2", "--output=/dev/null",
+             "--wrap", "sleep 120").strip()
     try:
         deadline = time.time() + 30
         while sh("squeue", "-h", "-j", jid, "-o", "%T").strip() != "RUNNING":
