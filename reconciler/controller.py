@@ -80,7 +80,7 @@ class Controller:
         self._said: set[str] = set()
         self.tracker = HealthTracker(self.state.root)
         self._desired_cache: dict = {}
-        self._conflicts_seen: set[tuple[str, int, int]] = set()
+        self._logs_checked: set[tuple[str, int, int]] = set()  # (path, inode, size) already read for bind failures
 
     def _load_ports(self) -> NodePortAllocator:
         path = self.state.root / "ports.json"
@@ -165,6 +165,7 @@ class Controller:
         """A worker that died because its port was taken by a process we do not own gets new
         ports (the taken ones are blocked on that node), instead of crash-looping on them."""
         running = {f"{s.recipe}/{s.role}_{s.index}" for s in steps}
+        checked, self._logs_checked = self._logs_checked, set()
         for owner in sorted(self.ports.owners() - running):
             recipe, unit = owner.split("/", 1)
             logs = self.state.recipe_dir(recipe) / "logs"
@@ -174,9 +175,9 @@ class Controller:
                 except OSError:
                     continue
                 mark = (str(log_path), st.st_ino, st.st_size)
-                if mark in self._conflicts_seen or not BIND_FAILURE.search(_tail(log_path, 8192)):
+                self._logs_checked.add(mark)  # a log that did not change is not read again next tick
+                if mark in checked or not BIND_FAILURE.search(_tail(log_path, 8192)):
                     continue
-                self._conflicts_seen.add(mark)
                 held = self.ports.held_by(owner)
                 for node, ports in held.items():
                     for port in ports.values():
@@ -300,8 +301,9 @@ class Controller:
         names = set(d.recipes) | set(m.invalid)
         for name in names:
             prev = self.state.status(name)
+            records = self.state.launches(name)
             st = build_status(name, d.recipes.get(name), o, snap.plan, m.invalid.get(name), prev,
-                              self.state.launches(name), time.time(), self.state.exits(name))
+                              records, time.time(), self.state.exits(name))
             for cond in st["conditions"]:
                 old = next((c for c in prev.get("conditions", []) if c["type"] == cond["type"]), None)
                 if old is None or old["status"] != cond["status"]:
@@ -314,7 +316,8 @@ class Controller:
                 # a worker healthy for reset_after_seconds starts its backoff from scratch again
                 for u in _all_units(dr):
                     life = self.tracker.lives.get(u.key)
-                    if life and life.ready_since and time.time() - life.ready_since >= dr.policy(u.role).reset_after_seconds:
+                    if (records.get(u.name, {}).get("backoff") and life and life.ready_since
+                            and time.time() - life.ready_since >= dr.policy(u.role).reset_after_seconds):
                         self.state.reset_backoff(name, u.name)
         for name in self.state.known_recipes():
             if name not in names and name not in d.held and not o.steps_of(name) and not o.allocs_of(name):
