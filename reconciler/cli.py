@@ -136,7 +136,7 @@ def render(recipe: str, nodes: str | None, output: str, state: str) -> None:
 
 def _controller(manifests: str, state: str, driver: str | None, allow_empty: bool = False,
                 port_range: str = "20000-32000", instance: str | None = None):
-    from reconciler.controller import Controller
+    from reconciler.shell.loop import Controller
     from reconciler.drivers import make_driver
 
     try:
@@ -218,16 +218,16 @@ def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, in
         _fail(str(e))
     acts = snap.plan.actions
     if output == "json":
-        click.echo(json.dumps({"actions": [{"kind": type(a).__name__, "description": a.describe()} for a in acts],
-                               "notes": list(snap.plan.notes),
-                               "invalid": snap.manifests.invalid}, indent=2))
+        from reconciler.core.plan.render import plan_json
+
+        click.echo(json.dumps({**plan_json(snap.plan), "invalid": snap.manifests.invalid}, indent=2))
     else:
         for msg in sorted(snap.manifests.invalid.values()):
             click.echo(click.style("invalid ", fg="red") + msg)
         for a in acts:
             click.echo(a.describe())
-        for n in snap.plan.notes:
-            click.echo(click.style("note: ", fg="yellow") + n)
+        for n in snap.plan.waiting_lines():
+            click.echo(click.style("waiting: ", fg="yellow") + n)
         if not acts:
             click.echo("nothing to do: the cluster matches the manifests", err=True)
     sys.exit(2 if acts else 0)
@@ -316,7 +316,7 @@ def _get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
     rows = []
     for name in all_names:
         prev = sd.status(name)
-        st = build_status(name, snap.desired.recipes.get(name), snap.observed, snap.plan,
+        st = build_status(name, snap.desired.recipes.get(name), snap.observed, snap.plan.recipes.get(name),
                           snap.manifests.invalid.get(name), prev, sd.launches(name), now, sd.exits(name))
         created = _parse_iso(st["createdAt"])
         invalid = snap.manifests.invalid.get(name) or snap.desired.held.get(name)

@@ -5,7 +5,9 @@ ordinals they were submitted for (their comment says which); ordinals that no
 live allocation covers go to new allocations, cut at worker boundaries and at
 ``reconcile.nodes_per_allocation``. A worker is placed only when the allocation
 that covers all its ordinals runs; until then it is *waiting*. Ports come from
-the shared registry, so the same worker on the same node keeps its ports.
+the tick's port assignment (a copy of the registry the caller owns and may throw
+away), so the same worker on the same node keeps its ports. No I/O: paths under
+``state_dir`` are only named, never touched.
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ def build(
     python: str,
     manifests_seen: int,
     cache: dict[str, tuple[tuple, DesiredRecipe]] | None = None,
+    allow_empty: bool = False,
 ) -> Desired:
-    """``cache`` (kept by the caller across ticks) skips rebuilding a recipe whose spec and
-    allocations did not change: its units (argv, ports, hashes) are then the same.
+    """``ports`` is this build's port assignment: ports are handed out into it. ``cache`` (kept
+    by the caller across ticks) skips rebuilding a recipe whose spec, allocations and assigned
+    ports did not change: its units (argv, ports, hashes) are then the same.
 
     A recipe whose desired state cannot be computed (e.g. no free port left) is *held*:
     left out, and named in ``Desired.held`` so that plan() does not mistake it for a
@@ -50,10 +54,12 @@ def build(
             if cache is None:
                 out[name] = build_recipe(r, allocs, ports, state_dir, python)
                 continue
-            key = (generation(r), tuple(sorted((a.job_id, a.index, a.start, a.count, a.state, a.nodes) for a in allocs)))
+            key = (generation(r), tuple(sorted((a.job_id, a.index, a.start, a.count, a.state, a.nodes) for a in allocs)),
+                   ports.owned_by_recipe(name))
             hit = cache.get(name)
             if hit is None or hit[0] != key:
-                hit = (key, build_recipe(r, allocs, ports, state_dir, python))
+                built = build_recipe(r, allocs, ports, state_dir, python)
+                hit = ((*key[:2], ports.owned_by_recipe(name)), built)  # the ports it now holds
                 cache[name] = hit
             out[name] = hit[1]
         except (PortsExhausted, ValueError, KeyError, IndexError) as e:
@@ -61,7 +67,7 @@ def build(
     if cache is not None:
         for gone in set(cache) - set(recipes):
             del cache[gone]
-    return Desired(out, manifests_seen, held)
+    return Desired(out, manifests_seen, held, allow_empty)
 
 
 def build_recipe(

@@ -9,8 +9,8 @@ under state/ so two recipes sharing a node stay apart across restarts.
 
 from __future__ import annotations
 
+import copy
 import json
-import time
 from pathlib import Path
 
 from reconciler.fsutil import atomic_write_text
@@ -36,6 +36,20 @@ class NodePortAllocator:
         self._cursor: dict[str, int] = {}
         # node -> {port: until}: ports something else turned out to hold; skipped until then
         self._blocked: dict[str, dict[int, float]] = {}
+        self.now = 0.0  # the tick's time: blocks that ended before it are over (set by the caller)
+
+    def copy(self, now: float | None = None) -> NodePortAllocator:
+        """An independent copy (a tick's assignment), at ``now``."""
+        other = copy.deepcopy(self)
+        if now is not None:
+            other.now = now
+        return other
+
+    def owned_by_recipe(self, recipe: str) -> tuple[tuple[str, str, int], ...]:
+        """(node, owner#name, port) of every port a recipe's units hold: part of its build cache key."""
+        prefix = f"{recipe}/"
+        return tuple(sorted((node, key, port) for node, keys in self._by_key.items()
+                            for key, port in keys.items() if key.startswith(prefix)))
 
     def set_range(self, base: int, limit: int) -> None:
         """New ports come from [base, limit); ports already handed out stay where they are."""
@@ -51,8 +65,7 @@ class NodePortAllocator:
         if key in keys:
             return keys[key]
         ports = self._by_node.setdefault(node, {})
-        now = time.time()
-        blocked = {p for p, until in self._blocked.get(node, {}).items() if until > now}
+        blocked = {p for p, until in self._blocked.get(node, {}).items() if until > self.now}
         span = self.limit - self.base
         start = self._cursor.get(node, self.base)
         for i in range(span):
@@ -74,9 +87,9 @@ class NodePortAllocator:
         self._by_key.setdefault(node, {})[key] = port
         return True
 
-    def block(self, node: str, port: int, seconds: float = 3600.0) -> None:
-        """A process we do not own holds ``port`` on ``node``: hand it to nobody for a while."""
-        self._blocked.setdefault(node, {})[port] = time.time() + seconds
+    def block(self, node: str, port: int, until: float) -> None:
+        """A process we do not own holds ``port`` on ``node``: hand it to nobody until ``until``."""
+        self._blocked.setdefault(node, {})[port] = until
 
     def held_by(self, owner: str) -> dict[str, dict[str, int]]:
         """node -> {name: port} of one owner."""
@@ -118,7 +131,7 @@ class NodePortAllocator:
             "base": self.base,
             "limit": self.limit,
             "nodes": {n: dict(sorted(k.items())) for n, k in sorted(self._by_key.items()) if k},
-            "blocked": {n: {str(p): u for p, u in sorted(b.items()) if u > time.time()}
+            "blocked": {n: {str(p): u for p, u in sorted(b.items()) if u > self.now}
                         for n, b in sorted(self._blocked.items()) if b},
         }
 

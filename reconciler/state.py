@@ -9,10 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.fsutil import append_line, write_if_changed
-
-
-def iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+from reconciler.timefmt import iso
 
 
 @dataclass
@@ -57,29 +54,34 @@ class StateDir:
     def launches(self, name: str) -> dict[str, dict]:
         """unit -> {"launches": lives started, "restarts": relaunches after a failure (what users see),
         "backoff": the backoff counter (reset once healthy for a while), "lastLaunch": time,
-        "replace": stopped on purpose, relaunch outside the restart policy}."""
+        "ports": node -> name -> port of the current life, "stoppedFor": why we cancelled it}."""
         data = self.read_json(self.recipe_dir(name) / "launches.json", {})
         return {k: (v if isinstance(v, dict) else {"launches": int(v)}) for k, v in data.items()}
 
     def _write_launches(self, name: str, data: dict) -> None:
         self.write_json(self.recipe_dir(name) / "launches.json", data)
 
-    def count_launch(self, name: str, unit: str, now: float) -> dict:
+    def count_launch(self, name: str, unit: str, now: float, restart: bool,
+                     ports: dict[str, dict[str, int]] | None = None) -> dict:
+        """Record a new life. ``restart``: the plan says it is a relaunch after a failure."""
         data = self.launches(name)
         rec = data.setdefault(unit, {})
-        if rec.get("launches", 0) > 0 and not rec.get("replace"):
-            rec["restarts"] = rec.get("restarts", 0) + 1  # a relaunch after a failure (a rollout is not one)
+        if restart:
+            rec["restarts"] = rec.get("restarts", 0) + 1
             rec["backoff"] = rec.get("backoff", 0) + 1
         rec["launches"] = rec.get("launches", 0) + 1
         rec["lastLaunch"] = now
-        rec["replace"] = False
+        rec["ports"] = ports or {}
+        rec.pop("replace", None)
+        rec.pop("stoppedFor", None)
         self._write_launches(name, data)
         return rec
 
-    def mark_replace(self, name: str, unit: str) -> None:
+    def mark_stopped(self, name: str, unit: str, reason: str) -> None:
+        """We cancelled the unit's current life, for ``reason`` (a StopReason value)."""
         data = self.launches(name)
-        if unit in data and not data[unit].get("replace"):
-            data[unit]["replace"] = True
+        if unit in data and data[unit].get("stoppedFor") != reason:
+            data[unit]["stoppedFor"] = reason
             self._write_launches(name, data)
 
     def reset_backoff(self, name: str, unit: str) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.plan import Plan, restart_gate
-from reconciler.state import iso
+from reconciler.core.plan import RecipePlan, WaitReason
+from reconciler.timefmt import iso
 from reconciler.units import FRONTEND
 from reconciler.world import DesiredRecipe, Observed
 
@@ -13,15 +13,17 @@ ROLES = ("prefill", "decode", "agg")
 
 
 def build_status(
-    name: str, d: DesiredRecipe | None, o: Observed, p: Plan, invalid: str | None, prev: dict,
+    name: str, d: DesiredRecipe | None, o: Observed, rp: RecipePlan | None, invalid: str | None, prev: dict,
     launches: dict[str, dict], now: float, exits: dict[str, tuple[int, float]] | None = None,
 ) -> dict[str, Any]:
-    rows = worker_rows(name, d, o, launches, exits or {}, now) if d else []
+    """Conditions and worker rows from the desired state and the plan's named results (``rp``)."""
+    rp = rp or RecipePlan(name)
+    rows = worker_rows(name, d, o, rp, launches, exits or {}) if d else []
     workers = [r for r in rows if r["role"] != FRONTEND]
     ready = sum(r["ready"] for r in workers)
     want = len(workers)
     fe = next((r for r in rows if r["role"] == FRONTEND), None)
-    pending_actions = p.for_recipe(name)
+    pending_actions = rp.actions or rp.deferred
     suspended = bool(d and d.suspended)
     conds = []
 
@@ -73,7 +75,7 @@ def build_status(
         "createdAt": prev.get("createdAt") or iso(now),
         "updatedAt": iso(now),
         "conditions": conds,
-        "roles": role_counts(rows),
+        "roles": role_counts(rp, rows),
         "endpoint": fe["url"] if fe else None,
         "workers": rows,
     }
@@ -89,18 +91,26 @@ def _exit(rec: tuple[int, float] | None) -> dict | None:
     return {"code": rec[0], "at": iso(rec[1])} if rec else None
 
 
-def role_counts(rows: list[dict]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for r in rows:
-        c = out.setdefault(r["role"], {"desired": 0, "ready": 0})
-        c["desired"] += 1
-        c["ready"] += int(r["ready"])
+def role_counts(rp: RecipePlan, rows: list[dict]) -> dict[str, dict[str, int]]:
+    """Per role, the plan's counts (desired, running, ready, unavailable)."""
+    out = {role: {"desired": c.desired, "ready": c.ready, "running": c.running, "unavailable": c.unavailable}
+           for role, c in rp.counts.items()}
+    for r in rows:  # a plan that did not converge the recipe (held, suspended) has no counts
+        c = out.setdefault(r["role"], {"desired": 0, "ready": 0, "running": 0, "unavailable": 0})
+        if r["role"] not in rp.counts:
+            c["desired"] += 1
+            c["ready"] += int(r["ready"])
+            c["running"] += int(bool(r["steps"]))
+            c["unavailable"] += int(not r["ready"])
     return out
 
 
+MISSING_PHASE = {WaitReason.BACKOFF: "BackOff", WaitReason.GAVE_UP: "Failed"}
+
+
 def worker_rows(
-    name: str, d: DesiredRecipe, o: Observed, launches: dict[str, dict], exits: dict[str, tuple[int, float]],
-    now: float,
+    name: str, d: DesiredRecipe, o: Observed, rp: RecipePlan, launches: dict[str, dict],
+    exits: dict[str, tuple[int, float]],
 ) -> list[dict]:
     steps: dict[tuple[str, int], list] = {}
     for s in o.steps_of(name):
@@ -111,8 +121,8 @@ def worker_rows(
         ss = steps.get((u.role, u.index), [])
         ok = bool(o.ready.get(u.key))
         if not ss:
-            decision, _why = restart_gate(d.policy(u.role), o.health.get(u.key), now)
-            phase = {"launch": "Pending", "wait": "BackOff", "stop": "Failed"}[decision]
+            wait = rp.waiting.get(u.name)
+            phase = MISSING_PHASE.get(wait.reason, "Pending") if wait else "Pending"
         elif any(s.spec_hash != u.spec_hash for s in ss):
             phase = "Outdated"
         else:

@@ -76,8 +76,9 @@ class UnitHealth:
     last_launch: float | None = None  # when the current (or last) life was launched
     last_exit: tuple[int, float] | None = None  # (exit code, time) of the last life that ended
     missing_since: float | None = None  # first time it was seen without a step (when no exit record)
-    replacing: bool = False  # we stopped it on purpose (rollout, a lost rank): relaunch at once
+    stopped_for: str | None = None  # the StopReason value of the last stop we issued in this life
     was_ready: bool = False  # Ready at least once in this life
+    ready_since: float | None = None  # start of the current unbroken run of Ready probes
     probe_failures: int = 0  # consecutive failed probes since it was last Ready
     fatal: str | None = None  # a line of this life's log matching a fatal pattern
     watched_since: float | None = None  # when this reconciler process first probed it (after a restart)
@@ -97,11 +98,29 @@ class UnitHealth:
 
 
 @dataclass(frozen=True)
+class ActionFailures:
+    """A recipe's actions failed ``count`` times in a row, the last at ``last_at``."""
+
+    count: int
+    last_at: float
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A launch we made that squeue does not show yet."""
+
+    step: Step  # a pseudo step (pending=True) standing in for it
+    launched_at: float
+    exited: int | None = None  # the launcher's exit code when it ended before the step showed up
+
+
+@dataclass(frozen=True)
 class Observed:
     allocs: tuple[Alloc, ...] = ()
     steps: tuple[Step, ...] = ()
     ready: Mapping[tuple[str, str, int], bool] = field(default_factory=dict)  # unit key -> health probe ok
     health: Mapping[tuple[str, str, int], UnitHealth] = field(default_factory=dict)
+    action_failures: Mapping[str, ActionFailures] = field(default_factory=dict)  # recipe -> its failed actions
 
     @cached_property
     def _index(self) -> dict[str, tuple[list[Alloc], list[Step]]]:
@@ -181,3 +200,4 @@ class Desired:
     recipes: Mapping[str, DesiredRecipe] = field(default_factory=dict)
     manifests_seen: int = 0  # recipe files found (valid or not): the prune guard's input
     held: Mapping[str, str] = field(default_factory=dict)  # recipe -> why its desired state could not be built
+    allow_empty: bool = False  # the user allows tearing everything down when every manifest is gone

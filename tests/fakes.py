@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reconciler.desired import build
-from reconciler.plan import CancelAlloc, CancelStep, LaunchStep, Plan, SubmitAlloc, plan
+from reconciler.core.plan import CancelAlloc, CancelStep, LaunchStep, Plan, SubmitAlloc, plan
 from reconciler.ports import NodePortAllocator
 from reconciler.recipe.load import load_text
 from reconciler.world import Alloc, Desired, Observed, Step
@@ -37,15 +37,15 @@ class FakeCluster:
         ready = {s.unit_key: True for s in self.steps.values() if s.unit_key not in self.unready}
         return Observed(tuple(self.allocs.values()), tuple(self.steps.values()), ready, dict(self.health))
 
-    def desired(self, recipes: dict, manifests_seen: int | None = None) -> Desired:
+    def desired(self, recipes: dict, manifests_seen: int | None = None, allow_empty: bool = False) -> Desired:
         seen = len(recipes) if manifests_seen is None else manifests_seen
         return build(recipes, Observed(tuple(self.allocs.values()), tuple(self.steps.values())), self.ports, STATE,
-                     "py", seen)
+                     "py", seen, allow_empty=allow_empty)
 
     def plan(self, recipes: dict, allow_empty: bool = False, manifests_seen: int | None = None,
              now: float = 0.0) -> Plan:
-        desired = self.desired(recipes, manifests_seen)
-        return plan(desired, self.observed(), now, allow_empty)
+        desired = self.desired(recipes, manifests_seen, allow_empty)
+        return plan(desired, self.observed(), now)
 
     def apply(self, p: Plan) -> None:
         for a in p.actions:

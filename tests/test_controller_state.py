@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from reconciler.controller import Controller
+from reconciler.shell.loop import Controller
 from reconciler.drivers.local import LocalDriver
 
 

@@ -6,7 +6,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fakes import FakeCluster, recipe
-from reconciler.plan import CancelAlloc, CancelStep, LaunchStep, SubmitAlloc
+from reconciler.core.plan import (
+    CancelAlloc, CancelStep, LaunchStep, PlaceReason, StopReason, SubmitAlloc, WaitReason,
+)
 
 AGG = """\
 name: r
@@ -130,7 +132,7 @@ def test_every_manifest_gone_is_refused_without_allow_empty():
     c.converge(agg(2))
     p = c.plan({}, manifests_seen=0)
     assert not p.actions and p.refused_prune
-    assert "--allow-empty" in p.notes[0]
+    assert p.recipes["r"].state.name == "PRUNE_REFUSED" and "--allow-empty" in p.waiting_lines()[0]
     p = c.plan({}, allow_empty=True, manifests_seen=0)
     assert kinds(p) == ["CancelStep", "CancelStep", "CancelAlloc"]
     # a directory that still has (invalid) files is not "every manifest gone"
@@ -171,7 +173,7 @@ def test_spec_change_rolls_one_worker_at_a_time_gated_on_ready():
     new_step = next(s for s in c.steps.values() if s.index == 0)
     c.unready.add(new_step.unit_key)
     p = c.plan(new)
-    assert not p.actions and any("waits to be replaced" in n for n in p.notes)
+    assert not p.actions and p.recipes["r"].waiting["agg_1"].reason is WaitReason.ROLLOUT_BUDGET
     c.unready.clear()
     p = c.plan(new)
     assert kinds(p) == ["CancelStep"] and p.actions[0].unit == "agg_1"
@@ -184,7 +186,7 @@ def test_frontend_starts_only_after_a_worker_is_ready():
     c.apply(c.plan(rs))
     p = c.plan(rs)
     assert launched(p) == [("agg", 0)]
-    assert any("frontend waits" in n for n in p.notes)
+    assert p.recipes["r"].waiting["frontend_0"].reason is WaitReason.NEEDS_READY_WORKER
     c.apply(p)
     assert launched(c.plan(rs)) == [("frontend", 0)]
 
@@ -207,7 +209,7 @@ def test_multi_node_worker_missing_a_rank_is_relaunched_whole():
     rank1 = next(s for s in c.steps.values() if s.rank == 1)
     del c.steps[rank1.step_id]
     p = c.plan(rs)
-    assert kinds(p) == ["CancelStep"] and "rank died" in p.actions[0].reason
+    assert kinds(p) == ["CancelStep"] and p.actions[0].reason is StopReason.RANK_LOST
     c.apply(p)
     p = c.plan(rs)
     assert sorted(a.launch.rank for a in p.actions) == [0, 1]
@@ -294,7 +296,7 @@ def test_plan_converges_and_is_idempotent(first, second, kills):
 # ---------------------------------------------------------------- self-healing policies
 import pytest  # noqa: E402
 
-from reconciler.plan import restart_gate  # noqa: E402
+from reconciler.core.plan.relaunch import Gate, restart_gate  # noqa: E402
 from reconciler.world import RestartPolicy, UnitHealth  # noqa: E402
 
 
@@ -303,30 +305,39 @@ def life(launches=1, restarts=0, launched=0.0, exit=None, missing=None, **kw) ->
                       missing_since=missing, **kw)
 
 
+N, R, P = PlaceReason.NEW, PlaceReason.RELAUNCH, PlaceReason.REPLACEMENT
+B, G = WaitReason.BACKOFF, WaitReason.GAVE_UP
+
+
 @pytest.mark.parametrize(
-    "policy, health, now, decision, fragment",
+    "policy, health, now, gate, reason, fragment",
     [
-        (RestartPolicy(), None, 0, "launch", "missing"),
-        (RestartPolicy(), life(launches=0), 0, "launch", "missing"),
-        (RestartPolicy("never"), life(exit=(1, 5.0)), 100, "stop", "restart policy is never"),
-        (RestartPolicy("on-failure"), life(exit=(0, 5.0)), 100, "stop", "does not restart a clean exit"),
-        (RestartPolicy("on-failure"), life(exit=(1, 5.0)), 16, "launch", "exited with code 1; restart 1"),
-        (RestartPolicy("on-failure"), life(exit=(1, 5.0)), 14, "wait", "relaunch in 1s"),
-        (RestartPolicy("always"), life(exit=(0, 5.0)), 10, "wait", "backoff, restart 1"),
-        (RestartPolicy("always"), life(restarts=3, exit=(137, 0.0)), 79, "wait", "relaunch in 1s"),
-        (RestartPolicy("always"), life(restarts=3, exit=(137, 0.0)), 81, "launch", "restart 4"),
-        (RestartPolicy("always"), life(restarts=12, exit=(1, 0.0)), 299, "wait", "relaunch in 1s"),  # capped at 300
-        (RestartPolicy(max_restarts=2), life(restarts=2, exit=(1, 0.0)), 1e6, "stop", "gave up after 2 restarts"),
-        (RestartPolicy("never"), life(replacing=True), 0, "launch", "replacing"),
+        (RestartPolicy(), None, 0, "launch", N, ""),
+        (RestartPolicy(), life(launches=0), 0, "launch", N, ""),
+        (RestartPolicy("never"), life(exit=(1, 5.0)), 100, "stop", G, "restart policy is never"),
+        (RestartPolicy("on-failure"), life(exit=(0, 5.0)), 100, "stop", G, "does not restart a clean exit"),
+        (RestartPolicy("on-failure"), life(exit=(1, 5.0)), 16, "launch", R, "exited with code 1; restart 1"),
+        (RestartPolicy("on-failure"), life(exit=(1, 5.0)), 14, "wait", B, "relaunch in 1s"),
+        (RestartPolicy("always"), life(exit=(0, 5.0)), 10, "wait", B, "(restart 1)"),
+        (RestartPolicy("always"), life(restarts=3, exit=(137, 0.0)), 79, "wait", B, "relaunch in 1s"),
+        (RestartPolicy("always"), life(restarts=3, exit=(137, 0.0)), 81, "launch", R, "restart 4"),
+        (RestartPolicy("always"), life(restarts=12, exit=(1, 0.0)), 299, "wait", B, "relaunch in 1s"),  # capped at 300
+        (RestartPolicy(max_restarts=2), life(restarts=2, exit=(1, 0.0)), 1e6, "stop", G, "gave up after 2 restarts"),
+        # stopped on purpose (a rollout): back at once, whatever the policy, and not a restart
+        (RestartPolicy("never"), life(stopped_for=StopReason.SPEC_CHANGED.value), 0, "launch", P, ""),
+        # stopped by liveness: a failure like any other
+        (RestartPolicy("never"), life(stopped_for=StopReason.LIVENESS.value, exit=(143, 1.0)), 5, "stop", G, "never"),
+        (RestartPolicy(), life(stopped_for="a reason from another version", exit=(1, 0.0)), 50, "launch", R, ""),
         # no exit record (SIGKILL): the end is when the step was first seen missing
-        (RestartPolicy(), life(launched=50.0, missing=100.0), 105, "wait", "was killed; relaunch in 5s"),
+        (RestartPolicy(), life(launched=50.0, missing=100.0), 105, "wait", B, "was killed; relaunch in 5s"),
         # an exit record older than the current life belongs to a previous life
-        (RestartPolicy(), life(launched=50.0, exit=(0, 10.0), missing=100.0), 111, "launch", "was killed"),
+        (RestartPolicy(), life(launched=50.0, exit=(0, 10.0), missing=100.0), 111, "launch", R, "was killed"),
     ],
 )
-def test_restart_gate_table(policy, health, now, decision, fragment):
-    got, why = restart_gate(policy, health, now)
-    assert (got, fragment in why) == (decision, True), why
+def test_restart_gate_table(policy, health, now, gate, reason, fragment):
+    got, why, detail, due = restart_gate(policy, health, now)
+    assert (got, why, fragment in detail) == (Gate(gate), reason, True), detail
+    assert (due is not None) == (got is Gate.WAIT)
 
 
 RESTART = "reconcile: {liveness_failures: 2}\nhealth_check: {max_attempts: 3, interval_seconds: 10}\n"
@@ -340,7 +351,9 @@ def test_dead_worker_waits_for_backoff_then_is_relaunched():
     del c.steps[dead.step_id]
     c.health[("r", "agg", 1)] = life(launched=0.0, exit=(3, 100.0))
     p = c.plan(rs, now=105.0)
-    assert not p.actions and any("agg_1 exited with code 3; relaunch in 5s" in n for n in p.notes)
+    w = p.recipes["r"].waiting["agg_1"]
+    assert not p.actions and w.reason is WaitReason.BACKOFF and "exited with code 3; relaunch in 5s" in w.detail
+    assert p.recipes["r"].relaunch_later == {"agg_1": 110.0} and p.requeue_after == 5.0
     p = c.plan(rs, now=110.5)
     assert launched(p) == [("agg", 1)]
 
@@ -353,7 +366,8 @@ def test_liveness_stops_a_worker_that_stopped_answering():
     assert not c.plan(rs, now=5.0).actions
     c.health[("r", "agg", 0)] = life(was_ready=True, probe_failures=2)
     p = c.plan(rs, now=5.0)
-    assert kinds(p) == ["CancelStep"] and "liveness: 2 health probes failed" in p.actions[0].reason
+    assert kinds(p) == ["CancelStep"] and p.actions[0].reason is StopReason.LIVENESS
+    assert p.actions[0].detail == "2 health probes failed in a row"
     assert not p.actions[0].replace  # a failure: its relaunch goes through the restart policy
 
 
@@ -363,7 +377,8 @@ def test_fatal_log_line_stops_the_worker():
     c.converge(rs)
     c.health[("r", "agg", 0)] = life(was_ready=True, fatal="FATAL mocker: simulated engine hang")
     p = c.plan(rs, now=1.0)
-    assert kinds(p) == ["CancelStep"] and "fatal log line: FATAL mocker" in p.actions[0].reason
+    assert kinds(p) == ["CancelStep"] and p.actions[0].reason is StopReason.FATAL_LOG
+    assert p.actions[0].detail.startswith("FATAL mocker")
 
 
 def test_worker_not_ready_within_startup_grace_is_stopped():
@@ -373,7 +388,7 @@ def test_worker_not_ready_within_startup_grace_is_stopped():
     c.health[("r", "agg", 0)] = life(launched=0.0, was_ready=False)
     assert not c.plan(rs, now=29.0).actions
     p = c.plan(rs, now=31.0)
-    assert kinds(p) == ["CancelStep"] and "startup grace of 30s" in p.actions[0].reason
+    assert kinds(p) == ["CancelStep"] and p.actions[0].reason is StopReason.STARTUP_TIMEOUT
 
 
 def test_rollout_replacements_skip_the_restart_policy():
@@ -405,7 +420,7 @@ def test_a_recipe_whose_desired_state_fails_is_held_not_pruned():
     assert "r" in d.held and "PortsExhausted" in d.held["r"]
     p = c.plan(rs)
     assert not p.actions  # nothing of it is cancelled
-    assert any("left as it is" in n for n in p.notes)
+    assert p.recipes["r"].state.name == "HELD" and "PortsExhausted" in p.recipes["r"].detail
 
 
 def test_a_step_we_just_cancelled_is_not_cancelled_again_and_blocks_its_relaunch():

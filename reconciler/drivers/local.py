@@ -92,7 +92,6 @@ class LocalDriver:
                 allocs.append(Alloc(job_id, lab.recipe, lab.index, lab.start, lab.count, "RUNNING", "None",
                                     tuple([self.host] * lab.count)))
         procs = self._processes()
-        self._escalate(procs)
         steps = []
         for step_id, (_pid, name, _start) in procs.items():
             lab = labels.parse_step(name, self.owner)
@@ -163,7 +162,10 @@ class LocalDriver:
         self._save("allocs", allocs)
 
     def reap(self) -> None:
+        """Collect finished children and SIGKILL cancelled steps that ignored SIGTERM (only a
+        running controller does this: ``observe`` writes nothing)."""
         self._children = [p for p in self._children if p.poll() is None]
+        self._escalate(self._processes())
 
 
 def _killpg(pid: int, sig: int) -> None:

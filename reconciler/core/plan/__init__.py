@@ -1,0 +1,137 @@
+"""plan(desired, observed, now) -> Plan. Pure: no I/O, no clock, no randomness.
+
+Per recipe, first the recipe as a whole:
+
+1. held — its desired state cannot be computed: nothing of it is touched.
+2. prune guard — every manifest vanished at once (a mis-mounted directory?): nothing
+   is torn down unless ``desired.allow_empty``.
+3. teardown — deleted or suspended: cancel its steps, then its allocations.
+
+Then, for a recipe being converged, classify what it has (``classify.classify``: missing,
+running, broken, outdated, waiting, extra, duplicates), and decide, in this order:
+
+4. ``allocations.compute_allocations`` — submit what is needed, release what is not.
+5. ``stop.compute_stop`` — extra steps (scale-down victims, a frontend no longer managed,
+   steps on a released allocation), duplicates, the ranks left of a broken multi-node
+   worker, and liveness (fatal log line, failed probes after Ready, startup grace).
+6. ``placement.compute_frontend`` — the frontend starts after a worker is Ready.
+7. ``placement.compute_placements`` — units never launched go onto their allocation.
+8. ``relaunch.compute_relaunch`` — units that had lives come back in place, through the
+   restart policy (never / on-failure / always, max_restarts, exponential backoff).
+9. ``rollout.compute_rollout`` — older specs are replaced, max_unavailable at a time.
+10. ``relaunch.compute_backoff_reset`` — healthy long enough: the backoff starts afresh.
+11. ``action_backoff.compute_action_backoff`` — a recipe whose actions failed waits.
+12. ``requeue.requeue_after`` — the earliest moment anything would change on its own.
+
+Ownership is not a policy here: only objects carrying our marker reach this function.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from reconciler.core.plan.action_backoff import compute_action_backoff
+from reconciler.core.plan.allocations import compute_allocations, release_all
+from reconciler.core.plan.classify import Classified, classify, step_order
+from reconciler.core.plan.placement import compute_frontend, compute_placements, unplaceable
+from reconciler.core.plan.relaunch import compute_backoff_reset, compute_relaunch, restart_gate
+from reconciler.core.plan.requeue import ACTIVE_INTERVAL, requeue_after
+from reconciler.core.plan.results import (
+    Action, CancelAlloc, CancelStep, LaunchStep, PlaceReason, Plan, RecipePlan, RecipeState, RoleCounts,
+    StopReason, SubmitAlloc, Wait, WaitReason,
+)
+from reconciler.core.plan.rollout import compute_rollout
+from reconciler.core.plan.stop import compute_stop, startup_deadline
+from reconciler.world import Desired, DesiredRecipe, Observed
+
+__all__ = [
+    "ACTIVE_INTERVAL", "Action", "CancelAlloc", "CancelStep", "LaunchStep", "PlaceReason", "Plan", "RecipePlan",
+    "RecipeState", "RoleCounts", "StopReason", "SubmitAlloc", "Wait", "WaitReason", "plan", "restart_gate",
+]
+
+
+def plan(desired: Desired, observed: Observed, now: float) -> Plan:
+    out: dict[str, RecipePlan] = {}
+    deadlines: list[float | None] = []
+    motion = False
+    for name, why in desired.held.items():
+        out[name] = RecipePlan(name, RecipeState.HELD, detail=why)
+    gone = sorted(observed.recipes() - set(desired.recipes) - set(desired.held))
+    refused = bool(gone) and prune_refused(desired)
+    for name in gone:
+        if refused:
+            out[name] = RecipePlan(name, RecipeState.PRUNE_REFUSED, detail=(
+                "every manifest is gone at once (a mis-mounted directory?); "
+                "run with --allow-empty to tear everything down"))
+        else:
+            out[name] = teardown(name, observed, StopReason.RECIPE_DELETED)
+    for name in sorted(desired.recipes):
+        d = desired.recipes[name]
+        if d.suspended:
+            out[name] = teardown(name, observed, StopReason.SUSPENDED)
+            continue
+        rp, moving, dl = converge(d, observed, now)
+        retry_at = compute_action_backoff(observed.action_failures.get(name), now)
+        if retry_at is not None and rp.actions:
+            rp = defer(rp, retry_at)
+            dl = [*dl, retry_at]
+        out[name] = rp
+        motion |= moving
+        deadlines += dl
+    for rp in out.values():
+        motion |= bool(rp.actions)
+    return Plan(out, requeue_after(now, motion, deadlines), refused)
+
+
+def prune_refused(desired: Desired) -> bool:
+    """The prune guard: no manifest file left at all, valid or not, and no --allow-empty."""
+    return not desired.recipes and not desired.held and desired.manifests_seen == 0 and not desired.allow_empty
+
+
+def teardown(name: str, observed: Observed, reason: StopReason) -> RecipePlan:
+    stops = tuple(CancelStep(s.step_id, name, f"{s.role}_{s.index}", reason)
+                  for s in sorted(observed.steps_of(name), key=step_order) if s.cancellable)
+    state = RecipeState.SUSPENDED if reason is StopReason.SUSPENDED else RecipeState.TEARDOWN
+    return RecipePlan(name, state, stop=stops, release=release_all(name, observed.allocs_of(name), reason))
+
+
+def converge(d: DesiredRecipe, observed: Observed, now: float) -> tuple[RecipePlan, bool, list[float | None]]:
+    submit, release = compute_allocations(d, observed)
+    c = classify(d, observed, frozenset(a.job_id for a in release))
+    stops, w_stop = compute_stop(d, c, now)
+    held_back, w_front = compute_frontend(d, c)
+    place = compute_placements(d, c, held_back)
+    relaunch, later, w_relaunch = compute_relaunch(d, c, held_back, now)
+    replace, w_roll = compute_rollout(d, c)
+    reset, next_reset = compute_backoff_reset(d, c, now)
+    pending = Wait(WaitReason.ALLOCATION_PENDING, d.pending_reason)
+    waiting = {f"{r}_{i}": pending for r, i in c.waiting}
+    for part in (w_stop, w_front, w_relaunch, w_roll, unplaceable(d)):
+        waiting.update(part)
+    rp = RecipePlan(
+        d.name, submit=submit, release=release, place=place + relaunch, stop=stops, replace=replace,
+        relaunch_later=later, waiting=waiting, counts=counts(d, c), reset_backoff=reset,
+    )
+    starting = [v for v in c.running + c.broken + c.outdated if not v.ready]
+    moving = bool(starting or c.waiting or any(w.reason is WaitReason.TERMINATING for w in waiting.values()))
+    deadlines = [*later.values(), next_reset, *(startup_deadline(d, v) for v in c.running)]
+    return rp, moving, deadlines
+
+
+def counts(d: DesiredRecipe, c: Classified) -> dict[str, RoleCounts]:
+    desired: Counter[str] = Counter()
+    running: Counter[str] = Counter()
+    ready: Counter[str] = Counter()
+    for v in c.units:
+        desired[v.unit.role] += 1
+        running[v.unit.role] += any(not s.pending for s in v.steps)
+        ready[v.unit.role] += v.ready
+    for role, _ in c.waiting:
+        desired[role] += 1
+    return {role: RoleCounts(n, running[role], ready[role], n - ready[role]) for role, n in desired.items()}
+
+
+def defer(rp: RecipePlan, retry_at: float) -> RecipePlan:
+    """The recipe backs off after a failed action: nothing of it is done before ``retry_at``."""
+    return RecipePlan(rp.name, rp.state, relaunch_later=rp.relaunch_later, waiting=rp.waiting, counts=rp.counts,
+                      detail=rp.detail, deferred=rp.actions, deferred_until=retry_at)

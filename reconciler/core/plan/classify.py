@@ -1,0 +1,152 @@
+"""Sort what a recipe has on the cluster into named sets; every policy reads these.
+
+Per desired unit (a worker or the frontend, keyed by (role, index)):
+
+- ``missing``: no step at all — to place (never launched) or relaunch (it had lives).
+- ``running``: every rank runs the current spec on the unit's allocation.
+- ``broken``: current spec, but a rank of a multi-node worker is gone; the ranks left
+  are foreign to any whole worker and must go so that it comes back whole.
+- ``outdated``: some step runs an older spec, or sits on another allocation.
+- ``waiting``: its allocation is not running (yet); nothing can be done for it.
+
+And per step: ``extra`` (a unit that is not desired: scaled down, frontend no longer
+managed, or on an allocation being released), ``duplicates`` (a second step for one
+rank; the older one stays). ``terminating`` steps — cancelled moments ago and still
+shutting down — are in whichever set their unit falls in, marked, and never cancelled
+again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reconciler.units import FRONTEND, Unit
+from reconciler.world import DesiredRecipe, Observed, Step, UnitHealth
+
+UnitKey = tuple[str, int]  # (role, index) within a recipe
+ROLE_ORDER = {"prefill": 0, "decode": 1, "agg": 2, FRONTEND: 3}
+
+
+def unit_order(key: UnitKey) -> tuple[int, int]:
+    return (ROLE_ORDER.get(key[0], 9), key[1])
+
+
+def step_order(s: Step) -> tuple:
+    return (ROLE_ORDER.get(s.role, 9), s.index, s.rank, s.step_id)
+
+
+def step_number(step_id: str) -> tuple[int, str]:
+    tail = step_id.rsplit(".", 1)[-1]
+    return (int(tail), step_id) if tail.isdigit() else (1 << 62, step_id)
+
+
+@dataclass(frozen=True)
+class UnitView:
+    unit: Unit
+    job: str  # the allocation it belongs on
+    current: tuple[Step, ...]  # steps running its current spec on that allocation
+    old: tuple[Step, ...]  # steps running an older spec or on another allocation
+    health: UnitHealth | None
+    ready: bool
+
+    @property
+    def key(self) -> UnitKey:
+        return (self.unit.role, self.unit.index)
+
+    @property
+    def name(self) -> str:
+        return self.unit.name
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        return self.current + self.old
+
+    @property
+    def is_frontend(self) -> bool:
+        return self.unit.role == FRONTEND
+
+    @property
+    def ever_launched(self) -> bool:
+        return self.health is not None and self.health.launches > 0
+
+
+@dataclass(frozen=True)
+class Classified:
+    missing: tuple[UnitView, ...] = ()
+    running: tuple[UnitView, ...] = ()
+    broken: tuple[UnitView, ...] = ()
+    outdated: tuple[UnitView, ...] = ()
+    waiting: tuple[UnitKey, ...] = ()
+    extra: tuple[tuple[Step, str], ...] = ()  # (step, "scaled down" | "frontend")
+    duplicates: tuple[Step, ...] = ()
+
+    @property
+    def units(self) -> tuple[UnitView, ...]:
+        return tuple(sorted(self.missing + self.running + self.broken + self.outdated,
+                            key=lambda v: unit_order(v.key)))
+
+    @property
+    def ready(self) -> frozenset[UnitKey]:
+        return frozenset(v.key for v in self.units if v.ready)
+
+    def any_worker_ready(self) -> bool:
+        return any(v.ready and not v.is_frontend for v in self.units)
+
+
+def wanted_units(d: DesiredRecipe) -> dict[UnitKey, Unit]:
+    wanted: dict[UnitKey, Unit] = {(u.role, u.index): u for u in d.units}
+    if d.frontend is not None:
+        wanted[(FRONTEND, 0)] = d.frontend
+    return wanted
+
+
+def classify(d: DesiredRecipe, observed: Observed, dropped_jobs: frozenset[str]) -> Classified:
+    by_unit: dict[UnitKey, list[Step]] = {}
+    for s in observed.steps_of(d.name):
+        by_unit.setdefault((s.role, s.index), []).append(s)
+    wanted = wanted_units(d)
+    waiting = set(d.waiting)
+    sets: dict[str, list] = {k: [] for k in ("missing", "running", "broken", "outdated", "extra", "duplicates")}
+
+    for key in sorted(by_unit, key=unit_order):
+        if key in wanted:
+            continue
+        steps = by_unit[key]
+        if key in waiting and not any(s.job_id in dropped_jobs for s in steps):
+            continue  # its allocation is not running (yet): nothing to do
+        kind = "frontend" if key[0] == FRONTEND else "scaled down"
+        sets["extra"] += [(s, kind) for s in sorted(steps, key=step_order)]
+
+    for key in sorted(wanted, key=unit_order):
+        unit = wanted[key]
+        steps = by_unit.get(key, [])
+        job = d.job_of.get(key, "")
+        current = tuple(sorted((s for s in steps if s.spec_hash == unit.spec_hash and s.job_id == job),
+                               key=step_order))
+        old = tuple(sorted((s for s in steps if s not in current), key=step_order))
+        view = UnitView(unit, job, current, old, observed.health.get(unit.key), bool(observed.ready.get(unit.key)))
+        if not steps:
+            sets["missing"].append(view)
+        elif old:
+            sets["outdated"].append(view)
+        elif not {l.rank for l in unit.launches} <= {s.rank for s in current}:
+            sets["broken"].append(view)
+        else:
+            sets["running"].append(view)
+            sets["duplicates"] += _duplicates(current)
+    return Classified(
+        missing=tuple(sets["missing"]), running=tuple(sets["running"]), broken=tuple(sets["broken"]),
+        outdated=tuple(sets["outdated"]), waiting=tuple(sorted(waiting, key=unit_order)),
+        extra=tuple(sets["extra"]), duplicates=tuple(sets["duplicates"]),
+    )
+
+
+def _duplicates(current: tuple[Step, ...]) -> list[Step]:
+    """A second step for one rank (a crash between srun and bookkeeping): the older one stays."""
+    seen: set[int] = set()
+    dups = []
+    for s in sorted(current, key=lambda s: (s.pending, step_number(s.step_id))):
+        if s.rank in seen and s.cancellable:
+            dups.append(s)
+        seen.add(s.rank)
+    return dups

@@ -1,0 +1,211 @@
+"""What plan() decides, as named sets per recipe (in the style of Nomad's reconcile results).
+
+Nothing here is free text that a caller must parse: every stop has a reason from
+``StopReason``, every unit that is not moving has a ``WaitReason``, every launch a
+``PlaceReason``. ``describe()`` renders them for people; logs, events and status are
+built from the fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from reconciler.units import Launch, Unit
+from reconciler.world import AllocSpec
+
+
+class StopReason(str, Enum):
+    """Why a step is cancelled. ``on_purpose``: its relaunch skips the restart policy."""
+
+    RECIPE_DELETED = "recipe deleted"
+    SUSPENDED = "suspended"
+    SCALED_DOWN = "scaled down"
+    FRONTEND_UNMANAGED = "frontend no longer managed"
+    RANK_LOST = "a rank died: relaunching the whole worker"
+    DUPLICATE = "duplicate step"
+    FATAL_LOG = "fatal log line"
+    LIVENESS = "liveness probes failed"
+    STARTUP_TIMEOUT = "not Ready within the startup grace"
+    SPEC_CHANGED = "spec changed: replacing"
+
+    @property
+    def on_purpose(self) -> bool:
+        return self is StopReason.SPEC_CHANGED
+
+
+class PlaceReason(str, Enum):
+    """Why a unit is launched; only ``RELAUNCH`` counts as a restart."""
+
+    NEW = "missing"  # never launched (first deploy, scale up)
+    RELAUNCH = "relaunch after its last life ended"
+    REPLACEMENT = "replacing"  # we stopped it on purpose (rollout)
+
+    @property
+    def restart(self) -> bool:
+        return self is PlaceReason.RELAUNCH
+
+
+class WaitReason(str, Enum):
+    """Why a desired unit is neither running as wanted nor being acted on now."""
+
+    ALLOCATION_PENDING = "its allocation is not running yet"
+    BACKOFF = "restart backoff"
+    GAVE_UP = "will not be restarted (restart policy)"
+    ROLLOUT_BUDGET = "waits to be replaced: too many workers unavailable"
+    NEEDS_READY_WORKER = "the frontend waits for a Ready worker"
+    UNPLACEABLE = "its nodes straddle an existing allocation"
+    TERMINATING = "its old step is still shutting down"
+    ACTION_BACKOFF = "an action failed: the recipe backs off"
+
+
+class RecipeState(str, Enum):
+    """What plan() does with a recipe as a whole."""
+
+    CONVERGE = "converge"
+    TEARDOWN = "teardown"  # deleted: everything it owns goes
+    SUSPENDED = "suspended"
+    HELD = "held"  # desired state cannot be computed: nothing is touched
+    PRUNE_REFUSED = "prune refused"  # every manifest vanished at once: nothing is touched
+
+
+@dataclass(frozen=True)
+class SubmitAlloc:
+    spec: AllocSpec
+
+    @property
+    def recipe(self) -> str:
+        return self.spec.recipe
+
+    def describe(self) -> str:
+        s = self.spec
+        return (f"submit allocation {s.recipe}/a{s.index}: {s.count} node(s) x {s.gpus_per_node} GPU(s) "
+                f"(needed for nodes {s.start}-{s.start + s.count - 1})")
+
+
+@dataclass(frozen=True)
+class CancelAlloc:
+    job_id: str
+    recipe: str
+    index: int
+    reason: StopReason | None = None  # None: no desired worker needs it any more
+
+    def describe(self) -> str:
+        why = self.reason.value if self.reason else "no longer needed"
+        return f"cancel allocation {self.recipe}/a{self.index} job {self.job_id} ({why})"
+
+
+@dataclass(frozen=True)
+class LaunchStep:
+    unit: Unit
+    launch: Launch
+    job_id: str
+    reason: PlaceReason
+    restart: int = 0  # the restart this launch is (1, 2, ...); 0 when it is not one
+
+    @property
+    def recipe(self) -> str:
+        return self.unit.recipe
+
+    def describe(self) -> str:
+        u = self.unit
+        rank = f" rank {self.launch.rank}" if len(u.launches) > 1 else ""
+        why = f"restart {self.restart}" if self.restart else self.reason.value
+        return (f"launch {u.recipe}/{u.name}{rank} on {','.join(self.launch.nodes)} in job {self.job_id}"
+                f" spec {u.spec_hash} ({why})")
+
+
+@dataclass(frozen=True)
+class CancelStep:
+    step_id: str
+    recipe: str
+    unit: str
+    reason: StopReason
+    detail: str = ""  # the data behind the reason (a log line, a probe count), for people
+
+    @property
+    def replace(self) -> bool:
+        return self.reason.on_purpose
+
+    def describe(self) -> str:
+        why = f"{self.reason.value}: {self.detail}" if self.detail else self.reason.value
+        return f"cancel step {self.step_id} ({self.recipe}/{self.unit}: {why})"
+
+
+Action = SubmitAlloc | LaunchStep | CancelStep | CancelAlloc
+
+
+@dataclass(frozen=True)
+class Wait:
+    reason: WaitReason
+    detail: str = ""
+    until: float | None = None  # when it would move on its own (backoff end), if known
+
+    def describe(self) -> str:
+        return f"{self.reason.value} ({self.detail})" if self.detail else self.reason.value
+
+
+@dataclass(frozen=True)
+class RoleCounts:
+    desired: int = 0
+    running: int = 0  # has a live step (any spec)
+    ready: int = 0  # probe answers
+    unavailable: int = 0  # desired but not ready (waiting, starting, backing off, being replaced)
+
+
+@dataclass(frozen=True)
+class RecipePlan:
+    name: str
+    state: RecipeState = RecipeState.CONVERGE
+    submit: tuple[SubmitAlloc, ...] = ()
+    release: tuple[CancelAlloc, ...] = ()
+    place: tuple[LaunchStep, ...] = ()
+    stop: tuple[CancelStep, ...] = ()
+    replace: tuple[CancelStep, ...] = ()  # rollout: the old step goes now, its successor once it is gone
+    relaunch_later: Mapping[str, float] = field(default_factory=dict)  # unit name -> retry at
+    waiting: Mapping[str, Wait] = field(default_factory=dict)  # unit name -> why it does not move
+    counts: Mapping[str, RoleCounts] = field(default_factory=dict)  # role -> counts
+    reset_backoff: tuple[str, ...] = ()  # units healthy long enough: their backoff starts from scratch
+    detail: str = ""  # for HELD / PRUNE_REFUSED: why
+    deferred: tuple[Action, ...] = ()  # what would be done now, held back by the action-error backoff
+    deferred_until: float | None = None
+
+    @property
+    def actions(self) -> tuple[Action, ...]:
+        """In execution order: steps go before allocations, then submits, then launches."""
+        return self.stop + self.replace + self.release + self.submit + self.place
+
+    def describe_waiting(self) -> list[str]:
+        out = [f"{self.name}: {u} {w.describe()}" for u, w in sorted(self.waiting.items())]
+        if self.state is RecipeState.PRUNE_REFUSED:
+            out.insert(0, f"refusing to prune {self.name}: {self.detail}")
+        elif self.state is RecipeState.HELD:
+            out.insert(0, f"{self.name}: left as it is, its desired state cannot be computed: {self.detail}")
+        if self.deferred:
+            out.insert(0, f"{self.name}: {WaitReason.ACTION_BACKOFF.value}: {len(self.deferred)} action(s) deferred")
+        return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    recipes: Mapping[str, RecipePlan] = field(default_factory=dict)
+    requeue_after: float | None = None  # seconds until anything would change on its own; None: nothing will
+    refused_prune: bool = False
+
+    @property
+    def actions(self) -> tuple[Action, ...]:
+        acts = [a for name in sorted(self.recipes) for a in self.recipes[name].actions]
+        # every recipe's cancels first, across recipes: freed ports and GPUs are free for the launches
+        rank = {CancelStep: 0, CancelAlloc: 1, SubmitAlloc: 2, LaunchStep: 3}
+        return tuple(sorted(acts, key=lambda a: rank[type(a)]))
+
+    def __bool__(self) -> bool:
+        return any(r.actions for r in self.recipes.values())
+
+    def for_recipe(self, name: str) -> tuple[Action, ...]:
+        r = self.recipes.get(name)
+        return r.actions if r else ()
+
+    def waiting_lines(self) -> list[str]:
+        return [line for name in sorted(self.recipes) for line in self.recipes[name].describe_waiting()]

@@ -1,0 +1,59 @@
+"""compute_stop: which running steps are cancelled, each with the reason and the victim named.
+
+The victims of a scale-down are the steps of units that are no longer desired: desired
+indices are always 0..n-1, so these are the highest indices. A worker that is up but
+dead inside (liveness) is stopped here and brought back by ``compute_relaunch``.
+"""
+
+from __future__ import annotations
+
+from reconciler.core.plan.classify import Classified, UnitView
+from reconciler.core.plan.results import CancelStep, StopReason, Wait, WaitReason
+from reconciler.world import DesiredRecipe, Step, UnitHealth
+
+
+def compute_stop(d: DesiredRecipe, c: Classified, now: float) -> tuple[tuple[CancelStep, ...], dict[str, Wait]]:
+    stops: list[CancelStep] = []
+    waiting: dict[str, Wait] = {}
+    for s, kind in c.extra:
+        reason = StopReason.FRONTEND_UNMANAGED if kind == "frontend" else StopReason.SCALED_DOWN
+        stops += _cancel(d.name, [s], reason)
+    stops += [CancelStep(s.step_id, d.name, f"{s.role}_{s.index}", StopReason.DUPLICATE) for s in c.duplicates]
+    for v in c.broken:
+        # a rank of a multi-node worker died: the whole endpoint comes back together
+        stops += _cancel(d.name, v.current, StopReason.RANK_LOST, v.name)
+    for v in c.running:
+        if not all(s.cancellable for s in v.current):
+            if any(s.terminating for s in v.current):
+                waiting[v.name] = Wait(WaitReason.TERMINATING)
+            continue
+        verdict = liveness(d, v.health, now)
+        if verdict is not None:
+            stops += _cancel(d.name, v.current, verdict[0], v.name, verdict[1])
+    return tuple(stops), waiting
+
+
+def liveness(d: DesiredRecipe, h: UnitHealth | None, now: float) -> tuple[StopReason, str] | None:
+    """Why a running worker must be stopped (reason, detail), or None."""
+    if h is None:
+        return None
+    if h.fatal:
+        return StopReason.FATAL_LOG, h.fatal[:160]
+    if h.was_ready and h.probe_failures >= d.liveness_failures:
+        return StopReason.LIVENESS, f"{h.probe_failures} health probes failed in a row"
+    if not h.was_ready and h.grace_from is not None and now - h.grace_from > d.startup_grace:
+        return StopReason.STARTUP_TIMEOUT, f"{d.startup_grace:g}s"
+    return None
+
+
+def startup_deadline(d: DesiredRecipe, v: UnitView) -> float | None:
+    """When a running, never-Ready worker runs out of startup grace (for requeue_after)."""
+    h = v.health
+    if h is None or h.was_ready or h.grace_from is None:
+        return None
+    return h.grace_from + d.startup_grace
+
+
+def _cancel(recipe: str, steps, reason: StopReason, unit: str | None = None, detail: str = "") -> list[CancelStep]:
+    return [CancelStep(s.step_id, recipe, unit or f"{s.role}_{s.index}", reason, detail)
+            for s in steps if isinstance(s, Step) and s.cancellable]

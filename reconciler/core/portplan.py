@@ -1,0 +1,74 @@
+"""The port assignment of a tick, as a value: what changes before and after desired.build.
+
+``desired.build`` hands out ports from a copy of the registry (``NodePortAllocator.copy``);
+these two policies edit that copy, and the shell persists it only when it runs the tick
+(``get`` and ``plan`` throw it away).
+
+- reassign_after_bind_failures: a worker whose last life could not bind its port (a
+  process we do not own holds it) gets new ports, and the taken ones are handed to
+  nobody for an hour — instead of crash-looping on them. Idempotent: once the worker's
+  ports differ from those of the failed life, nothing more happens.
+- release_unused: ports of owners that are neither desired nor running go back to the pool
+  (not while the prune guard holds: those workers still run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from reconciler.ports import NodePortAllocator
+from reconciler.units import Unit
+from reconciler.world import Desired, Observed
+
+BLOCK_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class Reassigned:
+    owner: str  # "<recipe>/<unit>"
+    taken: tuple[tuple[str, int], ...]  # (node, port) now blocked
+
+    @property
+    def recipe(self) -> str:
+        return self.owner.split("/", 1)[0]
+
+    @property
+    def unit(self) -> str:
+        return self.owner.split("/", 1)[1]
+
+
+def reassign_after_bind_failures(
+    ports: NodePortAllocator, failed: Mapping[str, Mapping[str, Mapping[str, int]]], now: float
+) -> tuple[Reassigned, ...]:
+    """``failed``: owner -> the ports (node -> name -> port) of its last life, which ended on a bind failure."""
+    out = []
+    for owner in sorted(failed):
+        held = ports.held_by(owner)
+        used = failed[owner]
+        if not used or any(held.get(node, {}).get(name) != port
+                           for node, names in used.items() for name, port in names.items()):
+            continue  # already moved to other ports (or released): nothing to do
+        taken = tuple(sorted((node, port) for node, names in held.items() for port in names.values()))
+        for node, port in taken:
+            ports.block(node, port, now + BLOCK_SECONDS)
+        ports.release(owner)
+        out.append(Reassigned(owner, taken))
+    return tuple(out)
+
+
+def release_unused(ports: NodePortAllocator, desired: Desired, observed: Observed, refused_prune: bool) -> tuple[str, ...]:
+    if refused_prune:
+        return ()
+    live = {f"{u.recipe}/{u.name}" for d in desired.recipes.values() for u in _units(d)}
+    live |= {f"{d.name}/{role}_{i}" for d in desired.recipes.values() for (role, i) in d.waiting}
+    live |= {f"{s.recipe}/{s.role}_{s.index}" for s in observed.steps}
+    live |= {o for o in ports.owners() if o.split("/", 1)[0] in desired.held}  # held: what it runs keeps its ports
+    gone = tuple(sorted(ports.owners() - live))
+    for owner in gone:
+        ports.release(owner)
+    return gone
+
+
+def _units(d) -> list[Unit]:
+    return list(d.units) + ([d.frontend] if d.frontend else [])

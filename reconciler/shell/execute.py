@@ -1,0 +1,84 @@
+"""Execute a plan's actions through the driver and record each one; a failing recipe stops there.
+
+What a failure means for the next ticks (the action-error backoff) is the core's policy;
+this module only counts failures per recipe and clears the count once the recipe's
+actions go through.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import structlog
+
+from reconciler import labels
+from reconciler.core.plan import Action, CancelAlloc, CancelStep, LaunchStep, Plan, SubmitAlloc
+from reconciler.drivers import Driver, DriverError
+from reconciler.fsutil import write_if_changed
+from reconciler.shell.observe import Observer
+from reconciler.state import StateDir
+from reconciler.world import ActionFailures, Step
+
+log = structlog.get_logger("reconciler")
+
+
+class Executor:
+    def __init__(self, state: StateDir, driver: Driver, observer: Observer):
+        self.state = state
+        self.driver = driver
+        self.observer = observer
+        self.failures: dict[str, ActionFailures] = {}  # recipe -> its actions' failures in a row
+
+    def execute(self, p: Plan) -> list[Action]:
+        done: list[Action] = []
+        for name, rp in sorted(p.recipes.items()):
+            if not rp.actions:
+                if not rp.deferred:
+                    self.failures.pop(name, None)  # nothing left to retry
+                continue
+        failed: set[str] = set()
+        for a in p.actions:
+            if a.recipe in failed:
+                continue
+            try:
+                self._do(a)
+            except (DriverError, OSError) as e:
+                failed.add(a.recipe)
+                prev = self.failures.get(a.recipe)
+                self.failures[a.recipe] = ActionFailures((prev.count if prev else 0) + 1, time.time())
+                log.error("action failed", recipe=a.recipe, action=a.describe(), error=str(e))
+                self.state.event("ActionFailed", a.recipe, f"{a.describe()}: {e}",
+                                 failures=self.failures[a.recipe].count)
+                continue
+            done.append(a)
+            log.info(a.describe())
+            self.state.event(type(a).__name__, a.recipe, a.describe())
+        for recipe in {a.recipe for a in done} - failed:
+            self.failures.pop(recipe, None)
+        return done
+
+    def _do(self, a: Action) -> None:
+        if isinstance(a, CancelStep):
+            self.driver.cancel_step(a.step_id)
+            self.observer.cancelling(a.step_id, time.time())
+            self.state.mark_stopped(a.recipe, a.unit, a.reason.value)
+        elif isinstance(a, CancelAlloc):
+            self.driver.cancel_alloc(a.job_id)
+        elif isinstance(a, SubmitAlloc):
+            self.driver.submit(a.spec)
+        elif isinstance(a, LaunchStep):
+            u, l = a.unit, a.launch
+            for path, content in u.files.items():
+                write_if_changed(Path(path), content)
+            name = labels.step_name(self.driver.owner, u.recipe, u.role, u.index, l.rank, u.spec_hash)
+            handle = self.driver.launch(a.job_id, u, l, name)
+            now = time.time()
+            if l.rank == 0:
+                self.state.count_launch(u.recipe, u.name, now, restart=a.reason.restart,
+                                        ports={u.nodes[0]: dict(u.ports)} if u.ports else {})
+                self.observer.tracker.new_life(u.key)
+            if handle is not None:
+                pseudo = Step(f"{a.job_id}.pending-{u.name}-{l.rank}", u.recipe, u.role, u.index, l.rank,
+                              u.spec_hash, l.nodes, pending=True)
+                self.observer.launched(pseudo, handle, now)

@@ -1,0 +1,175 @@
+"""The controller: one tick = facts -> desired -> plan -> execute -> record; the loop runs ticks.
+
+Level-triggered: every tick reads everything fresh and plans from scratch. The loop
+sleeps until the plan's ``requeue_after``, a manifest file event, or the resync —
+whichever comes first. ``snapshot()`` alone (``get``, ``plan``) writes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import structlog
+
+from reconciler.core.plan import Plan, plan
+from reconciler.core.portplan import reassign_after_bind_failures, release_unused
+from reconciler.desired import build as build_desired
+from reconciler.drivers import Driver
+from reconciler.errors import ReconcilerError
+from reconciler.fsutil import atomic_write_text
+from reconciler.ports import NodePortAllocator
+from reconciler.shell.execute import Executor
+from reconciler.shell.manifests import Manifests, load_manifests
+from reconciler.shell.observe import Observer
+from reconciler.shell.record import record
+from reconciler.shell.snapshot import Snapshot
+from reconciler.state import StateDir
+from reconciler.timefmt import iso
+from reconciler.world import Observed
+
+log = structlog.get_logger("reconciler")
+
+
+class Controller:
+    def __init__(self, manifests: Path, state: Path, driver: Driver, *, allow_empty: bool = False,
+                 python: str | None = None, port_range: tuple[int, int] | None = None):
+        self.manifests_dir = Path(manifests)
+        self.state = StateDir(Path(state))
+        self.driver = driver
+        self.allow_empty = allow_empty
+        self.python = python or sys.executable
+        self.ports = self._load_ports()
+        if port_range:
+            self.ports.set_range(*port_range)
+        self.observer = Observer(self.state, driver)
+        self.executor = Executor(self.state, driver, self.observer)
+        self.ticks = 0
+        self.actions_done = 0
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._said: set[str] = set()
+        self._desired_cache: dict = {}
+
+    def _load_ports(self) -> NodePortAllocator:
+        path = self.state.root / "ports.json"
+        ports = NodePortAllocator.load(path)
+        if not path.exists():
+            # registry deleted: re-learn the ports running workers hold from their status rows
+            for name in self.state.known_recipes():
+                for row in self.state.status(name).get("workers", []):
+                    for node in row.get("nodes", [])[:1]:
+                        for port_name, port in row.get("ports", {}).items():
+                            ports.claim(node, f"{name}/{row['name']}", port_name, int(port))
+        return ports
+
+    def load_manifests(self) -> Manifests:
+        return load_manifests(self.manifests_dir, self.state)
+
+    # ---------------------------------------------------------------- one read of the world
+    def snapshot(self) -> Snapshot:
+        now = time.time()
+        m = self.load_manifests()
+        ports = self.ports.copy(now)
+        facts = self.observer.cluster(ports, now)
+        reassigned = reassign_after_bind_failures(ports, facts.bind_failures, now)
+        pre = Observed(facts.allocs, facts.steps)
+        desired = build_desired(m.recipes, pre, ports, self.state.root, self.python, m.files_seen,
+                                self._desired_cache, self.allow_empty)
+        ready, health = self.observer.health(desired, facts.steps, now)
+        observed = Observed(facts.allocs, facts.steps, ready, health, dict(self.executor.failures))
+        p = plan(desired, observed, now)
+        release_unused(ports, desired, observed, p.refused_prune)
+        return Snapshot(m, desired, observed, p, ports, reassigned, facts.failed_launches, now)
+
+    # ---------------------------------------------------------------- one tick
+    def tick(self) -> tuple[Snapshot, list]:
+        self.driver.reap()
+        snap = self.snapshot()
+        self.ports = snap.ports  # this tick's assignment is the registry from now on
+        done = self.executor.execute(snap.plan)
+        record(self.state, snap)
+        self.ticks += 1
+        self.actions_done += len(done)
+        self._write_progress(snap.now)
+        return snap, done
+
+    def _write_progress(self, now: float) -> None:
+        """state/controller.json: ticks and actions so far — what tests and operators watch."""
+        atomic_write_text(self.state.root / "controller.json",
+                          f'{{"pid": {os.getpid()}, "ticks": {self.ticks}, "actions": {self.actions_done}, '
+                          f'"lastTick": "{iso(now)}"}}\n')
+
+    # ---------------------------------------------------------------- the loop
+    def lock(self) -> None:
+        """One controller per state directory: two would fight over the same workloads."""
+        import fcntl
+
+        self.state.root.mkdir(parents=True, exist_ok=True)
+        path = self.state.root / "run.lock"
+        self._lock = open(path, "a+")  # noqa: SIM115 - held for the life of the controller
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.seek(0)
+            holder = self._lock.read().strip() or "?"
+            raise ReconcilerError(
+                f"another reconciler (pid {holder}) is running on {self.state.root.absolute()}; stop it first"
+            ) from None
+        self._lock.seek(0)
+        self._lock.truncate()
+        self._lock.write(f"{os.getpid()}\n")
+        self._lock.flush()
+
+    def run(self, resync: float = 5.0, once: bool = False) -> None:
+        self.lock()
+        if not once:
+            threading.Thread(target=self._watch, name="manifest-watch", daemon=True).start()
+        while not self._stop.is_set():
+            self._wake.clear()
+            wait = resync
+            try:
+                snap, _done = self.tick()
+                self._log_waiting(snap.plan)
+                if snap.plan.requeue_after is not None:
+                    wait = min(resync, snap.plan.requeue_after)
+            except Exception as e:  # noqa: BLE001 - the loop must survive anything and retry
+                log.exception("tick failed", error=str(e))
+            if once:
+                break
+            self._wake.wait(wait)
+        log.info("controller stopped; workloads keep running")
+
+    def _log_waiting(self, p: Plan) -> None:
+        """A wait is logged when it first appears (or its reason changes), not again each tick."""
+        keys: dict[tuple, str] = {}
+        for name, rp in p.recipes.items():
+            for unit, w in rp.waiting.items():
+                keys[(name, unit, w.reason)] = f"{name}: {unit} {w.describe()}"
+            if rp.detail or rp.deferred:
+                keys[(name, rp.state, bool(rp.deferred))] = "; ".join(rp.describe_waiting()[:1])
+        for k, line in keys.items():
+            if k not in self._said:
+                log.info(line)
+        self._said = set(keys)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _watch(self) -> None:
+        import watchfiles
+
+        self.manifests_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for _changes in watchfiles.watch(self.manifests_dir, debounce=200, step=50, stop_event=self._stop,
+                                             yield_on_timeout=False, raise_interrupt=False):
+                self._wake.set()
+        except Exception as e:  # noqa: BLE001 - resync still converges without the watcher
+            log.warning("manifest watcher stopped; relying on resync", error=str(e))
+
+
+__all__ = ["Controller", "Snapshot"]

@@ -1,0 +1,53 @@
+"""Manifest files -> recipes to converge to, keeping the last good spec of a file that broke."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reconciler.errors import RecipeError
+from reconciler.recipe.load import LoadedRecipe, iter_recipe_files, load_recipe, load_text
+from reconciler.recipe.model import Recipe
+from reconciler.state import StateDir
+
+
+@dataclass
+class Manifests:
+    recipes: dict[str, Recipe] = field(default_factory=dict)  # what to converge to (last good spec when invalid)
+    texts: dict[str, str] = field(default_factory=dict)  # name -> file text of valid recipes
+    invalid: dict[str, str] = field(default_factory=dict)  # recipe name (or file stem) -> error message
+    paths: dict[str, str] = field(default_factory=dict)  # file path -> recipe name
+    files_seen: int = 0
+
+
+def load_manifests(directory: Path, state: StateDir) -> Manifests:
+    """Read every recipe file. An invalid file keeps its recipe on the last spec applied from it
+    (state/<name>/last-applied.yaml); two files with one recipe name: the first wins."""
+    m = Manifests()
+    known = state.files()
+    files = iter_recipe_files([directory]) if directory.is_dir() else []
+    m.files_seen = len(files)
+    for f in files:
+        path = str(f)
+        try:
+            lr: LoadedRecipe = load_recipe(f)
+        except RecipeError as e:
+            name = known.get(path) or f.stem
+            m.invalid[name] = str(e)
+            m.paths[path] = name
+            last = state.last_applied(name) if name in known.values() else None
+            if last is not None and name not in m.recipes:
+                try:
+                    m.recipes[name] = load_text(last, f"{path} (last applied)").recipe
+                except RecipeError:
+                    pass
+            continue
+        name = lr.recipe.name
+        if name in m.texts:
+            other = next(p for p, n in m.paths.items() if n == name)
+            m.invalid[name] = f"{path}: recipe name {name!r} is also used by {other}; this file is ignored"
+            continue
+        m.recipes[name] = lr.recipe
+        m.texts[name] = f.read_text()
+        m.paths[path] = name
+    return m

@@ -1,0 +1,140 @@
+"""Facts: the cluster (one job query, one step query), probes, launch and exit records, log lines.
+
+The observer remembers only what squeue cannot tell yet (launches in flight, steps we
+just cancelled — the core's ``grace`` decides for how long) and what is costly to
+re-learn (probe history and log offsets, in the ``HealthTracker``; which logs were
+already read). Losing this memory (a restart) is safe. It writes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from reconciler.core.grace import apply_grace
+from reconciler.drivers import Driver
+from reconciler.health import HealthTracker
+from reconciler.ports import NodePortAllocator
+from reconciler.probe import probe_units
+from reconciler.state import StateDir
+from reconciler.units import Unit
+from reconciler.world import Alloc, Desired, InFlight, Step, UnitHealth
+
+BIND_FAILURE = re.compile(r"address already in use|EADDRINUSE|\[Errno 98\]", re.IGNORECASE)
+
+Key = tuple[str, str, int]
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    allocs: tuple[Alloc, ...]
+    steps: tuple[Step, ...]  # with the core's grace applied
+    failed_launches: tuple[InFlight, ...]  # launcher exited before its step ever showed up
+    bind_failures: dict[str, dict[str, dict[str, int]]]  # owner -> ports of its last life, which could not bind
+
+
+class Observer:
+    def __init__(self, state: StateDir, driver: Driver):
+        self.state = state
+        self.driver = driver
+        self.cancelled: dict[str, float] = {}  # step id -> when we cancelled it
+        self.inflight: list[InFlight] = []
+        self.tracker = HealthTracker(state.root)
+        self._logs_read: dict[tuple[str, int, int], bool] = {}  # (path, inode, size) -> shows a bind failure
+
+    # ---------------------------------------------------------------- the cluster
+    def cluster(self, ports: NodePortAllocator, now: float) -> ClusterFacts:
+        allocs, steps = self.driver.observe()
+        inflight = [InFlight(f.step, f.launched_at, _poll(f)) for f in self.inflight]
+        view = apply_grace(steps, self.cancelled, inflight, now)
+        self.cancelled = dict(view.cancelled)
+        kept = {id(f.step) for f in view.inflight}
+        self.inflight = [f for f in self.inflight if id(f.step) in kept]
+        return ClusterFacts(tuple(allocs), view.steps, view.failed_launches, self._bind_failures(view.steps, ports))
+
+    def launched(self, step: Step, handle, now: float) -> None:
+        self.inflight.append(_Tracked(step, now, handle))
+
+    def cancelling(self, step_id: str, now: float) -> None:
+        self.cancelled[step_id] = now
+
+    def _bind_failures(self, steps: tuple[Step, ...], ports: NodePortAllocator) -> dict:
+        running = {f"{s.recipe}/{s.role}_{s.index}" for s in steps}
+        read, self._logs_read = self._logs_read, {}
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        records: dict[str, dict] = {}
+        for owner in sorted(ports.owners() - running):
+            recipe, unit = owner.split("/", 1)
+            logs = self.state.recipe_dir(recipe) / "logs"
+            for log_path in logs.glob(f"{unit}.*.log") if logs.is_dir() else ():
+                try:
+                    st = os.stat(log_path)
+                except OSError:
+                    continue
+                mark = (str(log_path), st.st_ino, st.st_size)
+                hit = read[mark] if mark in read else bool(BIND_FAILURE.search(tail(log_path, 8192)))
+                self._logs_read[mark] = hit  # a log that did not change is not read again
+                if hit:
+                    if recipe not in records:
+                        records[recipe] = self.state.launches(recipe)
+                    used = records[recipe].get(unit, {}).get("ports")
+                    if used:
+                        out[owner] = used
+                    break
+        return out
+
+    # ---------------------------------------------------------------- the workers
+    def health(self, desired: Desired, steps: tuple[Step, ...], now: float) -> tuple[dict, dict[Key, UnitHealth]]:
+        """Probe the running units; per unit, its lives and exits (state/), probe history and fatal lines."""
+        units = [u for d in desired.recipes.values() for u in all_units(d)]
+        running = {s.unit_key for s in steps if not s.pending}
+        ready = probe_units([u for u in units if u.key in running])
+        out: dict[Key, UnitHealth] = {}
+        records = {name: self.state.launches(name) for name in desired.recipes}
+        for u in units:
+            rec = records[u.recipe].get(u.name, {})
+            last_exit = None
+            if u.key in running:
+                self.tracker.seen_running(u.key)
+                self.tracker.probed(u.key, bool(ready.get(u.key)), now)
+                self.tracker.scan_logs(u)
+                missing = None
+            else:
+                missing = self.tracker.seen_missing(u.key, now) if rec.get("launches") else None
+                last_exit = self.state.exit_status(u.recipe, u.name) if rec.get("launches") else None
+            life = self.tracker.life(u.key)
+            stopped_for = rec.get("stoppedFor") or ("spec changed: replacing" if rec.get("replace") else None)
+            out[u.key] = UnitHealth(
+                launches=rec.get("launches", 0), restarts=rec.get("backoff", 0), last_launch=rec.get("lastLaunch"),
+                last_exit=last_exit, missing_since=missing, stopped_for=stopped_for, was_ready=life.was_ready,
+                ready_since=life.ready_since, probe_failures=life.probe_failures, fatal=life.fatal,
+                watched_since=life.watched_since,
+            )
+        return ready, out
+
+
+@dataclass
+class _Tracked:
+    step: Step
+    launched_at: float
+    handle: object
+
+
+def _poll(f) -> int | None:
+    h = getattr(f, "handle", None)
+    return h.poll() if h is not None else None
+
+
+def all_units(d) -> list[Unit]:
+    return list(d.units) + ([d.frontend] if d.frontend else [])
+
+
+def tail(path: Path, limit: int = 400) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - limit))
+            return f.read().decode(errors="replace").strip()
+    except OSError:
+        return ""

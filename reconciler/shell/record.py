@@ -1,0 +1,95 @@
+"""After a tick: status, conditions and events, last-applied specs, endpoints and the port registry.
+
+Only ``Controller.tick`` calls this; ``get`` and ``plan`` build the same status in memory
+and write nothing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import structlog
+
+from reconciler.core.plan import Plan
+from reconciler.shell.observe import all_units, tail
+from reconciler.shell.snapshot import Snapshot
+from reconciler.state import StateDir
+from reconciler.status import build_status
+from reconciler.timefmt import iso
+from reconciler.units import FRONTEND, endpoints_path
+from reconciler.world import DesiredRecipe, Observed
+
+log = structlog.get_logger("reconciler")
+
+
+def record(state: StateDir, snap: Snapshot) -> None:
+    m, d, o, p = snap.manifests, snap.desired, snap.observed, snap.plan
+    now = time.time()
+    for f in snap.failed_launches:
+        s = f.step
+        srun = state.recipe_dir(s.recipe) / "logs" / f"{s.role}_{s.index}.{s.rank}.srun"
+        msg = f"{s.role}_{s.index} rank {s.rank}: launcher exited {f.exited}: {tail(srun)}"
+        log.error("launch failed", recipe=s.recipe, unit=f"{s.role}_{s.index}", exit=f.exited)
+        state.event("LaunchFailed", s.recipe, msg)
+    for r in snap.reassigned:
+        taken = ", ".join(f"{n}:{port}" for n, port in r.taken)
+        log.warning("port conflict: new ports for the worker", recipe=r.recipe, unit=r.unit, ports=taken)
+        state.event("PortConflict", r.recipe, f"{r.unit} could not bind ({taken}): another process holds "
+                    "it; the worker gets new ports and those are avoided for an hour")
+    for name, text in m.texts.items():
+        state.write_last_applied(name, text)
+    state.write_files(m.paths)
+    snap.ports.save(state.root / "ports.json")
+    for dr in d.recipes.values():
+        write_endpoints(state, dr, o)
+    for name, why in d.held.items():
+        prev = state.status(name)
+        if prev.get("error") != why:
+            log.error("recipe held", recipe=name, error=why)
+            state.event("Held", name, f"desired state cannot be computed, nothing is changed: {why}")
+        state.write_status(name, {**prev, "name": name, "phase": "Error", "error": why, "updatedAt": iso(now)})
+    names = set(d.recipes) | set(m.invalid)
+    for name in names:
+        _recipe_status(state, snap, name, now)
+    for name in state.known_recipes():
+        if name not in names and name not in d.held and not o.steps_of(name) and not o.allocs_of(name):
+            st = state.status(name)
+            if st.get("phase") != "Deleted":
+                state.event("Deleted", name, "recipe removed and everything it owned is gone")
+                state.write_status(name, {**st, "phase": "Deleted", "deletedAt": iso(now), "workers": []})
+                state.prune_launches(name, set())
+
+
+def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> None:
+    d, p = snap.desired.recipes.get(name), snap.plan
+    prev = state.status(name)
+    st = build_status(name, d, snap.observed, p.recipes.get(name), snap.manifests.invalid.get(name), prev,
+                      state.launches(name), now, state.exits(name))
+    for cond in st["conditions"]:
+        old = next((c for c in prev.get("conditions", []) if c["type"] == cond["type"]), None)
+        if old is None or old["status"] != cond["status"]:
+            state.event("Condition", name, f"{cond['type']}={cond['status']}: {cond['message']}",
+                        reason=cond["reason"])
+    state.write_status(name, st)
+    if d is not None:
+        state.prune_launches(name, {f"{r}_{i}" for r, i in d.unit_keys} | {f"{FRONTEND}_0"})
+        rp = p.recipes.get(name)
+        for unit in rp.reset_backoff if rp else ():
+            state.reset_backoff(name, unit)
+
+
+def write_endpoints(state: StateDir, d: DesiredRecipe, o: Observed) -> None:
+    if d.frontend is None:
+        return  # only the builtin router reads an endpoints file
+    workers = [
+        {"url": u.url, "role": u.role, "name": u.name, "node": u.nodes[0]}
+        for u in d.units if o.ready.get(u.key)
+    ]
+    state.write_json(endpoints_path(state.root, d.name), {"recipe": d.name, "workers": workers})
+
+
+def waiting_lines(p: Plan) -> list[str]:
+    return p.waiting_lines()
+
+
+__all__ = ["all_units", "record"]
