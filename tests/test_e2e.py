@@ -524,3 +524,33 @@ def test_a_recipe_that_runs_out_of_ports_is_held_and_keeps_running(h):
     h.idle(name)
     assert h.steps(name) == running  # held: nothing added, nothing torn down
     assert "Held" in (h.state / "events.jsonl").read_text()
+
+
+def _state_bytes(root: Path) -> dict[str, bytes]:
+    """Every file under state/ but the workers' own output (logs/: written by the workers, not by us)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and "logs" not in p.relative_to(root).parts}
+
+
+def test_get_and_plan_write_nothing_and_need_no_lock(h):
+    name = h.name("ro")
+    f = h.manifests / f"{name}.yaml"
+    f.write_text(DISAGG.format(name=name, decode=1))
+    h.start()
+    h.wait_ready(name)
+    assert h.stop() == 0
+    f.write_text(DISAGG.format(name=name, decode=2))  # something to do: plan has actions, get shows progress
+    lock = h.state / "run.lock"
+    import fcntl
+
+    with open(lock, "a+") as held:  # another reconciler holds the lock: get and plan must not care
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        before = _state_bytes(h.state)
+        for args in (("get",), ("get", name, "-o", "json"), ("plan",), ("plan", "-o", "json")):
+            r = h.cli(*args)
+            assert r.returncode in (0, 2), (args, r.stderr)
+            assert _state_bytes(h.state) == before, f"reconciler {' '.join(args)} wrote to state/"
+    r = h.cli("plan", "-o", "json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 2 and [a["reason"] for a in out["recipes"][name]["place"]] == ["NEW"]
+    assert out["recipes"][name]["counts"]["decode"] == {"desired": 2, "running": 1, "ready": 1, "unavailable": 1}
