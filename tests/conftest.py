@@ -64,10 +64,12 @@ def pytest_terminal_summary(terminalreporter):
 
 @pytest.fixture
 def corpus() -> Path:
+    source = "RECONCILER_CORPUS" if os.environ.get("RECONCILER_CORPUS") else "../shared/corpus beside the checkout"
     if not CORPUS.is_dir():
-        if os.environ.get("CI"):
-            pytest.fail(f"corpus not found at {CORPUS}")
-        pytest.skip(f"corpus not found at {CORPUS}")
+        msg = f"corpus not found at {CORPUS} (from {source}; set RECONCILER_CORPUS to its directory)"
+        if os.environ.get("CI") or os.environ.get("RECONCILER_REQUIRE_SLURM"):
+            pytest.fail(msg)
+        pytest.skip(msg)
     return CORPUS
 
 
