@@ -135,7 +135,7 @@ def render(recipe: str, nodes: str | None, output: str, state: str) -> None:
 
 
 def _controller(manifests: str, state: str, driver: str | None, allow_empty: bool = False,
-                port_range: str = "20000-32000", instance: str | None = None):
+                port_range: str = "20000-32000", instance: str | None = None, read_only: bool = False):
     from reconciler.shell.loop import Controller
     from reconciler.drivers import make_driver
 
@@ -149,7 +149,8 @@ def _controller(manifests: str, state: str, driver: str | None, allow_empty: boo
         drv = make_driver(driver, Path(state), instance)
     except ValueError as e:
         _fail(f"--instance: {e}")
-    return Controller(Path(manifests), Path(state), drv, allow_empty=allow_empty, port_range=(lo, hi))
+    return Controller(Path(manifests), Path(state), drv, allow_empty=allow_empty, port_range=(lo, hi),
+                      read_only=read_only)
 
 
 def _setup_logging(verbose: bool = False) -> None:
@@ -158,12 +159,15 @@ def _setup_logging(verbose: bool = False) -> None:
     import structlog
 
     tty = sys.stderr.isatty()
+    # "tick failed" and friends carry their traceback: ConsoleRenderer prints it itself
+    render = [structlog.dev.ConsoleRenderer(colors=True)] if tty else [
+        structlog.processors.format_exc_info, structlog.processors.KeyValueRenderer(
+            key_order=["timestamp", "level", "event"])]
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="%H:%M:%S" if tty else "iso"),
-            structlog.dev.ConsoleRenderer(colors=tty) if tty else structlog.processors.KeyValueRenderer(
-                key_order=["timestamp", "level", "event"]),
+            *render,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG if verbose else logging.INFO),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
@@ -213,7 +217,7 @@ def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, in
              allow_empty: bool, output: str) -> None:
     """Show the actions `run` would take now. Exit 0: nothing to do; 2: changes pending; 1: error."""
     try:
-        snap = _controller(manifests, state, driver, allow_empty, port_range, instance).snapshot()
+        snap = _controller(manifests, state, driver, allow_empty, port_range, instance, read_only=True).snapshot()
     except ReconcilerError as e:
         _fail(str(e))
     acts = snap.plan.actions
@@ -247,7 +251,7 @@ def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, 
         instance: str | None, output: str, wait_ready: bool, timeout: float) -> None:
     """Deployments: readiness per role, status, restarts, age and endpoint (live from the cluster)."""
     try:
-        ctl = _controller(manifests, state, driver, port_range=port_range, instance=instance)
+        ctl = _controller(manifests, state, driver, port_range=port_range, instance=instance, read_only=True)
         rows = _get_rows(ctl, names, manifests)
         if wait_ready:
             rows = _wait_ready(ctl, names, manifests, rows, timeout)

@@ -62,8 +62,10 @@ def build(
                 hit = ((*key[:2], ports.owned_by_recipe(name)), built)  # the ports it now holds
                 cache[name] = hit
             out[name] = hit[1]
-        except (PortsExhausted, ValueError, KeyError, IndexError) as e:
+        except PortsExhausted as e:
             held[name] = f"{type(e).__name__}: {e}"
+        except Exception as e:  # noqa: BLE001 - one recipe's failure must not stop the others
+            held[name] = f"cannot compute its desired state: {type(e).__name__}: {e}"
     if cache is not None:
         for gone in set(cache) - set(recipes):
             del cache[gone]

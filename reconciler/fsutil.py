@@ -12,6 +12,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # state/ is for operators to read (mkstemp would make it 0600)
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

@@ -17,7 +17,7 @@ def probe_one(host: str, port: int, path: str, timeout: float = TIMEOUT) -> bool
     try:
         conn.request("GET", path)
         return conn.getresponse().status == 200
-    except (OSError, http.client.HTTPException):
+    except Exception:  # noqa: BLE001 - OSError, HTTPException, a bad host name: not healthy
         return False
     finally:
         conn.close()

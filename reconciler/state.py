@@ -1,61 +1,123 @@
-"""state/: status, events, last-applied specs. Human-readable, atomic, safe to delete."""
+"""state/: status, events, last-applied specs, launch records. Human-readable, atomic, a cache.
+
+Nothing in state/ is a reason to stop: a file that does not parse, or has the wrong
+shape, is moved aside as ``<file>.corrupt-<time>`` (with an event) and treated as
+missing — the controller rebuilds from Slurm and the other files. A read-only
+StateDir (``get``, ``plan``) treats it as missing too, but moves and writes nothing.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from reconciler.fsutil import append_line, write_if_changed
 from reconciler.timefmt import iso
+
+log = structlog.get_logger("reconciler")
+
+
+def _is_status(d: Any) -> bool:
+    return isinstance(d, dict) and all(
+        isinstance(d.get(k, []), list) and all(isinstance(x, dict) for x in d.get(k, []))
+        for k in ("conditions", "workers"))
+
+
+_RECORD_TYPES = {"launches": int, "restarts": int, "backoff": int, "lastLaunch": (int, float), "ports": dict,
+                 "stoppedFor": str, "replace": bool}
+
+
+def _is_launches(d: Any) -> bool:
+    return isinstance(d, dict) and all(
+        isinstance(k, str) and (isinstance(v, int) or isinstance(v, dict) and all(
+            isinstance(v[f], t) for f, t in _RECORD_TYPES.items() if v.get(f) is not None))
+        for k, v in d.items())
+
+
+def _is_files(d: Any) -> bool:
+    return isinstance(d, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in d.items())
 
 
 @dataclass
 class StateDir:
     root: Path
+    read_only: bool = False  # get / plan: never move, never write
 
     def recipe_dir(self, name: str) -> Path:
         return self.root / name
 
     # ---------------------------------------------------------------- events
     def event(self, kind: str, recipe: str | None, message: str, **fields: Any) -> None:
+        if self.read_only:
+            return
         rec = {"time": iso(time.time()), "kind": kind, "recipe": recipe, "message": message, **fields}
         append_line(self.root / "events.jsonl", json.dumps(rec, sort_keys=False))
 
     # ---------------------------------------------------------------- json helpers
-    def read_json(self, path: Path, default: Any) -> Any:
+    def read_json(self, path: Path, default: Any, valid: Callable[[Any], bool] | None = None) -> Any:
         try:
-            return json.loads(path.read_text())
-        except (FileNotFoundError, ValueError):
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
             return default
+        except (OSError, ValueError) as e:  # includes a non-UTF-8 file, a directory in its place
+            return self.corrupt(path, f"{type(e).__name__}: {e}", default)
+        if valid is not None and not valid(data):
+            return self.corrupt(path, "unexpected content (wrong types)", default)
+        return data
+
+    def corrupt(self, path: Path, why: str, default: Any) -> Any:
+        """Set a broken state file aside and carry on as if it were missing."""
+        if self.read_only:
+            return default
+        aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
+        try:
+            os.replace(path, aside)
+        except OSError as e:
+            log.error("cannot move a corrupt state file aside", path=str(path), error=str(e))
+            return default
+        rel = path.relative_to(self.root) if path.is_relative_to(self.root) else path
+        recipe = rel.parts[0] if len(rel.parts) > 1 else None
+        log.warning("corrupt state file moved aside", path=str(path), aside=aside.name, error=why)
+        self.event("CorruptState", recipe, f"{rel}: {why}; moved aside to {aside.name} and rebuilt")
+        return default
 
     def write_json(self, path: Path, data: Any) -> None:
         # unchanged content is not rewritten: the router watches endpoints.json's mtime
-        write_if_changed(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+        if not self.read_only:
+            write_if_changed(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
     # ---------------------------------------------------------------- recipes
     def status(self, name: str) -> dict:
-        return self.read_json(self.recipe_dir(name) / "status.json", {})
+        return self.read_json(self.recipe_dir(name) / "status.json", {}, _is_status)
 
     def write_status(self, name: str, status: dict) -> None:
         self.write_json(self.recipe_dir(name) / "status.json", status)
 
     def last_applied(self, name: str) -> str | None:
+        path = self.recipe_dir(name) / "last-applied.yaml"
         try:
-            return (self.recipe_dir(name) / "last-applied.yaml").read_text()
+            return path.read_text()
         except FileNotFoundError:
             return None
+        except (OSError, ValueError) as e:
+            return self.corrupt(path, f"{type(e).__name__}: {e}", None)
 
     def write_last_applied(self, name: str, text: str) -> None:
-        write_if_changed(self.recipe_dir(name) / "last-applied.yaml", text)
+        if not self.read_only:
+            write_if_changed(self.recipe_dir(name) / "last-applied.yaml", text)
 
     def launches(self, name: str) -> dict[str, dict]:
         """unit -> {"launches": lives started, "restarts": relaunches after a failure (what users see),
         "backoff": the backoff counter (reset once healthy for a while), "lastLaunch": time,
         "ports": node -> name -> port of the current life, "stoppedFor": why we cancelled it}."""
-        data = self.read_json(self.recipe_dir(name) / "launches.json", {})
+        data = self.read_json(self.recipe_dir(name) / "launches.json", {}, _is_launches)
         return {k: (v if isinstance(v, dict) else {"launches": int(v)}) for k, v in data.items()}
 
     def _write_launches(self, name: str, data: dict) -> None:
@@ -98,7 +160,7 @@ class StateDir:
             self._write_launches(name, kept)
 
     def files(self) -> dict[str, str]:
-        return self.read_json(self.root / "files.json", {})
+        return self.read_json(self.root / "files.json", {}, _is_files)
 
     def write_files(self, mapping: dict[str, str]) -> None:
         self.write_json(self.root / "files.json", dict(sorted(mapping.items())))
@@ -123,5 +185,5 @@ class StateDir:
         try:
             rc, ts = p.read_text().split()
             return int(rc), float(ts)
-        except (FileNotFoundError, ValueError):
-            return None
+        except (OSError, ValueError):
+            return None  # written atomically by the launcher; anything else is not a record

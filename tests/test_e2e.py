@@ -554,3 +554,36 @@ def test_get_and_plan_write_nothing_and_need_no_lock(h):
     out = json.loads(r.stdout)
     assert r.returncode == 2 and [a["reason"] for a in out["recipes"][name]["place"]] == ["NEW"]
     assert out["recipes"][name]["counts"]["decode"] == {"desired": 2, "running": 1, "ready": 1, "unavailable": 1}
+
+
+def test_corrupt_state_of_one_recipe_and_a_killed_worker_of_another(h):
+    good, bad = h.name("good"), h.name("bad")
+    for n in (good, bad):
+        (h.manifests / f"{n}.yaml").write_text(
+            KEEP.format(name=n).replace("gpus: 1}", "gpus: 1, restart: {backoff_seconds: 0.5}}"))
+    h.start()
+    before = h.wait_steps(good, {"agg_0"})
+    theirs = h.wait_steps(bad, {"agg_0"})
+    h.wait_ready(good)
+    h.wait_ready(bad)
+    h.stop()
+    for rel, junk in (("status.json", "[]"), ("launches.json", '{"agg_0": "x"}')):
+        (h.state / bad / rel).write_text(junk)
+    (h.state / "ports.json").write_text("{not json")
+    (h.state / "files.json").write_text("[]")
+    h.start()
+    wait_until(lambda: h.ticks() >= 2, what="the restarted controller ticking")
+    sid, _node = before["agg_0"]
+    if h.driver == "slurm":
+        sh("scancel", sid)
+    else:
+        os.killpg(int(sid), signal.SIGKILL)
+    after = wait_until(lambda: (s := h.steps(good)).get("agg_0", before["agg_0"]) != before["agg_0"] and s,
+                       timeout=30, what="the healthy recipe's worker relaunched")
+    assert set(after) == {"agg_0"}
+    h.wait_ready(good)
+    assert h.steps(bad) == theirs  # its state was rebuilt, its worker not replaced
+    events = [json.loads(l) for l in (h.state / "events.jsonl").read_text().splitlines()]
+    corrupt = {e["message"].split(":")[0] for e in events if e["kind"] == "CorruptState"}
+    assert corrupt == {f"{bad}/status.json", f"{bad}/launches.json", "ports.json", "files.json"}
+    assert json.loads((h.state / "controller.json").read_text())["tickFailures"] == 0

@@ -32,22 +32,21 @@ class Executor:
 
     def execute(self, p: Plan) -> list[Action]:
         done: list[Action] = []
-        for name, rp in sorted(p.recipes.items()):
-            if not rp.actions:
-                if not rp.deferred:
-                    self.failures.pop(name, None)  # nothing left to retry
-                continue
+        for name, rp in p.recipes.items():
+            if not rp.actions and not rp.deferred:
+                self.failures.pop(name, None)  # nothing left to retry
         failed: set[str] = set()
         for a in p.actions:
             if a.recipe in failed:
                 continue
             try:
                 self._do(a)
-            except (DriverError, OSError) as e:
+            except Exception as e:  # noqa: BLE001 - DriverError, OSError, or anything else: this recipe only
                 failed.add(a.recipe)
                 prev = self.failures.get(a.recipe)
                 self.failures[a.recipe] = ActionFailures((prev.count if prev else 0) + 1, time.time())
-                log.error("action failed", recipe=a.recipe, action=a.describe(), error=str(e))
+                log.error("action failed", recipe=a.recipe, action=a.describe(), error=str(e),
+                          exc_info=not isinstance(e, DriverError | OSError))
                 self.state.event("ActionFailed", a.recipe, f"{a.describe()}: {e}",
                                  failures=self.failures[a.recipe].count)
                 continue

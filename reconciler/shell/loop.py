@@ -32,13 +32,14 @@ from reconciler.timefmt import iso
 from reconciler.world import Observed
 
 log = structlog.get_logger("reconciler")
+TICK_BACKOFF_MAX = 60.0  # seconds between attempts when whole ticks keep failing (e.g. squeue is down)
 
 
 class Controller:
     def __init__(self, manifests: Path, state: Path, driver: Driver, *, allow_empty: bool = False,
-                 python: str | None = None, port_range: tuple[int, int] | None = None):
+                 python: str | None = None, port_range: tuple[int, int] | None = None, read_only: bool = False):
         self.manifests_dir = Path(manifests)
-        self.state = StateDir(Path(state))
+        self.state = StateDir(Path(state), read_only=read_only)
         self.driver = driver
         self.allow_empty = allow_empty
         self.python = python or sys.executable
@@ -49,6 +50,7 @@ class Controller:
         self.executor = Executor(self.state, driver, self.observer)
         self.ticks = 0
         self.actions_done = 0
+        self.tick_failures = 0  # in a row
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._said: set[str] = set()
@@ -56,14 +58,27 @@ class Controller:
 
     def _load_ports(self) -> NodePortAllocator:
         path = self.state.root / "ports.json"
-        ports = NodePortAllocator.load(path)
-        if not path.exists():
-            # registry deleted: re-learn the ports running workers hold from their status rows
-            for name in self.state.known_recipes():
-                for row in self.state.status(name).get("workers", []):
-                    for node in row.get("nodes", [])[:1]:
-                        for port_name, port in row.get("ports", {}).items():
+        data = self.state.read_json(path, None, lambda d: isinstance(d, dict))
+        if data is not None:
+            try:
+                return NodePortAllocator.from_dict(data)
+            except (ValueError, TypeError, AttributeError) as e:
+                self.state.corrupt(path, f"{type(e).__name__}: {e}", None)
+        # registry missing or corrupt: re-learn the ports running workers hold from their status rows
+        ports = NodePortAllocator()
+        for name in self.state.known_recipes():
+            for unit, rec in self.state.launches(name).items():  # the ports of each current life
+                for node, held in (rec.get("ports") or {}).items():
+                    for port_name, port in held.items() if isinstance(held, dict) else ():
+                        if isinstance(port, int):
+                            ports.claim(node, f"{name}/{unit}", port_name, port)
+            for row in self.state.status(name).get("workers", []):
+                for node in row.get("nodes", [])[:1]:
+                    for port_name, port in (row.get("ports") or {}).items():
+                        try:
                             ports.claim(node, f"{name}/{row['name']}", port_name, int(port))
+                        except (KeyError, TypeError, ValueError):
+                            continue  # a row we cannot read: that worker gets ports anew
         return ports
 
     def load_manifests(self) -> Manifests:
@@ -101,7 +116,7 @@ class Controller:
         """state/controller.json: ticks and actions so far — what tests and operators watch."""
         atomic_write_text(self.state.root / "controller.json",
                           f'{{"pid": {os.getpid()}, "ticks": {self.ticks}, "actions": {self.actions_done}, '
-                          f'"lastTick": "{iso(now)}"}}\n')
+                          f'"tickFailures": {self.tick_failures}, "lastTick": "{iso(now)}"}}\n')
 
     # ---------------------------------------------------------------- the loop
     def lock(self) -> None:
@@ -133,11 +148,15 @@ class Controller:
             wait = resync
             try:
                 snap, _done = self.tick()
+                self.tick_failures = 0
                 self._log_waiting(snap.plan)
                 if snap.plan.requeue_after is not None:
                     wait = min(resync, snap.plan.requeue_after)
             except Exception as e:  # noqa: BLE001 - the loop must survive anything and retry
-                log.exception("tick failed", error=str(e))
+                self.tick_failures += 1
+                wait = min(2.0 ** (self.tick_failures - 1), TICK_BACKOFF_MAX)
+                log.exception("tick failed", error=f"{type(e).__name__}: {e}", failures=self.tick_failures,
+                              retry_in=f"{wait:g}s")
             if once:
                 break
             self._wake.wait(wait)

@@ -31,15 +31,15 @@ def load_manifests(directory: Path, state: StateDir) -> Manifests:
         path = str(f)
         try:
             lr: LoadedRecipe = load_recipe(f)
-        except RecipeError as e:
+        except Exception as e:  # noqa: BLE001 - one unreadable file must not stop the others
             name = known.get(path) or f.stem
-            m.invalid[name] = str(e)
+            m.invalid[name] = str(e) if isinstance(e, RecipeError) else f"{path}: cannot load: {type(e).__name__}: {e}"
             m.paths[path] = name
             last = state.last_applied(name) if name in known.values() else None
             if last is not None and name not in m.recipes:
                 try:
                     m.recipes[name] = load_text(last, f"{path} (last applied)").recipe
-                except RecipeError:
+                except Exception:  # noqa: BLE001 - no usable last spec: the recipe is only Invalid
                     pass
             continue
         name = lr.recipe.name
@@ -48,6 +48,6 @@ def load_manifests(directory: Path, state: StateDir) -> Manifests:
             m.invalid[name] = f"{path}: recipe name {name!r} is also used by {other}; this file is ignored"
             continue
         m.recipes[name] = lr.recipe
-        m.texts[name] = f.read_text()
+        m.texts[name] = f.read_text(errors="replace")
         m.paths[path] = name
     return m

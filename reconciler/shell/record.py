@@ -41,7 +41,10 @@ def record(state: StateDir, snap: Snapshot) -> None:
     state.write_files(m.paths)
     snap.ports.save(state.root / "ports.json")
     for dr in d.recipes.values():
-        write_endpoints(state, dr, o)
+        try:
+            write_endpoints(state, dr, o)
+        except OSError as e:
+            log.error("cannot write the router's endpoints", recipe=dr.name, error=str(e))
     for name, why in d.held.items():
         prev = state.status(name)
         if prev.get("error") != why:
@@ -49,8 +52,11 @@ def record(state: StateDir, snap: Snapshot) -> None:
             state.event("Held", name, f"desired state cannot be computed, nothing is changed: {why}")
         state.write_status(name, {**prev, "name": name, "phase": "Error", "error": why, "updatedAt": iso(now)})
     names = set(d.recipes) | set(m.invalid)
-    for name in names:
-        _recipe_status(state, snap, name, now)
+    for name in sorted(names):
+        try:
+            _recipe_status(state, snap, name, now)
+        except Exception as e:  # noqa: BLE001 - one recipe's bookkeeping must not stop the others'
+            log.exception("cannot record the recipe's status", recipe=name, error=f"{type(e).__name__}: {e}")
     for name in state.known_recipes():
         if name not in names and name not in d.held and not o.steps_of(name) and not o.allocs_of(name):
             st = state.status(name)

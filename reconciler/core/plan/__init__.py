@@ -70,7 +70,12 @@ def plan(desired: Desired, observed: Observed, now: float) -> Plan:
         if d.suspended:
             out[name] = teardown(name, observed, StopReason.SUSPENDED)
             continue
-        rp, moving, dl = converge(d, observed, now)
+        try:
+            rp, moving, dl = converge(d, observed, now)
+        except Exception as e:  # noqa: BLE001 - a bug met by one recipe must not stop the others
+            out[name] = RecipePlan(name, RecipeState.HELD, detail=f"internal error while planning: "
+                                                                  f"{type(e).__name__}: {e}")
+            continue
         retry_at = compute_action_backoff(observed.action_failures.get(name), now)
         if retry_at is not None and rp.actions:
             rp = defer(rp, retry_at)
