@@ -232,9 +232,13 @@ def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, in
             click.echo(a.describe())
         for n in snap.plan.waiting_lines():
             click.echo(click.style("waiting: ", fg="yellow") + n)
-        if not acts:
+        for name, rp in sorted(snap.plan.recipes.items()):
+            if rp.state.name == "PRUNE_REFUSED":
+                for a in rp.deferred:
+                    click.echo(click.style("refused: ", fg="red") + a.describe())
+        if not acts and not snap.plan.refused_prune:
             click.echo("nothing to do: the cluster matches the manifests", err=True)
-    sys.exit(2 if acts else 0)
+    sys.exit(2 if acts or snap.plan.refused_prune else 0)
 
 
 @cli.command()
@@ -311,7 +315,8 @@ def _get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
     snap = ctl.snapshot()
     sd = ctl.state
     now = _time.time()
-    all_names = sorted(set(snap.desired.recipes) | set(snap.manifests.invalid) | set(snap.desired.held))
+    gone = {n: rp for n, rp in snap.plan.recipes.items() if rp.state.name in ("PRUNE_REFUSED", "TEARDOWN")}
+    all_names = sorted(set(snap.desired.recipes) | set(snap.manifests.invalid) | set(snap.desired.held) | set(gone))
     if names:
         missing = [n for n in names if n not in all_names]
         if missing:
@@ -319,6 +324,9 @@ def _get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
         all_names = [n for n in all_names if n in names]
     rows = []
     for name in all_names:
+        if name in gone and name not in snap.desired.recipes and name not in snap.manifests.invalid:
+            rows.append(_gone_row(name, gone[name], snap.observed, sd.status(name), now))
+            continue
         prev = sd.status(name)
         st = build_status(name, snap.desired.recipes.get(name), snap.observed, snap.plan.recipes.get(name),
                           snap.manifests.invalid.get(name), prev, sd.launches(name), now, sd.exits(name))
@@ -333,6 +341,23 @@ def _get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
             "error": invalid,
         })
     return rows
+
+
+def _gone_row(name: str, rp, observed, prev: dict, now: float) -> dict:
+    """A recipe that still runs but has no manifest: being torn down, or kept by the prune guard."""
+    roles: dict[str, dict[str, int]] = {}
+    for s in observed.steps_of(name):
+        if s.rank == 0 and s.role != "frontend":
+            c = roles.setdefault(s.role, {"desired": 0, "ready": 0, "running": 0, "unavailable": 0})
+            c["running"] += 1
+    refused = rp.state.name == "PRUNE_REFUSED"
+    created = _parse_iso(prev.get("createdAt"))
+    return {
+        "name": name, "status": "ManifestMissing" if refused else "Terminating", "roles": roles,
+        "endpoint": prev.get("endpoint"), "restarts": sum(w.get("restarts", 0) for w in prev.get("workers", [])),
+        "age_seconds": int(now - created) if created else None, "conditions": [],
+        "error": ("manifest missing: kept running by the prune guard (" + rp.detail + ")") if refused else None,
+    }
 
 
 def _print_table(rows: list[dict], manifests: str) -> None:

@@ -281,7 +281,10 @@ def test_every_manifest_gone_is_refused_and_sigterm_leaves_workloads(h):
     assert h.stop() == 0
     assert h.steps(name) == running, "stopping the reconciler must leave workloads running"
     r = h.cli("plan")
-    assert r.returncode == 0 and "refusing to prune" in r.stdout
+    assert r.returncode == 2 and "refusing to prune" in r.stdout, r.stdout
+    assert "refused: cancel step" in r.stdout and "refused: cancel allocation" in r.stdout, r.stdout
+    g = h.get(name)
+    assert g["status"] == "ManifestMissing" and "prune guard" in g["error"] and g["roles"]["agg"]["running"] == 1
     r = h.cli("run", "--once", "--allow-empty")
     assert r.returncode == 0, r.stderr
     wait_until(lambda: not h.steps(name) and not h.jobs(name), timeout=30, what="everything cancelled")

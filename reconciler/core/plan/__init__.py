@@ -60,7 +60,8 @@ def plan(desired: Desired, observed: Observed, now: float) -> Plan:
     refused = bool(gone) and prune_refused(desired)
     for name in gone:
         if refused:
-            out[name] = RecipePlan(name, RecipeState.PRUNE_REFUSED, detail=(
+            td = teardown(name, observed, StopReason.RECIPE_DELETED)
+            out[name] = RecipePlan(name, RecipeState.PRUNE_REFUSED, deferred=td.actions, detail=(
                 "every manifest is gone at once (a mis-mounted directory?); "
                 "run with --allow-empty to tear everything down"))
         else:

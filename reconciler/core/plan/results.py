@@ -168,7 +168,7 @@ class RecipePlan:
     counts: Mapping[str, RoleCounts] = field(default_factory=dict)  # role -> counts
     reset_backoff: tuple[str, ...] = ()  # units healthy long enough: their backoff starts from scratch
     detail: str = ""  # for HELD / PRUNE_REFUSED: why
-    deferred: tuple[Action, ...] = ()  # what would be done now, held back by the action-error backoff
+    deferred: tuple[Action, ...] = ()  # what would be done now, held back (action-error backoff, prune guard)
     deferred_until: float | None = None
 
     @property
@@ -182,7 +182,7 @@ class RecipePlan:
             out.insert(0, f"refusing to prune {self.name}: {self.detail}")
         elif self.state is RecipeState.HELD:
             out.insert(0, f"{self.name}: left as it is, its desired state cannot be computed: {self.detail}")
-        if self.deferred:
+        if self.deferred and self.state is not RecipeState.PRUNE_REFUSED:
             out.insert(0, f"{self.name}: {WaitReason.ACTION_BACKOFF.value}: {len(self.deferred)} action(s) deferred")
         return out
 
