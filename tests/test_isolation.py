@@ -58,6 +58,7 @@ def test_an_unexpected_error_in_one_recipe_leaves_the_others_converging(tmp_path
         (m / f"{name}.yaml").write_text(RECIPE.format(name=name))
     drv = MemoryDriver("poison", ValueError("embedded null byte"))
     c = Controller(m, tmp_path / "state", drv)
+    c.debounce = 0  # files written just now are applied at once (the debounce has its own test)
     for _ in range(3):
         c.tick()
     assert {s.recipe for s in drv.steps.values()} == {"good"}
@@ -85,3 +86,29 @@ def test_a_tick_that_fails_as_a_whole_is_retried_with_backoff(tmp_path):
     c._wake.wait = lambda t: waits.append(t) or (len(waits) >= 4 and c.stop())  # record the loop's sleeps
     c.run(resync=5.0)
     assert waits == [1.0, 2.0, 4.0, 8.0] and c.tick_failures == 4
+
+
+def test_a_file_still_being_written_is_not_applied_until_it_is_still(tmp_path):
+    import os
+    import time
+
+    m = tmp_path / "manifests"
+    m.mkdir()
+    f = m / "good.yaml"
+    f.write_text(RECIPE.format(name="good"))
+    drv = MemoryDriver("none", ValueError())
+    c = Controller(m, tmp_path / "state", drv)
+    snap, done = c.tick()
+    assert not done and str(f) in snap.manifests.settling  # just written: wait
+    old = time.time() - 5
+    os.utime(f, (old, old))
+    c.tick()
+    c.tick()
+    assert {s.recipe for s in drv.steps.values()} == {"good"}
+    running = dict(drv.steps)
+    # a half-written edit (valid YAML, a line missing) is not applied while it is fresh ...
+    f.write_text(RECIPE.format(name="good").replace("frontend: {type: none}\n", ""))
+    snap, done = c.tick()
+    assert not done and drv.steps == running and snap.desired.recipes["good"].frontend is None
+    # ... and the spec applied meanwhile is the last good one
+    assert snap.manifests.recipes["good"].frontend.type == "none"

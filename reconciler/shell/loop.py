@@ -23,7 +23,7 @@ from reconciler.errors import ReconcilerError
 from reconciler.fsutil import atomic_write_text
 from reconciler.ports import NodePortAllocator
 from reconciler.shell.execute import Executor
-from reconciler.shell.manifests import Manifests, load_manifests
+from reconciler.shell.manifests import DEBOUNCE, Manifests, load_manifests
 from reconciler.shell.observe import Observer
 from reconciler.shell.record import record
 from reconciler.shell.snapshot import Snapshot
@@ -51,6 +51,8 @@ class Controller:
         self.ticks = 0
         self.actions_done = 0
         self.tick_failures = 0  # in a row
+        # get / plan show the files as they are now; only run waits for an edit to settle
+        self.debounce = 0.0 if read_only else DEBOUNCE
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._said: set[str] = set()
@@ -81,13 +83,13 @@ class Controller:
                             continue  # a row we cannot read: that worker gets ports anew
         return ports
 
-    def load_manifests(self) -> Manifests:
-        return load_manifests(self.manifests_dir, self.state)
+    def load_manifests(self, now: float | None = None) -> Manifests:
+        return load_manifests(self.manifests_dir, self.state, now, self.debounce)
 
     # ---------------------------------------------------------------- one read of the world
     def snapshot(self) -> Snapshot:
         now = time.time()
-        m = self.load_manifests()
+        m = self.load_manifests(now)
         ports = self.ports.copy(now)
         facts = self.observer.cluster(ports, now)
         reassigned = reassign_after_bind_failures(ports, facts.bind_failures, now)
@@ -152,6 +154,8 @@ class Controller:
                 self._log_waiting(snap.plan)
                 if snap.plan.requeue_after is not None:
                     wait = min(resync, snap.plan.requeue_after)
+                if snap.manifests.settling:  # look again once the edited files have been still long enough
+                    wait = min(wait, max(0.05, min(snap.manifests.settling.values()) - snap.now))
             except Exception as e:  # noqa: BLE001 - the loop must survive anything and retry
                 self.tick_failures += 1
                 wait = min(2.0 ** (self.tick_failures - 1), TICK_BACKOFF_MAX)

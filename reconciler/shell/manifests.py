@@ -18,17 +18,40 @@ class Manifests:
     invalid: dict[str, str] = field(default_factory=dict)  # recipe name (or file stem) -> error message
     paths: dict[str, str] = field(default_factory=dict)  # file path -> recipe name
     files_seen: int = 0
+    settling: dict[str, float] = field(default_factory=dict)  # file path -> when it will have been stable long enough
 
 
-def load_manifests(directory: Path, state: StateDir) -> Manifests:
+DEBOUNCE = 0.5  # seconds a file must be unchanged before it is applied (an editor may still be writing it)
+
+
+def load_manifests(directory: Path, state: StateDir, now: float | None = None, debounce: float = DEBOUNCE) -> Manifests:
     """Read every recipe file. An invalid file keeps its recipe on the last spec applied from it
-    (state/<name>/last-applied.yaml); two files with one recipe name: the first wins."""
+    (state/<name>/last-applied.yaml); two files with one recipe name: the first wins. A file
+    modified less than ``debounce`` seconds ago is not read yet: its recipe stays on its last
+    applied spec (a new file waits), so a half-written file is never applied."""
     m = Manifests()
     known = state.files()
     files = iter_recipe_files([directory]) if directory.is_dir() else []
     m.files_seen = len(files)
     for f in files:
         path = str(f)
+        if now is not None and debounce > 0:
+            try:
+                stable_at = f.stat().st_mtime + debounce
+            except OSError:
+                stable_at = 0.0
+            if stable_at > now:
+                m.settling[path] = stable_at
+                name = known.get(path)
+                last = state.last_applied(name) if name else None
+                if name and last is not None:
+                    m.paths[path] = name
+                    try:
+                        m.recipes[name] = load_text(last, f"{path} (last applied)").recipe
+                        m.texts[name] = last
+                    except Exception:  # noqa: BLE001 - nothing usable: wait for the file
+                        pass
+                continue
         try:
             lr: LoadedRecipe = load_recipe(f)
         except Exception as e:  # noqa: BLE001 - one unreadable file must not stop the others
