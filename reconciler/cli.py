@@ -45,12 +45,16 @@ def cli() -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Also list notes and the keys the reconciler does not act on.")
 def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
     """Validate recipe files (or every *.yaml under directories)."""
-    from reconciler.recipe.load import iter_recipe_files, load_recipe
+    from reconciler.recipe.load import iter_recipe_files, load_recipe, name_clashes, outside_link
 
     files = iter_recipe_files(list(paths))
+    roots = {f: next((Path(p) for p in paths if Path(p).is_dir() and f.is_relative_to(Path(p))), None) for f in files}
     results = []
     for f in files:
         try:
+            escape = outside_link(roots[f], f) if roots[f] else None
+            if escape:
+                raise RecipeError(str(f), escape.split(": ", 1)[1])
             lr = load_recipe(f)
             layouts = lr.recipe.role_layouts()
             results.append({
@@ -66,6 +70,11 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
             })
     if not files:
         _fail(f"no recipe files (*.yaml, *.yml) found in {', '.join(paths)}")
+    # what run would do with a directory: the first file of a name wins, the others are reported
+    clashes = name_clashes([(r["path"], r["name"]) for r in results if r["valid"]])
+    for r in results:
+        if r["path"] in clashes:
+            r.update(valid=False, error=clashes[r["path"]], key="name", line=None, unsupported=None)
     if output == "json":
         click.echo(json.dumps(results, indent=2))
     else:

@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from reconciler.errors import RecipeError
-from reconciler.recipe import v1
+from reconciler.recipe import bounds, v1
 from reconciler.recipe.model import ACTED_ON, NAME_RE, Recipe
 from reconciler.topology import TopologyError
 
@@ -100,7 +100,13 @@ def key_lines(text: str) -> dict[tuple, int]:
 def load_recipe(path: str | Path) -> LoadedRecipe:
     path = Path(path)
     try:
-        text = path.read_text()
+        if path.is_dir():
+            raise RecipeError(str(path), "a directory, not a recipe file")
+        bounds.check_size(str(path), path.stat().st_size)
+        with open(path, "rb") as f:
+            raw = f.read(bounds.max_manifest_bytes() + 1)  # the file may grow between stat and read
+        bounds.check_size(str(path), len(raw))
+        text = raw.decode()
     except UnicodeDecodeError:
         raise RecipeError(str(path), "not a text file (expected UTF-8 YAML)") from None
     except OSError as e:
@@ -109,12 +115,15 @@ def load_recipe(path: str | Path) -> LoadedRecipe:
 
 
 def load_text(text: str, path: str) -> LoadedRecipe:
+    bounds.check_size(path, len(text.encode(errors="replace")))
+    bounds.check_text(text, path)
     data = parse_yaml(text, path)
     if data is None:
         raise RecipeError(path, "empty file: expected a recipe mapping")
     if not isinstance(data, dict):
         raise RecipeError(path, f"expected a mapping of recipe keys at the top level, found {_kind(data)}", line=1)
     lines = key_lines(text)
+    bounds.check_values(data, path, lines)
     if "base" in data or any(str(k).startswith(("override_", "zip_override_")) for k in data):
         raise RecipeError(
             path,
@@ -148,6 +157,7 @@ def load_text(text: str, path: str) -> LoadedRecipe:
             raise RecipeError(path, f"no 'name' and the file name {stem!r} is not a valid recipe name", key="name")
         data["name"] = stem
         notes.append(f"name derived from the file name: {stem}")
+    bounds.check_name(data["name"], path, lines)
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as e:
@@ -287,8 +297,33 @@ def _child_type(tp: Any, key: Any, node: Any) -> Any:
     return None
 
 
+def outside_link(root: Path, f: Path) -> str | None:
+    """A recipe found under ``root`` that is a symlink leading out of it: why it is refused."""
+    try:
+        target = f.resolve()
+        if f.is_symlink() and not target.is_relative_to(root.resolve()):
+            return f"{f}: a symlink leading out of {root} (to {target}); copy the file in instead"
+    except OSError as e:
+        return f"{f}: cannot resolve: {e}"
+    return None
+
+
+def name_clashes(loaded: list[tuple[str, str]]) -> dict[str, str]:
+    """(path, recipe name) in scan order -> path -> the error for every file after the first of a name."""
+    first: dict[str, str] = {}
+    out: dict[str, str] = {}
+    for path, name in loaded:
+        if name in first:
+            out[path] = f"{path}: recipe name {name!r} is also used by {first[name]}; this file is ignored"
+        else:
+            first[name] = path
+    return out
+
+
 def iter_recipe_files(paths: list[str | Path]) -> list[Path]:
-    """Files named directly, plus *.yaml/*.yml under directories (sorted, hidden skipped)."""
+    """Files named directly, plus *.yaml/*.yml under directories, recursively (sorted, hidden
+    skipped; a directory named *.yaml is a directory). Symlinked files are followed; whether one
+    may lead out of a scanned directory is ``outside_link``'s call."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():

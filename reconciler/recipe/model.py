@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from reconciler.backends import MockerBackend, SGLangBackend, TRTLLMBackend, VLLMBackend
+from reconciler.recipe.bounds import MAX_GPUS_PER_WORKER, MAX_NODES_PER_WORKER, MAX_WORKERS
 from reconciler.topology import MODES, Mode, RoleLayout
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -114,8 +115,8 @@ def _restart_shorthand(v: Any) -> Any:
 
 class RoleConfig(Strict):
     nodes: int | Literal["colocate"] | None = Field(None)
-    workers: int | None = Field(None, ge=0)
-    gpus: int | None = Field(None, ge=1)
+    workers: int | None = Field(None, ge=0, le=MAX_WORKERS)
+    gpus: int | None = Field(None, ge=1, le=MAX_GPUS_PER_WORKER)
     srun_options: dict[str, EnvValue] = {}
     env: Env = {}
     args: dict[str, Any] = {}
@@ -131,8 +132,8 @@ class RoleConfig(Strict):
     @field_validator("nodes")
     @classmethod
     def _nodes(cls, v: Any) -> Any:
-        if isinstance(v, int) and v < 0:
-            raise ValueError("expected a node count >= 0 or 'colocate'")
+        if isinstance(v, int) and not 0 <= v <= MAX_NODES_PER_WORKER:
+            raise ValueError(f"expected a node count from 0 to {MAX_NODES_PER_WORKER} or 'colocate'")
         return v
 
 

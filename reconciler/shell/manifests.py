@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reconciler.errors import RecipeError
-from reconciler.recipe.load import LoadedRecipe, iter_recipe_files, load_recipe, load_text
+from reconciler.recipe.load import LoadedRecipe, iter_recipe_files, load_recipe, load_text, outside_link
 from reconciler.recipe.model import Recipe
 from reconciler.state import StateDir
 
@@ -53,6 +53,9 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
                         pass
                 continue
         try:
+            escape = outside_link(directory, f)
+            if escape:
+                raise RecipeError(path, escape.split(": ", 1)[1])
             lr: LoadedRecipe = load_recipe(f)
         except Exception as e:  # noqa: BLE001 - one unreadable file must not stop the others
             name = known.get(path) or f.stem

@@ -1,0 +1,117 @@
+"""The hostile-input probe list: each row is an input -> the error users see, the exit code.
+
+`reconciler validate` runs in a subprocess under an address-space limit (ulimit -v), so a
+probe that would exhaust memory fails the test instead of the machine. The same files in
+a running reconciler's manifests/ leave what runs untouched: tests/test_e2e.py::
+test_hostile_manifests_beside_a_running_recipe.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+GOOD = "name: {name}\nmodel: {{path: m}}\nengine: mocker\nroles: {{agg: {{workers: 1, gpus: 1}}}}\n"
+MEMORY_LIMIT = 1 << 30  # 1 GiB of address space for validate
+
+ALIAS_BOMB = "name: bomb\nmodel: {path: m}\nengine: mocker\nroles: {agg: {workers: 1, gpus: 1}}\n" + "".join(
+    f"{c}: &{c} [{', '.join([f'*{p}'] * 9) if p else ', '.join(['lol'] * 9)}]\n"
+    for p, c in zip([None, *"abcdefgh"], "abcdefghi"))
+
+
+def nested(depth: int) -> str:
+    return GOOD.format(name="deep") + "environment:\n" + "".join("  " * i + f"k{i}:\n" for i in range(depth)) + \
+        "  " * depth + "x: 1\n"
+
+
+PROBES = [
+    # (id, file content (str, bytes or a callable building it), expected substring, exit code)
+    ("empty", "", "empty file", 1),
+    ("binary", bytes(range(256)) * 4, "not a text file", 1),
+    ("non-utf8", "name: caf\xe9\n".encode("latin-1"), "not a text file", 1),
+    ("tabs", "name: t\nmodel:\n\tpath: m\n", "YAML syntax error", 1),
+    ("duplicate key", GOOD.format(name="d") + "name: again\n", "duplicate key 'name'", 1),
+    ("alias bomb", ALIAS_BOMB, "YAML expands to more than", 1),
+    ("50 MB file", lambda: "#" * (50 << 20) + "\n" + GOOD.format(name="big"), "a recipe may be at most", 1),
+    ("deep nesting (block)", nested(60), "nested more than", 1),
+    ("deep nesting (flow)", "name: f\nx: " + "[" * 5000 + "]" * 5000 + "\n", "nesting depth", 1),
+    ("top-level list", "- name: x\n", "expected a mapping", 1),
+    ("unknown key at depth", GOOD.format(name="u").replace("gpus: 1}", "gpus: 1, restart: {polcy: never}}"),
+     "roles.agg.restart.polcy", 1),
+    ("wrong type", GOOD.format(name="w").replace("workers: 1", "workers: two"), "roles.agg.workers", 1),
+    ("huge count", GOOD.format(name="h").replace("workers: 1", "workers: 1000000000"), "roles.agg.workers", 1),
+    ("huge nodes", GOOD.format(name="h").replace("workers: 1", "workers: 1, nodes: 99999999"), "roles.agg.nodes", 1),
+    ("reserved name", GOOD.format(name="ports.json"), "'ports.json' is reserved", 1),
+    ("NUL in a value", GOOD.format(name="n") + 'environment: {X: "a\\0b"}\n', "environment.X: a NUL byte", 1),
+    ("NUL in the file", GOOD.format(name="n").encode() + b"#\x00\n", "NUL byte", 1),
+    ("NaN", GOOD.format(name="nan").replace("engine: mocker", "engine: {type: mocker, speedup_ratio: .nan}"),
+     "speedup_ratio", 1),
+    ("infinite interval", GOOD.format(name="inf") + "health_check: {interval_seconds: .inf}\n", "finite", 1),
+    ("negative max_num_seqs", GOOD.format(name="neg").replace("gpus: 1}", "gpus: 1, args: {max-num-seqs: -4}}"),
+     "roles.agg.args.max-num-seqs: expected a number > 0", 1),
+    ("block_size 0", GOOD.format(name="b0").replace("gpus: 1}", "gpus: 1, args: {block_size: 0}}"),
+     "block_size: expected a number > 0", 1),
+    ("shell metacharacters are data", lambda: GOOD.format(name="sh") + f'environment: {{X: "$(touch {PWNED}); \'x\\""}}\n',
+     "valid", 0),
+]
+PWNED = f"/tmp/pwned-{uuid.uuid4().hex}"
+
+
+def _limit() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+def validate(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "reconciler.cli", "validate", *args], capture_output=True, text=True,
+                          timeout=120, preexec_fn=_limit)
+
+
+@pytest.mark.parametrize("what, content, expected, code", PROBES, ids=[p[0] for p in PROBES])
+def test_probe(tmp_path, what, content, expected, code):
+    content = content() if callable(content) else content
+    f = tmp_path / "probe.yaml"
+    f.write_bytes(content if isinstance(content, bytes) else content.encode())
+    r = validate(str(f))
+    assert r.returncode == code, (r.stdout, r.stderr)
+    assert expected in r.stdout + r.stderr, (r.stdout, r.stderr)
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "reconciler.cli", "render", str(f), "-o", "json"], capture_output=True,
+                       text=True, timeout=120, preexec_fn=_limit)
+    assert r.returncode == code and "Traceback" not in r.stderr, r.stderr
+    assert not Path(PWNED).exists(), "recipe text reached a shell"
+
+
+def test_symlinks_inside_are_followed_and_out_of_the_directory_are_refused(tmp_path):
+    m = tmp_path / "manifests"
+    (m / "sub").mkdir(parents=True)
+    outside = tmp_path / "elsewhere.yaml"
+    outside.write_text(GOOD.format(name="outside"))
+    (m / "sub" / "real.yaml").write_text(GOOD.format(name="real"))
+    (m / "inside.yaml").symlink_to(m / "sub" / "real.yaml")
+    (m / "out.yaml").symlink_to(outside)
+    (m / "dir.yaml").mkdir()  # a directory named *.yaml is a directory: scanned like any other
+    (m / "dir.yaml" / "deeper.yaml").write_text(GOOD.format(name="deeper"))
+    r = validate(str(m), "-o", "json")
+    res = {Path(x["path"]).relative_to(m).as_posix(): x for x in json.loads(r.stdout)}
+    assert res["inside.yaml"]["valid"] and res["dir.yaml/deeper.yaml"]["valid"]  # followed: inside manifests/
+    # the link and its target are one recipe twice: the first in scan order wins (as in `run`)
+    assert not res["sub/real.yaml"]["valid"] and "also used by" in res["sub/real.yaml"]["error"]
+    assert not res["out.yaml"]["valid"] and "symlink leading out of" in res["out.yaml"]["error"]
+    assert r.returncode == 1
+
+
+def test_two_files_with_one_name_the_first_wins_and_both_are_named(tmp_path):
+    m = tmp_path / "m"
+    m.mkdir()
+    (m / "a.yaml").write_text(GOOD.format(name="same"))
+    (m / "b.yaml").write_text(GOOD.format(name="same").replace("workers: 1", "workers: 2"))
+    r = validate(str(m))
+    assert r.returncode == 1
+    assert f"{m / 'b.yaml'}: recipe name 'same' is also used by {m / 'a.yaml'}" in r.stdout
+    assert "1 valid, 1 invalid" in r.stderr
