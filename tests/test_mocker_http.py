@@ -93,12 +93,13 @@ def test_unknown_model_is_404(mocker):
 
 
 def test_health_is_503_until_startup_time_passes(tmp_path):
-    proc, url = start_mocker(tmp_path, "--startup-time", "1.5")
+    # the startup clock starts when the server listens; 4 s leaves the 503 checks a wide margin
+    proc, url = start_mocker(tmp_path, "--startup-time", "4")
     try:
         assert get(url + "/health")[0] == 503
         assert post(url + "/v1/completions", {"prompt": "x"})[0] == 503
-        wait_until(lambda: get(url + "/health")[0] == 200, timeout=10, what="ready")
-        assert "ready after 1.5s" in proc.output()
+        wait_until(lambda: get(url + "/health")[0] == 200, timeout=15, what="ready")
+        assert "ready after 4s" in proc.output()
     finally:
         proc.stop()
 
@@ -125,14 +126,20 @@ def test_request_beyond_max_num_seqs_waits(tmp_path):
 
 
 def test_kv_exhaustion_causes_counted_preemptions(tmp_path):
-    proc, url = start_mocker(tmp_path, "--speedup-ratio", "0", "--num-gpu-blocks", "12", "--block-size", "4",
+    # 12 blocks of 4 tokens; each request needs 7 (5 prompt + 20 generated): two at once cannot both fit.
+    # The second is sent only once the first is running, and the first runs for seconds (speedup 0.1),
+    # so they overlap whatever the scheduler's jitter: a preemption must follow.
+    proc, url = start_mocker(tmp_path, "--speedup-ratio", "0.1", "--num-gpu-blocks", "12", "--block-size", "4",
                              "--no-enable-prefix-caching")
     try:
-        threads = _fire(url, 4, {"prompt": "one two three four five", "max_tokens": 30})
-        for t in threads:
+        body = {"prompt": "one two three four five", "max_tokens": 20}
+        first = _fire(url, 1, body)
+        wait_until(lambda: metric(url, "vllm:num_requests_running") == 1, timeout=15, what="the first running")
+        second = _fire(url, 1, body)
+        wait_until(lambda: metric(url, "vllm:num_preemptions_total") > 0, timeout=30, what="a preemption")
+        for t in first + second:
             t.join(60)
-        assert metric(url, "vllm:num_preemptions_total") > 0
-        assert metric(url, "vllm:request_success_total") == 4
+        assert metric(url, "vllm:request_success_total") == 2
     finally:
         proc.stop()
 

@@ -54,6 +54,7 @@ class MockerServer:
                           completions=self.completions, on_startup=self._on_startup, on_cleanup=self._on_cleanup)
 
     async def _on_startup(self, app: web.Application) -> None:
+        self.started = time.monotonic()  # startup time counts from serving, not from loading the tokenizer
         self._tasks.append(asyncio.create_task(self.engine.run()))
         if self.scfg.startup_time > 0:
             self._tasks.append(asyncio.create_task(self._announce_ready()))
