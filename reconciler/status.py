@@ -116,8 +116,7 @@ def worker_rows(
     for s in o.steps_of(name):
         steps.setdefault((s.role, s.index), []).append(s)
     rows = []
-    units = list(d.units) + ([d.frontend] if d.frontend else [])
-    for u in units:
+    for u in d.all_units:
         ss = steps.get((u.role, u.index), [])
         ok = bool(o.ready.get(u.key))
         if not ss:

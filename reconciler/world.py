@@ -191,6 +191,11 @@ class DesiredRecipe:
         return self.restart.get(role, RestartPolicy())
 
     @property
+    def all_units(self) -> tuple[Unit, ...]:
+        """The placed workers and the frontend (when there is one)."""
+        return self.units + ((self.frontend,) if self.frontend else ())
+
+    @property
     def unit_keys(self) -> set[tuple[str, int]]:
         return {(u.role, u.index) for u in self.units} | set(self.waiting)
 

@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from reconciler.ports import NodePortAllocator
-from reconciler.units import Unit
 from reconciler.world import Desired, Observed
 
 BLOCK_SECONDS = 3600.0
@@ -60,7 +59,7 @@ def reassign_after_bind_failures(
 def release_unused(ports: NodePortAllocator, desired: Desired, observed: Observed, refused_prune: bool) -> tuple[str, ...]:
     if refused_prune:
         return ()
-    live = {f"{u.recipe}/{u.name}" for d in desired.recipes.values() for u in _units(d)}
+    live = {f"{u.recipe}/{u.name}" for d in desired.recipes.values() for u in d.all_units}
     live |= {f"{d.name}/{role}_{i}" for d in desired.recipes.values() for (role, i) in d.waiting}
     live |= {f"{s.recipe}/{s.role}_{s.index}" for s in observed.steps}
     live |= {o for o in ports.owners() if o.split("/", 1)[0] in desired.held}  # held: what it runs keeps its ports
@@ -68,7 +67,3 @@ def release_unused(ports: NodePortAllocator, desired: Desired, observed: Observe
     for owner in gone:
         ports.release(owner)
     return gone
-
-
-def _units(d) -> list[Unit]:
-    return list(d.units) + ([d.frontend] if d.frontend else [])

@@ -49,17 +49,18 @@ def check_size(path: str, size: int) -> None:
                                 "(set RECONCILER_MAX_MANIFEST_BYTES to raise the limit)")
 
 
-def check_text(text: str, path: str) -> None:
-    """Before YAML construction: NUL bytes, alias expansion and depth, on the node graph."""
+def check_text(text: str, path: str) -> yaml.Node | None:
+    """Before YAML construction: NUL bytes, alias expansion and depth, on the node graph.
+    Returns the composed graph (None when empty or unparsable) for ``key_lines`` to reuse."""
     if "\x00" in text:
         line = text.count("\n", 0, text.index("\x00")) + 1
         raise RecipeError(path, "a NUL byte in the file (not a text recipe?)", line=line)
     try:
         root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError:
-        return  # the parser reports it, located
+        return None  # the parser reports it, located
     if root is None:
-        return
+        return None
     seen = 0
     stack: list[tuple[yaml.Node, int]] = [(root, 1)]
     while stack:
@@ -77,6 +78,7 @@ def check_text(text: str, path: str) -> None:
                 stack.append((v, depth + 1))
         elif isinstance(node, yaml.SequenceNode):
             stack.extend((v, depth + 1) for v in node.value)
+    return root
 
 
 def check_values(data: Any, path: str, lines: dict[tuple, int]) -> None:

@@ -73,13 +73,15 @@ def parse_yaml(text: str, path: str) -> Any:
         raise RecipeError(path, f"YAML error: {e}") from None
 
 
-def key_lines(text: str) -> dict[tuple, int]:
-    """Map each key path (tuple of keys / indices) to its 1-based line."""
+def key_lines(text: str, root: yaml.Node | None = None) -> dict[tuple, int]:
+    """Map each key path (tuple of keys / indices) to its 1-based line (``root``: the text
+    already composed)."""
     out: dict[tuple, int] = {}
-    try:
-        root = yaml.compose(text, Loader=_Base)
-    except yaml.YAMLError:
-        return out
+    if root is None:
+        try:
+            root = yaml.compose(text, Loader=_Base)
+        except yaml.YAMLError:
+            return out
 
     def walk(node: yaml.Node, prefix: tuple) -> None:
         if isinstance(node, yaml.MappingNode):
@@ -116,13 +118,13 @@ def load_recipe(path: str | Path) -> LoadedRecipe:
 
 def load_text(text: str, path: str) -> LoadedRecipe:
     bounds.check_size(path, len(text.encode(errors="replace")))
-    bounds.check_text(text, path)
+    root = bounds.check_text(text, path)
     data = parse_yaml(text, path)
     if data is None:
         raise RecipeError(path, "empty file: expected a recipe mapping")
     if not isinstance(data, dict):
         raise RecipeError(path, f"expected a mapping of recipe keys at the top level, found {_kind(data)}", line=1)
-    lines = key_lines(text)
+    lines = key_lines(text, root)
     bounds.check_values(data, path, lines)
     if "base" in data or any(str(k).startswith(("override_", "zip_override_")) for k in data):
         raise RecipeError(

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.core.grace import apply_grace
+from reconciler.core.plan.results import StopReason
 from reconciler.drivers import Driver
 from reconciler.health import HealthTracker
 from reconciler.ports import NodePortAllocator
 from reconciler.probe import probe_units
 from reconciler.state import StateDir
-from reconciler.units import Unit
 from reconciler.world import Alloc, Desired, InFlight, Step, UnitHealth
 
 BIND_FAILURE = re.compile(r"address already in use|EADDRINUSE|\[Errno 98\]", re.IGNORECASE)
@@ -88,7 +88,7 @@ class Observer:
     # ---------------------------------------------------------------- the workers
     def health(self, desired: Desired, steps: tuple[Step, ...], now: float) -> tuple[dict, dict[Key, UnitHealth]]:
         """Probe the running units; per unit, its lives and exits (state/), probe history and fatal lines."""
-        units = [u for d in desired.recipes.values() for u in all_units(d)]
+        units = [u for d in desired.recipes.values() for u in d.all_units]
         running = {s.unit_key for s in steps if not s.pending}
         ready = probe_units([u for u in units if u.key in running])
         out: dict[Key, UnitHealth] = {}
@@ -105,7 +105,8 @@ class Observer:
                 missing = self.tracker.seen_missing(u.key, now) if rec.get("launches") else None
                 last_exit = self.state.exit_status(u.recipe, u.name) if rec.get("launches") else None
             life = self.tracker.life(u.key)
-            stopped_for = rec.get("stoppedFor") or ("spec changed: replacing" if rec.get("replace") else None)
+            # "replace": the record of an earlier version for a rollout stop
+            stopped_for = rec.get("stoppedFor") or (StopReason.SPEC_CHANGED.value if rec.get("replace") else None)
             out[u.key] = UnitHealth(
                 launches=rec.get("launches", 0), restarts=rec.get("backoff", 0), last_launch=rec.get("lastLaunch"),
                 last_exit=last_exit, missing_since=missing, stopped_for=stopped_for, was_ready=life.was_ready,
@@ -125,10 +126,6 @@ class _Tracked:
 def _poll(f) -> int | None:
     h = getattr(f, "handle", None)
     return h.poll() if h is not None else None
-
-
-def all_units(d) -> list[Unit]:
-    return list(d.units) + ([d.frontend] if d.frontend else [])
 
 
 def tail(path: Path, limit: int = 400) -> str:

@@ -10,8 +10,8 @@ import time
 
 import structlog
 
-from reconciler.core.plan import Plan
-from reconciler.shell.observe import all_units, tail
+from reconciler.drivers.base import step_log_paths
+from reconciler.shell.observe import tail
 from reconciler.shell.snapshot import Snapshot
 from reconciler.state import StateDir
 from reconciler.status import build_status
@@ -27,7 +27,7 @@ def record(state: StateDir, snap: Snapshot) -> None:
     now = time.time()
     for f in snap.failed_launches:
         s = f.step
-        srun = state.recipe_dir(s.recipe) / "logs" / f"{s.role}_{s.index}.{s.rank}.srun"
+        srun = step_log_paths(state.root, s.recipe, f"{s.role}_{s.index}", s.rank).srun
         msg = f"{s.role}_{s.index} rank {s.rank}: launcher exited {f.exited}: {tail(srun)}"
         log.error("launch failed", recipe=s.recipe, unit=f"{s.role}_{s.index}", exit=f.exited)
         state.event("LaunchFailed", s.recipe, msg)
@@ -93,9 +93,3 @@ def write_endpoints(state: StateDir, d: DesiredRecipe, o: Observed) -> None:
     ]
     state.write_json(endpoints_path(state.root, d.name), {"recipe": d.name, "workers": workers})
 
-
-def waiting_lines(p: Plan) -> list[str]:
-    return p.waiting_lines()
-
-
-__all__ = ["all_units", "record"]
