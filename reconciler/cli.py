@@ -42,7 +42,7 @@ def cli() -> None:
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
-@click.option("-v", "--verbose", is_flag=True, help="Also list notes and the keys the reconciler does not act on.")
+@click.option("-v", "--verbose", is_flag=True, help="Also list notes, and why each carried key has no effect.")
 def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
     """Validate recipe files (or every *.yaml under directories)."""
     from reconciler.recipe.load import iter_recipe_files, load_recipe, name_clashes, outside_link
@@ -61,7 +61,7 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
                 "path": str(f), "valid": True, "error": None, "name": lr.recipe.name, "layout": lr.layout,
                 "engine": lr.recipe.backend.type, "frontend": lr.recipe.frontend.type,
                 "roles": {m: {"workers": l.workers, "gpus": l.gpus, "nodes": l.nodes} for m, l in layouts.items()},
-                "notes": lr.notes, "not_acted_on": lr.passive_keys,
+                "notes": lr.notes, "not_acted_on": lr.not_acted_on,
             })
         except RecipeError as e:
             results.append({
@@ -85,13 +85,23 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
                 if verbose:
                     for n in r["notes"]:
                         click.echo(f"         note: {n}")
-                    if r["not_acted_on"]:
-                        click.echo(f"         not acted on: {', '.join(r['not_acted_on'])}")
+                _print_carried(r["not_acted_on"], verbose, "         ")
             else:
                 click.echo(f"{click.style('invalid', fg='red')} {r['error']}")
         bad = sum(not r["valid"] for r in results)
         click.echo(f"{len(results) - bad} valid, {bad} invalid", err=True)
     sys.exit(0 if all(r["valid"] for r in results) else 1)
+
+
+def _print_carried(keys: dict[str, str], verbose: bool, indent: str) -> None:
+    if not keys:
+        return
+    if verbose:
+        click.echo(f"{indent}carried, not acted on:")
+        for k, why in keys.items():
+            click.echo(f"{indent}  {k}: {why}")
+    else:
+        click.echo(f"{indent}carried, not acted on: {', '.join(keys)}")
 
 
 @cli.command()
@@ -124,7 +134,7 @@ def render(recipe: str, nodes: str | None, output: str, state: str) -> None:
     except ValueError as e:
         _fail(f"{recipe}: {e}")
     if output == "json":
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps({"processes": rows, "not_acted_on": lr.not_acted_on}, indent=2))
         return
     for r in rows:
         where = ",".join(r["nodes"])
@@ -139,8 +149,11 @@ def render(recipe: str, nodes: str | None, output: str, state: str) -> None:
         for k, v in r["env"].items():
             click.echo(f"  env {k}={shlex.quote(v)}")
         click.echo("  argv: " + shlex.join(r["argv"]))
+        if r["health"]:
+            click.echo(f"  probe: {r['health']}" + (f"  metrics: {r['metrics']}" if r["metrics"] else ""))
         for f in r["files"]:
             click.echo(f"  file: {f}")
+    _print_carried(lr.not_acted_on, True, "")
 
 
 def _controller(manifests: str, state: str, driver: str | None, allow_empty: bool = False,
@@ -263,147 +276,21 @@ def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, in
 def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, port_range: str,
         instance: str | None, output: str, wait_ready: bool, timeout: float) -> None:
     """Deployments: readiness per role, status, restarts, age and endpoint (live from the cluster)."""
+    from reconciler import deployments
+
     try:
         ctl = _controller(manifests, state, driver, port_range=port_range, instance=instance, read_only=True)
-        rows = _get_rows(ctl, names, manifests)
+        rows = deployments.get_rows(ctl, names, manifests)
         if wait_ready:
-            rows = _wait_ready(ctl, names, manifests, rows, timeout)
+            rows = deployments.wait_ready(ctl, names, manifests, rows, timeout)
     except ReconcilerError as e:
         _fail(str(e))
     if output == "json":
         click.echo(json.dumps(rows, indent=2))
     else:
-        _print_table(rows, manifests)
+        deployments.print_table(rows, manifests)
     if wait_ready and not all(r["status"] == "Ready" for r in rows):
         sys.exit(1)
-
-
-def _wait_ready(ctl, names: tuple[str, ...], manifests: str, rows: list[dict], timeout: float) -> list[dict]:
-    import time as _time
-
-    tty = sys.stderr.isatty()
-    deadline = _time.monotonic() + timeout
-    last = ""
-    while not all(r["status"] == "Ready" for r in rows):
-        line = "waiting: " + "; ".join(
-            f"{r['name']} {_ready_text(r)} {r['status']}" + (f" ({_why(r)})" if _why(r) else "")
-            for r in rows if r["status"] != "Ready")
-        if tty:
-            click.echo("\r\033[K" + line[:200], nl=False, err=True)
-        elif line != last:
-            click.echo(line, err=True)
-        last = line
-        if _time.monotonic() > deadline:
-            if tty:
-                click.echo("", err=True)
-            click.echo(f"error: not Ready after {timeout:g}s", err=True)
-            return rows
-        _time.sleep(1.0)
-        rows = _get_rows(ctl, names, manifests)
-    if tty and last:
-        click.echo("\r\033[K", nl=False, err=True)
-    return rows
-
-
-def _why(row: dict) -> str:
-    for c in row["conditions"]:
-        if c["type"] == "Progressing" and c["status"] == "True":
-            return c["message"][:120]
-    return row["error"] or ""
-
-
-def _ready_text(r: dict) -> str:
-    return " ".join(f"{role}:{c['ready']}/{c['desired']}" for role, c in r["roles"].items()) or "-"
-
-
-def _get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
-    import time as _time
-
-    from reconciler.status import build_status
-
-    snap = ctl.snapshot()
-    sd = ctl.state
-    now = _time.time()
-    gone = {n: rp for n, rp in snap.plan.recipes.items() if rp.state.name in ("PRUNE_REFUSED", "TEARDOWN")}
-    all_names = sorted(set(snap.desired.recipes) | set(snap.manifests.invalid) | set(snap.desired.held) | set(gone))
-    if names:
-        missing = [n for n in names if n not in all_names]
-        if missing:
-            _fail(f"no recipe named {', '.join(missing)} in {manifests}")
-        all_names = [n for n in all_names if n in names]
-    rows = []
-    for name in all_names:
-        if name in gone and name not in snap.desired.recipes and name not in snap.manifests.invalid:
-            rows.append(_gone_row(name, gone[name], snap.observed, sd.status(name), now))
-            continue
-        prev = sd.status(name)
-        st = build_status(name, snap.desired.recipes.get(name), snap.observed, snap.plan.recipes.get(name),
-                          snap.manifests.invalid.get(name), prev, sd.launches(name), now, sd.exits(name))
-        created = _parse_iso(st["createdAt"])
-        invalid = snap.manifests.invalid.get(name) or snap.desired.held.get(name)
-        rows.append({
-            "name": name, "status": st["phase"] if not invalid else (
-                "Invalid" if name in snap.manifests.invalid else "Error"),
-            "roles": {r: c for r, c in st["roles"].items() if r != "frontend"},
-            "endpoint": st["endpoint"], "restarts": sum(w["restarts"] for w in st["workers"]),
-            "age_seconds": int(now - created) if created else None, "conditions": st["conditions"],
-            "error": invalid,
-        })
-    return rows
-
-
-def _gone_row(name: str, rp, observed, prev: dict, now: float) -> dict:
-    """A recipe that still runs but has no manifest: being torn down, or kept by the prune guard."""
-    roles: dict[str, dict[str, int]] = {}
-    for s in observed.steps_of(name):
-        if s.rank == 0 and s.role != "frontend":
-            c = roles.setdefault(s.role, {"desired": 0, "ready": 0, "running": 0, "unavailable": 0})
-            c["running"] += 1
-    refused = rp.state.name == "PRUNE_REFUSED"
-    created = _parse_iso(prev.get("createdAt"))
-    return {
-        "name": name, "status": "ManifestMissing" if refused else "Terminating", "roles": roles,
-        "endpoint": prev.get("endpoint"), "restarts": sum(w.get("restarts", 0) for w in prev.get("workers", [])),
-        "age_seconds": int(now - created) if created else None, "conditions": [],
-        "error": ("manifest missing: kept running by the prune guard (" + rp.detail + ")") if refused else None,
-    }
-
-
-def _print_table(rows: list[dict], manifests: str) -> None:
-    if not rows:
-        click.echo(f"no recipes in {manifests}", err=True)
-        return
-    table = [("NAME", "READY", "STATUS", "RESTARTS", "AGE", "ENDPOINT")]
-    for r in rows:
-        table.append((r["name"], _ready_text(r), r["status"], str(r["restarts"]), _age(r["age_seconds"]),
-                      r["endpoint"] or "-"))
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    for r in rows:
-        if r["error"]:
-            click.echo(click.style("invalid: ", fg="red") + r["error"], err=True)
-
-
-def _parse_iso(s: str | None) -> float | None:
-    import calendar
-    import time as _time
-
-    if not s:
-        return None
-    try:
-        return calendar.timegm(_time.strptime(s, "%Y-%m-%dT%H:%M:%SZ"))
-    except ValueError:
-        return None
-
-
-def _age(secs: int | None) -> str:
-    if secs is None:
-        return "-"
-    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= n:
-            return f"{secs // n}{unit}"
-    return f"{secs}s"
 
 
 def _fail(msg: str, code: int = 1) -> None:

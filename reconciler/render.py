@@ -32,6 +32,8 @@ def as_rows(units: list[Unit]) -> list[dict]:
                 "ports": dict(sorted(u.ports.items())), "env": dict(l.env), "argv": list(l.argv),
                 "ntasks": l.ntasks, "mpi": l.mpi, "container": u.container, "spec_hash": u.spec_hash,
                 "health": f"http://{u.nodes[0]}:{u.health_port}{u.health_path}" if u.health_port else None,
+                "metrics": f"http://{u.nodes[0]}:{u.health_port}{u.metrics_path}"
+                if u.health_port and u.metrics_path else None,
                 "files": sorted(u.files),
             })
     return rows

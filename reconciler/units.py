@@ -50,6 +50,7 @@ class Unit:
     files: Mapping[str, str] = field(default_factory=dict)
     health_port: int | None = None
     health_path: str = "/health"
+    metrics_path: str | None = None  # Prometheus metrics on the health port (None: the unit serves none)
     fatal_patterns: tuple[str, ...] = ()
     srun_options: tuple[tuple[str, str], ...] = ()
     spec_hash: str = ""
@@ -138,7 +139,8 @@ def worker_units(
         units.append(Unit(
             recipe=recipe.name, role=ep.mode, index=ep.index, ordinals=ep.nodes, nodes=hosts, gpus=ep.gpus,
             ports=dict(ps[0].ports), launches=launches_t, container=role_container, files=files,
-            health_port=ps[0].ports.get(probe.port_name), health_path=probe.path, fatal_patterns=patterns,
+            health_port=ps[0].ports.get(probe.port_name), health_path=probe.path,
+            metrics_path=backend.prometheus_metrics_path, fatal_patterns=patterns,
             srun_options=srun_opts, spec_hash=spec_hash(launches_t, role_container, files, srun_opts),
         ))
     return units
@@ -160,7 +162,7 @@ def frontend_unit(
     launch = Launch(0, (head,), 1, None, tuple(argv), env)
     return Unit(
         recipe=recipe.name, role=FRONTEND, index=0, ordinals=(0,), nodes=(head,), gpus=(), ports={"http": port},
-        launches=(launch,), container=None, health_port=port, health_path="/health",
+        launches=(launch,), container=None, health_port=port, health_path="/health", metrics_path="/metrics",
         spec_hash=spec_hash((launch,), None, {}),
     )
 

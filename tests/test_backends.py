@@ -93,6 +93,14 @@ roles:
 """
 
 
+@pytest.mark.parametrize("knob", ["set_visible_devices", "set_cuda_visible_devices"])
+def test_vllm_visible_devices_mask_instead_of_device_ids(knob):
+    rs = rows((VLLM % ("vllm-router", "nixl")).replace("connector: nixl}", f"connector: nixl, {knob}: true}}"))
+    d = one(rs, "decode", 1)
+    assert d["env"]["CUDA_VISIBLE_DEVICES"] == "4,5"
+    assert "--device-ids" not in d["argv"]
+
+
 def test_vllm_direct_disagg_connector_table():
     rs = rows(VLLM % ("vllm-router", "nixl"))
     p, d = one(rs, "prefill"), one(rs, "decode", 1)
@@ -102,7 +110,10 @@ def test_vllm_direct_disagg_connector_table():
     j = d["argv"].index("--kv-transfer-config")
     assert json.loads(d["argv"][j + 1]) == {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_consumer"}
     assert "--connector" not in d["argv"]  # a role's connector picks the table entry, it is not an engine flag
-    assert d["env"]["CUDA_VISIBLE_DEVICES"] == "4,5"
+    # srtctl's default for vLLM: the engine is told its GPUs, no environment mask
+    assert "CUDA_VISIBLE_DEVICES" not in d["env"]
+    k = d["argv"].index("--device-ids")
+    assert d["argv"][k + 1] == "4,5" and k < d["argv"].index("--tensor-parallel-size")
     assert p["env"]["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(p["ports"]["nixl"])
 
 
@@ -260,8 +271,8 @@ def run_render(*args):
 def test_render_cli_json_on_corpus(corpus, recipe):
     r = run_render(str(corpus / recipe), "-o", "json")
     assert r.returncode == 0, r.stderr
-    data = json.loads(r.stdout)
-    assert data and all({"role", "index", "nodes", "gpus", "ports", "env", "argv"} <= set(d) for d in data)
+    data = json.loads(r.stdout)["processes"]
+    assert data and all({"role", "index", "nodes", "gpus", "ports", "env", "argv", "metrics"} <= set(d) for d in data)
 
 
 def test_render_cli_with_explicit_nodes_and_text_output():

@@ -54,7 +54,9 @@ def test_validate_verbose_lists_keys_not_acted_on(corpus):
     f = corpus / "srt-slurm-v1" / "mocker" / "kimi-trace-agg.yaml"
     r = run("validate", "-v", str(f))
     assert r.returncode == 0, r.stdout
-    assert "not acted on: benchmark, dynamo, extra_mount, identity" in r.stdout
+    assert "carried, not acted on:" in r.stdout
+    for key in ("benchmark", "dynamo", "extra_mount", "identity"):
+        assert f"  {key}: srtctl section: validated, not acted on" in r.stdout
     assert "v1 layout normalised" in r.stdout
 
 

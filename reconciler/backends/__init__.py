@@ -1,13 +1,17 @@
-"""Engine backends. Adding one: its file, its export here, and ``EngineConfig`` in
-``reconciler.recipe.model``."""
+"""Engine backends. Adding one: its file plus one line in ``registry.ENGINES``."""
 
 from reconciler.backends.base import Backend, HealthProbe, Runtime, SrunConfig, cli_args
 from reconciler.backends.mocker import MockerBackend
 from reconciler.backends.sglang import SGLangBackend
 from reconciler.backends.trtllm import TRTLLMBackend
 from reconciler.backends.vllm import VLLMBackend, VLLMFailoverConfig
+from reconciler.backends.registry import ENGINES, NOT_YET, engine_list_text, engine_names
 
 __all__ = [
+    "ENGINES",
+    "NOT_YET",
+    "engine_list_text",
+    "engine_names",
     "Backend",
     "HealthProbe",
     "MockerBackend",

@@ -131,20 +131,6 @@ class Backend:
     def get_process_environment(self, process: Process) -> dict[str, str]:
         return {}
 
-    @property
-    def mooncake_kv_store(self) -> Any:
-        return None
-
-    def get_mooncake_worker_env(self, *args: Any, **kwargs: Any) -> dict[str, str]:
-        return {}
-
-    def get_failover_environment(self, *args: Any, **kwargs: Any) -> dict[str, str]:
-        return {}
-
-    @property
-    def process_exporter_groups(self) -> tuple[str, ...]:
-        return ()
-
     def should_set_visible_devices(self) -> bool:
         return True
 
@@ -158,14 +144,8 @@ class Backend:
 
     @property
     def prometheus_metrics_path(self) -> str:
+        """Where the worker serves Prometheus metrics, on its health-probe port."""
         return "/metrics"
-
-    def is_grpc_mode(self, mode: Mode) -> bool:
-        return False
-
-    @property
-    def nvtx_environment(self) -> dict[str, str]:
-        return {}
 
     def fatal_log_patterns(self, mode: Mode) -> tuple[str, ...]:
         return ()
@@ -184,6 +164,20 @@ class Backend:
     def process_ntasks(self, process: Process) -> int:
         """MPI ranks of one launch (only for non-per-process launchers)."""
         return 1
+
+    # ---------------------------------------------------------------- carried knobs
+    # knob -> why it is carried, not acted on; reported when the recipe sets it
+    # to anything but its default (validate, render)
+    carried_knobs: ClassVar[Mapping[str, str]] = {}
+
+    def reads_extra_args(self, mode: Mode) -> bool:
+        """Whether ``roles.<mode>.extra_args`` reach the command line (srtctl: trtllm-serve only)."""
+        return False
+
+    def not_acted_on(self) -> dict[str, str]:
+        """Engine knobs this recipe sets that are carried without effect: knob -> why."""
+        fields = self.__dataclass_fields__  # type: ignore[attr-defined]
+        return {k: why for k, why in self.carried_knobs.items() if getattr(self, k) != fields[k].default}
 
 
 # ---------------------------------------------------------------- arg helpers

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
-from reconciler.backends.base import Backend, HealthProbe, Runtime, cli_args
+from reconciler.backends.base import Backend, HealthProbe, Runtime, cli_args, get_key
 from reconciler.topology import Mode, Process
 
 # knob -> flag of reconciler.mocker (None: accepted, not simulated)
@@ -67,7 +67,14 @@ class MockerBackend(Backend):
         return self._dynamo  # our own mocker runs from the reconciler's Python
 
     def get_served_model_name(self, default: str) -> str:
-        return self.served_model_name or super().get_served_model_name(default)
+        if self.served_model_name:
+            return self.served_model_name
+        # a role's args.model-name is the mocker's own spelling of the served name
+        for mode in ("agg", "prefill", "decode"):
+            given = get_key(self.get_config_for_mode(mode), "model-name")  # type: ignore[arg-type]
+            if given:
+                return str(given)
+        return super().get_served_model_name(default)
 
     def _settings(self, mode: Mode) -> dict[str, Any]:
         """Engine knobs overlaid with the role's args (both spellings accepted)."""
@@ -86,7 +93,8 @@ class MockerBackend(Backend):
     def build_worker_command(self, process: Process, runtime: Runtime) -> list[str]:
         s = self._settings(process.mode)
         extra = s.pop("__extra__")
-        name = self.get_served_model_name(runtime.served_model_name)
+        given = get_key(self.get_config_for_mode(process.mode), "model-name", "served-model-name")
+        name = str(given) if given else self.get_served_model_name(runtime.served_model_name)
         if self._dynamo:
             argv = ["python3", "-m", "dynamo.mocker", "--model-path", runtime.model_path, "--model-name", name]
             if process.mode != "agg":

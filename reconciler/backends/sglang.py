@@ -8,7 +8,7 @@ gets ``--dist-init-addr leader:port --nnodes N --node-rank r``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
@@ -25,6 +25,10 @@ class SGLangBackend(Backend):
 
     type: Literal["sglang"] = "sglang"
     gpu_type: str | None = None
+
+    carried_knobs: ClassVar[dict[str, str]] = {
+        "gpu_type": "srtctl does not read it either; resources.gpu_type is the GPU type",
+    }
 
     def port_names(self, mode: Mode) -> tuple[str, ...]:
         names = ["http"]

@@ -8,7 +8,7 @@ command is ``python3 -m dynamo.trtllm``; otherwise ``trtllm-serve``.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import ConfigDict
@@ -30,6 +30,15 @@ class TRTLLMBackend(Backend):
     sequential_node_start: int = 0
     numa_memory_bind: bool | Literal["local"] | None = None
     numa_cpu_bind: bool = False
+
+    carried_knobs: ClassVar[dict[str, str]] = {
+        "sequential_node_start": "workers of a node start together; starts are not batched",
+        "numa_memory_bind": "no numactl prefix is rendered",
+        "numa_cpu_bind": "no CPU binding wrapper is rendered",
+    }
+
+    def reads_extra_args(self, mode: Mode) -> bool:
+        return not self._dynamo  # srtctl appends them to trtllm-serve only
 
     @property
     def _dynamo(self) -> bool:
@@ -82,7 +91,8 @@ class TRTLLMBackend(Backend):
         else:
             argv = ["trtllm-serve", runtime.model_path, "--host", "0.0.0.0", "--port", str(process.ports["http"]),
                     "--extra_llm_api_options", cfg]
-        return argv + list(role.extra_args)
+            argv += list(role.extra_args)
+        return argv
 
     def get_process_environment(self, process: Process) -> dict[str, str]:
         if self._dynamo:

@@ -9,7 +9,7 @@ runs vLLM's per-node data parallel: the leader serves, the others run headless.
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.dataclasses import dataclass
@@ -51,6 +51,17 @@ class VLLMBackend(Backend):
     allow_prefill_decode_colocation_across_nodes: bool = False
     dp_launch_mode: Literal["per_gpu", "per_node"] = "per_node"
     vllm_serve_binary: str = "vllm"
+
+    carried_knobs: ClassVar[dict[str, str]] = {
+        "failover": "shadow engines need the Dynamo frontend and a GMS service, which the reconciler does not run yet",
+        "allow_prefill_decode_colocation": "prefill and decode workers are placed on separate nodes",
+        "allow_prefill_decode_colocation_across_nodes": "prefill and decode workers are placed on separate nodes",
+        "dp_launch_mode": "per_gpu (deprecated in srtctl) is not run: data-parallel workers launch one process per node",
+    }
+
+    def should_set_visible_devices(self) -> bool:
+        # set_cuda_visible_devices: the older spelling, still in srt-slurm's examples
+        return self.set_visible_devices or bool(self.set_cuda_visible_devices)
 
     @property
     def _dynamo(self) -> bool:
@@ -100,6 +111,9 @@ class VLLMBackend(Backend):
             ]
             if process.node_rank > 0:
                 argv.append("--headless")
+        if not self.should_set_visible_devices() and process.gpus:
+            # srtctl's default: the engine picks its GPUs, no environment mask
+            argv += ["--device-ids", ",".join(map(str, sorted(process.gpus)))]
         return argv + cli_args(args)
 
     def get_process_environment(self, process: Process) -> dict[str, str]:

@@ -41,35 +41,15 @@ class SlurmDriver:
 
     # ---------------------------------------------------------------- observe
     def observe(self) -> tuple[list[Alloc], list[Step]]:
-        fmt = ",".join(f"{f}:{SEP}" for f in JOB_FIELDS)
-        jobs = self._run(["squeue", "-h", "-u", self.user, "-O", fmt]).stdout
-        steps = self._run(["squeue", "-h", "-s", "-u", self.user, "-o", SEP.join(["%i", "%j", "%N"])]).stdout
+        jobs = self._run(squeue_jobs_argv(self.user)).stdout
+        steps = self._run(squeue_steps_argv(self.user)).stdout
         return parse_jobs(jobs, self.owner), parse_steps(steps, self.owner)
 
     # ---------------------------------------------------------------- act
     def submit(self, spec: AllocSpec) -> str:
         log = self.state_dir.absolute() / spec.recipe / "logs" / f"alloc-{spec.index}.out"
         log.parent.mkdir(parents=True, exist_ok=True)
-        argv = [
-            "sbatch", "--parsable",
-            f"--job-name={labels.job_name(self.owner, spec.recipe, spec.index)}",
-            f"--comment={labels.job_comment(self.owner, spec.recipe, spec.index, spec.start, spec.count)}",
-            f"--nodes={spec.count}", "--ntasks-per-node=1", f"--output={log}",
-        ]
-        if spec.gpus_per_node:
-            argv.append(f"--gres=gpu:{spec.gpus_per_node}")
-        if spec.partition:
-            argv.append(f"--partition={spec.partition}")
-        if spec.account:
-            argv.append(f"--account={spec.account}")
-        if spec.time_limit:
-            argv.append(f"--time={spec.time_limit}")
-        for k, v in spec.directives:
-            if k in ("job-name", "comment", "nodes", "output", "parsable"):
-                continue  # ours: they carry the ownership labels and the shape
-            argv.append(f"--{k}={v}" if v != "" else f"--{k}")
-        # the batch script only holds the nodes; the workers are steps
-        argv += ["--wrap", "exec sleep infinity"]
+        argv = sbatch_argv(spec, self.owner, log)
         out = self._run(argv).stdout.strip()
         job_id = out.split(";", 1)[0]
         if not job_id:
@@ -80,19 +60,7 @@ class SlurmDriver:
         paths = step_paths(self.state_dir, unit, launch)
         paths.log.parent.mkdir(parents=True, exist_ok=True)
         rotate(paths.log)
-        argv = [
-            "srun", f"--jobid={job_id}", "--overlap", f"--job-name={step_name}",
-            f"--nodelist={hostlist.compress(list(launch.nodes))}", f"--nodes={len(launch.nodes)}",
-            f"--ntasks={launch.ntasks}", f"--output={paths.log}", "--open-mode=append", "--kill-on-bad-exit=0",
-        ]
-        if launch.mpi:
-            argv.append(f"--mpi={launch.mpi}")
-        if unit.container:
-            argv.append(f"--container-image={unit.container}")
-        for k, v in unit.srun_options:
-            argv.append(f"--{k}={v}" if v != "" else f"--{k}")
-        argv.append("--")
-        argv += wrapped_argv(launch, paths.status, step_name)
+        argv = srun_argv(job_id, unit, launch, step_name, paths.log) + wrapped_argv(launch, paths.status, step_name)
         self.commands += 1
         with open(paths.srun, "ab") as out:
             # own session: the srun client (and so the step) outlives a reconciler restart
@@ -102,7 +70,7 @@ class SlurmDriver:
         return p  # the step shows in squeue a moment later; until then the caller watches the client
 
     def cancel_step(self, step_id: str) -> None:
-        r = self._run(["scancel", step_id], check=False)
+        r = self._run(scancel_argv(step_id), check=False)
         if r.returncode != 0 and "already completing or completed" not in r.stderr and "Invalid job id" not in r.stderr:
             raise DriverError(f"scancel {step_id} failed: {r.stderr.strip()}")
 
@@ -111,6 +79,61 @@ class SlurmDriver:
 
     def reap(self) -> None:
         self._children = [p for p in self._children if p.poll() is None]
+
+
+# ---------------------------------------------------------------- argv (pure; golden-tested)
+def squeue_jobs_argv(user: str) -> list[str]:
+    """Our jobs, one line each, fields split by SEP (-O: no width truncation)."""
+    return ["squeue", "-h", "-u", user, "-O", ",".join(f"{f}:{SEP}" for f in JOB_FIELDS)]
+
+
+def squeue_steps_argv(user: str) -> list[str]:
+    return ["squeue", "-h", "-s", "-u", user, "-o", SEP.join(["%i", "%j", "%N"])]
+
+
+OWN_DIRECTIVES = ("job-name", "comment", "nodes", "output", "parsable")  # they carry the labels and the shape
+
+
+def sbatch_argv(spec: AllocSpec, owner: str, log: Path) -> list[str]:
+    argv = [
+        "sbatch", "--parsable",
+        f"--job-name={labels.job_name(owner, spec.recipe, spec.index)}",
+        f"--comment={labels.job_comment(owner, spec.recipe, spec.index, spec.start, spec.count)}",
+        f"--nodes={spec.count}", "--ntasks-per-node=1", f"--output={log}",
+    ]
+    if spec.gpus_per_node:
+        argv.append(f"--gres=gpu:{spec.gpus_per_node}")
+    if spec.partition:
+        argv.append(f"--partition={spec.partition}")
+    if spec.account:
+        argv.append(f"--account={spec.account}")
+    if spec.time_limit:
+        argv.append(f"--time={spec.time_limit}")
+    for k, v in spec.directives:
+        if k not in OWN_DIRECTIVES:
+            argv.append(f"--{k}={v}" if v != "" else f"--{k}")
+    # the batch script only holds the nodes; the workers are steps
+    return argv + ["--wrap", "exec sleep infinity"]
+
+
+def srun_argv(job_id: str, unit: Unit, launch: Launch, step_name: str, log: Path) -> list[str]:
+    """srun up to and including ``--``; the step's own argv follows."""
+    argv = [
+        "srun", f"--jobid={job_id}", "--overlap", f"--job-name={step_name}",
+        f"--nodelist={hostlist.compress(list(launch.nodes))}", f"--nodes={len(launch.nodes)}",
+        f"--ntasks={launch.ntasks}", f"--output={log}", "--open-mode=append", "--kill-on-bad-exit=0",
+    ]
+    if launch.mpi:
+        argv.append(f"--mpi={launch.mpi}")
+    if unit.container:
+        argv.append(f"--container-image={unit.container}")
+    for k, v in unit.srun_options:
+        argv.append(f"--{k}={v}" if v != "" else f"--{k}")
+    return argv + ["--"]
+
+
+def scancel_argv(job_or_step: str) -> list[str]:
+    return ["scancel", job_or_step]
 
 
 def parse_jobs(text: str, owner: str) -> list[Alloc]:

@@ -16,9 +16,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from reconciler.backends.registry import ENGINES
 from reconciler.errors import RecipeError
 from reconciler.recipe import bounds, v1
-from reconciler.recipe.model import ACTED_ON, NAME_RE, Recipe
+from reconciler.recipe.model import NAME_RE, Recipe
+from reconciler.recipe.passive import not_acted_on
 from reconciler.topology import TopologyError
 
 RECIPE_SUFFIXES = (".yaml", ".yml")
@@ -31,7 +33,7 @@ class LoadedRecipe:
     recipe: Recipe
     layout: str  # "v2" or "v1"
     notes: list[str] = field(default_factory=list)
-    passive_keys: list[str] = field(default_factory=list)
+    not_acted_on: dict[str, str] = field(default_factory=dict)  # key path as written -> why
 
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
@@ -169,8 +171,8 @@ def load_text(text: str, path: str) -> LoadedRecipe:
     except TopologyError as e:
         parts = tuple(e.key.split("."))
         raise RecipeError(path, e.message, key=v1.v1_path(parts, where), line=_line(parts, where, lines)) from None
-    passive = sorted(k for k in data if k not in ACTED_ON)
-    return LoadedRecipe(path, recipe, layout, notes, passive)
+    carried = {v1.v1_path(tuple(k.split(".")), where): why for k, why in not_acted_on(recipe, data).items()}
+    return LoadedRecipe(path, recipe, layout, notes, carried)
 
 
 def _kind(v: Any) -> str:
@@ -199,7 +201,7 @@ def _clean_loc(loc: tuple) -> tuple:
             continue
         if isinstance(item, str) and item.endswith("Backend"):
             continue  # a union arm's class name
-        if out and out[-1] == "engine" and item in ("sglang", "vllm", "trtllm", "mocker"):
+        if out and out[-1] == "engine" and item in ENGINES:
             continue  # the discriminator tag pydantic puts in the path
         out.append(item)
     return tuple(out)

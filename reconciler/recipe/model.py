@@ -23,12 +23,11 @@ from reconciler.recipe.carried import (  # noqa: F401 - the sections Recipe carr
     IdentityConfig, ReportingConfig, InfraConfig,
 )
 from reconciler.recipe.types import Env, EnvValue, PlacementConfig, Strict, _env_value  # noqa: F401
-from reconciler.backends import MockerBackend, SGLangBackend, TRTLLMBackend, VLLMBackend
+from reconciler.backends import ENGINES, NOT_YET, engine_list_text
 from reconciler.recipe.bounds import MAX_GPUS_PER_WORKER, MAX_NODES_PER_WORKER, MAX_WORKERS
 from reconciler.topology import MODES, Mode, RoleLayout
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-UNSUPPORTED_ENGINES = ("atom", "tilert", "tokenspeed")
 FRONTEND_TYPES = (
     "builtin", "dynamo", "sglang-router", "sgl-router", "vllm-router", "atomesh", "tilert-router",
     "sglang", "vllm", "trtllm_serve", "none",
@@ -40,18 +39,16 @@ def _engine_mapping(v: Any) -> Any:
         v = {"type": v}
     if isinstance(v, dict):
         t = v.get("type")
-        if t in UNSUPPORTED_ENGINES:
-            raise ValueError(
-                f"unsupported feature: engine type '{t}' (the reconciler runs sglang, vllm, trtllm and mocker)"
-            )
+        if t in NOT_YET:
+            raise ValueError(f"unsupported feature: engine type '{t}' (the reconciler runs {engine_list_text()})")
         if t is None:
-            raise ValueError("engine needs a 'type' (sglang, vllm, trtllm or mocker)")
+            raise ValueError(f"engine needs a 'type' ({engine_list_text('or')})")
     return v
 
 
-# The one schema field that selects a backend class by `type`.
+# The one schema field that selects a backend class by `type`: the registry's classes.
 EngineConfig = Annotated[
-    Union[SGLangBackend, VLLMBackend, TRTLLMBackend, MockerBackend],
+    Union[tuple(ENGINES.values())],  # type: ignore[valid-type]
     Field(discriminator="type"),
     BeforeValidator(_engine_mapping),  # after Field: runs before the discriminator
 ]

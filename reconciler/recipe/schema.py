@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from reconciler.backends.registry import engine_names
 from reconciler.recipe.model import Recipe, RestartConfig
-
-ENGINE_NAMES = ["sglang", "vllm", "trtllm", "mocker"]
 
 
 def recipe_json_schema() -> dict[str, Any]:
@@ -19,7 +18,7 @@ def recipe_json_schema() -> dict[str, Any]:
         "but editors validating against this schema will flag their v1 keys."
     )
     # the string shorthands accepted by BeforeValidators are not visible to pydantic's generator
-    short_engine = {"type": "string", "enum": ENGINE_NAMES}
+    short_engine = {"type": "string", "enum": engine_names()}
     _widen(schema["properties"], "engine", short_engine)
     defs = schema.get("$defs", {})
     if "RoleConfig" in defs:

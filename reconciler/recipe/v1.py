@@ -11,9 +11,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from reconciler.backends.registry import ENGINES
+
 V1_ROLE = {"prefill": "prefill", "decode": "decode", "agg": "aggregated"}
 RESOURCE_KEYS = {"nodes": "{r}_nodes", "workers": "{r}_workers", "gpus": "gpus_per_{r}", "critical": "{r}_critical"}
-ENGINE_CONFIG_KEYS = {"sglang_config": "sglang", "trtllm_config": "trtllm", "vllm_config": "vllm", "mocker_config": "mocker"}
+ENGINE_CONFIG_KEYS = {f"{name}_config": name for name in ENGINES}  # backend.sglang_config, ...
 
 Path = tuple[str, ...]
 

@@ -1,0 +1,90 @@
+"""What a recipe sets that the reconciler carries without acting on.
+
+srt-slurm users lost runs to keys that were silently dropped, so nothing is:
+every key is acted on, rejected by the schema with a located error, or listed
+here, with why, for ``validate`` and ``render`` to report. A key is listed only
+when the recipe sets it (pydantic's ``model_fields_set``; for engine knobs, a
+value other than the default).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from reconciler.recipe.model import ACTED_ON, Recipe
+
+SECTION_WHY = "srtctl section: validated, not acted on"
+
+# dotted path (``*`` = every declared role) -> why it has no effect here
+NESTED: dict[str, str] = {
+    "model.precision": "informational in srtctl too",
+    "model.stage_dir": "models are not staged; workers read model.path",
+    "resources.gpu_type": "no GPU-type specific flags are rendered",
+    "resources.het_jobs": "one homogeneous job per allocation",
+    "roles.*.kv_events": "no KV-event publisher is configured (needs a KV-aware router)",
+    "roles.*.sidecar": "no Dynamo sidecar is started",
+    "roles.*.mooncake_store_config": "no Mooncake store is started",
+    "roles.*.critical": "a worker that stays down marks the recipe Degraded; nothing else is torn down",
+    "frontend.enable_multiple_frontends": "one frontend per recipe",
+    "frontend.num_additional_frontends": "one frontend per recipe",
+    "frontend.nginx_container": "no nginx is started",
+    "frontend.nginx_raise_ulimit": "no nginx is started",
+    "frontend.container_image": "the builtin router runs from the reconciler's Python",
+    "frontend.placement": "the frontend runs on the recipe's head node",
+}
+# frontends that need no process of their own here: ours, none, or the worker serving directly
+RUNS_FRONTEND = ("builtin", "none", "vllm", "trtllm_serve")
+
+
+def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
+    """Key path (schema 2 spelling) -> why it is carried without effect."""
+    out: dict[str, str] = {k: SECTION_WHY for k in sorted(data) if k not in ACTED_ON}
+    roles = [m for m, _ in recipe.roles.items()]
+    for pattern, why in NESTED.items():
+        for path in _expand(pattern, roles):
+            if _is_set(recipe, path.split(".")):
+                out[path] = why
+    fe = recipe.frontend
+    if fe.type not in RUNS_FRONTEND:
+        out["frontend.type"] = f"no {fe.type} frontend is started yet (only builtin runs); workers serve directly"
+        if fe.args:
+            out["frontend.args"] = f"read by the {fe.type} frontend, which is not started"
+        if fe.env:
+            out["frontend.env"] = f"read by the {fe.type} frontend, which is not started"
+    engines = [("engine", recipe.engine)] if recipe.engine is not None else [
+        (f"roles.{m}.engine", r.engine) for m, r in recipe.roles.items()
+    ]
+    for prefix, engine in engines:
+        if engine is None:
+            continue
+        bound = engine.bind(recipe)
+        for knob, why in bound.not_acted_on().items():
+            out[f"{prefix}.{knob}"] = why
+    backend = recipe.backend
+    for mode, role in recipe.roles.items():
+        if role.extra_args and not backend.reads_extra_args(mode):
+            out[f"roles.{mode}.extra_args"] = (
+                f"{backend.type} does not read extra_args (srtctl passes them to trtllm-serve only); use args"
+            )
+    return out
+
+
+def _expand(pattern: str, roles: list[str]) -> list[str]:
+    return [pattern.replace("*", m) for m in roles] if "*" in pattern else [pattern]
+
+
+def _is_set(obj: Any, parts: list[str]) -> bool:
+    for i, part in enumerate(parts):
+        if isinstance(obj, BaseModel) and hasattr(obj, "get") and part in ("prefill", "decode", "agg"):
+            obj = obj.get(part)  # Roles
+            if obj is None:
+                return False
+            continue
+        if not isinstance(obj, BaseModel):
+            return False
+        if i == len(parts) - 1:
+            return part in obj.model_fields_set and getattr(obj, part) is not None
+        obj = getattr(obj, part, None)
+    return False

@@ -1,0 +1,94 @@
+"""Golden argv of every Slurm command the driver issues (pure builders; no Slurm needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reconciler.drivers.base import LAUNCHER, wrapped_argv
+from reconciler.drivers.slurm import (
+    SEP, parse_jobs, parse_steps, sbatch_argv, scancel_argv, squeue_jobs_argv, squeue_steps_argv, srun_argv,
+)
+from reconciler.units import Launch, Unit
+from reconciler.world import AllocSpec
+
+LOG = Path("/s/r/logs/alloc-0.out")
+
+
+def test_squeue_formats():
+    assert squeue_jobs_argv("alice") == [
+        "squeue", "-h", "-u", "alice", "-O",
+        f"JobId:{SEP},Name:{SEP},State:{SEP},Reason:{SEP},NodeList:{SEP},NumNodes:{SEP},Comment:{SEP}",
+    ]
+    assert squeue_steps_argv("alice") == ["squeue", "-h", "-s", "-u", "alice", "-o", f"%i{SEP}%j{SEP}%N"]
+
+
+def test_sbatch_minimal():
+    spec = AllocSpec("r", 0, 0, 2, 0)
+    assert sbatch_argv(spec, "me", LOG) == [
+        "sbatch", "--parsable", "--job-name=rcl:me:r:a0",
+        "--comment=reconciler/v1 owner=me recipe=r alloc=0 start=0 nodes=2",
+        "--nodes=2", "--ntasks-per-node=1", "--output=/s/r/logs/alloc-0.out",
+        "--wrap", "exec sleep infinity",
+    ]
+
+
+def test_sbatch_full_and_directives_cannot_take_over_the_labels():
+    spec = AllocSpec("r", 1, 2, 1, 8, partition="batch", account="acct", time_limit="04:00:00",
+                     directives=(("exclusive", ""), ("mem", "0"), ("job-name", "evil"), ("nodes", "99"),
+                                 ("comment", "x"), ("output", "/tmp/x"), ("parsable", "")))
+    assert sbatch_argv(spec, "me", LOG) == [
+        "sbatch", "--parsable", "--job-name=rcl:me:r:a1",
+        "--comment=reconciler/v1 owner=me recipe=r alloc=1 start=2 nodes=1",
+        "--nodes=1", "--ntasks-per-node=1", "--output=/s/r/logs/alloc-0.out",
+        "--gres=gpu:8", "--partition=batch", "--account=acct", "--time=04:00:00",
+        "--exclusive", "--mem=0",
+        "--wrap", "exec sleep infinity",
+    ]
+
+
+def _unit(**kw) -> tuple[Unit, Launch]:
+    launch = Launch(0, kw.pop("nodes", ("gpu01",)), kw.pop("ntasks", 1), kw.pop("mpi", None),
+                    ("vllm", "serve", "/m", "--x", "a b"), (("A", "1"), ("B", "two words")), (0, 1))
+    unit = Unit("r", "decode", 3, (0,), launch.nodes, (0, 1), {"http": 20000}, (launch,), kw.pop("container", None),
+                srun_options=kw.pop("srun_options", ()), spec_hash="abc")
+    return unit, launch
+
+
+def test_srun_per_process_step():
+    unit, launch = _unit()
+    assert srun_argv("42", unit, launch, "STEP", Path("/s/log")) == [
+        "srun", "--jobid=42", "--overlap", "--job-name=STEP", "--nodelist=gpu01", "--nodes=1", "--ntasks=1",
+        "--output=/s/log", "--open-mode=append", "--kill-on-bad-exit=0", "--",
+    ]
+
+
+def test_srun_mpi_container_and_options():
+    unit, launch = _unit(nodes=("gpu01", "gpu02", "gpu03"), ntasks=24, mpi="pmix", container="nvcr.io/x:1",
+                         srun_options=(("cpu-bind", "none"), ("exclusive", "")))
+    assert srun_argv("42", unit, launch, "STEP", Path("/s/log")) == [
+        "srun", "--jobid=42", "--overlap", "--job-name=STEP", "--nodelist=gpu01,gpu02,gpu03", "--nodes=3", "--ntasks=24",
+        "--output=/s/log", "--open-mode=append", "--kill-on-bad-exit=0", "--mpi=pmix",
+        "--container-image=nvcr.io/x:1", "--cpu-bind=none", "--exclusive", "--",
+    ]
+
+
+def test_step_argv_is_the_launcher_then_env_then_the_command():
+    _, launch = _unit()
+    assert wrapped_argv(launch, Path("/s/st"), "STEP") == [
+        "/bin/sh", "-c", LAUNCHER, "STEP", "/s/st", "env", "A=1", "B=two words", "vllm", "serve", "/m", "--x", "a b",
+    ]
+
+
+def test_scancel():
+    assert scancel_argv("42.3") == ["scancel", "42.3"]
+
+
+def test_squeue_output_round_trips_through_the_parsers():
+    jobs = SEP.join(["42", "rcl:me:r:a0", "RUNNING", "None", "gpu[01-02]", "2",
+                     "reconciler/v1 owner=me recipe=r alloc=0 start=0 nodes=2"]) + SEP
+    other = SEP.join(["43", "someone-else", "RUNNING", "None", "gpu03", "1", ""]) + SEP
+    (a,) = parse_jobs(jobs + "\n" + other, "me")
+    assert (a.job_id, a.recipe, a.index, a.start, a.count, a.nodes) == ("42", "r", 0, 0, 2, ("gpu01", "gpu02"))
+    steps = SEP.join(["42.0", "rcl:me:r:decode:3:0:abc", "gpu01"])
+    (s,) = parse_steps(steps + "\n" + SEP.join(["42.1", "rcl:other:r:decode:3:0:abc", "gpu01"]), "me")
+    assert (s.step_id, s.role, s.index, s.rank, s.spec_hash, s.nodes) == ("42.0", "decode", 3, 0, "abc", ("gpu01",))
