@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 from aiohttp import web
 
-ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 503: "service_unavailable", 502: "bad_gateway"}
+ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 408: "timeout", 503: "service_unavailable",
+               502: "bad_gateway"}
+MAX_DEPTH = 64  # JSON nesting a request may have; real ones use 4 or 5
+REQUEST_TIMEOUT = 30.0  # seconds a client may take to send its body
 
 
-def openai_app(*, health, metrics, models, chat, completions, on_startup, on_cleanup) -> web.Application:
-    """The HTTP surface the engine and the router share, so clients cannot tell them apart."""
+def openai_app(*, health, metrics, models, chat, completions, on_startup, on_cleanup,
+               request_timeout: float = REQUEST_TIMEOUT) -> web.Application:
+    """The HTTP surface the engine and the router share, so clients cannot tell them apart.
+
+    Serve it with ``handler_cancellation=True`` (``run_app``): a client that goes
+    away cancels its handler, which is how abandoned requests free their slot.
+    """
     app = web.Application(client_max_size=16 * 1024 * 1024)
+    app["request_timeout"] = request_timeout
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/models", models)
@@ -38,14 +48,37 @@ def error_response(e: ApiError) -> web.Response:
 
 
 async def parse_json_body(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
+    timeout = request.app.get("request_timeout", REQUEST_TIMEOUT)
+    try:
+        raw = await asyncio.wait_for(request.read(), timeout)
+    except TimeoutError:
+        raise ApiError(408, f"request body not received within {timeout:g}s") from None
     try:
         body = json.loads(raw)
+    except RecursionError:
+        raise ApiError(400, f"request body is nested deeper than {MAX_DEPTH} levels") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise ApiError(400, f"request body is not valid JSON: {e}") from None
     if not isinstance(body, dict):
         raise ApiError(400, "request body must be a JSON object")
+    if _depth(body) > MAX_DEPTH:
+        raise ApiError(400, f"request body is nested deeper than {MAX_DEPTH} levels")
     return body
+
+
+def _depth(obj: Any) -> int:
+    """Nesting depth, iteratively (the body is untrusted; no recursion)."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > MAX_DEPTH:
+            return deepest
+        if isinstance(o, dict):
+            stack.extend((v, d + 1) for v in o.values())
+        elif isinstance(o, list):
+            stack.extend((v, d + 1) for v in o)
+    return deepest
 
 
 def sse(obj: Any) -> bytes:

@@ -23,13 +23,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="prompt + max_tokens bound (default: what the KV cache holds); beyond it: 400")
+    p.add_argument("--request-timeout", type=float, default=30.0, help="seconds a client may take to send its body")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--startup-time", type=float, default=0.0, help="seconds /health answers 503 before 200")
     p.add_argument("--crash-after", type=float, default=None, help="fault: print a FATAL line and exit 3 after SEC")
     p.add_argument("--hang-after", type=float, default=None, help="fault: print a FATAL line and stop answering after SEC")
     args = p.parse_args(argv)
-    for name in ("num_gpu_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens"):
-        if getattr(args, name) < 1:
+    for name in ("num_gpu_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.speedup_ratio < 0:
         p.error("--speedup-ratio must be >= 0")
@@ -42,15 +45,17 @@ def main(argv: list[str] | None = None) -> None:
         mode=a.mode, speedup_ratio=a.speedup_ratio, decode_speedup_ratio=a.decode_speedup_ratio,
         num_gpu_blocks=a.num_gpu_blocks, block_size=a.block_size, max_num_seqs=a.max_num_seqs,
         max_num_batched_tokens=a.max_num_batched_tokens, enable_prefix_caching=a.enable_prefix_caching,
+        max_model_len=a.max_model_len,
     )
     scfg = ServerConfig(host=a.host, port=a.port, model_name=a.model_name, startup_time=a.startup_time,
-                        crash_after=a.crash_after, hang_after=a.hang_after)
+                        crash_after=a.crash_after, hang_after=a.hang_after, request_timeout=a.request_timeout)
     server = MockerServer(scfg, ecfg)
     log("INFO", f"starting mode={a.mode} model={a.model_name} port={a.port} speedup={a.speedup_ratio:g} "
         f"blocks={a.num_gpu_blocks}x{a.block_size} max_num_seqs={a.max_num_seqs}")
     try:
+        # handler_cancellation: a client that leaves cancels its request (and frees its KV blocks)
         web.run_app(server.app(), host=a.host, port=a.port, print=None, access_log=None, handle_signals=True,
-                    shutdown_timeout=2.0)
+                    shutdown_timeout=2.0, handler_cancellation=True)
     except OSError as e:
         log("FATAL", f"cannot listen on {a.host}:{a.port}: {e.strerror or e}")
         sys.exit(2)

@@ -36,6 +36,11 @@ class EngineConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     enable_prefix_caching: bool = True
+    max_model_len: int | None = None  # prompt + max_tokens bound; None: what the KV cache holds
+
+    @property
+    def context_length(self) -> int:
+        return self.max_model_len or self.num_gpu_blocks * self.block_size
 
 
 class PromptTooLong(ValueError):
@@ -121,6 +126,13 @@ class Engine:
 
     # ---------------------------------------------------------------- API
     def submit(self, req: Request) -> None:
+        limit = self.cfg.context_length
+        if len(req.prompt) + req.max_tokens > limit:
+            raise PromptTooLong(
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{len(req.prompt) + req.max_tokens} tokens ({len(req.prompt)} in the prompt, {req.max_tokens} in the"
+                " completion). Please reduce the prompt or max_tokens."
+            )
         if self.blocks_for(len(req.prompt) + 1) > self.total_blocks:
             raise PromptTooLong(
                 f"prompt of {len(req.prompt)} tokens needs more than the {self.total_blocks} KV blocks"
@@ -141,6 +153,8 @@ class Engine:
                 self.waiting.remove(req)
             except ValueError:
                 pass
+        if self.metrics:
+            self.metrics.step(len(self.running), len(self.waiting), self.kv_usage())
 
     def stop(self) -> None:
         self._stopped = True

@@ -35,6 +35,7 @@ class ServerConfig:
     startup_time: float = 0.0
     crash_after: float | None = None
     hang_after: float | None = None
+    request_timeout: float = 30.0
 
 
 class MockerServer:
@@ -51,7 +52,8 @@ class MockerServer:
     # ---------------------------------------------------------------- app
     def app(self) -> web.Application:
         return openai_app(health=self.health, metrics=self.metrics_handler, models=self.models, chat=self.chat,
-                          completions=self.completions, on_startup=self._on_startup, on_cleanup=self._on_cleanup)
+                          completions=self.completions, on_startup=self._on_startup, on_cleanup=self._on_cleanup,
+                          request_timeout=self.scfg.request_timeout)
 
     async def _on_startup(self, app: web.Application) -> None:
         self.started = time.monotonic()  # startup time counts from serving, not from loading the tokenizer
@@ -163,7 +165,10 @@ class MockerServer:
                     raise ApiError(400, f"messages[{i}] must be an object with a string 'role'")
                 content = m.get("content")
                 if isinstance(content, list):
-                    content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+                    texts = [p.get("text", "") if isinstance(p, dict) else p for p in content]
+                    if not all(isinstance(t, str) for t in texts):
+                        raise ApiError(400, f"messages[{i}].content: content parts must be objects with a string 'text'")
+                    content = " ".join(texts)
                 elif content is not None and not isinstance(content, str):
                     raise ApiError(400, f"messages[{i}].content must be a string or a list of content parts")
                 parts.append(f"{m['role']}: {content or ''}")

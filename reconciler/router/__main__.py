@@ -17,12 +17,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--endpoints-file", type=Path, required=True, help='JSON: {"workers": [{"url": ..., "role": ...}]}')
     p.add_argument("--model-name", default=None, help="served name for /v1/models when no worker answers")
+    p.add_argument("--request-timeout", type=float, default=30.0, help="seconds a client may take to send its body")
     p.add_argument("--poll-interval", type=float, default=0.25, help="seconds between endpoints-file checks")
     a = p.parse_args(argv)
-    router = Router(a.endpoints_file, a.model_name, a.poll_interval)
+    router = Router(a.endpoints_file, a.model_name, a.poll_interval, request_timeout=a.request_timeout)
     log("INFO", f"starting port={a.port} endpoints={a.endpoints_file}")
     try:
-        web.run_app(router.app(), host=a.host, port=a.port, print=None, access_log=None, shutdown_timeout=2.0)
+        # handler_cancellation: a client that leaves cancels the upstream request too
+        web.run_app(router.app(), host=a.host, port=a.port, print=None, access_log=None, shutdown_timeout=2.0,
+                    handler_cancellation=True)
     except OSError as e:
         log("FATAL", f"cannot listen on {a.host}:{a.port}: {e.strerror or e}")
         sys.exit(2)

@@ -73,8 +73,10 @@ class Pool:
 
 
 class Router:
-    def __init__(self, endpoints_file: Path, model_name: str | None = None, poll: float = 0.25):
+    def __init__(self, endpoints_file: Path, model_name: str | None = None, poll: float = 0.25,
+                 request_timeout: float = 30.0):
         self.endpoints_file = Path(endpoints_file)
+        self.request_timeout = request_timeout
         self.model_name = model_name
         self.poll = poll
         self.pool = Pool()
@@ -127,7 +129,8 @@ class Router:
     # ---------------------------------------------------------------- app
     def app(self) -> web.Application:
         return openai_app(health=self.health, metrics=self.metrics, models=self.models, chat=self.forward,
-                          completions=self.forward, on_startup=self._startup, on_cleanup=self._cleanup)
+                          completions=self.forward, on_startup=self._startup, on_cleanup=self._cleanup,
+                          request_timeout=self.request_timeout)
 
     async def _startup(self, app: web.Application) -> None:
         conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
@@ -190,6 +193,13 @@ class Router:
         except ApiError as e:
             self.m_requests.labels(endpoint, str(e.status)).inc()
             return error_response(e)
+        except asyncio.CancelledError:
+            self.m_requests.labels(endpoint, "499").inc()  # the client left; the upstream request is closed with it
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug here must still be a counted, OpenAI-shaped 500
+            log("ERROR", f"{endpoint}: {type(e).__name__}: {e}")
+            self.m_requests.labels(endpoint, "500").inc()
+            return error_response(ApiError(500, f"router error: {type(e).__name__}", "server_error"))
         self.m_requests.labels(endpoint, str(resp.status)).inc()
         self.m_latency.observe(time.monotonic() - t0)
         return resp
