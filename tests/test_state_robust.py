@@ -65,3 +65,22 @@ def test_state_files_are_readable_by_operators(tmp_path):
     sd = StateDir(tmp_path)
     sd.write_status("r", {"phase": "Ready"})
     assert (tmp_path / "r" / "status.json").stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b'{"1": "x"}', b"\xff\xfe", b'{"1": {"name": 5}}'])
+def test_local_driver_records_corrupt_are_moved_aside_on_write_never_on_observe(tmp_path, content):
+    from reconciler.drivers.local import LocalDriver
+    from reconciler.world import AllocSpec
+
+    d = LocalDriver(tmp_path, owner="me")
+    d.dir.mkdir(parents=True)
+    f = d.dir / "allocs.json"
+    f.write_bytes(content)
+    assert d.observe()[0] == []  # read as empty ...
+    assert f.read_bytes() == content  # ... and observing (get, plan) writes nothing
+    job = d.submit(AllocSpec("r", 0, 0, 1, 0))
+    assert [a.job_id for a in d.observe()[0]] == [job]
+    asides = list(d.dir.glob("allocs.json.corrupt-*"))
+    assert len(asides) == 1 and asides[0].read_bytes() == content
+    events = [json.loads(l) for l in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert any(e["kind"] == "CorruptState" and "allocs.json" in e["message"] for e in events)

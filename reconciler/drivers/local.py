@@ -40,6 +40,25 @@ def _start_time(pid: int) -> str | None:
     return fields[19]  # field 22: starttime
 
 
+def _is_allocs(d: object) -> bool:
+    return isinstance(d, dict) and all(
+        isinstance(k, str) and k.isdigit() and isinstance(v, dict)
+        and isinstance(v.get("name"), str) and isinstance(v.get("comment"), str) for k, v in d.items())
+
+
+def _is_cancelled(d: object) -> bool:
+    return isinstance(d, dict) and all(
+        isinstance(k, str) and k.isdigit() and isinstance(v, list) and len(v) == 2
+        and isinstance(v[0], str) and isinstance(v[1], (int, float)) for k, v in d.items())
+
+
+def _is_meta(d: object) -> bool:
+    return isinstance(d, dict) and isinstance(d.get("last_job", 0), int)
+
+
+_VALID = {"allocs": _is_allocs, "cancelled": _is_cancelled, "meta": _is_meta}
+
+
 class LocalDriver:
     name = "local"
 
@@ -52,11 +71,13 @@ class LocalDriver:
         self._children: list[subprocess.Popen] = []
 
     # ---------------------------------------------------------------- records
-    def _load(self, what: str) -> dict:
-        try:
-            return json.loads((self.dir / f"{what}.json").read_text())
-        except (FileNotFoundError, ValueError):
-            return {}
+    def _load(self, what: str, repair: bool = True) -> dict:
+        """A record file; a corrupt or wrongly typed one reads as empty. ``repair``
+        (every path that writes) moves it aside with a CorruptState event; observing
+        alone never writes, so ``get`` and ``plan`` stay read-only."""
+        from reconciler.state import StateDir
+
+        return StateDir(self.state_dir, read_only=not repair).read_json(self.dir / f"{what}.json", {}, _VALID[what])
 
     def _save(self, what: str, data: dict) -> None:
         atomic_write_text(self.dir / f"{what}.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
@@ -86,7 +107,7 @@ class LocalDriver:
     def observe(self) -> tuple[list[Alloc], list[Step]]:
         self.commands += 2  # the equivalent of one job query and one step query
         allocs = []
-        for job_id, rec in self._load("allocs").items():
+        for job_id, rec in self._load("allocs", repair=False).items():
             lab = labels.parse_job(rec["name"], rec["comment"], self.owner)
             if lab:
                 allocs.append(Alloc(job_id, lab.recipe, lab.index, lab.start, lab.count, "RUNNING", "None",
