@@ -490,6 +490,26 @@ def test_rollout_replaces_one_at_a_time_and_is_not_a_restart(h):
     assert [c["message"].split("(")[1].split(":")[0] for c in cancels] == [f"{name}/agg_0", f"{name}/agg_1"]
 
 
+def test_a_frontend_change_rolls_the_router_which_keeps_its_port(h):
+    name = h.name("fero")
+    f = h.manifests / f"{name}.yaml"
+    text = KEEP.format(name=name).replace("frontend: {type: none}", "frontend: {type: builtin, args: {poll-interval: 0.25}}")
+    f.write_text(text)
+    h.start()
+    before = h.wait_steps(name, {"agg_0", "frontend_0"})
+    g = h.wait_ready(name)
+    endpoint = g["endpoint"]
+    assert endpoint and post(endpoint + "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 200
+    f.write_text(text.replace("poll-interval: 0.25", "poll-interval: 0.2"))
+    wait_until(lambda: h.steps(name).get("frontend_0", before["frontend_0"]) != before["frontend_0"], timeout=60,
+               what="router replaced")
+    g = h.wait_ready(name)
+    assert g["endpoint"] == endpoint and g["restarts"] == 0
+    assert h.steps(name)["agg_0"] == before["agg_0"]  # the workers are untouched
+    wait_until(lambda: post(endpoint + "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 200,
+               what="the same endpoint serves again")
+
+
 def test_two_reconcilers_with_the_same_recipe_names_leave_each_other_alone(h, tmp_path_factory):
     other = Harness(tmp_path_factory.mktemp("other"), h.driver)
     try:
