@@ -124,6 +124,9 @@ class Harness:
 
     def idle(self, recipe: str, ticks: int = 3) -> None:
         """Wait for ``ticks`` more ticks of the running reconciler; none of them may act on ``recipe``."""
+        # from a tick boundary: whatever the tick in progress does is its own, not ours to count
+        first = self.ticks()
+        wait_until(lambda: self.ticks() > first, timeout=30, what="the tick in progress to end")
         before, start = len(self.actions(recipe)), self.ticks()
         wait_until(lambda: self.ticks() >= start + ticks, timeout=30, what=f"{ticks} more ticks")
         assert self.actions(recipe)[before:] == [], f"{ticks} ticks should have changed nothing for {recipe}"
@@ -524,7 +527,8 @@ def test_two_reconcilers_with_the_same_recipe_names_leave_each_other_alone(h, tm
         # one of them drops the recipe: only its own workload goes
         (h.manifests / f"{name}.yaml").unlink()
         (h.manifests / "keep.yaml").write_text(KEEP.format(name=h.name("keep")))
-        wait_until(lambda: not h.steps(name), timeout=30, what="my copy cancelled")
+        # teardown is steps, then the allocation: idle only counts once both are gone
+        wait_until(lambda: not h.steps(name) and not h.jobs(name), timeout=30, what="my copy cancelled")
         h.idle(name)
         other.idle(name)
         assert other.steps(name) == theirs
