@@ -54,8 +54,9 @@ class VLLMBackend(Backend):
 
     carried_knobs: ClassVar[dict[str, str]] = {
         "failover": "shadow engines need the Dynamo frontend and a GMS service, which the reconciler does not run yet",
-        "allow_prefill_decode_colocation": "prefill and decode workers are placed on separate nodes",
-        "allow_prefill_decode_colocation_across_nodes": "prefill and decode workers are placed on separate nodes",
+        "allow_prefill_decode_colocation": "not read; decode shares the prefill nodes only with roles.decode.nodes: colocate",
+        "allow_prefill_decode_colocation_across_nodes":
+            "not read; decode shares the prefill nodes only with roles.decode.nodes: colocate",
         "dp_launch_mode": "per_gpu (deprecated in srtctl) is not run: data-parallel workers launch one process per node",
     }
 
