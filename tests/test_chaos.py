@@ -22,7 +22,7 @@ from test_e2e import KEEP, Harness, sh
 
 pytestmark = pytest.mark.slurm
 
-FAULTS = int(os.environ.get("RECONCILER_CHAOS_FAULTS", "20"))
+FAULTS = int(os.environ.get("RECONCILER_CHAOS_FAULTS", "12"))
 SEED = int(os.environ.get("RECONCILER_CHAOS_SEED", "20261203"))
 BOUND = 60.0  # crash-loop backoff is capped at 2 s in the recipe: convergence is not waiting on it
 
