@@ -119,6 +119,21 @@ def test_a_partial_body_times_out(tmp_path):
         proc.stop()
 
 
+def test_headers_that_never_end_are_cut_off(tmp_path):
+    proc, url = start_mocker(tmp_path, "--speedup-ratio", "0", "--request-timeout", "1")
+    try:
+        host, port = url.removeprefix("http://").split(":")
+        s = socket.create_connection((host, int(port)), timeout=15)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # and nothing more
+        t0 = time.monotonic()
+        assert s.recv(4096) == b""  # the server closed the connection
+        assert time.monotonic() - t0 < 10
+        s.close()
+        assert get(url + "/health")[0] == 200
+    finally:
+        proc.stop()
+
+
 def test_router_counts_its_5xx(tmp_path):
     ep = tmp_path / "endpoints.json"
     write_endpoints(ep, [])

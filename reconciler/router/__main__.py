@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         # handler_cancellation: a client that leaves cancels the upstream request too
         web.run_app(router.app(), host=a.host, port=a.port, print=None, access_log=None, shutdown_timeout=2.0,
-                    handler_cancellation=True)
+                    handler_cancellation=True,
+                    keepalive_timeout=a.request_timeout)  # also closes a connection whose headers never end
     except OSError as e:
         log("FATAL", f"cannot listen on {a.host}:{a.port}: {e.strerror or e}")
         sys.exit(2)

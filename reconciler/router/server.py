@@ -133,7 +133,9 @@ class Router:
                           request_timeout=self.request_timeout)
 
     async def _startup(self, app: web.Application) -> None:
-        conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        # idle upstream connections are dropped here first (5 s), well before a worker drops them
+        # (its --request-timeout): reusing one the worker just closed would fail the request
+        conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=5)
         self._session = aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
         self.load_endpoints()
         self._tasks.append(asyncio.create_task(self._watch()))
