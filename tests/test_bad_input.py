@@ -9,6 +9,8 @@ test_hostile_manifests_beside_a_running_recipe.
 from __future__ import annotations
 
 import json
+import os
+import time
 import resource
 import subprocess
 import sys
@@ -115,3 +117,31 @@ def test_two_files_with_one_name_the_first_wins_and_both_are_named(tmp_path):
     assert r.returncode == 1
     assert f"{m / 'b.yaml'}: recipe name 'same' is also used by {m / 'a.yaml'}" in r.stdout
     assert "1 valid, 1 invalid" in r.stderr
+
+
+def test_run_with_every_probe_beside_a_good_recipe_within_the_memory_budget(tmp_path):
+    """`run` under the same address-space limit: the probes are reported, the good recipe converges."""
+    m, state = tmp_path / "manifests", tmp_path / "state"
+    m.mkdir()
+    for i, (_what, content, _expected, _code) in enumerate(PROBES):
+        content = content() if callable(content) else content
+        (m / f"probe-{i:02d}.yaml").write_bytes(content if isinstance(content, bytes) else content.encode())
+    (m / "zz-good.yaml").write_text(GOOD.format(name="good-one"))
+    for f in m.iterdir():  # older than the debounce window: applied on the first pass
+        os.utime(f, (time.time() - 60, time.time() - 60))
+    base = [sys.executable, "-m", "reconciler.cli", "run", "--once", "--driver", "local", "--state", str(state)]
+    try:
+        r = subprocess.run([*base, "--manifests", str(m)], capture_output=True, text=True, timeout=120,
+                           preexec_fn=_limit, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "Traceback" not in r.stderr and "tick failed" not in r.stderr, r.stderr[-3000:]
+        events = [json.loads(l) for l in (state / "events.jsonl").read_text().splitlines()]
+        assert any(e["kind"] == "SubmitAlloc" and e["recipe"] == "good-one" for e in events)
+        status = json.loads((state / "good-one" / "status.json").read_text())
+        assert not any(c["type"] == "Invalid" and c["status"] == "True" for c in status["conditions"])
+        assert not Path(PWNED).exists(), "recipe text reached a shell"
+    finally:
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        subprocess.run([*base, "--manifests", str(empty), "--allow-empty"], capture_output=True, timeout=120,
+                       cwd=tmp_path)
