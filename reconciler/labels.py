@@ -7,6 +7,12 @@ names, never see each other's objects. Jobs carry marker and owner in their name
 *and* their comment; steps in their name (steps have no comment). Recipe names
 cannot contain ':' (see the recipe model), so ':' separates fields unambiguously.
 Nothing without our marker and owner is ever touched.
+
+Recipe names may be up to 200 characters (sweeps append to srtctl names that are
+already 70 long), but slurmdbd keeps job names in a 255-byte column and squeue
+users read them: names past ``TAG_MAX`` appear in names as a stable abbreviation
+(prefix, '~', hash). The comment always carries the full name, and a step's
+abbreviation is resolved through its allocation.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ MARKER = "rcl"
 COMMENT_MARKER = "reconciler/v1"
 OWNER_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 
-_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+_NAME = r"[A-Za-z0-9][A-Za-z0-9_.~-]*"
+TAG_MAX = 48
 _JOB = re.compile(rf"^rcl:(?P<owner>[a-z0-9-]+):(?P<recipe>{_NAME}):a(?P<index>\d+)$")
 _STEP = re.compile(
     rf"^rcl:(?P<owner>[a-z0-9-]+):(?P<recipe>{_NAME}):(?P<role>[a-z]+):(?P<index>\d+):(?P<rank>\d+):(?P<hash>[0-9a-f]+)$"
@@ -59,8 +66,18 @@ def check_owner(owner: str) -> str:
     return owner
 
 
+def recipe_tag(recipe: str) -> str:
+    """The recipe as it appears in job and step names: itself, or prefix~hash when long.
+
+    '~' never occurs in a recipe name, so a tag cannot collide with a real name.
+    """
+    if len(recipe) <= TAG_MAX:
+        return recipe
+    return recipe[: TAG_MAX - 9] + "~" + hashlib.sha256(recipe.encode()).hexdigest()[:8]
+
+
 def job_name(owner: str, recipe: str, index: int) -> str:
-    return f"{MARKER}:{owner}:{recipe}:a{index}"
+    return f"{MARKER}:{owner}:{recipe_tag(recipe)}:a{index}"
 
 
 def job_comment(owner: str, recipe: str, index: int, start: int, count: int) -> str:
@@ -72,17 +89,23 @@ def parse_job(name: str, comment: str, owner: str) -> JobLabel | None:
     n, c = _JOB.match(name or ""), _COMMENT.search(comment or "")
     if not n or not c or n["owner"] != owner or c["owner"] != owner:
         return None
-    if n["recipe"] != c["recipe"] or n["index"] != c["index"]:
+    if n["recipe"] != recipe_tag(c["recipe"]) or n["index"] != c["index"]:
         return None
-    return JobLabel(n["recipe"], int(n["index"]), int(c["start"]), int(c["count"]))
+    return JobLabel(c["recipe"], int(n["index"]), int(c["start"]), int(c["count"]))
 
 
 def step_name(owner: str, recipe: str, role: str, index: int, rank: int, spec_hash: str) -> str:
-    return f"{MARKER}:{owner}:{recipe}:{role}:{index}:{rank}:{spec_hash}"
+    return f"{MARKER}:{owner}:{recipe_tag(recipe)}:{role}:{index}:{rank}:{spec_hash}"
 
 
-def parse_step(name: str, owner: str) -> StepLabel | None:
+def parse_step(name: str, owner: str, recipes: dict[str, str] | None = None) -> StepLabel | None:
+    """``recipes`` maps tags to full names (from the allocations observed with the step)."""
     m = _STEP.match(name or "")
     if not m or m["owner"] != owner:
         return None
-    return StepLabel(m["recipe"], m["role"], int(m["index"]), int(m["rank"]), m["hash"])
+    recipe = (recipes or {}).get(m["recipe"], m["recipe"])
+    return StepLabel(recipe, m["role"], int(m["index"]), int(m["rank"]), m["hash"])
+
+
+def tags(recipes: list[str] | set[str]) -> dict[str, str]:
+    return {recipe_tag(r): r for r in recipes}

@@ -139,7 +139,7 @@ class Harness:
             for line in sh("squeue", "-h", "-s", "-o", "%i|%j|%N").splitlines():
                 sid, name, node = line.split("|")
                 parts = name.split(":")
-                if len(parts) == 7 and parts[0] == "rcl" and parts[1] == self.owner and parts[2] == recipe:
+                if len(parts) == 7 and parts[0] == "rcl" and parts[1] == self.owner and parts[2] == labels.recipe_tag(recipe):
                     key = f"{parts[3]}_{parts[4]}"
                     assert key not in out, f"duplicate step for {key}: {out[key]} and {sid}"
                     out[key] = (sid, node)
@@ -162,9 +162,9 @@ class Harness:
     def jobs(self, recipe: str) -> list[str]:
         if self.driver == "slurm":
             return [l.split("|")[0] for l in sh("squeue", "-h", "-o", "%i|%j").splitlines()
-                    if l.split("|")[1].startswith(f"rcl:{self.owner}:{recipe}:")]
+                    if l.split("|")[1].startswith(f"rcl:{self.owner}:{labels.recipe_tag(recipe)}:")]
         data = json.loads((self.state / "local" / "allocs.json").read_text()) if (self.state / "local" / "allocs.json").exists() else {}
-        return [j for j, r in data.items() if r["name"].startswith(f"rcl:{self.owner}:{recipe}:")]
+        return [j for j, r in data.items() if r["name"].startswith(f"rcl:{self.owner}:{labels.recipe_tag(recipe)}:")]
 
     def wait_steps(self, recipe: str, units: set[str], timeout: float = 60) -> dict:
         return wait_until(lambda: (s := self.steps(recipe)) and set(s) == units and s, timeout=timeout,
@@ -220,7 +220,8 @@ frontend: {{type: none}}
 
 def test_deploy_scale_heal_and_delete(h):
     name = h.name("e2e")
-    keep = h.name("keep")
+    # as long as real TRT-LLM recipe names: its Slurm labels carry an abbreviation
+    keep = h.name("keep-gb200-fp4-dsr1-1k1k-ctx4-gen1-dep32-batch256-eplb0-mtp3-disagg")
     (h.manifests / f"{keep}.yaml").write_text(KEEP.format(name=keep))
     f = h.manifests / f"{name}.yaml"
     f.write_text(DISAGG.format(name=name, decode=2))

@@ -55,3 +55,34 @@ def test_owner_defaults_to_the_state_directory_and_names_are_checked(tmp_path):
     assert labels.check_owner("prod-1") == "prod-1"
     with pytest.raises(ValueError):
         labels.check_owner("Prod:1")
+
+
+LONG = "gb300-fp4-dsr1-8k1k-ctx2-gen1-tep8-batch64-eplb0-mtp3-trtllm-disagg-" + "x" * 60
+
+
+def test_long_recipe_names_are_abbreviated_stably_in_labels_and_kept_whole_in_the_comment():
+    tag = labels.recipe_tag(LONG)
+    assert tag == labels.recipe_tag(LONG) and len(tag) == labels.TAG_MAX and "~" in tag
+    assert labels.recipe_tag(LONG + "y") != tag  # same prefix, different recipe: different tag
+    assert labels.recipe_tag("short") == "short"
+    name, comment = labels.job_name("me", LONG, 0), labels.job_comment("me", LONG, 0, 0, 1)
+    assert len(name) < 128 and LONG not in name and f"recipe={LONG} " in comment
+    assert labels.parse_job(name, comment, "me") == labels.JobLabel(LONG, 0, 0, 1)
+    # a comment naming another recipe with the same abbreviation prefix is not ours
+    assert labels.parse_job(name, labels.job_comment("me", LONG + "y", 0, 0, 1), "me") is None
+    step = labels.step_name("me", LONG, "decode", 1, 0, "abc")
+    assert len(step) < 128
+    assert labels.parse_step(step, "me", labels.tags({LONG, "short"})).recipe == LONG
+    assert labels.parse_step(step, "me").recipe == tag  # no allocation seen: the tag stands in
+
+
+def test_slurm_parse_resolves_long_names_through_the_allocation():
+    from reconciler.drivers.slurm import SEP, parse_jobs, parse_steps
+
+    jobs = SEP.join(["7", labels.job_name("me", LONG, 0), "RUNNING", "None", "vm", "1",
+                     labels.job_comment("me", LONG, 0, 0, 1)])
+    allocs = parse_jobs(jobs, "me")
+    assert [a.recipe for a in allocs] == [LONG]
+    steps = parse_steps(SEP.join(["7.0", labels.step_name("me", LONG, "agg", 0, 0, "ab12"), "vm"]), "me",
+                        labels.tags({a.recipe for a in allocs}))
+    assert [s.recipe for s in steps] == [LONG]

@@ -114,8 +114,9 @@ class LocalDriver:
                                     tuple([self.host] * lab.count)))
         procs = self._processes()
         steps = []
+        recipes = labels.tags({a.recipe for a in allocs})
         for step_id, (_pid, name, _start) in procs.items():
-            lab = labels.parse_step(name, self.owner)
+            lab = labels.parse_step(name, self.owner, recipes)
             if lab:
                 steps.append(Step(step_id, lab.recipe, lab.role, lab.index, lab.rank, lab.spec_hash, (self.host,)))
         return allocs, steps

@@ -43,7 +43,8 @@ class SlurmDriver:
     def observe(self) -> tuple[list[Alloc], list[Step]]:
         jobs = self._run(squeue_jobs_argv(self.user)).stdout
         steps = self._run(squeue_steps_argv(self.user)).stdout
-        return parse_jobs(jobs, self.owner), parse_steps(steps, self.owner)
+        allocs = parse_jobs(jobs, self.owner)
+        return allocs, parse_steps(steps, self.owner, labels.tags({a.recipe for a in allocs}))
 
     # ---------------------------------------------------------------- act
     def submit(self, spec: AllocSpec) -> str:
@@ -151,14 +152,14 @@ def parse_jobs(text: str, owner: str) -> list[Alloc]:
     return out
 
 
-def parse_steps(text: str, owner: str) -> list[Step]:
+def parse_steps(text: str, owner: str, recipes: dict[str, str] | None = None) -> list[Step]:
     out = []
     for line in text.splitlines():
         f = line.split(SEP)
         if len(f) < 3:
             continue
         step_id, name, nodelist = (x.strip() for x in f[:3])
-        lab = labels.parse_step(name, owner)
+        lab = labels.parse_step(name, owner, recipes)
         if lab is None:
             continue
         out.append(Step(step_id, lab.recipe, lab.role, lab.index, lab.rank, lab.spec_hash, tuple(hostlist.expand(nodelist))))

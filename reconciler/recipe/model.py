@@ -27,7 +27,7 @@ from reconciler.backends import ENGINES, NOT_YET, engine_list_text
 from reconciler.recipe.bounds import MAX_GPUS_PER_WORKER, MAX_NODES_PER_WORKER, MAX_WORKERS
 from reconciler.topology import MODES, Mode, RoleLayout
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")  # srtctl has no limit; ours keeps paths sane
 FRONTEND_TYPES = (
     "builtin", "dynamo", "sglang-router", "sgl-router", "vllm-router", "atomesh", "tilert-router",
     "sglang", "vllm", "trtllm_serve", "none",
@@ -235,7 +235,7 @@ class Recipe(Strict):
     def _name(cls, v: str) -> str:
         if ".." in v or not NAME_RE.fullmatch(v):
             raise ValueError(
-                "expected 1-63 characters of letters, digits, '-', '_' or '.', starting with a letter or digit"
+                "expected 1-200 characters of letters, digits, '-', '_' or '.', starting with a letter or digit"
                 f" and without '..', found {v!r}"
             )
         return v
