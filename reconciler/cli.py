@@ -67,6 +67,7 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
             results.append({
                 "path": str(f), "valid": False, "error": str(e), "key": e.key or None, "line": e.line,
                 "unsupported": e.unsupported,
+                "problems": [{"key": p.key or None, "line": p.line, "message": p.message} for p in e.problems()],
             })
     if not files:
         _fail(f"no recipe files (*.yaml, *.yml) found in {', '.join(paths)}")

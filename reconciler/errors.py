@@ -1,4 +1,5 @@
-"""Errors users see. Every one carries enough context to be printed as one line."""
+"""Errors users see. Every one carries enough context to be printed as one line
+(a recipe with several problems prints one line per problem)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,19 @@ class RecipeError(ReconcilerError):
     line: int | None = None
     column: int | None = None
     unsupported: str | None = None
+    more: tuple[RecipeError, ...] = ()  # the file's other problems, each located
 
     def __str__(self) -> str:
+        if not self.more:
+            return self.one_line()
+        lines = [f"{self.one_line()} (1 of {len(self.more) + 1} problems)"]
+        lines += [f"  also {p.one_line()}" for p in self.more]
+        return "\n".join(lines)
+
+    def problems(self) -> list[RecipeError]:
+        return [self, *self.more]
+
+    def one_line(self) -> str:
         where = self.path
         if self.line is not None:
             where += f":{self.line}"

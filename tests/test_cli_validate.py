@@ -68,3 +68,17 @@ def test_schema_is_json_schema_that_describes_recipes():
     assert s["additionalProperties"] is False
     assert {"name", "model", "roles", "engine", "reconcile"} <= set(s["properties"])
     assert "MockerBackend" in s["$defs"]
+
+
+def test_every_problem_of_a_file_is_listed_with_its_key_and_line(tmp_path):
+    bad = write(tmp_path, "multi.yaml", "name: multi\nmodel: {path: /m}\nengine: {type: sglang, bogus: 1}\n"
+                "roles: {agg: {workers: x, gpus: 1, wat: 2}}\nfrontend: {tpye: dynamo}\n")
+    r = run("validate", str(bad))
+    assert r.returncode == 1
+    assert "(1 of 4 problems)" in r.stdout and "more problem" not in r.stdout
+    for key in ("engine.bogus", "roles.agg.workers", "roles.agg.wat", "frontend.tpye"):
+        assert f": {key}: " in r.stdout, key
+    assert f"{bad}:5: frontend.tpye: unknown key 'tpye' (did you mean 'type'?)" in r.stdout
+    data = json.loads(run("validate", "-o", "json", str(bad)).stdout)[0]
+    assert [(p["key"], p["line"]) for p in data["problems"]] == [
+        ("engine.bogus", 3), ("roles.agg.workers", 4), ("roles.agg.wat", 4), ("frontend.tpye", 5)]

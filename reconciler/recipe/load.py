@@ -208,13 +208,24 @@ def _clean_loc(loc: tuple) -> tuple:
 
 
 def _located(e: ValidationError, path: str, data: dict, where: dict, lines: dict) -> RecipeError:
-    errors = e.errors()
-    # a union reports one error per arm; the first real one is the most telling
-    first = errors[0]
-    parts = _clean_loc(first["loc"])
+    """Every problem of the file, one per key path; the first leads, the rest ride along."""
+    seen: set[tuple] = set()
+    problems: list[RecipeError] = []
+    for err in e.errors():
+        parts = _clean_loc(err["loc"])
+        if parts in seen:
+            continue  # a union reports one error per arm; the first real one is the most telling
+        seen.add(parts)
+        problems.append(_problem(err, parts, path, data, where, lines))
+    first = problems[0]
+    first.more = tuple(problems[1:])
+    return first
+
+
+def _problem(err: Any, parts: tuple, path: str, data: dict, where: dict, lines: dict) -> RecipeError:
     key = v1.v1_path(tuple(str(p) for p in parts), where) if parts else ""
-    etype = first["type"]
-    found = first.get("input")
+    etype = err["type"]
+    found = err.get("input")
     if etype in ("extra_forbidden", "unexpected_keyword_argument"):
         unknown = str(parts[-1]) if parts else "?"
         allowed = _allowed_keys(parts[:-1], data)
@@ -227,11 +238,8 @@ def _located(e: ValidationError, path: str, data: dict, where: dict, lines: dict
     elif etype == "missing":
         msg = "required key is missing"
     else:
-        text = first["msg"].removeprefix("Value error, ")
+        text = err["msg"].removeprefix("Value error, ")
         msg = text if "found" in text or text.startswith("unsupported feature") else f"{text}; found {_show(found)}"
-    more = len({_clean_loc(x["loc"]) for x in errors}) - 1
-    if more > 0:
-        msg += f" (and {more} more problem{'s' if more > 1 else ''})"
     unsupported = msg.split(":", 1)[1].split("(")[0].strip() if msg.startswith("unsupported feature") else None
     return RecipeError(
         path, msg, key=key, line=_line(tuple(str(p) for p in parts), where, lines), unsupported=unsupported
