@@ -84,11 +84,13 @@ def spec_hash(
 
 def runtime_for(recipe: Recipe, state_dir: Path, python: str = "python3") -> Runtime:
     backend = recipe.backend
-    default_name = recipe.model.path.rstrip("/").split("/")[-1] or recipe.name
-    if recipe.model.path.startswith("hf:"):
-        default_name = recipe.model.path[3:]
+    path = recipe.model.path
+    default_name = path.rstrip("/").split("/")[-1] or recipe.name
+    if path.startswith("hf:"):
+        # srtctl: the engine gets the bare Hugging Face id and downloads it itself
+        path = default_name = path[3:]
     return Runtime(
-        model_path=recipe.model.path,
+        model_path=path,
         served_model_name=backend.get_served_model_name(default_name),
         frontend_type=recipe.frontend.type,
         config_dir=str(Path(state_dir).absolute() / recipe.name / "configs"),

@@ -283,3 +283,12 @@ def test_render_cli_with_explicit_nodes_and_text_output():
     assert r.returncode == 0
     bad = run_render(str(ROOT / "nope.yaml"))
     assert bad.returncode == 1 and "cannot read" in bad.stderr
+
+
+@pytest.mark.parametrize("engine,flag", [("sglang", "--model-path"), ("vllm", "--model"), ("trtllm", "--model-path")])
+def test_hf_model_path_reaches_the_engine_as_the_bare_id(engine, flag):
+    rs = rows(f"name: hf\nmodel: {{path: 'hf:Qwen/Qwen3-0.6B'}}\nresources: {{gpus_per_node: 8}}\n"
+              f"engine: {engine}\nroles: {{agg: {{workers: 1, gpus: 1}}}}\n")
+    argv = one(rs, "agg")["argv"]
+    assert argv[argv.index(flag) + 1] == "Qwen/Qwen3-0.6B"
+    assert not any(a.startswith("hf:") for a in argv)
