@@ -45,7 +45,7 @@ def cli() -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Also list notes, and why each carried key has no effect.")
 def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
     """Validate recipe files (or every *.yaml under directories)."""
-    from reconciler.recipe.load import iter_recipe_files, load_recipe, name_clashes, outside_link
+    from reconciler.recipe.load import iter_recipe_files, load_file, name_clashes, outside_link
 
     files = iter_recipe_files(list(paths))
     roots = {f: next((Path(p) for p in paths if Path(p).is_dir() and f.is_relative_to(Path(p))), None) for f in files}
@@ -55,14 +55,14 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
             escape = outside_link(roots[f], f) if roots[f] else None
             if escape:
                 raise RecipeError(str(f), escape.split(": ", 1)[1])
-            lr = load_recipe(f)
-            layouts = lr.recipe.role_layouts()
-            results.append({
-                "path": str(f), "valid": True, "error": None, "name": lr.recipe.name, "layout": lr.layout,
-                "engine": lr.recipe.backend.type, "frontend": lr.recipe.frontend.type,
-                "roles": {m: {"workers": l.workers, "gpus": l.gpus, "nodes": l.nodes} for m, l in layouts.items()},
-                "notes": lr.notes, "not_acted_on": lr.not_acted_on,
-            })
+            for lr in load_file(f):  # a sweep / override file: one result per deployment
+                layouts = lr.recipe.role_layouts()
+                results.append({
+                    "path": str(f), "valid": True, "error": None, "name": lr.recipe.name, "layout": lr.layout,
+                    "engine": lr.recipe.backend.type, "frontend": lr.recipe.frontend.type,
+                    "roles": {m: {"workers": l.workers, "gpus": l.gpus, "nodes": l.nodes} for m, l in layouts.items()},
+                    "notes": lr.notes, "not_acted_on": lr.not_acted_on, "variant_of": lr.variant_of,
+                })
         except RecipeError as e:
             results.append({
                 "path": str(f), "valid": False, "error": str(e), "key": e.key or None, "line": e.line,
@@ -72,10 +72,10 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
     if not files:
         _fail(f"no recipe files (*.yaml, *.yml) found in {', '.join(paths)}")
     # what run would do with a directory: the first file of a name wins, the others are reported
-    clashes = name_clashes([(r["path"], r["name"]) for r in results if r["valid"]])
-    for r in results:
-        if r["path"] in clashes:
-            r.update(valid=False, error=clashes[r["path"]], key="name", line=None, unsupported=None)
+    valid = [r for r in results if r["valid"]]
+    for i, why in name_clashes([(r["path"], r["name"]) for r in valid]).items():
+        valid[i].update(valid=False, error=why, key="name", line=None, unsupported=None,
+                        problems=[{"key": "name", "line": None, "message": why}])
     if output == "json":
         click.echo(json.dumps(results, indent=2))
     else:
@@ -120,23 +120,36 @@ def schema() -> None:
 @STATE_OPT
 def render(recipe: str, nodes: str | None, output: str, state: str) -> None:
     """Dry run: every process a recipe would launch (role, nodes, GPUs, ports, env, argv)."""
-    import shlex
-
-    from reconciler.recipe.load import load_recipe
+    from reconciler.recipe.load import load_file
     from reconciler.render import as_rows, render_units
 
     try:
-        lr = load_recipe(recipe)
+        loaded = load_file(recipe)
     except RecipeError as e:
         _fail(str(e))
     names = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
-    try:
-        rows = as_rows(render_units(lr.recipe, names, Path(state)))
-    except ValueError as e:
-        _fail(f"{recipe}: {e}")
+    docs = []
+    for lr in loaded:
+        try:
+            rows = as_rows(render_units(lr.recipe, names, Path(state)))
+        except ValueError as e:
+            _fail(f"{recipe}: {lr.recipe.name}: {e}")
+        docs.append({"name": lr.recipe.name, "processes": rows, "not_acted_on": lr.not_acted_on})
     if output == "json":
-        click.echo(json.dumps({"processes": rows, "not_acted_on": lr.not_acted_on}, indent=2))
+        # a plain file renders one deployment; a sweep / override file one per variant
+        click.echo(json.dumps(docs[0] if len(docs) == 1 and not loaded[0].variant_of else {"deployments": docs},
+                              indent=2))
         return
+    for doc in docs:
+        if len(docs) > 1 or loaded[0].variant_of:
+            click.echo(click.style(f"# deployment {doc['name']}", bold=True))
+        _print_rows(doc["processes"])
+        _print_carried(doc["not_acted_on"], True, "")
+
+
+def _print_rows(rows: list[dict]) -> None:
+    import shlex
+
     for r in rows:
         where = ",".join(r["nodes"])
         gpus = ",".join(map(str, r["gpus"])) or "-"
@@ -154,7 +167,6 @@ def render(recipe: str, nodes: str | None, output: str, state: str) -> None:
             click.echo(f"  probe: {r['health']}" + (f"  metrics: {r['metrics']}" if r["metrics"] else ""))
         for f in r["files"]:
             click.echo(f"  file: {f}")
-    _print_carried(lr.not_acted_on, True, "")
 
 
 def _controller(manifests: str, state: str, driver: str | None, allow_empty: bool = False,

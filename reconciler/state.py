@@ -42,7 +42,10 @@ def _is_launches(d: Any) -> bool:
 
 
 def _is_files(d: Any) -> bool:
-    return isinstance(d, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in d.items())
+    return isinstance(d, dict) and all(
+        isinstance(k, str) and (isinstance(v, str) or isinstance(v, list) and all(isinstance(n, str) for n in v))
+        for k, v in d.items()
+    )
 
 
 @dataclass
@@ -159,10 +162,12 @@ class StateDir:
         if kept != data:
             self._write_launches(name, kept)
 
-    def files(self) -> dict[str, str]:
-        return self.read_json(self.root / "files.json", {}, _is_files)
+    def files(self) -> dict[str, list[str]]:
+        """manifest file -> the recipes it declared when last read (a sweep declares several)."""
+        data = self.read_json(self.root / "files.json", {}, _is_files)
+        return {k: [v] if isinstance(v, str) else v for k, v in data.items()}
 
-    def write_files(self, mapping: dict[str, str]) -> None:
+    def write_files(self, mapping: dict[str, list[str]]) -> None:
         self.write_json(self.root / "files.json", dict(sorted(mapping.items())))
 
     def known_recipes(self) -> list[str]:

@@ -6,8 +6,11 @@ import collections
 
 from conftest import SUMMARIES
 
+from pathlib import Path
+
 from reconciler.errors import RecipeError
-from reconciler.recipe.load import load_recipe
+from reconciler.recipe.load import load_file
+from reconciler.render import render_units
 
 
 def _walk(root):
@@ -17,27 +20,36 @@ def _walk(root):
 def test_corpus_validates_or_names_unsupported_feature(corpus):
     files = _walk(corpus)
     assert len(files) > 500
-    valid = 0
+    deployments = valid = rendered = variant_files = 0
     rejected: collections.Counter[str] = collections.Counter()
     surprises = []
     plain_v1_failures = []
     for f in files:
         try:
-            load_recipe(f)
-            valid += 1
+            loaded = load_file(f)
         except RecipeError as e:
-            if e.unsupported:
-                rejected[e.unsupported] += 1
-            else:
-                surprises.append(str(e))
-            text = f.read_text()
-            is_variant = "\nbase:" in "\n" + text or "\nsweep:" in "\n" + text
-            if "srt-slurm-v1" in str(f) and not is_variant:
+            problems = e.problems()
+            deployments += len(problems) if "[" in problems[0].path else 1
+            for p in problems:
+                if p.unsupported:
+                    rejected[p.unsupported] += 1
+                else:
+                    surprises.append(str(p))
+            if "srt-slurm-v1" in str(f):
                 plain_v1_failures.append(str(e))
+            continue
         # any other exception escapes and fails the test: that is the point
-    lines = [f"corpus: {len(files)} files, {valid} valid, {sum(rejected.values())} rejected as unsupported"]
-    lines += [f"  rejected ({n}): {reason}" for reason, n in rejected.most_common()]
+        variant_files += any(lr.variant_of for lr in loaded)
+        deployments += len(loaded)
+        valid += len(loaded)
+        for lr in loaded:
+            units = render_units(lr.recipe, None, Path("/state"))
+            assert units, f"{f} [{lr.recipe.name}] renders no process"
+            rendered += 1
+    lines = [f"corpus: {len(files)} files ({variant_files} sweep/override), {deployments} deployments after "
+             f"expansion, {valid} valid, {rendered} rendered, {sum(rejected.values())} refused"]
+    lines += [f"  refused ({n}): {reason}" for reason, n in rejected.most_common()]
     SUMMARIES.append("\n".join(lines))
     print("\n".join(lines))
     assert not surprises, "rejected without naming an unsupported feature:\n" + "\n".join(surprises)
-    assert not plain_v1_failures, "plain v1 recipes must validate:\n" + "\n".join(plain_v1_failures)
+    assert not plain_v1_failures, "v1 recipes must validate:\n" + "\n".join(plain_v1_failures)

@@ -185,10 +185,29 @@ def test_v1_and_schema2_cannot_mix():
         load(V1 + "roles: {agg: {workers: 1}}\n")
 
 
-def test_override_and_sweep_files_are_rejected_as_unsupported():
+def test_sweep_and_override_files_load_as_one_recipe_per_deployment():
+    from reconciler.recipe.load import load_all
+
+    sweep = load_all(BASE.replace("workers: 2", "workers: '{w}'") + "sweep: {w: [1, 2]}\n", "s.yaml")
+    assert [(lr.recipe.name, lr.recipe.roles.agg.workers, lr.variant_of) for lr in sweep] == [
+        ("demo_w1", 1, "s.yaml"), ("demo_w2", 2, "s.yaml")]
+    # what last-applied keeps is a plain recipe that loads on its own to the same spec
+    assert load(sweep[1].text).recipe == sweep[1].recipe
+    over = load_all("base:\n" + "".join("  " + l + "\n" for l in BASE.splitlines())
+                    + "override_big: {roles: {agg: {workers: 3}}}\n", "o.yaml")
+    assert [(lr.recipe.name, lr.recipe.roles.agg.workers) for lr in over] == [("demo_big", 3)]
+    with pytest.raises(RecipeError, match="expands into 2 deployments"):
+        load(BASE.replace("workers: 2", "workers: '{w}'") + "sweep: {w: [1, 2]}\n")
+
+
+def test_every_bad_variant_of_a_file_is_reported_and_located():
+    from reconciler.recipe.load import load_all
+
     with pytest.raises(RecipeError) as ei:
-        load("base: {name: a}\noverride_x: {}\n")
-    assert ei.value.unsupported == "override file"
+        load_all(BASE.replace("workers: 2", "workers: '{w}'") + "sweep: {w: [-1, 2, x]}\n", "s.yaml")
+    assert [p.path for p in ei.value.problems()] == ["s.yaml [demo_w-1]", "s.yaml [demo_wx]"]
+    assert all(p.key == "roles.agg.workers" and p.line for p in ei.value.problems())
     with pytest.raises(RecipeError) as ei:
-        load(BASE + "sweep: {c: [1, 2]}\n")
-    assert ei.value.unsupported == "sweep file"
+        load_all(BASE + "sweep: {a: [1, 2, 3, 4, 5, 6, 7], b: [1, 2, 3, 4, 5, 6, 7], c: [1, 2, 3, 4, 5, 6]}\n",
+                 "g.yaml")
+    assert ei.value.key == "sweep" and "294 combinations" in ei.value.message

@@ -24,6 +24,7 @@ MAX_DEPTH = 32
 MAX_WORKERS = 10_000  # per role
 MAX_NODES_PER_WORKER = 1024
 MAX_GPUS_PER_WORKER = 8192
+MAX_VARIANTS = 256  # deployments one sweep/override file may expand into (a grid multiplies fast)
 # names state/ uses for its own files: a recipe so named would collide with them
 RESERVED_NAMES = frozenset({"ports.json", "files.json", "events.jsonl", "controller.json", "run.lock", "local"})
 # engine arguments that only make sense as positive numbers (either spelling)

@@ -7,6 +7,7 @@ included) and its line.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import typing
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from reconciler.backends.registry import ENGINES
 from reconciler.errors import RecipeError
-from reconciler.recipe import bounds, v1
+from reconciler.recipe import bounds, v1, variants
 from reconciler.recipe.model import NAME_RE, Recipe
 from reconciler.recipe.passive import not_acted_on
 from reconciler.topology import TopologyError
@@ -34,6 +35,8 @@ class LoadedRecipe:
     layout: str  # "v2" or "v1"
     notes: list[str] = field(default_factory=list)
     not_acted_on: dict[str, str] = field(default_factory=dict)  # key path as written -> why
+    text: str = ""  # the recipe as a plain file: what last-applied keeps (a variant: its expansion)
+    variant_of: str | None = None  # the sweep / override file it was expanded from
 
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
@@ -101,7 +104,7 @@ def key_lines(text: str, root: yaml.Node | None = None) -> dict[tuple, int]:
     return out
 
 
-def load_recipe(path: str | Path) -> LoadedRecipe:
+def read_recipe_text(path: str | Path) -> str:
     path = Path(path)
     try:
         if path.is_dir():
@@ -110,15 +113,35 @@ def load_recipe(path: str | Path) -> LoadedRecipe:
         with open(path, "rb") as f:
             raw = f.read(bounds.max_manifest_bytes() + 1)  # the file may grow between stat and read
         bounds.check_size(str(path), len(raw))
-        text = raw.decode()
+        return raw.decode()
     except UnicodeDecodeError:
         raise RecipeError(str(path), "not a text file (expected UTF-8 YAML)") from None
     except OSError as e:
         raise RecipeError(str(path), f"cannot read: {e.strerror or e}") from None
-    return load_text(text, str(path))
+
+
+def load_file(path: str | Path) -> list[LoadedRecipe]:
+    """Every deployment a file declares: one, or one per sweep combination / override variant."""
+    return load_all(read_recipe_text(path), str(path))
+
+
+def load_recipe(path: str | Path) -> LoadedRecipe:
+    """A file that declares exactly one deployment."""
+    return _single(load_file(path), str(path))
 
 
 def load_text(text: str, path: str) -> LoadedRecipe:
+    return _single(load_all(text, path), path)
+
+
+def _single(loaded: list[LoadedRecipe], path: str) -> LoadedRecipe:
+    if len(loaded) != 1:
+        names = ", ".join(lr.recipe.name for lr in loaded)
+        raise RecipeError(path, f"expands into {len(loaded)} deployments ({names}); expected one here")
+    return loaded[0]
+
+
+def load_all(text: str, path: str) -> list[LoadedRecipe]:
     bounds.check_size(path, len(text.encode(errors="replace")))
     root = bounds.check_text(text, path)
     data = parse_yaml(text, path)
@@ -128,18 +151,36 @@ def load_text(text: str, path: str) -> LoadedRecipe:
         raise RecipeError(path, f"expected a mapping of recipe keys at the top level, found {_kind(data)}", line=1)
     lines = key_lines(text, root)
     bounds.check_values(data, path, lines)
-    if "base" in data or any(str(k).startswith(("override_", "zip_override_")) for k in data):
-        raise RecipeError(
-            path,
-            "unsupported feature: override file (base: + override_*); write one recipe file per variant",
-            unsupported="override file",
-        )
-    if "sweep" in data:
-        raise RecipeError(
-            path,
-            "unsupported feature: sweep file (sweep:); write one recipe file per combination",
-            key="sweep", line=lines.get(("sweep",)), unsupported="sweep file",
-        )
+    if not variants.is_variant_file(data):
+        lr = _load_data(data, path, lines)
+        lr.text = text
+        return [lr]
+    try:
+        expanded = variants.expand(data, path)
+    except RecipeError as e:
+        e.line = e.line or _line(tuple(_split(e.key)), {}, lines)
+        raise
+    # a variant's keys sit under base: (or its own section) in the file: base lines locate them
+    base_lines = {k[1:]: n for k, n in lines.items() if k[:1] == ("base",) and len(k) > 1} or lines
+    out, problems = [], []
+    for name, d in expanded:
+        try:
+            lr = _load_data(copy.deepcopy(d), f"{path} [{name}]", base_lines)
+        except RecipeError as e:
+            problems += e.problems()
+            continue
+        lr.path, lr.variant_of = path, path
+        lr.text = f"# expanded from {path}\n" + yaml.safe_dump(d, sort_keys=False)
+        lr.notes.append(f"variant of {Path(path).name}")
+        out.append(lr)
+    if problems:
+        first = problems[0]
+        first.more = tuple(problems[1:])
+        raise first
+    return out
+
+
+def _load_data(data: dict, path: str, lines: dict[tuple, int]) -> LoadedRecipe:
     where: dict[tuple, str] = {}
     notes: list[str] = []
     layout = "v2"
@@ -320,13 +361,13 @@ def outside_link(root: Path, f: Path) -> str | None:
     return None
 
 
-def name_clashes(loaded: list[tuple[str, str]]) -> dict[str, str]:
-    """(path, recipe name) in scan order -> path -> the error for every file after the first of a name."""
+def name_clashes(loaded: list[tuple[str, str]]) -> dict[int, str]:
+    """(path, recipe name) in scan order -> index -> the error for every deployment after the first of a name."""
     first: dict[str, str] = {}
-    out: dict[str, str] = {}
-    for path, name in loaded:
+    out: dict[int, str] = {}
+    for i, (path, name) in enumerate(loaded):
         if name in first:
-            out[path] = f"{path}: recipe name {name!r} is also used by {first[name]}; this file is ignored"
+            out[i] = f"{path}: recipe name {name!r} is also used by {first[name]}; this one is ignored"
         else:
             first[name] = path
     return out

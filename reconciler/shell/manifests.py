@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reconciler.errors import RecipeError
-from reconciler.recipe.load import LoadedRecipe, iter_recipe_files, load_recipe, load_text, outside_link
+from reconciler.recipe.load import LoadedRecipe, iter_recipe_files, load_file, load_text, outside_link
 from reconciler.recipe.model import Recipe
 from reconciler.state import StateDir
 
@@ -16,7 +16,7 @@ class Manifests:
     recipes: dict[str, Recipe] = field(default_factory=dict)  # what to converge to (last good spec when invalid)
     texts: dict[str, str] = field(default_factory=dict)  # name -> file text of valid recipes
     invalid: dict[str, str] = field(default_factory=dict)  # recipe name (or file stem) -> error message
-    paths: dict[str, str] = field(default_factory=dict)  # file path -> recipe name
+    paths: dict[str, list[str]] = field(default_factory=dict)  # file path -> its recipe names (a sweep: several)
     files_seen: int = 0
     settling: dict[str, float] = field(default_factory=dict)  # file path -> when it will have been stable long enough
 
@@ -42,38 +42,48 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
                 stable_at = 0.0
             if stable_at > now:
                 m.settling[path] = stable_at
-                name = known.get(path)
-                last = state.last_applied(name) if name else None
-                if name and last is not None:
-                    m.paths[path] = name
-                    try:
-                        m.recipes[name] = load_text(last, f"{path} (last applied)").recipe
-                        m.texts[name] = last
-                    except Exception:  # noqa: BLE001 - nothing usable: wait for the file
-                        pass
+                _keep_last_applied(m, state, path, known.get(path, []), texts=True)
                 continue
         try:
             escape = outside_link(directory, f)
             if escape:
                 raise RecipeError(path, escape.split(": ", 1)[1])
-            lr: LoadedRecipe = load_recipe(f)
+            loaded: list[LoadedRecipe] = load_file(f)
         except Exception as e:  # noqa: BLE001 - one unreadable file must not stop the others
-            name = known.get(path) or f.stem
-            m.invalid[name] = str(e) if isinstance(e, RecipeError) else f"{path}: cannot load: {type(e).__name__}: {e}"
-            m.paths[path] = name
-            last = state.last_applied(name) if name in known.values() else None
-            if last is not None and name not in m.recipes:
-                try:
-                    m.recipes[name] = load_text(last, f"{path} (last applied)").recipe
-                except Exception:  # noqa: BLE001 - no usable last spec: the recipe is only Invalid
-                    pass
+            names = known.get(path) or [f.stem]
+            msg = str(e) if isinstance(e, RecipeError) else f"{path}: cannot load: {type(e).__name__}: {e}"
+            for name in names:
+                m.invalid[name] = msg
+            _keep_last_applied(m, state, path, [n for n in names if n in _all(known)], texts=False)
+            m.paths[path] = names
             continue
-        name = lr.recipe.name
-        if name in m.texts:
-            other = next(p for p, n in m.paths.items() if n == name)
-            m.invalid[name] = f"{path}: recipe name {name!r} is also used by {other}; this file is ignored"
-            continue
-        m.recipes[name] = lr.recipe
-        m.texts[name] = f.read_text(errors="replace")
-        m.paths[path] = name
+        for lr in loaded:
+            name = lr.recipe.name
+            if name in m.texts:
+                other = next(p for p, ns in m.paths.items() if name in ns)
+                m.invalid[name] = f"{path}: recipe name {name!r} is also used by {other}; this file is ignored"
+                continue
+            m.recipes[name] = lr.recipe
+            m.texts[name] = lr.text
+            m.paths.setdefault(path, []).append(name)
     return m
+
+
+def _all(known: dict[str, list[str]]) -> set[str]:
+    return {n for ns in known.values() for n in ns}
+
+
+def _keep_last_applied(m: Manifests, state: StateDir, path: str, names: list[str], texts: bool) -> None:
+    """The file cannot be applied now: its recipes stay on the last spec applied from it."""
+    for name in names:
+        last = state.last_applied(name)
+        if last is None or name in m.recipes:
+            continue
+        try:
+            m.recipes[name] = load_text(last, f"{path} (last applied)").recipe
+        except Exception:  # noqa: BLE001 - no usable last spec: the recipe is only Invalid (or waits)
+            continue
+        if name not in m.paths.setdefault(path, []):
+            m.paths[path].append(name)
+        if texts:
+            m.texts[name] = last
