@@ -211,3 +211,28 @@ def test_every_bad_variant_of_a_file_is_reported_and_located():
         load_all(BASE + "sweep: {a: [1, 2, 3, 4, 5, 6, 7], b: [1, 2, 3, 4, 5, 6, 7], c: [1, 2, 3, 4, 5, 6]}\n",
                  "g.yaml")
     assert ei.value.key == "sweep" and "294 combinations" in ei.value.message
+
+
+def test_srtctl_2_keys_are_accepted_and_reported_as_carried():
+    lr = load(BASE.replace("resources: {gpus_per_node: 8}", "resources: {gpus_per_node: 8, spread_workers: true}")
+              + "frontend: {type: builtin, nginx_session_affinity: true, nginx_session_affinity_header: X-S,\n"
+              "  nginx_keepalive_timeout: 60s, worker_selection: {policy: kv}, numa_bind: true, ctx_router: {},\n"
+              "  gen_router: {}, server_config_extra: {a: 1}, args: null, env: null}\n"
+              "output: {record_launch_plan: true}\n")
+    assert lr.layout == "v2" and lr.recipe.resources.spread_workers  # not mistaken for v1's <role>_workers
+    for key in ("frontend.nginx_session_affinity", "frontend.worker_selection", "frontend.numa_bind",
+                "frontend.server_config_extra", "output"):
+        assert key in lr.not_acted_on, key
+    assert lr.recipe.frontend.args == {} and lr.recipe.frontend.env == {}
+
+
+def test_v1_keys_srtctl_moved_are_read_in_their_2_0_place():
+    lr = load("name: v\nmodel: {path: /m}\nresources: {gpus_per_node: 8, agg_nodes: 1, agg_workers: 1}\n"
+              "backend: {type: sglang}\nfrontend: {type: builtin, orchestrator_placement: head}\n"
+              "benchmark: {type: manual, client_dedicated_node: true}\ndynamo: {cargo_patches: ['x = 1']}\n"
+              "infra: {nats_max_payload_mb: 16}\n")
+    assert lr.layout == "v1"
+    assert lr.recipe.frontend.placement.node == "head"
+    assert lr.recipe.benchmark.placement.node == "dedicated"
+    assert lr.recipe.dynamo.source.patches == ["x = 1"]
+    assert lr.recipe.infra.nats_max_payload_mb == 16

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from reconciler.recipe.types import Env, EnvValue, PlacementConfig, Strict, _env_value
 
@@ -120,6 +120,7 @@ class ProfilingConfig(Strict):
 
 class OutputConfig(Strict):
     log_dir: str | None = None
+    record_launch_plan: bool = False
 
 
 class HostSetupConfig(Strict):
@@ -270,3 +271,4 @@ class InfraConfig(Strict):
     """v1 only: ``infra.etcd_nats_dedicated_node``."""
 
     etcd_nats_dedicated_node: bool = False
+    nats_max_payload_mb: int | None = Field(None, ge=1)

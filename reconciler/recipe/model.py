@@ -139,14 +139,26 @@ class Roles(Strict):
         return r
 
 
+def _none_is_empty(v: Any) -> Any:
+    return {} if v is None else v
+
+
 class FrontendConfig(Strict):
     type: str = "dynamo"
-    args: dict[str, Any] = {}
-    env: Env = {}
+    args: Annotated[dict[str, Any], BeforeValidator(_none_is_empty)] = {}
+    env: Annotated[Env, BeforeValidator(_none_is_empty)] = {}
     enable_multiple_frontends: bool | None = None
     num_additional_frontends: int | None = None
     nginx_container: str | None = None
     nginx_raise_ulimit: bool | None = None
+    nginx_session_affinity: bool = False
+    nginx_session_affinity_header: str = "X-Dynamo-Session-ID"
+    nginx_keepalive_timeout: str = "600s"
+    worker_selection: dict[str, Any] | None = None
+    numa_bind: bool = False
+    ctx_router: dict[str, Any] | None = None
+    gen_router: dict[str, Any] | None = None
+    server_config_extra: dict[str, Any] | None = None
     container_image: str | None = None
     placement: PlacementConfig = PlacementConfig()
     port: int | None = Field(None, ge=1, le=65535)
@@ -308,6 +320,7 @@ class Recipe(Strict):
                 else:
                     raise TopologyError(f"{key}.gpus", "expected 'gpus' per worker or 'nodes' for the role")
             if nodes is None:
-                nodes = math.ceil(workers * gpus / gpn) if gpus < gpn else workers * math.ceil(gpus / gpn)
+                packed = gpus < gpn and not self.resources.spread_workers  # spread: a node per worker
+                nodes = math.ceil(workers * gpus / gpn) if packed else workers * math.ceil(gpus / gpn)
             out[mode] = RoleLayout(mode, nodes, workers, gpus, colocate)
         return out

@@ -16,6 +16,16 @@ from reconciler.backends.registry import ENGINES
 V1_ROLE = {"prefill": "prefill", "decode": "decode", "agg": "aggregated"}
 RESOURCE_KEYS = {"nodes": "{r}_nodes", "workers": "{r}_workers", "gpus": "gpus_per_{r}", "critical": "{r}_critical"}
 ENGINE_CONFIG_KEYS = {f"{name}_config": name for name in ENGINES}  # backend.sglang_config, ...
+# resources.spread_workers is schema 2 as well: only the per-role spellings mark a v1 recipe
+V1_RESOURCE_KEYS = frozenset(p.format(r=r) for r in V1_ROLE for p in RESOURCE_KEYS.values())
+# v1 keys srtctl 2.0 moved; (section, v1 key) -> how the schema-2 value is derived
+MOVED = {
+    ("frontend", "orchestrator_placement"): ("placement", lambda v: {"node": v}),
+    ("frontend", "dedicated_node"): ("placement", lambda v: {"node": "dedicated"} if v else {}),
+    ("benchmark", "client_placement"): ("placement", lambda v: {"node": v}),
+    ("benchmark", "client_dedicated_node"): ("placement", lambda v: {"node": "dedicated"} if v else {}),
+    ("dynamo", "cargo_patches"): ("source", lambda v: {"patches": v}),
+}
 
 Path = tuple[str, ...]
 
@@ -33,7 +43,7 @@ def is_v1(data: dict[str, Any]) -> bool:
     if "backend" in data:
         return True
     if isinstance(res, dict):
-        return any(k.endswith(("_nodes", "_workers")) or k.startswith("gpus_per_") and k != "gpus_per_node" for k in res)
+        return any(k in V1_RESOURCE_KEYS for k in res)
     return False
 
 
@@ -108,6 +118,16 @@ def normalize(data: dict[str, Any]) -> tuple[dict[str, Any], dict[Path, str], li
     where[("engine",)] = "backend"
     d["roles"] = roles
     d["resources"] = res
+    for (section, key), (new, derive) in MOVED.items():
+        sec = d.get(section)
+        if isinstance(sec, dict) and key in sec:
+            value = derive(sec.pop(key))
+            if isinstance(sec.get(new), dict):
+                sec[new] = {**value, **sec[new]}
+            elif value:
+                sec[new] = value
+            where[(section, new)] = f"{section}.{key}"
+            notes.append(f"{section}.{key} (v1) read as {section}.{new}")
     fe = d.get("frontend")
     if isinstance(fe, dict) and fe.get("type") == "sglang":
         # v1 spelled the SGLang router "sglang"; schema 2 calls it sglang-router
