@@ -160,6 +160,8 @@ def _print_rows(rows: list[dict]) -> None:
             click.echo(f"  launch: ntasks={r['ntasks']} mpi={r['mpi']}")
         if r["container"]:
             click.echo(f"  container: {r['container']}")
+        if r["srun_options"]:
+            click.echo("  srun: " + " ".join(f"--{k}={v}" if v != "" else f"--{k}" for k, v in r["srun_options"].items()))
         for k, v in r["env"].items():
             click.echo(f"  env {k}={shlex.quote(v)}")
         click.echo("  argv: " + shlex.join(r["argv"]))

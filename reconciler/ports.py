@@ -77,6 +77,33 @@ class NodePortAllocator:
                 return port
         raise PortsExhausted(f"no free port left on {node} in {self.base}..{self.limit}")
 
+    def allocate_block(self, node: str, owner: str, name: str, size: int) -> int:
+        """``size`` consecutive ports (an engine that opens base + rank); returns the base.
+
+        The extra ports are owned as ``name+1`` .. ``name+<size-1>``, so they persist, are
+        released with the owner and are never handed to anyone else."""
+        if size <= 1:
+            return self.allocate(node, owner, name)
+        keys = self._by_key.setdefault(node, {})
+        names = [name] + [f"{name}+{i}" for i in range(1, size)]
+        held = [keys.get(f"{owner}#{n}") for n in names]
+        if all(p is not None for p in held) and held == list(range(held[0], held[0] + size)):  # type: ignore[operator]
+            return held[0]  # type: ignore[return-value]
+        for n, p in zip(names, held):  # a block of another size, or broken up: start afresh
+            if p is not None:
+                self._by_node[node].pop(keys.pop(f"{owner}#{n}"), None)
+        ports = self._by_node.setdefault(node, {})
+        blocked = {p for p, until in self._blocked.get(node, {}).items() if until > self.now}
+        start = self._cursor.get(node, self.base)
+        for base in [*range(start, self.limit - size + 1), *range(self.base, min(start, self.limit - size + 1))]:
+            if all(p not in ports and p not in blocked for p in range(base, base + size)):
+                for i, n in enumerate(names):
+                    ports[base + i] = f"{owner}#{n}"
+                    keys[f"{owner}#{n}"] = base + i
+                self._cursor[node] = base + size if base + size < self.limit else self.base
+                return base
+        raise PortsExhausted(f"no {size} consecutive free ports left on {node} in {self.base}..{self.limit}")
+
     def claim(self, node: str, owner: str, name: str, port: int) -> bool:
         """Record a port already in use by ``owner``; False when someone else holds it."""
         key = f"{owner}#{name}"

@@ -31,6 +31,7 @@ def as_rows(units: list[Unit]) -> list[dict]:
                 "role": u.role, "index": u.index, "rank": l.rank, "nodes": list(l.nodes), "gpus": list(l.gpus),
                 "ports": dict(sorted(u.ports.items())), "env": dict(l.env), "argv": list(l.argv),
                 "ntasks": l.ntasks, "mpi": l.mpi, "container": u.container, "spec_hash": u.spec_hash,
+                "srun_options": dict(u.srun_options),
                 "health": f"http://{u.nodes[0]}:{u.health_port}{u.health_path}" if u.health_port else None,
                 "metrics": f"http://{u.nodes[0]}:{u.health_port}{u.metrics_path}"
                 if u.health_port and u.metrics_path else None,

@@ -85,10 +85,11 @@ def spec_hash(
 def runtime_for(recipe: Recipe, state_dir: Path, python: str = "python3") -> Runtime:
     backend = recipe.backend
     path = recipe.model.path
-    default_name = path.rstrip("/").split("/")[-1] or recipe.name
     if path.startswith("hf:"):
         # srtctl: the engine gets the bare Hugging Face id and downloads it itself
-        path = default_name = path[3:]
+        path = path[3:]
+    # srtctl serves a model under its last path component (hf:Qwen/Qwen3-0.6B -> Qwen3-0.6B)
+    default_name = path.rstrip("/").split("/")[-1] or recipe.name
     return Runtime(
         model_path=path,
         served_model_name=backend.get_served_model_name(default_name),
@@ -137,7 +138,7 @@ def worker_units(
         patterns += tuple(recipe.health_check.extra_fatal_log_patterns)
         hosts = tuple(hostnames[n] for n in ep.nodes)
         role_container = role.container or container
-        srun_opts = tuple(sorted({**recipe.srun_options, **role.srun_options}.items()))
+        srun_opts = tuple(sorted({**backend.srun_options(ep), **recipe.srun_options, **role.srun_options}.items()))
         units.append(Unit(
             recipe=recipe.name, role=ep.mode, index=ep.index, ordinals=ep.nodes, nodes=hosts, gpus=ep.gpus,
             ports=dict(ps[0].ports), launches=launches_t, container=role_container, files=files,

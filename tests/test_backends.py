@@ -44,16 +44,29 @@ def test_sglang_disagg_direct():
     rs = rows(SGLANG_DISAGG % "sglang-router")
     p, d = one(rs, "prefill"), one(rs, "decode")
     assert p["argv"] == [
-        "python3", "-m", "sglang.launch_server", "--model-path", "/models/q", "--host", "0.0.0.0",
-        "--port", str(p["ports"]["http"]), "--disaggregation-mode", "prefill",
+        "python3", "-m", "sglang.launch_server", "--model-path", "/models/q", "--served-model-name", "q",
+        "--host", "0.0.0.0", "--port", str(p["ports"]["http"]), "--nccl-port", str(p["ports"]["nccl"]),
+        "--enable-metrics", "--disaggregation-mode", "prefill", "--skip-server-warmup",
         "--disaggregation-bootstrap-port", str(p["ports"]["bootstrap"]),
         "--tensor-parallel-size", "4", "--mem-fraction-static", "0.8",
     ]
-    assert p["env"] == {"A": "1", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    no_dumps = {"SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "0", "SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0"}
+    assert p["env"] == {"A": "1", "CUDA_VISIBLE_DEVICES": "0,1,2,3", **no_dumps}
     assert d["argv"][:3] == ["python3", "-m", "sglang.launch_server"]
-    assert d["argv"][9:11] == ["--disaggregation-mode", "decode"] and "--disaggregation-bootstrap-port" not in d["argv"]
-    assert d["env"] == {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}
+    assert d["argv"][d["argv"].index("--disaggregation-mode") + 1] == "decode"
+    assert "--disaggregation-bootstrap-port" not in d["argv"]
+    assert d["env"] == {"CUDA_VISIBLE_DEVICES": "4,5,6,7", **no_dumps}
+    assert p["ports"]["nccl"] != d["ports"]["nccl"]
     assert d["nodes"] == p["nodes"] == ["node1"]
+
+
+def test_sglang_multi_node_prefill_shares_one_bootstrap_port_across_ranks():
+    rs = rows("name: mn\nmodel: {path: /m}\nresources: {gpus_per_node: 4}\nengine: sglang\n"
+              "frontend: {type: sglang-router}\nroles:\n  prefill: {nodes: 2, workers: 1, gpus: 8}\n"
+              "  decode: {nodes: 1, workers: 1, gpus: 4}\n")
+    r0, r1 = one(rs, "prefill", rank=0), one(rs, "prefill", rank=1)
+    assert _opt(r0, "--disaggregation-bootstrap-port") == _opt(r1, "--disaggregation-bootstrap-port")
+    assert _opt(r0, "--dist-init-addr") == _opt(r1, "--dist-init-addr")
 
 
 def test_sglang_behind_dynamo_uses_dynamo_module_and_system_port():
@@ -106,9 +119,11 @@ def test_vllm_direct_disagg_connector_table():
     p, d = one(rs, "prefill"), one(rs, "decode", 1)
     assert p["argv"][:3] == ["vllm", "serve", "/models/q"]
     i = p["argv"].index("--kv-transfer-config")
-    assert json.loads(p["argv"][i + 1]) == {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
+    # srtctl (and Dynamo's own table): kv_both on both sides
+    assert json.loads(p["argv"][i + 1]) == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
     j = d["argv"].index("--kv-transfer-config")
-    assert json.loads(d["argv"][j + 1]) == {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_consumer"}
+    assert json.loads(d["argv"][j + 1]) == {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+    assert p["argv"][3:7] == ["--host", "0.0.0.0", "--port", str(p["ports"]["http"])]
     assert "--connector" not in d["argv"]  # a role's connector picks the table entry, it is not an engine flag
     # srtctl's default for vLLM: the engine is told its GPUs, no environment mask
     assert "CUDA_VISIBLE_DEVICES" not in d["env"]
@@ -117,27 +132,83 @@ def test_vllm_direct_disagg_connector_table():
     assert p["env"]["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(p["ports"]["nixl"])
 
 
-def test_vllm_behind_dynamo_prefill_flag():
-    p = one(rows(VLLM % ("dynamo", "nixl")), "prefill")
+def test_vllm_behind_dynamo_disaggregation_mode_and_no_host_port():
+    rs = rows(VLLM % ("dynamo", "nixl"))
+    p, d = one(rs, "prefill"), one(rs, "decode", 1)
     assert p["argv"][:5] == ["python3", "-m", "dynamo.vllm", "--model", "/models/q"]
-    assert "--is-prefill-worker" in p["argv"]
+    for r, mode in ((p, "prefill"), (d, "decode")):
+        argv = r["argv"]
+        assert argv[argv.index("--disaggregation-mode") + 1] == mode
+        assert "--is-prefill-worker" not in argv and "--host" not in argv and "--port" not in argv
+        assert argv[argv.index("--served-model-name") + 1] == "q"
+        assert argv[argv.index("--request-plane") + 1] == "tcp"
+        assert r["env"]["DYN_VLLM_KV_EVENT_PORT"] == str(r["ports"]["kv_events"])
+        assert r["env"]["DYN_SYSTEM_PORT"] == str(r["ports"]["system"])
+    assert len({p["ports"]["kv_events"], p["ports"]["system"], p["ports"]["nixl"], p["ports"]["http"]}) == 4
 
 
-def test_vllm_multi_node_data_parallel_per_node():
-    rs = rows("""\
+def _opt(r, flag):
+    return r["argv"][r["argv"].index(flag) + 1]
+
+
+VLLM_DP = """\
 name: dp
 model: {path: /m}
 resources: {gpus_per_node: 4}
-frontend: {type: vllm}
+frontend: {type: %s}
 engine: vllm
 roles: {agg: {nodes: 2, workers: 1, gpus: 8, args: {tensor-parallel-size: 2, data-parallel-size: 4}}}
-""")
+"""
+
+
+def test_vllm_data_parallel_per_node_behind_dynamo_every_node_serves():
+    r0, r1 = (one(rows(VLLM_DP % "dynamo"), "agg", rank=k) for k in (0, 1))
+    assert _opt(r0, "--data-parallel-size-local") == "2" and _opt(r0, "--data-parallel-start-rank") == "0"
+    assert _opt(r1, "--data-parallel-start-rank") == "2" and _opt(r1, "--data-parallel-address") == "node1"
+    assert _opt(r0, "--data-parallel-rpc-port") == _opt(r1, "--data-parallel-rpc-port") == str(r0["ports"]["dp_rpc"])
+    for r in (r0, r1):
+        assert "--data-parallel-hybrid-lb" in r["argv"] and "--headless" not in r["argv"]
+        assert "--master-addr" not in r["argv"]
+    # vLLM opens the NIXL side channel at base + DP rank: 4 consecutive ports held per node
+    assert r0["ports"]["nixl"] not in range(r0["ports"]["system"] - 3, r0["ports"]["system"] + 1)
+
+
+def test_vllm_data_parallel_behind_a_plain_frontend_uses_torch_rendezvous():
+    r0, r1 = (one(rows(VLLM_DP % "vllm"), "agg", rank=k) for k in (0, 1))
+    assert [_opt(r1, f) for f in ("--master-addr", "--nnodes", "--node-rank")] == ["node1", "2", "1"]
+    assert _opt(r1, "--data-parallel-address") == "node1" and "--headless" in r1["argv"]
+    assert "--headless" not in r0["argv"] and "--data-parallel-size-local" not in r0["argv"]
+    assert "--host" in r0["argv"] and "--host" not in r1["argv"]  # only the leader serves
+
+
+def test_vllm_tensor_parallel_across_nodes_is_not_data_parallel():
+    rs = rows("name: tp\nmodel: {path: /m}\nresources: {gpus_per_node: 4}\nengine: vllm\n"
+              "roles: {agg: {nodes: 2, workers: 1, gpus: 8, args: {tensor-parallel-size: 8}}}\n")
     r0, r1 = one(rs, "agg", rank=0), one(rs, "agg", rank=1)
-    def opt(r, flag):
-        return r["argv"][r["argv"].index(flag) + 1]
-    assert opt(r0, "--data-parallel-size-local") == "2" and opt(r0, "--data-parallel-start-rank") == "0"
-    assert opt(r1, "--data-parallel-start-rank") == "2" and opt(r1, "--data-parallel-address") == "node1"
-    assert "--headless" in r1["argv"] and "--headless" not in r0["argv"]
+    assert [_opt(r0, f) for f in ("--master-addr", "--nnodes", "--node-rank")] == ["node1", "2", "0"]
+    assert _opt(r1, "--node-rank") == "1" and "--headless" in r1["argv"]
+    assert not any(a.startswith("--data-parallel") for a in r0["argv"] + r1["argv"])
+
+
+def test_vllm_single_node_data_parallel_gets_its_own_rpc_port():
+    rs = rows("name: dp1\nmodel: {path: /m}\nresources: {gpus_per_node: 8}\nengine: vllm\nfrontend: {type: vllm}\n"
+              "roles: {agg: {workers: 2, gpus: 4, args: {data-parallel-size: 4, data-parallel-rpc-port: 13345}}}\n")
+    a0, a1 = one(rs, "agg", 0), one(rs, "agg", 1)
+    assert _opt(a0, "--data-parallel-rpc-port") != _opt(a1, "--data-parallel-rpc-port")
+    assert _opt(a0, "--data-parallel-rpc-port") == str(a0["ports"]["dp_rpc"])
+    assert a0["argv"].count("--data-parallel-rpc-port") == 1
+
+
+TRT = """\
+name: tr
+model: {path: /m, container: trt.sqsh}
+resources: {gpus_per_node: 8}
+frontend: {type: dynamo}
+engine: {type: trtllm, served_model_name: served}
+roles:
+  prefill: {nodes: 1, workers: 1, gpus: 8, args: {tensor_parallel_size: 8, kv_cache_config: {free_gpu_memory_fraction: 0.5}}}
+  decode: {nodes: 2, workers: 1, gpus: 16, args: {tensor_parallel_size: 16}}
+"""
 
 
 def test_trtllm_is_one_mpi_launch_per_endpoint_with_config_file():
@@ -154,9 +225,16 @@ roles:
     assert len(rs) == 2  # one launch per endpoint, not per node
     d = one(rs, "decode")
     assert d["nodes"] == ["node2", "node3"] and d["ntasks"] == 16 and d["mpi"] == "pmix"
-    assert d["argv"][:3] == ["python3", "-m", "dynamo.trtllm"]
-    assert d["argv"][d["argv"].index("--disaggregation-mode") + 1] == "decode"
-    assert d["argv"][d["argv"].index("--served-model-name") + 1] == "served"
+    # srtctl: the MPI ranks become one engine under trtllm-llmapi-launch
+    assert d["argv"] == ["trtllm-llmapi-launch", "python3", "-m", "dynamo.trtllm", "--model-path", "/m",
+                         "--served-model-name", "served", "--disaggregation-mode", "decode",
+                         "--extra-engine-args", "/st/tr/configs/trtllm_decode.yaml", "--request-plane", "tcp",
+                         "--publish-metrics"]
+    assert d["srun_options"] == {"cpu-bind": "verbose,none", "kill-on-bad-exit": "1", "ntasks-per-node": "8",
+                                 "oversubscribe": ""}
+    assert d["env"]["MASTER_ADDR"] == "node2" and d["env"]["MASTER_PORT"] == str(d["ports"]["master"])
+    assert d["env"]["TRTLLM_EPLB_SHM_NAME"] == one(rows(yaml.safe_dump(yaml.safe_load(TRT))), "decode")["env"][
+        "TRTLLM_EPLB_SHM_NAME"]  # stable: the same recipe renders the same spec
     assert d["container"] == "trt.sqsh"
     assert d["files"] == ["/st/tr/configs/trtllm_decode.yaml"]
     recipe = load_text(
@@ -165,7 +243,24 @@ roles:
         "t.yaml",
     ).recipe
     (u,) = render_units(recipe, None, STATE)
-    assert yaml.safe_load(u.files["/st/tr/configs/trtllm_agg.yaml"]) == {"kv_cache_config": {"free_gpu_memory_fraction": 0.5}}
+    assert yaml.safe_load(u.files["/st/tr/configs/trtllm_agg.yaml"]) == {
+        "kv_cache_config": {"free_gpu_memory_fraction": 0.5}, "enable_iter_perf_stats": False}
+
+
+@pytest.mark.parametrize("gpu,bind,mode,prefixed", [
+    ("gb200", None, "decode", True), ("gb300", None, "prefill", True), ("vrnvl72", None, "decode", True),
+    ("gb200", None, "agg", False), ("h100", None, "decode", False), ("GB200", None, "decode", False),
+    ("gb200", False, "decode", False), ("h100", True, "agg", True),
+])
+def test_trtllm_numactl_on_two_numa_node_trays_as_srtctl(gpu, bind, mode, prefixed):
+    roles = ("  agg: {nodes: 1, workers: 1, gpus: 4}\n" if mode == "agg" else
+             "  prefill: {nodes: 1, workers: 1, gpus: 4}\n  decode: {nodes: 1, workers: 1, gpus: 4}\n")
+    knob = "" if bind is None else f", numa_memory_bind: {str(bind).lower()}"
+    rs = rows(f"name: n\nmodel: {{path: /m}}\nresources: {{gpus_per_node: 4, gpu_type: {gpu}}}\n"
+              f"engine: {{type: trtllm{knob}}}\nroles:\n{roles}")
+    argv = one(rs, mode)["argv"]
+    assert (argv[:4] == ["numactl", "-m", "0,1", "trtllm-llmapi-launch"]) is prefixed
+    assert argv[4 if prefixed else 1:][:3] == ["python3", "-m", "dynamo.trtllm"]
 
 
 def test_trtllm_native_serve():
@@ -178,7 +273,8 @@ engine: trtllm
 roles: {agg: {nodes: 1, workers: 1, gpus: 8, extra_args: ["--tool_parser", "x"]}}
 """)
     a = one(rs, "agg")
-    assert a["argv"][:2] == ["trtllm-serve", "/m"]
+    assert a["argv"][:3] == ["trtllm-llmapi-launch", "trtllm-serve", "/m"]
+    assert a["argv"][a["argv"].index("--config") + 1] == "/st/ts/configs/trtllm_agg.yaml"
     assert a["argv"][-2:] == ["--tool_parser", "x"]
 
 
@@ -198,7 +294,7 @@ def test_mocker_builtin_renders_our_engine_and_router():
     a = one(rs, "agg", 1)
     argv = a["argv"]
     assert argv[:3] == ["py", "-m", "reconciler.mocker"]
-    assert argv[argv.index("--model-name") + 1] == "Org/Model"
+    assert argv[argv.index("--model-name") + 1] == "Model"  # srtctl: the last component of the id
     assert argv[argv.index("--speedup-ratio") + 1] == "50.0"
     assert argv[argv.index("--num-gpu-blocks") + 1] == "512"  # role args override engine knobs
     assert argv[argv.index("--max-num-seqs") + 1] == "8"
@@ -213,9 +309,23 @@ def test_mocker_builtin_renders_our_engine_and_router():
 
 def test_mocker_behind_dynamo_renders_dynamo_mocker():
     a = one(rows(MOCKER % "dynamo"), "agg")
-    assert a["argv"][:3] == ["python3", "-m", "dynamo.mocker"]
-    assert "--num-gpu-blocks-override" in a["argv"]
+    assert a["argv"] == [
+        "python3", "-m", "dynamo.mocker", "--model-path", "Org/Model", "--engine-type", "vllm",
+        "--speedup-ratio", "50.0", "--data-parallel-size", "1", "--num-gpu-blocks-override", "512",
+        "--max-num-seqs", "8", "--max-num-batched-tokens", "8192", "--no-enable-prefix-caching",
+        "--crash-after", "30",
+    ]  # srtctl: no --model-name, only non-default optional knobs
+    assert a["health"].endswith(f":{a['ports']['system']}/health")
+    assert a["env"]["DYN_SYSTEM_PORT"] == str(a["ports"]["system"])
     assert not any(r["role"] == "frontend" for r in rows(MOCKER % "dynamo"))
+
+
+def test_mocker_prefill_behind_dynamo_gets_its_bootstrap_port():
+    rs = rows(MOCKER.replace("agg: {workers: 2, gpus: 1, args: {num-gpu-blocks-override: 512, crash-after: 30}}",
+                             "prefill: {workers: 1, gpus: 1}\n  decode: {workers: 1, gpus: 1}") % "dynamo")
+    p, d = one(rs, "prefill"), one(rs, "decode")
+    assert _opt(p, "--disaggregation-mode") == "prefill" and _opt(p, "--bootstrap-ports") == str(p["ports"]["bootstrap"])
+    assert _opt(d, "--disaggregation-mode") == "decode" and "--bootstrap-ports" not in d["argv"]
 
 
 @pytest.mark.parametrize("value", ["two words", "it's \"quoted\"", "$(rm -rf /)", "a; b && c", "`x`|y>z"])

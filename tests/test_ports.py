@@ -5,7 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.ports import NodePortAllocator
+import pytest
+
+from reconciler.ports import NodePortAllocator, PortsExhausted
 from reconciler.recipe.load import load_text
 from reconciler.units import runtime_for, worker_units
 
@@ -79,3 +81,18 @@ def test_claim_records_existing_ports_and_refuses_conflicts():
     assert a.lookup("n1", "r/agg_0", "http") == 20007
     assert not a.claim("n1", "r/agg_1", "http", 20007)
     assert a.allocate("n1", "r/agg_1", "http") != 20007
+
+
+def test_a_block_is_consecutive_kept_across_asks_and_released_with_its_owner():
+    a = NodePortAllocator(20000, 20020)
+    a.allocate("n", "r/x", "http")  # 20000
+    a.block("n", 20003, until=10**12)  # something foreign holds it
+    base = a.allocate_block("n", "r/agg_0", "nixl", 4)
+    assert base == 20004  # 20001..20004 would cross the blocked port
+    assert [a.lookup("n", "r/agg_0", n) for n in ("nixl", "nixl+1", "nixl+2", "nixl+3")] == [20004, 20005, 20006, 20007]
+    assert a.allocate_block("n", "r/agg_0", "nixl", 4) == base  # the same owner asks again: the same block
+    assert a.allocate("n", "r/y", "http") not in range(base, base + 4)
+    a.release("r/agg_0")
+    assert not any(a.lookup("n", "r/agg_0", n) for n in ("nixl", "nixl+1"))
+    with pytest.raises(PortsExhausted):
+        a.allocate_block("n", "r/big", "nixl", 30)

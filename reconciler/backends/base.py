@@ -84,13 +84,15 @@ class Backend:
         for ep in endpoints:
             hosts = tuple(hostnames[n] for n in ep.nodes)
             owner = f"{owner_prefix}{ep.name}"
-            shared: dict[str, int] = {}
-            # rendezvous ports exist only for multi-node endpoints, on the leader node
-            if len(hosts) > 1:
-                for name in self.leader_port_names(ep.mode):
-                    shared[name] = ports.allocate(hosts[0], owner, name)
+            # ports the endpoint needs once, on its leader, shared by every rank; rendezvous
+            # ports only when it spans nodes
+            names = self.endpoint_port_names(ep) + (self.leader_port_names(ep.mode) if len(hosts) > 1 else ())
+            shared = {name: ports.allocate(hosts[0], owner, name) for name in names}
+            blocks = self.port_blocks(ep)
             for host, rank in processes_per_node(ep, hostnames):
-                own = {name: ports.allocate(host, owner, name) for name in self.port_names(ep.mode)}
+                own = {name: ports.allocate(host, owner, name) for name in self.port_names(ep.mode)
+                       if name not in shared and name not in blocks}
+                own |= {name: ports.allocate_block(host, owner, name, size) for name, size in blocks.items()}
                 out.append(Process(ep, host, rank, hosts[0], hosts, {**shared, **own}))
         return out
 
@@ -117,8 +119,22 @@ class Backend:
         """Ports a multi-node endpoint needs once, on its leader node (rendezvous)."""
         return ()
 
+    def endpoint_port_names(self, ep: Endpoint) -> tuple[str, ...]:
+        """Ports every endpoint needs once, on its leader, whatever its size (srtctl: the
+        SGLang bootstrap port of a prefill endpoint, vLLM's data-parallel RPC port)."""
+        return ()
+
+    def port_blocks(self, ep: Endpoint) -> dict[str, int]:
+        """name -> size of consecutive ports each process needs (an engine that opens base + rank)."""
+        return {}
+
     def get_srun_config(self) -> SrunConfig:
         return SrunConfig()
+
+    def srun_options(self, ep: Endpoint) -> dict[str, str]:
+        """srun flags the engine's launch needs (name -> value, "" for a bare flag); the
+        recipe's srun_options win over them."""
+        return {}
 
     def get_config_for_mode(self, mode: Mode) -> dict[str, Any]:
         role = self.recipe.roles.get(mode)

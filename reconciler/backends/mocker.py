@@ -14,7 +14,7 @@ from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
 from reconciler.backends.base import Backend, HealthProbe, Runtime, cli_args, get_key
-from reconciler.topology import Mode, Process
+from reconciler.topology import Endpoint, Mode, Process
 
 # knob -> flag of reconciler.mocker (None: accepted, not simulated)
 OWN_FLAGS: dict[str, str | None] = {
@@ -35,6 +35,9 @@ OWN_FLAGS: dict[str, str | None] = {
     "preemption_mode": None,
 }
 KNOBS = tuple(OWN_FLAGS)
+# srtctl's dynamo.mocker argv: these always, the rest only when they differ from the default
+ALWAYS = ("engine_type", "speedup_ratio", "data_parallel_size", "num_gpu_blocks_override", "max_num_seqs",
+          "max_num_batched_tokens")
 
 
 @dataclass(frozen=True, config=ConfigDict(extra="forbid"))
@@ -62,6 +65,12 @@ class MockerBackend(Backend):
     @property
     def _dynamo(self) -> bool:
         return self.recipe.frontend.type == "dynamo"
+
+    def port_names(self, mode: Mode) -> tuple[str, ...]:
+        return ("system",) if self._dynamo else ("http",)
+
+    def endpoint_port_names(self, ep: Endpoint) -> tuple[str, ...]:
+        return ("bootstrap",) if self._dynamo and ep.mode == "prefill" else ()
 
     def uses_container(self) -> bool:
         return self._dynamo  # our own mocker runs from the reconciler's Python
@@ -96,14 +105,7 @@ class MockerBackend(Backend):
         given = get_key(self.get_config_for_mode(process.mode), "model-name", "served-model-name")
         name = str(given) if given else self.get_served_model_name(runtime.served_model_name)
         if self._dynamo:
-            argv = ["python3", "-m", "dynamo.mocker", "--model-path", runtime.model_path, "--model-name", name]
-            if process.mode != "agg":
-                argv += ["--disaggregation-mode", process.mode]
-            dyn = {k.replace("_", "-"): v for k, v in s.items() if v is not None and k != "enable_prefix_caching"}
-            argv += cli_args(dyn)
-            if not s["enable_prefix_caching"]:
-                argv.append("--no-enable-prefix-caching")
-            return argv + cli_args(extra)
+            return self._dynamo_argv(process, runtime, s, extra)
         argv = [runtime.python, "-m", "reconciler.mocker", "--host", "0.0.0.0", "--port", str(process.ports["http"]),
                 "--mode", process.mode, "--model-name", name]
         for knob, flag in OWN_FLAGS.items():
@@ -116,11 +118,38 @@ class MockerBackend(Backend):
                 argv += [f"--{flag}", str(v)]
         return argv + cli_args(extra)
 
+    def _dynamo_argv(self, process: Process, runtime: Runtime, s: dict[str, Any], extra: dict[str, Any]) -> list[str]:
+        argv = ["python3", "-m", "dynamo.mocker", "--model-path", runtime.model_path]
+        given = get_key(self.get_config_for_mode(process.mode), "model-name")
+        if given:  # srtctl passes no name (Dynamo derives it); a role that names one keeps it
+            argv += ["--model-name", str(given)]
+        if process.mode != "agg":
+            argv += ["--disaggregation-mode", process.mode]
+            if process.mode == "prefill":
+                argv += ["--bootstrap-ports", str(process.ports["bootstrap"])]
+        defaults = self.__dataclass_fields__  # type: ignore[attr-defined]
+        for knob in ALWAYS + tuple(k for k in KNOBS if k not in ALWAYS):
+            v = s[knob]
+            if knob not in ALWAYS and (v is None or v == defaults[knob].default):
+                continue
+            if knob == "num_workers" and v == 1:
+                continue
+            flag = knob.replace("_", "-")
+            if isinstance(v, bool):
+                argv.append(f"--{flag}" if v else f"--no-{flag}")
+            else:
+                argv += [f"--{flag}", str(v)]
+        return argv + cli_args(dict(sorted(extra.items())))
+
     def get_process_environment(self, process: Process) -> dict[str, str]:
-        return {"PYTHONUNBUFFERED": "1"}
+        env = {"PYTHONUNBUFFERED": "1"}
+        if self._dynamo:
+            env |= {"DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": str(process.ports["system"])}
+        return env
 
     def health_probe(self, mode: Mode) -> HealthProbe:
-        return HealthProbe("http", "/health")
+        # behind Dynamo the worker's /health is Dynamo's system server
+        return HealthProbe("system" if self._dynamo else "http", "/health")
 
     def fatal_log_patterns(self, mode: Mode) -> tuple[str, ...]:
         return (r"^FATAL ",)

@@ -2,8 +2,10 @@
 
 ``python3 -m sglang.launch_server`` behind every frontend except Dynamo, where
 ``python3 -m dynamo.sglang`` registers the worker instead. Disaggregated workers get
-``--disaggregation-mode`` (and the prefill a bootstrap port); a multi-node worker
-gets ``--dist-init-addr leader:port --nnodes N --node-rank r``.
+``--disaggregation-mode`` (and the prefill endpoint one bootstrap port, shared by its
+ranks); a multi-node worker gets ``--dist-init-addr leader:port --nnodes N --node-rank r``.
+As srtctl: every process its own ``--nccl-port`` (co-located servers would race for
+one), ``--enable-metrics`` (what makes /metrics exist), and no crash-dump waits on stop.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
 from reconciler.backends.base import Backend, HealthProbe, Runtime, cli_args, pop_keys
-from reconciler.topology import Mode, Process
+from reconciler.topology import Endpoint, Mode, Process
 
-MANAGED = frozenset({"model-path", "host", "port", "dist-init-addr", "nnodes", "node-rank", "disaggregation-bootstrap-port"})
+MANAGED = frozenset({"model-path", "host", "port", "dist-init-addr", "nnodes", "node-rank",
+                     "disaggregation-bootstrap-port", "nccl-port"})
+# srtctl sets these unless the recipe does: SGLang otherwise waits ~60 s for a core/py-spy dump on SIGTERM
+NO_CRASH_DUMPS = {"SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "0", "SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0"}
 
 
 @dataclass(frozen=True, config=ConfigDict(extra="forbid"))
@@ -31,12 +36,10 @@ class SGLangBackend(Backend):
     }
 
     def port_names(self, mode: Mode) -> tuple[str, ...]:
-        names = ["http"]
-        if mode == "prefill":
-            names.append("bootstrap")
-        if self._dynamo:
-            names.append("system")
-        return tuple(names)
+        return ("http", "nccl", "system") if self._dynamo else ("http", "nccl")
+
+    def endpoint_port_names(self, ep: Endpoint) -> tuple[str, ...]:
+        return ("bootstrap",) if ep.mode == "prefill" else ()
 
     def leader_port_names(self, mode: Mode) -> tuple[str, ...]:
         return ("dist_init",)
@@ -50,11 +53,18 @@ class SGLangBackend(Backend):
         pop_keys(args, *MANAGED)
         mode = pop_keys(args, "disaggregation-mode") or (process.mode if process.mode != "agg" else None)
         module = "dynamo.sglang" if self._dynamo else "sglang.launch_server"
-        argv = ["python3", "-m", module, "--model-path", runtime.model_path, "--host", "0.0.0.0"]
-        argv += ["--port", str(process.ports["http"])]
+        argv = ["python3", "-m", module, "--model-path", runtime.model_path]
+        if pop_keys(dict(args), "served-model-name") is None:
+            argv += ["--served-model-name", runtime.served_model_name]
+        argv += ["--host", "0.0.0.0", "--port", str(process.ports["http"]), "--nccl-port", str(process.ports["nccl"])]
+        if pop_keys(dict(args), "enable-metrics") is None:
+            argv.append("--enable-metrics")
         if mode in ("prefill", "decode"):
             argv += ["--disaggregation-mode", mode]
-            if mode == "prefill":
+            if not self._dynamo and pop_keys(dict(args), "skip-server-warmup") is None:
+                # srtctl: SGLang's synthetic warmup can hold a disaggregated server's readiness for minutes
+                argv.append("--skip-server-warmup")
+            if mode == "prefill" and "bootstrap" in process.ports:
                 argv += ["--disaggregation-bootstrap-port", str(process.ports["bootstrap"])]
         if len(process.hosts) > 1:
             argv += [
@@ -62,12 +72,18 @@ class SGLangBackend(Backend):
                 "--nnodes", str(len(process.hosts)),
                 "--node-rank", str(process.node_rank),
             ]
+        if self._dynamo:
+            argv += ["--request-plane", self.recipe.dynamo.request_plane]
         return argv + cli_args(args)
 
     def get_process_environment(self, process: Process) -> dict[str, str]:
+        env = {k: v for k, v in NO_CRASH_DUMPS.items() if k not in self.get_environment_for_mode(process.mode)
+               and k not in self.recipe.environment}
+        if self.get_environment_for_mode(process.mode).get("SGLANG_CUDA_COREDUMP") in ("1", "true", "True"):
+            env.pop("SGLANG_CUDA_COREDUMP_BEFORE_CRASH", None)
         if self._dynamo:
-            return {"DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": str(process.ports["system"])}
-        return {}
+            env |= {"DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": str(process.ports["system"])}
+        return env
 
     def health_probe(self, mode: Mode) -> HealthProbe:
         return HealthProbe("system" if self._dynamo else "http", "/health")

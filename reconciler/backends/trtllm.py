@@ -1,13 +1,17 @@
 """TRT-LLM: MPI-style launch, one srun step per endpoint across all its nodes.
 
-The step runs ``ntasks = GPUs of the endpoint`` ranks with ``--mpi=pmix``. The
-role's ``args`` are the engine's YAML options: they are written to a file per role
-(``<config_dir>/trtllm_<mode>.yaml``) that the command points at. Behind Dynamo the
-command is ``python3 -m dynamo.trtllm``; otherwise ``trtllm-serve``.
+As srtctl: the step runs one rank per GPU (``--mpi=pmix``, ``--ntasks-per-node`` the
+endpoint's GPUs per node, oversubscribed, no CPU binding, a dead rank ends the step)
+under ``trtllm-llmapi-launch``, which turns the MPI ranks into one engine. The role's
+``args`` are the engine's YAML options, written to a file per role that the command
+points at (``enable_iter_perf_stats: false`` unless set). Behind Dynamo the command is
+``python3 -m dynamo.trtllm``; otherwise ``trtllm-serve``. On GB200/GB300/VR NVL72
+prefill and decode workers get ``numactl -m 0,1`` unless ``numa_memory_bind`` says no.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, ClassVar, Literal
 
 import yaml
@@ -17,6 +21,10 @@ from pydantic.dataclasses import dataclass
 from reconciler.backends.base import Backend, HealthProbe, Runtime, SrunConfig
 from reconciler.ports import NodePortAllocator
 from reconciler.topology import Endpoint, Mode, Process
+
+
+NUMA_GPUS = ("gb200", "gb300", "vrnvl72")  # srtctl: two NUMA nodes of memory per tray, case-sensitive
+ENGINE_DEFAULTS = {"enable_iter_perf_stats": False}
 
 
 @dataclass(frozen=True, config=ConfigDict(extra="forbid"))
@@ -33,9 +41,14 @@ class TRTLLMBackend(Backend):
 
     carried_knobs: ClassVar[dict[str, str]] = {
         "sequential_node_start": "workers of a node start together; starts are not batched",
-        "numa_memory_bind": "no numactl prefix is rendered",
-        "numa_cpu_bind": "no CPU binding wrapper is rendered",
+        "numa_cpu_bind": "no CPU binding wrapper (srtctl's numa_cpu_bind.sh) is rendered",
     }
+
+    def not_acted_on(self) -> dict[str, str]:
+        out = super().not_acted_on()
+        if self.numa_memory_bind == "local":
+            out["numa_memory_bind"] = "'local' needs srtctl's CPU binding wrapper, which is not rendered"
+        return out
 
     def reads_extra_args(self, mode: Mode) -> bool:
         return not self._dynamo  # srtctl appends them to trtllm-serve only
@@ -48,7 +61,18 @@ class TRTLLMBackend(Backend):
         return SrunConfig(per_process=False, mpi="pmix", ntasks_per_gpu=True)
 
     def port_names(self, mode: Mode) -> tuple[str, ...]:
-        return ("http", "system") if self._dynamo else ("http",)
+        return ("http", "system", "master") if self._dynamo else ("http", "master")
+
+    def srun_options(self, ep: Endpoint) -> dict[str, str]:
+        return {"oversubscribe": "", "cpu-bind": "verbose,none", "ntasks-per-node": str(len(ep.gpus)),
+                "kill-on-bad-exit": "1"}
+
+    def _numactl(self, mode: Mode) -> list[str]:
+        bind = self.numa_memory_bind
+        gpu = self.recipe.resources.gpu_type
+        if bind is True or (bind is None and gpu in NUMA_GPUS and mode in ("prefill", "decode")):
+            return ["numactl", "-m", "0,1"]
+        return []
 
     def endpoints_to_processes(
         self, endpoints: list[Endpoint], hostnames: list[str], ports: NodePortAllocator, owner_prefix: str
@@ -72,32 +96,41 @@ class TRTLLMBackend(Backend):
         return f"{runtime.config_dir}/trtllm_{mode}.yaml"
 
     def config_files(self, mode: Mode, runtime: Runtime) -> dict[str, str]:
-        cfg: dict[str, Any] = self.get_config_for_mode(mode)
+        cfg: dict[str, Any] = {**ENGINE_DEFAULTS, **self.get_config_for_mode(mode)}
         return {self.config_path(mode, runtime): yaml.safe_dump(cfg, sort_keys=True)}
 
     def build_worker_command(self, process: Process, runtime: Runtime) -> list[str]:
         cfg = self.config_path(process.mode, runtime)
         name = self.get_served_model_name(runtime.served_model_name)
         role = self.recipe.roles[process.mode]
+        argv = self._numactl(process.mode) + ["trtllm-llmapi-launch"]
         if self._dynamo:
-            argv = ["python3", "-m", "dynamo.trtllm", "--model-path", runtime.model_path,
-                    "--served-model-name", name, "--extra-engine-args", cfg]
+            argv += ["python3", "-m", "dynamo.trtllm", "--model-path", runtime.model_path, "--served-model-name", name]
             if process.mode != "agg":
                 argv += ["--disaggregation-mode", process.mode]
+            argv += ["--extra-engine-args", cfg, "--request-plane", self.recipe.dynamo.request_plane]
             if self.publish_events_and_metrics:
                 argv.append("--publish-events-and-metrics")
             elif self.publish_metrics:
                 argv.append("--publish-metrics")
         else:
-            argv = ["trtllm-serve", runtime.model_path, "--host", "0.0.0.0", "--port", str(process.ports["http"]),
-                    "--extra_llm_api_options", cfg]
+            argv += ["trtllm-serve", runtime.model_path, "--host", "0.0.0.0", "--port", str(process.ports["http"]),
+                     "--config", cfg]
+            if self.served_model_name:
+                argv += ["--served_model_name", self.served_model_name]
             argv += list(role.extra_args)
         return argv
 
     def get_process_environment(self, process: Process) -> dict[str, str]:
+        owner = f"{self.recipe.name}/{process.endpoint.name}"
+        env = {
+            "MASTER_ADDR": process.leader, "MASTER_PORT": str(process.ports["master"]),
+            # srtctl draws a random name; a stable one keeps the spec (and so the worker) unchanged
+            "TRTLLM_EPLB_SHM_NAME": "moe_shared_" + hashlib.sha256(owner.encode()).hexdigest()[:16],
+        }
         if self._dynamo:
-            return {"DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": str(process.ports["system"])}
-        return {}
+            env |= {"DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": str(process.ports["system"])}
+        return env
 
     def health_probe(self, mode: Mode) -> HealthProbe:
         return HealthProbe("system" if self._dynamo else "http", "/health")

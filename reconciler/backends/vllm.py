@@ -1,9 +1,16 @@
-"""vLLM: one srun step per process; prefill / decode / agg.
+"""vLLM: one srun step per node of a worker; prefill / decode / agg.
 
-Behind Dynamo each worker runs ``python3 -m dynamo.vllm``; behind every other
-frontend ``vllm serve <model>`` directly. Disaggregated workers get a
-``--kv-transfer-config`` from the connector table. A worker spanning several nodes
-runs vLLM's per-node data parallel: the leader serves, the others run headless.
+Behind Dynamo each worker runs ``python3 -m dynamo.vllm`` (no --host/--port: Dynamo
+owns them; ``--disaggregation-mode`` per role, as Dynamo >= 1.0 reads it); behind
+every other frontend ``vllm serve <model>``. The layout of a worker follows srtctl:
+
+* data parallel whose replica (TP x PP) fits on a node: one process per node with its
+  local DP ranks and hybrid load balancing, every node serving (no --headless);
+* a replica spanning nodes, or no DP on several nodes: torch rendezvous
+  (--master-addr/--nnodes/--node-rank), followers --headless.
+
+vLLM opens the NIXL side channel at base + DP rank and KV events at base + local rank,
+so those are blocks of consecutive ports.
 """
 
 from __future__ import annotations
@@ -15,18 +22,25 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.dataclasses import dataclass
 
 from reconciler.backends.base import Backend, HealthProbe, Runtime, cli_args, get_key, pop_keys
-from reconciler.topology import Mode, Process
+from reconciler.topology import Endpoint, Mode, Process
 
-# connector name -> vLLM KVTransferConfig connector class
-CONNECTORS: dict[str, str] = {
-    "nixl": "NixlConnector",
-    "lmcache": "LMCacheConnectorV1",
-    "lmcache-mp": "LMCacheMPConnector",
-    "kvbm": "DynamoConnector",
-    "moriio": "MoRIIOConnector",
+# connector name -> the KVTransferConfig srtctl passes (Dynamo's own table agrees: kv_both)
+CONNECTORS: dict[str, dict] = {
+    "nixl": {"kv_connector": "NixlConnector", "kv_role": "kv_both"},
+    "lmcache": {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"},
+    "lmcache-mp": {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
+                   "kv_connector_module_path": "lmcache.integration.vllm.lmcache_mp_connector",
+                   "kv_connector_extra_config": {"lmcache.mp.host": "tcp://localhost", "lmcache.mp.port": 8750}},
+    "kvbm": {"kv_connector": "DynamoConnector", "kv_role": "kv_both",
+             "kv_connector_module_path": "kvbm.vllm_integration.connector"},
+    "moriio": {"kv_connector": "MoRIIOConnector", "kv_role": "kv_both"},
 }
-KV_ROLES: dict[str, str] = {"prefill": "kv_producer", "decode": "kv_consumer", "agg": "kv_both"}
-MANAGED = frozenset({"host", "port", "model", "data-parallel-address", "data-parallel-rpc-port", "data-parallel-start-rank", "headless"})
+# flags the layout owns: a recipe's own values would contradict it
+MANAGED = frozenset({
+    "host", "port", "model", "data-parallel-address", "data-parallel-start-rank", "data-parallel-size-local",
+    "data-parallel-hybrid-lb", "headless", "master-addr", "nnodes", "node-rank",
+})
+MODE_FLAG = {"prefill": "prefill", "decode": "decode"}
 
 
 class VLLMFailoverConfig(BaseModel):
@@ -68,11 +82,36 @@ class VLLMBackend(Backend):
     def _dynamo(self) -> bool:
         return self.recipe.frontend.type == "dynamo"
 
+    def _parallel(self, mode: Mode) -> tuple[int, int]:
+        """(replica GPUs = TP x PP, data-parallel size) from the role's args."""
+        args = self.get_config_for_mode(mode)
+        tp = int(get_key(args, "tensor-parallel-size", "tp") or 1)
+        pp = int(get_key(args, "pipeline-parallel-size", "pp") or 1)
+        dp = int(get_key(args, "data-parallel-size", "dp") or 1)
+        return tp * pp, dp
+
+    def _hybrid_dp(self, ep: Endpoint) -> bool:
+        """Per-node data parallel (each node its own API server): Dynamo, or vllm-router."""
+        replica, dp = self._parallel(ep.mode)
+        return dp > 1 and replica <= len(ep.gpus) and (self._dynamo or self.recipe.frontend.type == "vllm-router")
+
     def port_names(self, mode: Mode) -> tuple[str, ...]:
-        return ("http", "nixl", "system") if self._dynamo else ("http", "nixl")
+        return ("http", "system", "kv_events") if self._dynamo else ("http",)
 
     def leader_port_names(self, mode: Mode) -> tuple[str, ...]:
         return ("dp_rpc",)
+
+    def endpoint_port_names(self, ep: Endpoint) -> tuple[str, ...]:
+        # srtctl allocates the DP RPC port for single-node DP too: two DP workers on one node
+        # would otherwise both take vLLM's default
+        return ("dp_rpc",) if self._parallel(ep.mode)[1] > 1 and len(ep.nodes) == 1 else ()
+
+    def port_blocks(self, ep: Endpoint) -> dict[str, int]:
+        replica, dp = self._parallel(ep.mode)
+        blocks = {"nixl": dp}
+        if self._dynamo:
+            blocks["kv_events"] = max(1, len(ep.gpus) // replica) if dp > 1 else 1
+        return blocks
 
     def get_served_model_name(self, default: str) -> str:
         return self.served_model_name or super().get_served_model_name(default)
@@ -80,47 +119,66 @@ class VLLMBackend(Backend):
     def connector_for_mode(self, mode: Mode, args: dict) -> str | None:
         raw = pop_keys(args, "connector")
         name = raw if raw is not None else self.connector
-        if mode == "agg" and raw is None:
-            return None
+        if mode == "agg" and raw is None and not self._dynamo:
+            return None  # srtctl: behind Dynamo agg workers get the default connector too
         if name is None or name == "none":
             return None
         if name in CONNECTORS:
-            return json.dumps({"kv_connector": CONNECTORS[name], "kv_role": KV_ROLES[mode]}, separators=(",", ":"))
+            return json.dumps(CONNECTORS[name])
         return str(name)  # a raw JSON KVTransferConfig
 
     def build_worker_command(self, process: Process, runtime: Runtime) -> list[str]:
         args = self.get_config_for_mode(process.mode)
+        recipe_rpc = pop_keys(args, "data-parallel-rpc-port")
         pop_keys(args, *MANAGED)
         kv = None if get_key(args, "kv-transfer-config") else self.connector_for_mode(process.mode, args)
         if self._dynamo:
             argv = ["python3", "-m", "dynamo.vllm", "--model", runtime.model_path]
-            if process.mode == "prefill":
-                argv.append("--is-prefill-worker")
+            if get_key(args, "served-model-name") is None:
+                argv += ["--served-model-name", runtime.served_model_name]
+            if process.mode in MODE_FLAG:
+                argv += ["--disaggregation-mode", MODE_FLAG[process.mode]]
         else:
             argv = [self.vllm_serve_binary, "serve", runtime.model_path]
-        argv += ["--host", "0.0.0.0", "--port", str(process.ports["http"])]
+            if process.node_rank == 0:
+                argv += ["--host", "0.0.0.0", "--port", str(process.ports["http"])]
         if kv:
             argv += ["--kv-transfer-config", kv]
-        if len(process.hosts) > 1:
-            tp = int(get_key(args, "tensor-parallel-size", "tp") or 1)
-            local = max(1, len(process.gpus) // tp)
-            argv += [
-                "--data-parallel-size-local", str(local),
-                "--data-parallel-start-rank", str(process.node_rank * local),
-                "--data-parallel-address", process.leader,
-                "--data-parallel-rpc-port", str(process.ports["dp_rpc"]),
-            ]
-            if process.node_rank > 0:
-                argv.append("--headless")
+        argv += self._layout(process, recipe_rpc)
         if not self.should_set_visible_devices() and process.gpus:
             # srtctl's default: the engine picks its GPUs, no environment mask
             argv += ["--device-ids", ",".join(map(str, sorted(process.gpus)))]
+        if self._dynamo:
+            argv += ["--request-plane", self.recipe.dynamo.request_plane]
         return argv + cli_args(args)
+
+    def _layout(self, process: Process, recipe_rpc: object) -> list[str]:
+        ep = process.endpoint
+        replica, dp = self._parallel(process.mode)
+        rpc = process.ports.get("dp_rpc")
+        if self._hybrid_dp(ep):
+            local = max(1, len(ep.gpus) // replica)
+            return ["--data-parallel-size-local", str(local), "--data-parallel-start-rank", str(process.node_rank * local),
+                    "--data-parallel-address", process.leader, "--data-parallel-rpc-port", str(rpc),
+                    "--data-parallel-hybrid-lb"]
+        out: list[str] = []
+        if len(process.hosts) > 1:
+            out += ["--master-addr", process.leader, "--nnodes", str(len(process.hosts)),
+                    "--node-rank", str(process.node_rank)]
+            if dp > 1:
+                out += ["--data-parallel-address", process.leader, "--data-parallel-rpc-port", str(rpc)]
+            if process.node_rank > 0:
+                out.append("--headless")
+        elif dp > 1:
+            # one node, vLLM's own DP: the allocated RPC port, or the recipe's
+            out += ["--data-parallel-rpc-port", str(rpc if rpc is not None else recipe_rpc)]
+        return out
 
     def get_process_environment(self, process: Process) -> dict[str, str]:
         env = {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(process.ports["nixl"]), "VLLM_NIXL_SIDE_CHANNEL_HOST": process.node}
         if self._dynamo:
-            env |= {"DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": str(process.ports["system"])}
+            env |= {"DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": str(process.ports["system"]),
+                    "DYN_VLLM_KV_EVENT_PORT": str(process.ports["kv_events"])}
         return env
 
     def health_probe(self, mode: Mode) -> HealthProbe:

@@ -122,8 +122,10 @@ def srun_argv(job_id: str, unit: Unit, launch: Launch, step_name: str, log: Path
     argv = [
         "srun", f"--jobid={job_id}", "--overlap", f"--job-name={step_name}",
         f"--nodelist={hostlist.compress(list(launch.nodes))}", f"--nodes={len(launch.nodes)}",
-        f"--ntasks={launch.ntasks}", f"--output={log}", "--open-mode=append", "--kill-on-bad-exit=0",
+        f"--ntasks={launch.ntasks}", f"--output={log}", "--open-mode=append",
     ]
+    if not any(k == "kill-on-bad-exit" for k, _ in unit.srun_options):
+        argv.append("--kill-on-bad-exit=0")  # one rank's exit is the reconciler's to see, not srun's to act on
     if launch.mpi:
         argv.append(f"--mpi={launch.mpi}")
     if unit.container:
