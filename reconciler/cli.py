@@ -35,8 +35,24 @@ DRIVER_OPT = click.option(
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="reconciler")
-def cli() -> None:
+@click.option("--cluster-config", "cluster_config", type=click.Path(dir_okay=False), default=None,
+              help="srtctl's srtslurm.yaml (default: $SRTSLURM_CONFIG, else srtslurm.yaml in this directory, "
+                   "its parent or grandparent).")
+@click.pass_context
+def cli(ctx: click.Context, cluster_config: str | None) -> None:
     """Keep srt-slurm (srtctl) LLM serving recipes converged on Slurm."""
+    ctx.obj = {"cluster_config": cluster_config}
+
+
+def _cluster():
+    """The cluster config in effect (or None); a bad one stops the command, nothing runs on a guess."""
+    from reconciler import cluster
+
+    ctx = click.get_current_context()
+    try:
+        return cluster.load((ctx.find_root().obj or {}).get("cluster_config"))
+    except RecipeError as e:
+        _fail(f"cluster config: {e}")
 
 
 @cli.command()
@@ -47,6 +63,11 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
     """Validate recipe files (or every *.yaml under directories)."""
     from reconciler.recipe.load import iter_recipe_files, load_file, name_clashes, outside_link
 
+    cluster = _cluster()
+    if cluster and output == "text":
+        carried = cluster.carried()
+        click.echo(f"cluster config {cluster.path}" + (f" (carried, not acted on: {', '.join(carried)})"
+                                                        if carried else ""), err=True)
     files = iter_recipe_files(list(paths))
     roots = {f: next((Path(p) for p in paths if Path(p).is_dir() and f.is_relative_to(Path(p))), None) for f in files}
     results = []
@@ -55,7 +76,7 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
             escape = outside_link(roots[f], f) if roots[f] else None
             if escape:
                 raise RecipeError(str(f), escape.split(": ", 1)[1])
-            for lr in load_file(f):  # a sweep / override file: one result per deployment
+            for lr in load_file(f, cluster):  # a sweep / override file: one result per deployment
                 layouts = lr.recipe.role_layouts()
                 results.append({
                     "path": str(f), "valid": True, "error": None, "name": lr.recipe.name, "layout": lr.layout,
@@ -124,7 +145,7 @@ def render(recipe: str, nodes: str | None, output: str, state: str) -> None:
     from reconciler.render import as_rows, render_units
 
     try:
-        loaded = load_file(recipe)
+        loaded = load_file(recipe, _cluster())
     except RecipeError as e:
         _fail(str(e))
     names = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
@@ -187,7 +208,7 @@ def _controller(manifests: str, state: str, driver: str | None, allow_empty: boo
     except ValueError as e:
         _fail(f"--instance: {e}")
     return Controller(Path(manifests), Path(state), drv, allow_empty=allow_empty, port_range=(lo, hi),
-                      read_only=read_only)
+                      read_only=read_only, cluster=_cluster())
 
 
 def _setup_logging(verbose: bool = False) -> None:

@@ -82,6 +82,9 @@ def spec_hash(
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:10]
 
 
+MODEL_MOUNT = "/model"  # where srtctl mounts a local model directory in the container
+
+
 def runtime_for(recipe: Recipe, state_dir: Path, python: str = "python3") -> Runtime:
     backend = recipe.backend
     path = recipe.model.path
@@ -91,12 +94,40 @@ def runtime_for(recipe: Recipe, state_dir: Path, python: str = "python3") -> Run
     # srtctl serves a model under its last path component (hf:Qwen/Qwen3-0.6B -> Qwen3-0.6B)
     default_name = path.rstrip("/").split("/")[-1] or recipe.name
     return Runtime(
-        model_path=path,
+        model_path=MODEL_MOUNT if _model_mount(recipe) else path,
         served_model_name=backend.get_served_model_name(default_name),
         frontend_type=recipe.frontend.type,
         config_dir=str(Path(state_dir).absolute() / recipe.name / "configs"),
         python=python,
+        engine_python=recipe.reconcile.engine_python,
     )
+
+
+def _model_mount(recipe: Recipe) -> str | None:
+    """The host directory mounted at /model: a local model path, when workers run in containers."""
+    path = recipe.model.path
+    if not _containers_used(recipe) or path.startswith("hf:") or not path.startswith("/"):
+        return None
+    return path
+
+
+def _containers_used(recipe: Recipe) -> bool:
+    return recipe.reconcile.container_runtime != "none" and recipe.backend.uses_container() and any(
+        (r.container or recipe.model.container) for _, r in recipe.roles.items())
+
+
+def container_srun_options(recipe: Recipe, config_dir: str) -> dict[str, str]:
+    """srtctl's container flags: the model at /model, the config files, the recipe's mounts; no home, no entrypoint."""
+    mounts = {}
+    if (model := _model_mount(recipe)):
+        mounts[model] = MODEL_MOUNT
+    mounts[config_dir] = config_dir  # engine config files are written there on the host
+    mounts |= dict(recipe.container_mounts)
+    for m in recipe.extra_mount or []:
+        host, _, ctr = m.partition(":")
+        mounts[host] = ctr or host
+    return {"container-mounts": ",".join(f"{h}:{c}" for h, c in mounts.items()),
+            "no-container-mount-home": "", "no-container-entrypoint": ""}
 
 
 def worker_units(
@@ -114,6 +145,7 @@ def worker_units(
         by_ep.setdefault((p.mode, p.index), []).append(p)
     srun = backend.get_srun_config()
     container = _container(recipe, backend)
+    container_ok = recipe.reconcile.container_runtime != "none" and backend.uses_container()
     units = []
     for ep in endpoints:
         ps = by_ep[(ep.mode, ep.index)]
@@ -137,8 +169,9 @@ def worker_units(
         patterns = tuple(backend.fatal_log_patterns(ep.mode)) if recipe.health_check.fatal_log_markers else ()
         patterns += tuple(recipe.health_check.extra_fatal_log_patterns)
         hosts = tuple(hostnames[n] for n in ep.nodes)
-        role_container = role.container or container
-        srun_opts = tuple(sorted({**backend.srun_options(ep), **recipe.srun_options, **role.srun_options}.items()))
+        role_container = (role.container or container) if container_ok else None
+        own = backend.srun_options(ep) | (container_srun_options(recipe, runtime.config_dir) if role_container else {})
+        srun_opts = tuple(sorted({**own, **recipe.srun_options, **role.srun_options}.items()))
         units.append(Unit(
             recipe=recipe.name, role=ep.mode, index=ep.index, ordinals=ep.nodes, nodes=hosts, gpus=ep.gpus,
             ports=dict(ps[0].ports), launches=launches_t, container=role_container, files=files,

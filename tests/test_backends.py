@@ -226,12 +226,13 @@ roles:
     d = one(rs, "decode")
     assert d["nodes"] == ["node2", "node3"] and d["ntasks"] == 16 and d["mpi"] == "pmix"
     # srtctl: the MPI ranks become one engine under trtllm-llmapi-launch
-    assert d["argv"] == ["trtllm-llmapi-launch", "python3", "-m", "dynamo.trtllm", "--model-path", "/m",
+    assert d["argv"] == ["trtllm-llmapi-launch", "python3", "-m", "dynamo.trtllm", "--model-path", "/model",
                          "--served-model-name", "served", "--disaggregation-mode", "decode",
                          "--extra-engine-args", "/st/tr/configs/trtllm_decode.yaml", "--request-plane", "tcp",
                          "--publish-metrics"]
     assert d["srun_options"] == {"cpu-bind": "verbose,none", "kill-on-bad-exit": "1", "ntasks-per-node": "8",
-                                 "oversubscribe": ""}
+                                 "oversubscribe": "", "container-mounts": "/m:/model,/st/tr/configs:/st/tr/configs",
+                                 "no-container-mount-home": "", "no-container-entrypoint": ""}
     assert d["env"]["MASTER_ADDR"] == "node2" and d["env"]["MASTER_PORT"] == str(d["ports"]["master"])
     assert d["env"]["TRTLLM_EPLB_SHM_NAME"] == one(rows(yaml.safe_dump(yaml.safe_load(TRT))), "decode")["env"][
         "TRTLLM_EPLB_SHM_NAME"]  # stable: the same recipe renders the same spec
@@ -402,3 +403,20 @@ def test_hf_model_path_reaches_the_engine_as_the_bare_id(engine, flag):
     argv = one(rs, "agg")["argv"]
     assert argv[argv.index(flag) + 1] == "Qwen/Qwen3-0.6B"
     assert not any(a.startswith("hf:") for a in argv)
+
+
+def test_a_local_model_is_mounted_at_slash_model_with_the_recipe_mounts_as_srtctl():
+    rs = rows("name: mnt\nmodel: {path: /models/q, container: img.sqsh}\nresources: {gpus_per_node: 8}\n"
+              "engine: sglang\ncontainer_mounts: {/data: /data}\nextra_mount: ['/scratch:/s']\n"
+              "roles: {agg: {workers: 1, gpus: 1}}\n")
+    a = one(rs, "agg")
+    assert _opt(a, "--model-path") == "/model"
+    assert a["srun_options"]["container-mounts"] == \
+        "/models/q:/model,/st/mnt/configs:/st/mnt/configs,/data:/data,/scratch:/s"
+    assert "no-container-mount-home" in a["srun_options"] and "no-container-entrypoint" in a["srun_options"]
+    # no container (hf: or container_runtime none): nothing to mount, the path itself
+    bare = one(rows("name: b\nmodel: {path: /models/q, container: img.sqsh}\nresources: {gpus_per_node: 8}\n"
+                    "engine: sglang\nreconcile: {container_runtime: none, engine_python: /venv/bin/python}\n"
+                    "roles: {agg: {workers: 1, gpus: 1, container: other.sqsh}}\n"), "agg")
+    assert bare["container"] is None and "container-mounts" not in bare["srun_options"]
+    assert bare["argv"][:2] == ["/venv/bin/python", "-m"] and _opt(bare, "--model-path") == "/models/q"

@@ -503,7 +503,10 @@ def test_a_frontend_change_rolls_the_router_which_keeps_its_port(h):
     before = h.wait_steps(name, {"agg_0", "frontend_0"})
     g = h.wait_ready(name)
     endpoint = g["endpoint"]
-    assert endpoint and post(endpoint + "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 200
+    assert endpoint
+    # Ready is the workers' state; the router reads the endpoints file on its next poll (0.25 s)
+    wait_until(lambda: post(endpoint + "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 200,
+               timeout=10, what="the router serves")
     f.write_text(text.replace("poll-interval: 0.25", "poll-interval: 0.2"))
     wait_until(lambda: h.steps(name).get("frontend_0", before["frontend_0"]) != before["frontend_0"], timeout=60,
                what="router replaced")

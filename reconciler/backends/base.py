@@ -44,6 +44,7 @@ class Runtime:
     frontend_type: str
     config_dir: str  # where per-role engine config files are written
     python: str = "python3"  # interpreter for engines that ship with the reconciler
+    engine_python: str = "python3"  # runs dynamo.* / sglang (in the container, or the cluster's host_runtime)
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,7 @@ class MockerBackend(Backend):
         return argv + cli_args(extra)
 
     def _dynamo_argv(self, process: Process, runtime: Runtime, s: dict[str, Any], extra: dict[str, Any]) -> list[str]:
-        argv = ["python3", "-m", "dynamo.mocker", "--model-path", runtime.model_path]
+        argv = [runtime.engine_python, "-m", "dynamo.mocker", "--model-path", runtime.model_path]
         given = get_key(self.get_config_for_mode(process.mode), "model-name")
         if given:  # srtctl passes no name (Dynamo derives it); a role that names one keeps it
             argv += ["--model-name", str(given)]

@@ -53,7 +53,7 @@ class SGLangBackend(Backend):
         pop_keys(args, *MANAGED)
         mode = pop_keys(args, "disaggregation-mode") or (process.mode if process.mode != "agg" else None)
         module = "dynamo.sglang" if self._dynamo else "sglang.launch_server"
-        argv = ["python3", "-m", module, "--model-path", runtime.model_path]
+        argv = [runtime.engine_python, "-m", module, "--model-path", runtime.model_path]
         if pop_keys(dict(args), "served-model-name") is None:
             argv += ["--served-model-name", runtime.served_model_name]
         argv += ["--host", "0.0.0.0", "--port", str(process.ports["http"]), "--nccl-port", str(process.ports["nccl"])]

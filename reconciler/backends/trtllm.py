@@ -105,7 +105,7 @@ class TRTLLMBackend(Backend):
         role = self.recipe.roles[process.mode]
         argv = self._numactl(process.mode) + ["trtllm-llmapi-launch"]
         if self._dynamo:
-            argv += ["python3", "-m", "dynamo.trtllm", "--model-path", runtime.model_path, "--served-model-name", name]
+            argv += [runtime.engine_python, "-m", "dynamo.trtllm", "--model-path", runtime.model_path, "--served-model-name", name]
             if process.mode != "agg":
                 argv += ["--disaggregation-mode", process.mode]
             argv += ["--extra-engine-args", cfg, "--request-plane", self.recipe.dynamo.request_plane]

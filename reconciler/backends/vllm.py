@@ -133,7 +133,7 @@ class VLLMBackend(Backend):
         pop_keys(args, *MANAGED)
         kv = None if get_key(args, "kv-transfer-config") else self.connector_for_mode(process.mode, args)
         if self._dynamo:
-            argv = ["python3", "-m", "dynamo.vllm", "--model", runtime.model_path]
+            argv = [runtime.engine_python, "-m", "dynamo.vllm", "--model", runtime.model_path]
             if get_key(args, "served-model-name") is None:
                 argv += ["--served-model-name", runtime.served_model_name]
             if process.mode in MODE_FLAG:

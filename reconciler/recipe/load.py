@@ -18,6 +18,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from reconciler.backends.registry import ENGINES
+from reconciler.cluster import Cluster
+from reconciler.cluster import apply as apply_cluster
 from reconciler.errors import RecipeError
 from reconciler.recipe import bounds, v1, variants
 from reconciler.recipe.model import NAME_RE, Recipe
@@ -120,18 +122,18 @@ def read_recipe_text(path: str | Path) -> str:
         raise RecipeError(str(path), f"cannot read: {e.strerror or e}") from None
 
 
-def load_file(path: str | Path) -> list[LoadedRecipe]:
+def load_file(path: str | Path, cluster: Cluster | None = None) -> list[LoadedRecipe]:
     """Every deployment a file declares: one, or one per sweep combination / override variant."""
-    return load_all(read_recipe_text(path), str(path))
+    return load_all(read_recipe_text(path), str(path), cluster)
 
 
-def load_recipe(path: str | Path) -> LoadedRecipe:
+def load_recipe(path: str | Path, cluster: Cluster | None = None) -> LoadedRecipe:
     """A file that declares exactly one deployment."""
-    return _single(load_file(path), str(path))
+    return _single(load_file(path, cluster), str(path))
 
 
-def load_text(text: str, path: str) -> LoadedRecipe:
-    return _single(load_all(text, path), path)
+def load_text(text: str, path: str, cluster: Cluster | None = None) -> LoadedRecipe:
+    return _single(load_all(text, path, cluster), path)
 
 
 def _single(loaded: list[LoadedRecipe], path: str) -> LoadedRecipe:
@@ -141,7 +143,7 @@ def _single(loaded: list[LoadedRecipe], path: str) -> LoadedRecipe:
     return loaded[0]
 
 
-def load_all(text: str, path: str) -> list[LoadedRecipe]:
+def load_all(text: str, path: str, cluster: Cluster | None = None) -> list[LoadedRecipe]:
     bounds.check_size(path, len(text.encode(errors="replace")))
     root = bounds.check_text(text, path)
     data = parse_yaml(text, path)
@@ -152,7 +154,7 @@ def load_all(text: str, path: str) -> list[LoadedRecipe]:
     lines = key_lines(text, root)
     bounds.check_values(data, path, lines)
     if not variants.is_variant_file(data):
-        lr = _load_data(data, path, lines)
+        lr = _load_data(data, path, lines, cluster)
         lr.text = text
         return [lr]
     try:
@@ -165,7 +167,7 @@ def load_all(text: str, path: str) -> list[LoadedRecipe]:
     out, problems = [], []
     for name, d in expanded:
         try:
-            lr = _load_data(copy.deepcopy(d), f"{path} [{name}]", base_lines)
+            lr = _load_data(copy.deepcopy(d), f"{path} [{name}]", base_lines, cluster)
         except RecipeError as e:
             problems += e.problems()
             continue
@@ -180,7 +182,7 @@ def load_all(text: str, path: str) -> list[LoadedRecipe]:
     return out
 
 
-def _load_data(data: dict, path: str, lines: dict[tuple, int]) -> LoadedRecipe:
+def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster | None = None) -> LoadedRecipe:
     where: dict[tuple, str] = {}
     notes: list[str] = []
     layout = "v2"
@@ -196,6 +198,8 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int]) -> LoadedRecipe:
             raise RecipeError(path, str(e).split(": ", 1)[1], key=e.key, line=lines.get(tuple(e.key.split(".")))) from None
         except v1._Mixed as e:
             raise RecipeError(path, str(e)) from None
+    data, cluster_notes = apply_cluster(data, cluster)
+    notes += cluster_notes
     if "name" not in data:
         stem = Path(path).stem
         if not NAME_RE.fullmatch(stem) or ".." in stem:
@@ -207,6 +211,7 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int]) -> LoadedRecipe:
         recipe = Recipe.model_validate(data)
     except ValidationError as e:
         raise _located(e, path, data, where, lines) from None
+    _check_model_path(recipe, path, cluster, lines)
     try:
         recipe.backend.allocate_endpoints()
     except TopologyError as e:
@@ -214,6 +219,19 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int]) -> LoadedRecipe:
         raise RecipeError(path, e.message, key=v1.v1_path(parts, where), line=_line(parts, where, lines)) from None
     carried = {v1.v1_path(tuple(k.split(".")), where): why for k, why in not_acted_on(recipe, data).items()}
     return LoadedRecipe(path, recipe, layout, notes, carried)
+
+
+def _check_model_path(recipe: Recipe, path: str, cluster: Cluster | None, lines: dict) -> None:
+    """With a cluster config (srtctl's preflight): a local model directory must exist here."""
+    model = recipe.model.path
+    if cluster is None or not cluster.config.preflight or recipe.backend.type == "mocker":
+        return
+    if model.startswith("hf:") or not model.startswith(("/", "./", "../", "~")):
+        return  # a Hugging Face id (or an alias the cluster config does not know): the engine resolves it
+    if not Path(model).expanduser().exists():
+        raise RecipeError(path, f"model directory {model!r} does not exist on this host (set preflight: false in "
+                          f"{cluster.path} if it only exists on the compute nodes)", key="model.path",
+                          line=lines.get(("model", "path")))
 
 
 def _kind(v: Any) -> str:

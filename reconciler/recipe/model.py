@@ -199,13 +199,14 @@ class ReconcileConfig(Strict):
     rollout: RolloutConfig = RolloutConfig()
     nodes_per_allocation: int | None = Field(None, ge=1)
     container_runtime: Literal["pyxis", "none"] = "pyxis"
+    engine_python: str = "python3"  # the interpreter that runs dynamo.* and the engines' modules
     liveness_failures: int = Field(3, ge=1)
 
 
 # Top-level sections the reconciler reads; everything else is carried for srtctl.
 ACTED_ON = frozenset(
     {"schema", "name", "model", "resources", "slurm", "engine", "roles", "frontend", "health_check",
-     "environment", "srun_options", "sbatch_directives", "reconcile"}
+     "environment", "srun_options", "sbatch_directives", "reconcile", "container_mounts", "extra_mount"}
 )
 
 

@@ -70,6 +70,12 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
         bound = engine.bind(recipe)
         for knob, why in bound.not_acted_on().items():
             out[f"{prefix}.{knob}"] = why
+    from reconciler.units import _containers_used
+
+    if not _containers_used(recipe):
+        for key in ("container_mounts", "extra_mount"):
+            if key in data:
+                out[key] = "no worker runs in a container: there is nothing to mount into"
     backend = recipe.backend
     for mode, role in recipe.roles.items():
         if role.extra_args and not backend.reads_extra_args(mode):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import structlog
 
+from reconciler.cluster import Cluster
 from reconciler.core.plan import Plan, plan
 from reconciler.core.portplan import reassign_after_bind_failures, release_unused
 from reconciler.desired import build as build_desired
@@ -37,11 +38,13 @@ TICK_BACKOFF_MAX = 60.0  # seconds between attempts when whole ticks keep failin
 
 class Controller:
     def __init__(self, manifests: Path, state: Path, driver: Driver, *, allow_empty: bool = False,
-                 python: str | None = None, port_range: tuple[int, int] | None = None, read_only: bool = False):
+                 python: str | None = None, port_range: tuple[int, int] | None = None, read_only: bool = False,
+                 cluster: Cluster | None = None):
         self.manifests_dir = Path(manifests)
         self.state = StateDir(Path(state), read_only=read_only)
         self.driver = driver
         self.allow_empty = allow_empty
+        self.cluster = cluster
         self.python = python or sys.executable
         self.ports = self._load_ports()
         if port_range:
@@ -84,7 +87,7 @@ class Controller:
         return ports
 
     def load_manifests(self, now: float | None = None) -> Manifests:
-        return load_manifests(self.manifests_dir, self.state, now, self.debounce)
+        return load_manifests(self.manifests_dir, self.state, now, self.debounce, self.cluster)
 
     # ---------------------------------------------------------------- one read of the world
     def snapshot(self) -> Snapshot:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reconciler.cluster import Cluster
 from reconciler.errors import RecipeError
 from reconciler.recipe.load import LoadedRecipe, iter_recipe_files, load_file, load_text, outside_link
 from reconciler.recipe.model import Recipe
@@ -24,7 +25,8 @@ class Manifests:
 DEBOUNCE = 0.5  # seconds a file must be unchanged before it is applied (an editor may still be writing it)
 
 
-def load_manifests(directory: Path, state: StateDir, now: float | None = None, debounce: float = DEBOUNCE) -> Manifests:
+def load_manifests(directory: Path, state: StateDir, now: float | None = None, debounce: float = DEBOUNCE,
+                   cluster: Cluster | None = None) -> Manifests:
     """Read every recipe file. An invalid file keeps its recipe on the last spec applied from it
     (state/<name>/last-applied.yaml); two files with one recipe name: the first wins. A file
     modified less than ``debounce`` seconds ago is not read yet: its recipe stays on its last
@@ -42,19 +44,19 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
                 stable_at = 0.0
             if stable_at > now:
                 m.settling[path] = stable_at
-                _keep_last_applied(m, state, path, known.get(path, []), texts=True)
+                _keep_last_applied(m, state, path, known.get(path, []), True, cluster)
                 continue
         try:
             escape = outside_link(directory, f)
             if escape:
                 raise RecipeError(path, escape.split(": ", 1)[1])
-            loaded: list[LoadedRecipe] = load_file(f)
+            loaded: list[LoadedRecipe] = load_file(f, cluster)
         except Exception as e:  # noqa: BLE001 - one unreadable file must not stop the others
             names = known.get(path) or [f.stem]
             msg = str(e) if isinstance(e, RecipeError) else f"{path}: cannot load: {type(e).__name__}: {e}"
             for name in names:
                 m.invalid[name] = msg
-            _keep_last_applied(m, state, path, [n for n in names if n in _all(known)], texts=False)
+            _keep_last_applied(m, state, path, [n for n in names if n in _all(known)], False, cluster)
             m.paths[path] = names
             continue
         for lr in loaded:
@@ -73,14 +75,15 @@ def _all(known: dict[str, list[str]]) -> set[str]:
     return {n for ns in known.values() for n in ns}
 
 
-def _keep_last_applied(m: Manifests, state: StateDir, path: str, names: list[str], texts: bool) -> None:
+def _keep_last_applied(m: Manifests, state: StateDir, path: str, names: list[str], texts: bool,
+                       cluster: Cluster | None) -> None:
     """The file cannot be applied now: its recipes stay on the last spec applied from it."""
     for name in names:
         last = state.last_applied(name)
         if last is None or name in m.recipes:
             continue
         try:
-            m.recipes[name] = load_text(last, f"{path} (last applied)").recipe
+            m.recipes[name] = load_text(last, f"{path} (last applied)", cluster).recipe
         except Exception:  # noqa: BLE001 - no usable last spec: the recipe is only Invalid (or waits)
             continue
         if name not in m.paths.setdefault(path, []):

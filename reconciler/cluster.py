@@ -1,0 +1,195 @@
+"""The cluster config: srtctl's ``srtslurm.yaml``, the same file name and keys.
+
+Found, as srtctl finds it, through ``--cluster-config``, then ``$SRTSLURM_CONFIG``, then
+``srtslurm.yaml`` in the working directory, its parent or its grandparent. Unlike srtctl
+(its issue #429: an unknown key silently dropped the whole file and jobs went to
+``--partition=default``) an unknown key is an error naming the key path.
+
+What it does to a recipe happens before validation (``apply``): account, partition,
+time limit, GPUs per node and GPU type fill what the recipe leaves unset;
+``model_paths`` and ``containers`` resolve aliases; ``default_mounts``,
+``default_sbatch_directives`` and ``default_srun_options`` are merged under the recipe's
+own. ``host_runtime`` (ours: srtctl's ``containers`` stays the alias map) runs engines on
+the hosts without pyxis/enroot, with the Python environment that has Dynamo and the engines.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError
+
+from reconciler.errors import RecipeError
+from reconciler.recipe.types import Env, EnvValue, Strict
+
+FILE_NAME = "srtslurm.yaml"
+ENV_VAR = "SRTSLURM_CONFIG"
+# keys whose string value names a container (srtctl's alias walker), and sections it never enters
+CONTAINER_KEYS = frozenset({"container", "container_image", "image", "nginx_container"})
+OPAQUE = frozenset({"identity", "environment", "env", "args", "extra_args", "container_mounts", "sbatch_directives",
+                    "srun_options"})
+
+
+class HostRuntime(Strict):
+    """Run engines on the hosts, no container: what development clusters without pyxis have."""
+
+    python: str = "python3"  # the interpreter whose environment has ai-dynamo and the engines
+    env: Env = {}  # added to every engine process (PATH, VIRTUAL_ENV, HF_HOME, ...)
+
+
+class ClusterConfig(Strict):
+    cluster: str | None = None
+    default_account: str | None = None
+    default_partition: str | None = None
+    default_time_limit: str | None = None
+    gpus_per_node: int | None = Field(None, ge=1, le=64)
+    default_gpu_type: str | None = None
+    network_interface: str | None = None
+    visible_devices_env: str = "CUDA_VISIBLE_DEVICES"
+    default_gpu_exporter: dict[str, Any] | None = None
+    use_gpus_per_node_directive: bool = True
+    use_segment_sbatch_directive: bool = True
+    use_exclusive_sbatch_directive: bool = False
+    use_het_jobs: bool = False
+    default_sbatch_directives: dict[str, EnvValue] = {}
+    default_health_check: dict[str, Any] | None = None
+    srtctl_root: str | None = None
+    output_dir: str | None = None
+    record_launch_plan: bool = False
+    model_paths: dict[str, str] = {}
+    containers: dict[str, str] = {}
+    cloud: dict[str, Any] | None = None
+    default_mounts: dict[str, str] = {}
+    default_bash_preamble: str | None = None
+    default_host_setup: dict[str, Any] | None = None
+    reporting: dict[str, Any] | None = None
+    telemetry: Any = None
+    nginx_raise_ulimit: bool | None = None
+    git_http_version: str | None = None
+    preflight: bool = True
+    launcher: Literal["slurm", "docker"] = "slurm"
+    docker_args: list[str] | None = None
+    # ours
+    host_runtime: HostRuntime | None = None
+    default_srun_options: dict[str, EnvValue] = {}
+
+
+# keys this reconciler reads; the rest are srtctl's and reported as carried
+ACTED_ON = frozenset({
+    "default_account", "default_partition", "default_time_limit", "gpus_per_node", "default_gpu_type",
+    "visible_devices_env", "default_sbatch_directives", "model_paths", "containers", "default_mounts",
+    "host_runtime", "default_srun_options", "preflight", "cluster",
+})
+
+
+@dataclass(frozen=True)
+class Cluster:
+    path: str
+    config: ClusterConfig
+
+    def carried(self) -> list[str]:
+        return sorted(k for k in self.config.model_fields_set if k not in ACTED_ON)
+
+
+def find(explicit: str | Path | None = None, cwd: Path | None = None) -> Path | None:
+    if explicit:
+        return Path(explicit)
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR])
+    here = (cwd or Path.cwd()).absolute()
+    for d in (here, here.parent, here.parent.parent):
+        if (d / FILE_NAME).is_file():
+            return d / FILE_NAME
+    return None
+
+
+def load(explicit: str | Path | None = None, cwd: Path | None = None) -> Cluster | None:
+    """The cluster config in effect, or None; a named file that is missing or bad is an error."""
+    path = find(explicit, cwd)
+    if path is None:
+        return None
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise RecipeError(str(path), f"cannot read the cluster config: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise RecipeError(str(path), f"YAML syntax error: {getattr(e, 'problem', e)}",
+                          line=mark.line + 1 if mark else None) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise RecipeError(str(path), "expected a mapping of cluster settings")
+    try:
+        return Cluster(str(path), ClusterConfig.model_validate(data))
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            key = ".".join(str(p) for p in err["loc"])
+            msg = "unknown key (srtctl's srtslurm.yaml does not have it)" if err["type"] == "extra_forbidden" \
+                else err["msg"]
+            problems.append(RecipeError(str(path), msg, key=key))
+        problems[0].more = tuple(problems[1:])
+        raise problems[0] from None
+
+
+def apply(data: dict[str, Any], cluster: Cluster | None) -> tuple[dict[str, Any], list[str]]:
+    """The recipe mapping (schema 2) with the cluster's defaults and aliases; notes of what changed."""
+    if cluster is None:
+        return data, []
+    c = cluster.config
+    d = copy.deepcopy(data)
+    notes: list[str] = []
+
+    def default(section: str, key: str, value: Any) -> None:
+        if value is None:
+            return
+        sec = d.setdefault(section, {})
+        if isinstance(sec, dict) and sec.get(key) is None:
+            sec[key] = value
+            notes.append(f"{section}.{key} from the cluster config: {value}")
+
+    default("slurm", "account", c.default_account)
+    default("slurm", "partition", c.default_partition)
+    default("slurm", "time_limit", c.default_time_limit)
+    default("resources", "gpus_per_node", c.gpus_per_node)
+    default("resources", "gpu_type", c.default_gpu_type)
+    model = d.get("model")
+    if isinstance(model, dict) and isinstance(model.get("path"), str) and model["path"] in c.model_paths:
+        notes.append(f"model.path alias {model['path']!r} -> {c.model_paths[model['path']]}")
+        model["path"] = c.model_paths[model["path"]]
+    if c.containers:
+        _resolve_containers(d, c.containers, (), notes)
+    for key, extra in (("sbatch_directives", c.default_sbatch_directives), ("srun_options", c.default_srun_options),
+                       ("container_mounts", c.default_mounts)):
+        if extra and isinstance(d.get(key, {}), dict):
+            d[key] = {**extra, **d.get(key, {})}
+    if c.host_runtime is not None:
+        rec = d.setdefault("reconcile", {})
+        if isinstance(rec, dict):
+            rec.setdefault("container_runtime", "none")
+            rec.setdefault("engine_python", c.host_runtime.python)
+        if c.host_runtime.env and isinstance(d.get("environment", {}), dict):
+            d["environment"] = {**c.host_runtime.env, **d.get("environment", {})}
+        notes.append(f"host runtime from the cluster config: no container, {c.host_runtime.python}")
+    return d, notes
+
+
+def _resolve_containers(node: Any, aliases: dict[str, str], path: tuple, notes: list[str]) -> None:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k in OPAQUE or (isinstance(k, str) and k.endswith(("_environment", "_config"))):
+                continue
+            if k in CONTAINER_KEYS and isinstance(v, str) and v in aliases:
+                node[k] = aliases[v]
+                notes.append(f"{'.'.join(map(str, (*path, k)))} alias {v!r} -> {aliases[v]}")
+            else:
+                _resolve_containers(v, aliases, (*path, k), notes)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _resolve_containers(v, aliases, (*path, i), notes)
