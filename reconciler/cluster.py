@@ -82,8 +82,8 @@ class ClusterConfig(Strict):
 # keys this reconciler reads; the rest are srtctl's and reported as carried
 ACTED_ON = frozenset({
     "default_account", "default_partition", "default_time_limit", "gpus_per_node", "default_gpu_type",
-    "visible_devices_env", "default_sbatch_directives", "model_paths", "containers", "default_mounts",
-    "host_runtime", "default_srun_options", "preflight", "cluster",
+    "default_sbatch_directives", "model_paths", "containers", "default_mounts",
+    "host_runtime", "default_srun_options", "preflight",
 })
 
 

@@ -1,0 +1,74 @@
+"""Golden renders: real corpus recipes against what srtctl launches for them.
+
+One file per recipe under tests/golden/. The expectations are srtctl's behaviour, written
+from its backends and launch code (the file's ``facts`` names them), not captured from our
+own output: the argv prefix, flags with their values, flags that must be absent, the
+environment and the srun options of each process. ``$name`` stands for the process's port
+of that name (ports are ours to choose; srtctl uses fixed bases), ``$leader`` for its
+endpoint's first node. Renders run under tests/golden/srtslurm.yaml, the site config that
+resolves the recipes' model and container aliases.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reconciler import cluster
+from reconciler.recipe.load import load_file
+from reconciler.render import as_rows, render_units
+
+GOLDEN = Path(__file__).parent / "golden"
+CASES = sorted(p for p in GOLDEN.glob("*.yaml") if p.name != "srtslurm.yaml")
+
+
+def test_there_are_goldens_for_every_engine_and_mode():
+    docs = [yaml.safe_load(p.read_text()) for p in CASES]
+    assert len(docs) >= 15
+    assert {d["engine"] for d in docs} >= {"sglang", "vllm", "trtllm", "mocker"}
+    assert {m for d in docs for m in d["modes"]} >= {"agg", "disagg", "multi-node", "dp-ep", "mtp"}
+
+
+def _value(v, row):
+    def sub(m):
+        name = m.group(1)
+        return row["nodes"][0] if name == "leader" else str(row["ports"][name])
+
+    return re.sub(r"\$([a-z_]+)", sub, str(v))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[p.stem for p in CASES])
+def test_render_matches_srtctl(case, corpus):
+    doc = yaml.safe_load(case.read_text())
+    loaded = load_file(corpus / doc["recipe"], cluster.load(GOLDEN / "srtslurm.yaml"))
+    lr = next(x for x in loaded if x.recipe.name == doc.get("deployment", x.recipe.name))
+    rows = as_rows(render_units(lr.recipe, None, Path("/state")))
+    if "processes" in doc:
+        assert len(rows) == doc["processes"], [(r["role"], r["index"], r["rank"]) for r in rows]
+    for exp in doc["expect"]:
+        where = exp["where"]
+        matches = [r for r in rows if all(r[k] == v for k, v in where.items())]
+        assert len(matches) == 1, f"{where}: {len(matches)} processes"
+        row = matches[0]
+        argv, ctx = row["argv"], f"{case.name} {where}"
+        if "argv_start" in exp:
+            assert argv[: len(exp["argv_start"])] == [_value(a, row) for a in exp["argv_start"]], ctx
+        for flag, value in (exp.get("options") or {}).items():
+            assert flag in argv, f"{ctx}: {flag} missing from {argv}"
+            assert argv[argv.index(flag) + 1] == _value(value, row), f"{ctx}: {flag}"
+        for flag in exp.get("flags", []):
+            assert flag in argv, f"{ctx}: {flag} missing"
+        for flag in exp.get("absent", []):
+            assert flag not in argv, f"{ctx}: {flag} must not be passed"
+        for k, v in (exp.get("env") or {}).items():
+            assert row["env"].get(k) == _value(v, row), f"{ctx}: env {k}"
+        for k in exp.get("env_absent", []):
+            assert k not in row["env"], f"{ctx}: env {k} must not be set"
+        for k, v in (exp.get("srun") or {}).items():
+            assert row["srun_options"].get(k) == _value(v, row), f"{ctx}: srun --{k}"
+        for k in ("nodes", "gpus", "ntasks", "mpi", "container"):
+            if k in exp:
+                assert row[k] == exp[k], f"{ctx}: {k}"
