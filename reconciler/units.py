@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Mapping
 
+from reconciler import dynamo_install
 from reconciler.backends.base import Runtime
 from reconciler.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
@@ -151,6 +152,9 @@ def worker_units(
         ps = by_ep[(ep.mode, ep.index)]
         role = recipe.roles[ep.mode]
         files = backend.config_files(ep.mode, runtime)
+        role_container = (role.container or container) if container_ok else None
+        # srtctl installs the recipe's Dynamo into the container first; on the hosts it is there already
+        pre = dynamo_install.preamble(recipe) if role_container else []
         launches = []
         for p in ps:
             env = dict(recipe.environment)
@@ -158,7 +162,7 @@ def worker_units(
             env.update(backend.get_process_environment(p))
             if backend.should_set_visible_devices() and ep.partial_node:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ep.gpus))
-            argv = backend.build_worker_command(p, runtime)
+            argv = pre + backend.build_worker_command(p, runtime)
             if srun.per_process:
                 nodes, ntasks = (p.node,), 1
             else:
@@ -169,7 +173,6 @@ def worker_units(
         patterns = tuple(backend.fatal_log_patterns(ep.mode)) if recipe.health_check.fatal_log_markers else ()
         patterns += tuple(recipe.health_check.extra_fatal_log_patterns)
         hosts = tuple(hostnames[n] for n in ep.nodes)
-        role_container = (role.container or container) if container_ok else None
         own = backend.srun_options(ep) | (container_srun_options(recipe, runtime.config_dir) if role_container else {})
         srun_opts = tuple(sorted({**own, **recipe.srun_options, **role.srun_options}.items()))
         units.append(Unit(

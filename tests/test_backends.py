@@ -225,8 +225,13 @@ roles:
     assert len(rs) == 2  # one launch per endpoint, not per node
     d = one(rs, "decode")
     assert d["nodes"] == ["node2", "node3"] and d["ntasks"] == 16 and d["mpi"] == "pmix"
-    # srtctl: the MPI ranks become one engine under trtllm-llmapi-launch
-    assert d["argv"] == ["trtllm-llmapi-launch", "python3", "-m", "dynamo.trtllm", "--model-path", "/model",
+    # srtctl: Dynamo is installed first (0.8.0: the recipe names none), then the MPI ranks
+    # become one engine under trtllm-llmapi-launch
+    from reconciler.dynamo_install import strip
+
+    argv, script = strip(d["argv"])
+    assert "ai-dynamo==0.8.0" in script and "ai-dynamo-runtime==0.8.0" in script
+    assert argv == ["trtllm-llmapi-launch", "python3", "-m", "dynamo.trtllm", "--model-path", "/model",
                          "--served-model-name", "served", "--disaggregation-mode", "decode",
                          "--extra-engine-args", "/st/tr/configs/trtllm_decode.yaml", "--request-plane", "tcp",
                          "--publish-metrics"]
@@ -420,3 +425,41 @@ def test_a_local_model_is_mounted_at_slash_model_with_the_recipe_mounts_as_srtct
                     "roles: {agg: {workers: 1, gpus: 1, container: other.sqsh}}\n"), "agg")
     assert bare["container"] is None and "container-mounts" not in bare["srun_options"]
     assert bare["argv"][:2] == ["/venv/bin/python", "-m"] and _opt(bare, "--model-path") == "/models/q"
+
+
+DYN = ("name: dy\nmodel: {path: /m, container: img.sqsh}\nresources: {gpus_per_node: 8}\nengine: sglang\n"
+       "frontend: {type: dynamo}\nroles: {agg: {workers: 1, gpus: 1}}\n")
+
+
+def test_dynamo_is_installed_into_the_container_as_srtctl_does_and_the_worker_argv_follows_verbatim():
+    import subprocess
+
+    from reconciler.dynamo_install import strip
+
+    a = one(rows(DYN + "dynamo: {version: '1.0.1'}\n"), "agg")
+    argv, script = strip(a["argv"])
+    assert argv[:3] == ["python3", "-m", "dynamo.sglang"]
+    assert "ai-dynamo==1.0.1" in script and "pypi.nvidia.com" in script
+    # the preamble hands the worker's argv to exec untouched (run it with a harmless stand-in)
+    r = subprocess.run(["bash", "-c", script.replace("python3 -m pip", "true"), "dynamo-install", "printf",
+                        "%s|", "a b", "$(x)"], capture_output=True, text=True, timeout=30)
+    assert r.stdout == "a b|$(x)|"
+    assert strip(one(rows(DYN + "dynamo: {install: false}\n"), "agg")["argv"])[1] is None
+    # on the hosts (no container) the host's Dynamo is used
+    host = one(rows(DYN + "reconcile: {container_runtime: none}\ndynamo: {version: '1.0.1'}\n"), "agg")
+    assert strip(host["argv"])[1] is None
+
+
+def test_a_dynamo_version_that_is_not_a_version_is_refused_and_source_builds_are_reported():
+    with pytest.raises(RecipeError) as ei:
+        load_text(DYN + "dynamo: {version: '1.0; rm -rf /'}\n", "t.yaml")
+    assert ei.value.key == "dynamo.version"
+    lr = load_text(DYN + "dynamo: {hash: abc123}\n", "t.yaml")
+    assert "dynamo.hash" in lr.not_acted_on
+    assert strip_none(lr)
+
+
+def strip_none(lr):
+    from reconciler.dynamo_install import install_spec
+
+    return install_spec(lr.recipe) is None

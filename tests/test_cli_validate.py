@@ -55,7 +55,7 @@ def test_validate_verbose_lists_keys_not_acted_on(corpus):
     r = run("validate", "-v", str(f))
     assert r.returncode == 0, r.stdout
     assert "carried, not acted on:" in r.stdout
-    for key in ("benchmark", "dynamo", "identity"):
+    for key in ("benchmark", "identity"):
         assert f"  {key}: srtctl section: validated, not acted on" in r.stdout
     assert "extra_mount:" not in r.stdout  # dynamo.mocker runs in the recipe's container: mounted
     assert "v1 layout normalised" in r.stdout

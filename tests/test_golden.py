@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reconciler import cluster
+from reconciler import cluster, dynamo_install
 from reconciler.recipe.load import load_file
 from reconciler.render import as_rows, render_units
 
@@ -53,7 +53,11 @@ def test_render_matches_srtctl(case, corpus):
         matches = [r for r in rows if all(r[k] == v for k, v in where.items())]
         assert len(matches) == 1, f"{where}: {len(matches)} processes"
         row = matches[0]
-        argv, ctx = row["argv"], f"{case.name} {where}"
+        argv, script = dynamo_install.strip(row["argv"])
+        ctx = f"{case.name} {where}"
+        if "dynamo_install" in exp:  # srtctl's worker preamble: pip-install this Dynamo first, or nothing
+            want = exp["dynamo_install"]
+            assert (script is not None and f"ai-dynamo=={want}" in script) if want else script is None, ctx
         if "argv_start" in exp:
             assert argv[: len(exp["argv_start"])] == [_value(a, row) for a in exp["argv_start"]], ctx
         for flag, value in (exp.get("options") or {}).items():

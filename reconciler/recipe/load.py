@@ -213,6 +213,12 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster 
         raise _located(e, path, data, where, lines) from None
     _check_model_path(recipe, path, cluster, lines)
     try:
+        from reconciler.dynamo_install import preamble
+
+        preamble(recipe)
+    except ValueError as e:
+        raise RecipeError(path, str(e), key="dynamo.version", line=lines.get(("dynamo", "version"))) from None
+    try:
         recipe.backend.allocate_endpoints()
     except TopologyError as e:
         parts = tuple(e.key.split("."))

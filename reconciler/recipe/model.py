@@ -206,7 +206,8 @@ class ReconcileConfig(Strict):
 # Top-level sections the reconciler reads; everything else is carried for srtctl.
 ACTED_ON = frozenset(
     {"schema", "name", "model", "resources", "slurm", "engine", "roles", "frontend", "health_check",
-     "environment", "srun_options", "sbatch_directives", "reconcile", "container_mounts", "extra_mount"}
+     "environment", "srun_options", "sbatch_directives", "reconcile", "container_mounts", "extra_mount",
+     "dynamo"}
 )
 
 

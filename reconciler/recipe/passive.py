@@ -41,6 +41,19 @@ NESTED: dict[str, str] = {
     "frontend.server_config_extra": "read by the trtllm_serve disaggregated orchestrator, which is not started",
     "frontend.container_image": "the builtin router runs from the reconciler's Python",
     "frontend.placement": "the frontend runs on the recipe's head node",
+    "dynamo.hash": "Dynamo is not built from source here; use dynamo.source.pypi or a wheel (or an image with it)",
+    "dynamo.top_of_tree": "Dynamo is not built from source here; use dynamo.source.pypi or a wheel",
+    "dynamo.source.git": "Dynamo is not built from source here; use dynamo.source.pypi or a wheel",
+    "dynamo.source.rev": "Dynamo is not built from source here",
+    "dynamo.source.sha": "Dynamo is not built from source here",
+    "dynamo.source.patches": "Dynamo is not built from source here",
+    "dynamo.event_plane": "DYN_EVENT_PLANE is not set: no KV-event consumer is started",
+    "dynamo.sidecar": "no Dynamo sidecar is started",
+    "dynamo.sidecar_port": "no Dynamo sidecar is started",
+    "dynamo.sidecar_binary": "no Dynamo sidecar is started",
+    "dynamo.sidecar_startup_timeout": "no Dynamo sidecar is started",
+    "dynamo.sidecar_context_length": "no Dynamo sidecar is started",
+    "dynamo.sidecar_args": "no Dynamo sidecar is started",
 }
 # frontends that need no process of their own here: ours, none, or the worker serving directly
 RUNS_FRONTEND = ("builtin", "none", "vllm", "trtllm_serve")
@@ -70,7 +83,15 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
         bound = engine.bind(recipe)
         for knob, why in bound.not_acted_on().items():
             out[f"{prefix}.{knob}"] = why
+    from reconciler.dynamo_install import install_spec
     from reconciler.units import _containers_used
+
+    d = recipe.dynamo
+    asks = any(_is_set(recipe, ["dynamo", k]) for k in ("install", "version", "wheel", "source"))
+    if asks and install_spec(recipe) is not None and not _containers_used(recipe):
+        out["dynamo.install"] = "workers run on the hosts: the host Python's Dynamo is used, nothing is installed"
+    if fe.type != "dynamo" and asks and d.install:
+        out["dynamo.install"] = f"srtctl installs Dynamo only behind the Dynamo frontend; this recipe uses {fe.type}"
 
     if not _containers_used(recipe):
         for key in ("container_mounts", "extra_mount"):
