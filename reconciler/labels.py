@@ -89,7 +89,8 @@ def parse_job(name: str, comment: str, owner: str) -> JobLabel | None:
     n, c = _JOB.match(name or ""), _COMMENT.search(comment or "")
     if not n or not c or n["owner"] != owner or c["owner"] != owner:
         return None
-    if n["recipe"] != recipe_tag(c["recipe"]) or n["index"] != c["index"]:
+    # a job submitted before names were abbreviated carries the whole name: still ours
+    if n["recipe"] not in (recipe_tag(c["recipe"]), c["recipe"]) or n["index"] != c["index"]:
         return None
     return JobLabel(c["recipe"], int(n["index"]), int(c["start"]), int(c["count"]))
 

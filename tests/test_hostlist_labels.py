@@ -70,6 +70,10 @@ def test_long_recipe_names_are_abbreviated_stably_in_labels_and_kept_whole_in_th
     assert labels.parse_job(name, comment, "me") == labels.JobLabel(LONG, 0, 0, 1)
     # a comment naming another recipe with the same abbreviation prefix is not ours
     assert labels.parse_job(name, labels.job_comment("me", LONG + "y", 0, 0, 1), "me") is None
+    # jobs and steps labelled before the abbreviation (whole names up to 63) are still recognised
+    mid = "m" * 60
+    assert labels.parse_job(f"rcl:me:{mid}:a0", labels.job_comment("me", mid, 0, 0, 1), "me").recipe == mid
+    assert labels.parse_step(f"rcl:me:{mid}:agg:0:0:ab", "me", labels.tags({mid})).recipe == mid
     step = labels.step_name("me", LONG, "decode", 1, 0, "abc")
     assert len(step) < 128
     assert labels.parse_step(step, "me", labels.tags({LONG, "short"})).recipe == LONG
