@@ -212,16 +212,7 @@ roles:
 
 
 def test_trtllm_is_one_mpi_launch_per_endpoint_with_config_file():
-    rs = rows("""\
-name: tr
-model: {path: /m, container: trt.sqsh}
-resources: {gpus_per_node: 8}
-frontend: {type: dynamo}
-engine: {type: trtllm, served_model_name: served}
-roles:
-  prefill: {nodes: 1, workers: 1, gpus: 8, args: {tensor_parallel_size: 8, kv_cache_config: {free_gpu_memory_fraction: 0.5}}}
-  decode: {nodes: 2, workers: 1, gpus: 16, args: {tensor_parallel_size: 16}}
-""")
+    rs = rows(TRT)
     assert len(rs) == 2  # one launch per endpoint, not per node
     d = one(rs, "decode")
     assert d["nodes"] == ["node2", "node3"] and d["ntasks"] == 16 and d["mpi"] == "pmix"
