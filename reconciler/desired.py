@@ -38,6 +38,7 @@ def build(
     manifests_seen: int,
     cache: dict[str, tuple[tuple, DesiredRecipe]] | None = None,
     allow_empty: bool = False,
+    hold: Mapping[str, str] | None = None,
 ) -> Desired:
     """``ports`` is this build's port assignment: ports are handed out into it. ``cache`` (kept
     by the caller across ticks) skips rebuilding a recipe whose spec, allocations and assigned
@@ -45,9 +46,10 @@ def build(
 
     A recipe whose desired state cannot be computed (e.g. no free port left) is *held*:
     left out, and named in ``Desired.held`` so that plan() does not mistake it for a
-    deleted recipe. What it runs keeps running."""
+    deleted recipe. What it runs keeps running. ``hold``: names held from the start (their
+    file cannot be read into a spec)."""
     out = {}
-    held: dict[str, str] = {}
+    held: dict[str, str] = {n: why for n, why in (hold or {}).items() if n not in recipes}
     for name, r in recipes.items():
         allocs = observed.allocs_of(name)
         try:

@@ -45,14 +45,19 @@ def install_spec(recipe: Recipe) -> tuple[str, str] | None:
     return ("pypi", (src.pypi if src else None) or d.version or DEFAULT_VERSION)
 
 
+def check_version(recipe: Recipe) -> None:
+    """A version pip cannot read is a recipe error (validate); the preamble quotes whatever it gets."""
+    spec = install_spec(recipe)
+    if spec is not None and spec[0] == "pypi" and not VERSION_RE.fullmatch(spec[1]):
+        raise ValueError(f"dynamo version {spec[1]!r} is not a version number (like 0.8.0 or 1.2.0.dev20260426)")
+
+
 def preamble(recipe: Recipe) -> list[str]:
     spec = install_spec(recipe)
     if spec is None:
         return []
     kind, value = spec
     if kind == "pypi":
-        if not VERSION_RE.fullmatch(value):
-            raise ValueError(f"dynamo version {value!r} is not a version number")
         check = f'python3 -m pip show ai-dynamo 2>/dev/null | grep -qx {shlex.quote("Version: " + value)}'
         install = ("python3 -m pip install --break-system-packages --quiet --extra-index-url "
                    f"{INDEX} {shlex.quote('ai-dynamo-runtime==' + value)} {shlex.quote('ai-dynamo==' + value)}")

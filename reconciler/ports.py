@@ -89,11 +89,20 @@ class NodePortAllocator:
         held = [keys.get(f"{owner}#{n}") for n in names]
         if all(p is not None for p in held) and held == list(range(held[0], held[0] + size)):  # type: ignore[operator]
             return held[0]  # type: ignore[return-value]
+        ports = self._by_node.setdefault(node, {})
+        blocked = {p for p, until in self._blocked.get(node, {}).items() if until > self.now}
+        base0 = held[0]
+        if base0 is not None and all(p is None or p == base0 + i for i, p in enumerate(held)) and all(
+                ports.get(base0 + i, f"{owner}#{n}") == f"{owner}#{n}" and base0 + i not in blocked
+                for i, n in enumerate(names)):
+            # the base survived (a registry relearnt from status keeps only it): the rest is still free
+            for i, n in enumerate(names):
+                ports[base0 + i] = f"{owner}#{n}"
+                keys[f"{owner}#{n}"] = base0 + i
+            return base0
         for n, p in zip(names, held):  # a block of another size, or broken up: start afresh
             if p is not None:
                 self._by_node[node].pop(keys.pop(f"{owner}#{n}"), None)
-        ports = self._by_node.setdefault(node, {})
-        blocked = {p for p, until in self._blocked.get(node, {}).items() if until > self.now}
         start = self._cursor.get(node, self.base)
         for base in [*range(start, self.limit - size + 1), *range(self.base, min(start, self.limit - size + 1))]:
             if all(p not in ports and p not in blocked for p in range(base, base + size)):

@@ -174,7 +174,11 @@ def worker_units(
         patterns += tuple(recipe.health_check.extra_fatal_log_patterns)
         hosts = tuple(hostnames[n] for n in ep.nodes)
         own = backend.srun_options(ep) | (container_srun_options(recipe, runtime.config_dir) if role_container else {})
-        srun_opts = tuple(sorted({**own, **recipe.srun_options, **role.srun_options}.items()))
+        merged = {**own, **recipe.srun_options, **role.srun_options}
+        if "container-mounts" in own and merged["container-mounts"] != own["container-mounts"]:
+            # a recipe's own mounts add to the model and config mounts the argv relies on
+            merged["container-mounts"] = own["container-mounts"] + "," + merged["container-mounts"]
+        srun_opts = tuple(sorted(merged.items()))
         units.append(Unit(
             recipe=recipe.name, role=ep.mode, index=ep.index, ordinals=ep.nodes, nodes=hosts, gpus=ep.gpus,
             ports=dict(ps[0].ports), launches=launches_t, container=role_container, files=files,

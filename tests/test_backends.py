@@ -454,3 +454,22 @@ def strip_none(lr):
     from reconciler.dynamo_install import install_spec
 
     return install_spec(lr.recipe) is None
+
+
+def test_review_fixes_vllm_and_mounts():
+    with pytest.raises(RecipeError) as ei:
+        load_text("name: v\nmodel: {path: /m}\nengine: vllm\nroles: {agg: {workers: 1, gpus: 1, "
+                  "args: {tensor-parallel-size: two}}}\n", "t.yaml")
+    assert ei.value.key == "roles.agg.args.tensor-parallel-size"
+    # behind vllm-router with per-node DP every node serves its own API: each gets --host/--port
+    r1 = one(rows(VLLM_DP % "vllm-router"), "agg", rank=1)
+    assert _opt(r1, "--host") == "0.0.0.0" and "--port" in r1["argv"] and "--headless" not in r1["argv"]
+    # the recipe's request plane is not passed twice
+    a = one(rows(DYN.replace("engine: sglang", "engine: vllm").replace(
+        "gpus: 1}", "gpus: 1, args: {request-plane: nats}}") + "dynamo: {install: false}\n"), "agg")
+    assert a["argv"].count("--request-plane") == 1
+    # a recipe's container-mounts srun option adds to /model and the config directory
+    m = one(rows("name: mnt\nmodel: {path: /models/q, container: img.sqsh}\nresources: {gpus_per_node: 8}\n"
+                 "engine: sglang\nsrun_options: {container-mounts: '/x:/x'}\nroles: {agg: {workers: 1, gpus: 1}}\n"),
+            "agg")
+    assert m["srun_options"]["container-mounts"] == "/models/q:/model,/st/mnt/configs:/st/mnt/configs,/x:/x"

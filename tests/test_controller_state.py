@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from reconciler.shell.loop import Controller
 from reconciler.drivers.local import LocalDriver
@@ -96,3 +97,75 @@ def test_one_controller_per_state_directory(tmp_path):
     a.lock()
     with pytest.raises(ReconcilerError, match="another reconciler"):
         b.lock()
+
+
+def _apply(c):
+    got = c.load_manifests()
+    for name, text in got.texts.items():
+        c.state.write_last_applied(name, text)
+    c.state.write_files(got.paths)
+    return got
+
+
+def test_a_broken_file_keeps_its_spec_even_when_this_host_no_longer_passes_preflight(tmp_path):
+    from reconciler import cluster
+
+    m = tmp_path / "manifests"
+    m.mkdir()
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    cfg = tmp_path / "srtslurm.yaml"
+    cfg.write_text(f"model_paths: {{q: {weights}}}\n")
+    good = "name: r\nmodel: {path: q}\nengine: sglang\nroles: {agg: {workers: 1, gpus: 1}}\n"
+    (m / "r.yaml").write_text(good)
+    c = Controller(m, tmp_path / "state", LocalDriver(tmp_path / "state"), cluster=cluster.load(cfg))
+    assert _apply(c).recipes["r"].model.path == str(weights)
+    weights.rmdir()  # the login node lost its view of the weights (an NFS blip)
+    (m / "r.yaml").write_text(good + "bogus: 1\n")
+    again = c.load_manifests()
+    assert again.recipes["r"].model.path == str(weights)  # still the spec that runs
+    assert "bogus" in again.invalid["r"]
+
+
+def test_a_broken_file_without_a_usable_last_spec_is_held_not_torn_down(tmp_path):
+    m = tmp_path / "manifests"
+    m.mkdir()
+    (m / "r.yaml").write_text("name: r\nmodel: {path: m}\nengine: mocker\nroles: {agg: {workers: 1, gpus: 1}}\n")
+    c = Controller(m, tmp_path / "state", LocalDriver(tmp_path / "state"))
+    _apply(c)
+    c.state.write_status("r", {"phase": "Running"})
+    (tmp_path / "state" / "r" / "last-applied.yaml").write_text("name: [\n")  # unusable
+    (tmp_path / "state" / "files.json").unlink()  # and the file map lost too
+    (m / "r.yaml").write_text("name: r\nmodel: {path: m}\nengine: nope\n")
+    snap = c.snapshot()  # while the edit settles
+    assert "r" not in snap.desired.recipes and "r" in snap.desired.held
+    os.utime(m / "r.yaml", (1, 1))  # settled
+    snap = c.snapshot()
+    assert "r" not in snap.desired.recipes and "r" in snap.desired.held
+
+
+def test_files_json_lost_and_a_sweep_broken_keeps_every_variant(tmp_path):
+    m = tmp_path / "manifests"
+    m.mkdir()
+    (m / "sw.yaml").write_text(SWEEP % "[1, 2]")
+    c = Controller(m, tmp_path / "state", LocalDriver(tmp_path / "state"))
+    _apply(c)
+    for name in ("sw_w1", "sw_w2"):  # known recipes have a status
+        c.state.write_status(name, {"phase": "Running"})
+    (tmp_path / "state" / "files.json").unlink()
+    (m / "sw.yaml").write_text(SWEEP % "[1, 2], extra: 1")
+    broken = c.load_manifests()
+    assert sorted(broken.recipes) == ["sw_w1", "sw_w2"]
+
+
+def test_a_name_kept_by_a_broken_file_is_not_taken_over_by_another_file(tmp_path):
+    m = tmp_path / "manifests"
+    m.mkdir()
+    (m / "a.yaml").write_text("name: sw_w1\nmodel: {path: m}\nengine: mocker\nroles: {agg: {workers: 3, gpus: 1}}\n")
+    (m / "z.yaml").write_text(SWEEP % "[1, 2]")
+    c = Controller(m, tmp_path / "state", LocalDriver(tmp_path / "state"))
+    first = _apply(c)
+    assert first.recipes["sw_w1"].roles.agg.workers == 3 and "also used by" in first.invalid["sw_w1"]
+    (m / "a.yaml").write_text("name: sw_w1\nmodel: {path: m}\nengine: nope\n")
+    broken = c.load_manifests()
+    assert broken.recipes["sw_w1"].roles.agg.workers == 3  # a.yaml's last spec, not z.yaml's variant

@@ -96,3 +96,12 @@ def test_a_block_is_consecutive_kept_across_asks_and_released_with_its_owner():
     assert not any(a.lookup("n", "r/agg_0", n) for n in ("nixl", "nixl+1"))
     with pytest.raises(PortsExhausted):
         a.allocate_block("n", "r/big", "nixl", 30)
+
+
+def test_a_block_whose_base_alone_was_relearnt_keeps_its_place():
+    a = NodePortAllocator(20000, 20100)
+    base = a.allocate_block("n", "r/agg_0", "nixl", 4)
+    fresh = NodePortAllocator(20000, 20100)  # ports.json lost: status only knows the base
+    assert fresh.claim("n", "r/agg_0", "nixl", base)
+    assert fresh.allocate_block("n", "r/agg_0", "nixl", 4) == base
+    assert fresh.allocate("n", "x/agg_0", "http") not in range(base, base + 4)

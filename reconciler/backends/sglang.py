@@ -72,7 +72,7 @@ class SGLangBackend(Backend):
                 "--nnodes", str(len(process.hosts)),
                 "--node-rank", str(process.node_rank),
             ]
-        if self._dynamo:
+        if self._dynamo and pop_keys(dict(args), "request-plane") is None:
             argv += ["--request-plane", self.recipe.dynamo.request_plane]
         return argv + cli_args(args)
 

@@ -85,9 +85,15 @@ class VLLMBackend(Backend):
     def _parallel(self, mode: Mode) -> tuple[int, int]:
         """(replica GPUs = TP x PP, data-parallel size) from the role's args."""
         args = self.get_config_for_mode(mode)
-        tp = int(get_key(args, "tensor-parallel-size", "tp") or 1)
-        pp = int(get_key(args, "pipeline-parallel-size", "pp") or 1)
-        dp = int(get_key(args, "data-parallel-size", "dp") or 1)
+        sizes = []
+        for names in (("tensor-parallel-size", "tp"), ("pipeline-parallel-size", "pp"), ("data-parallel-size", "dp")):
+            v = get_key(args, *names) or 1
+            if isinstance(v, bool) or not str(v).isdigit() or int(v) < 1:
+                from reconciler.topology import TopologyError
+
+                raise TopologyError(f"roles.{mode}.args.{names[0]}", f"expected a positive whole number, found {v!r}")
+            sizes.append(int(v))
+        tp, pp, dp = sizes
         return tp * pp, dp
 
     def _hybrid_dp(self, ep: Endpoint) -> bool:
@@ -136,11 +142,12 @@ class VLLMBackend(Backend):
             argv = [runtime.engine_python, "-m", "dynamo.vllm", "--model", runtime.model_path]
             if get_key(args, "served-model-name") is None:
                 argv += ["--served-model-name", runtime.served_model_name]
+            pop_keys(args, "disaggregation-mode", "is-prefill-worker", "is-decode-worker")  # the role decides
             if process.mode in MODE_FLAG:
                 argv += ["--disaggregation-mode", MODE_FLAG[process.mode]]
         else:
             argv = [self.vllm_serve_binary, "serve", runtime.model_path]
-            if process.node_rank == 0:
+            if process.node_rank == 0 or self._hybrid_dp(process.endpoint):  # hybrid LB: every node serves
                 argv += ["--host", "0.0.0.0", "--port", str(process.ports["http"])]
         if kv:
             argv += ["--kv-transfer-config", kv]
@@ -148,9 +155,14 @@ class VLLMBackend(Backend):
         if not self.should_set_visible_devices() and process.gpus:
             # srtctl's default: the engine picks its GPUs, no environment mask
             argv += ["--device-ids", ",".join(map(str, sorted(process.gpus)))]
-        if self._dynamo:
+        if self._dynamo and get_key(args, "request-plane") is None:
             argv += ["--request-plane", self.recipe.dynamo.request_plane]
         return argv + cli_args(args)
+
+    def allocate_endpoints(self):
+        for mode, _ in self.recipe.roles.items():
+            self._parallel(mode)  # a parallel size that is not a number is the recipe's error, at load
+        return super().allocate_endpoints()
 
     def _layout(self, process: Process, recipe_rpc: object) -> list[str]:
         ep = process.endpoint

@@ -132,8 +132,10 @@ def load_recipe(path: str | Path, cluster: Cluster | None = None) -> LoadedRecip
     return _single(load_file(path, cluster), str(path))
 
 
-def load_text(text: str, path: str, cluster: Cluster | None = None) -> LoadedRecipe:
-    return _single(load_all(text, path, cluster), path)
+def load_text(text: str, path: str, cluster: Cluster | None = None, preflight: bool = True) -> LoadedRecipe:
+    """``preflight=False``: skip the checks of this host's view (the model directory exists, the
+    Dynamo version is one): a spec that already ran is not refused for them."""
+    return _single(load_all(text, path, cluster, preflight), path)
 
 
 def _single(loaded: list[LoadedRecipe], path: str) -> LoadedRecipe:
@@ -143,7 +145,7 @@ def _single(loaded: list[LoadedRecipe], path: str) -> LoadedRecipe:
     return loaded[0]
 
 
-def load_all(text: str, path: str, cluster: Cluster | None = None) -> list[LoadedRecipe]:
+def load_all(text: str, path: str, cluster: Cluster | None = None, preflight: bool = True) -> list[LoadedRecipe]:
     bounds.check_size(path, len(text.encode(errors="replace")))
     root = bounds.check_text(text, path)
     data = parse_yaml(text, path)
@@ -154,20 +156,21 @@ def load_all(text: str, path: str, cluster: Cluster | None = None) -> list[Loade
     lines = key_lines(text, root)
     bounds.check_values(data, path, lines)
     if not variants.is_variant_file(data):
-        lr = _load_data(data, path, lines, cluster)
+        lr = _load_data(data, path, lines, cluster, preflight)
         lr.text = text
         return [lr]
     try:
         expanded = variants.expand(data, path)
     except RecipeError as e:
-        e.line = e.line or _line(tuple(_split(e.key)), {}, lines)
+        parts = tuple(_split(e.key))
+        e.line = e.line or next((lines[parts[:n]] for n in range(len(parts), 0, -1) if parts[:n] in lines), None)
         raise
     # a variant's keys sit under base: (or its own section) in the file: base lines locate them
     base_lines = {k[1:]: n for k, n in lines.items() if k[:1] == ("base",) and len(k) > 1} or lines
     out, problems = [], []
     for name, d in expanded:
         try:
-            lr = _load_data(copy.deepcopy(d), f"{path} [{name}]", base_lines, cluster)
+            lr = _load_data(copy.deepcopy(d), f"{path} [{name}]", base_lines, cluster, preflight)
         except RecipeError as e:
             problems += e.problems()
             continue
@@ -182,7 +185,8 @@ def load_all(text: str, path: str, cluster: Cluster | None = None) -> list[Loade
     return out
 
 
-def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster | None = None) -> LoadedRecipe:
+def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster | None = None,
+               preflight: bool = True) -> LoadedRecipe:
     where: dict[tuple, str] = {}
     notes: list[str] = []
     layout = "v2"
@@ -211,13 +215,14 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster 
         recipe = Recipe.model_validate(data)
     except ValidationError as e:
         raise _located(e, path, data, where, lines) from None
-    _check_model_path(recipe, path, cluster, lines)
-    try:
-        from reconciler.dynamo_install import preamble
+    if preflight:
+        _check_model_path(recipe, path, cluster, lines)
+        from reconciler.dynamo_install import check_version
 
-        preamble(recipe)
-    except ValueError as e:
-        raise RecipeError(path, str(e), key="dynamo.version", line=lines.get(("dynamo", "version"))) from None
+        try:
+            check_version(recipe)
+        except ValueError as e:
+            raise RecipeError(path, str(e), key="dynamo.version", line=lines.get(("dynamo", "version"))) from None
     try:
         recipe.backend.allocate_endpoints()
     except TopologyError as e:

@@ -97,8 +97,12 @@ class Controller:
         facts = self.observer.cluster(ports, now)
         reassigned = reassign_after_bind_failures(ports, facts.bind_failures, now)
         pre = Observed(facts.allocs, facts.steps)
+        # a file that cannot be loaded, with no usable last spec: what runs under its names is
+        # left alone (held), never mistaken for a deleted recipe
+        unusable = {n: f"its file cannot be loaded and there is no usable last applied spec: {why.splitlines()[0]}"
+                    for n, why in m.invalid.items() if n not in m.recipes}
         desired = build_desired(m.recipes, pre, ports, self.state.root, self.python, m.files_seen,
-                                self._desired_cache, self.allow_empty)
+                                self._desired_cache, self.allow_empty, hold=unusable)
         ready, health = self.observer.health(desired, facts.steps, now)
         observed = Observed(facts.allocs, facts.steps, ready, health, dict(self.executor.failures))
         p = plan(desired, observed, now)

@@ -44,7 +44,11 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
                 stable_at = 0.0
             if stable_at > now:
                 m.settling[path] = stable_at
-                _keep_last_applied(m, state, path, known.get(path, []), True, cluster)
+                applied = known.get(path) or _expanded_from(state, path)
+                _keep_last_applied(m, state, path, applied, True, cluster)
+                for name in applied or ([f.stem] if f.stem in state.known_recipes() else []):
+                    if name not in m.recipes:  # held while the file settles: never mistaken for deleted
+                        m.invalid[name] = f"{path}: being written; its last applied spec is not usable"
                 continue
         try:
             escape = outside_link(directory, f)
@@ -52,16 +56,18 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
                 raise RecipeError(path, escape.split(": ", 1)[1])
             loaded: list[LoadedRecipe] = load_file(f, cluster)
         except Exception as e:  # noqa: BLE001 - one unreadable file must not stop the others
-            names = known.get(path) or [f.stem]
+            # what this file declared when last read (or, files.json lost, what its variants say)
+            applied = known.get(path) or _expanded_from(state, path)
+            names = applied or [f.stem]
             msg = str(e) if isinstance(e, RecipeError) else f"{path}: cannot load: {type(e).__name__}: {e}"
             for name in names:
                 m.invalid[name] = msg
-            _keep_last_applied(m, state, path, [n for n in names if n in _all(known)], False, cluster)
+            _keep_last_applied(m, state, path, applied, False, cluster)
             m.paths[path] = names
             continue
         for lr in loaded:
             name = lr.recipe.name
-            if name in m.texts:
+            if name in m.recipes:  # claimed by an earlier file (a broken one keeps its claim)
                 other = next(p for p, ns in m.paths.items() if name in ns)
                 m.invalid[name] = f"{path}: recipe name {name!r} is also used by {other}; this file is ignored"
                 continue
@@ -69,6 +75,12 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
             m.texts[name] = lr.text
             m.paths.setdefault(path, []).append(name)
     return m
+
+
+def _expanded_from(state: StateDir, path: str) -> list[str]:
+    """The deployments a sweep / override file produced, from their last-applied specs (files.json lost)."""
+    head = f"# expanded from {path}\n"
+    return [n for n in state.known_recipes() if (state.last_applied(n) or "").startswith(head)]
 
 
 def _all(known: dict[str, list[str]]) -> set[str]:
@@ -83,7 +95,7 @@ def _keep_last_applied(m: Manifests, state: StateDir, path: str, names: list[str
         if last is None or name in m.recipes:
             continue
         try:
-            m.recipes[name] = load_text(last, f"{path} (last applied)", cluster).recipe
+            m.recipes[name] = load_text(last, f"{path} (last applied)", cluster, preflight=False).recipe
         except Exception:  # noqa: BLE001 - no usable last spec: the recipe is only Invalid (or waits)
             continue
         if name not in m.paths.setdefault(path, []):
