@@ -105,6 +105,9 @@ def parse_step(name: str, owner: str, recipes: dict[str, str] | None = None) -> 
     if not m or m["owner"] != owner:
         return None
     recipe = (recipes or {}).get(m["recipe"], m["recipe"])
+    if "~" in recipe and recipes is not None:
+        # an abbreviation no allocation of this read explains: never guess (it would look deleted)
+        return None
     return StepLabel(recipe, m["role"], int(m["index"]), int(m["rank"]), m["hash"])
 
 

@@ -77,7 +77,8 @@ def test_long_recipe_names_are_abbreviated_stably_in_labels_and_kept_whole_in_th
     step = labels.step_name("me", LONG, "decode", 1, 0, "abc")
     assert len(step) < 128
     assert labels.parse_step(step, "me", labels.tags({LONG, "short"})).recipe == LONG
-    assert labels.parse_step(step, "me").recipe == tag  # no allocation seen: the tag stands in
+    assert labels.parse_step(step, "me").recipe == tag  # no allocation map given: the tag stands in
+    assert labels.parse_step(step, "me", {}) is None  # its allocation not in this read: left alone, not pruned
 
 
 def test_slurm_parse_resolves_long_names_through_the_allocation():
