@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from collections.abc import Mapping
 
@@ -155,6 +155,9 @@ def worker_units(
         role_container = (role.container or container) if container_ok else None
         # srtctl installs the recipe's Dynamo into the container first; on the hosts it is there already
         pre = dynamo_install.preamble(recipe) if role_container else []
+        role_runtime = runtime
+        if not role_container and runtime.model_path == MODEL_MOUNT and _model_mount(recipe):
+            role_runtime = replace(runtime, model_path=recipe.model.path)  # this role runs on the host
         launches = []
         for p in ps:
             env = dict(recipe.environment)
@@ -162,7 +165,7 @@ def worker_units(
             env.update(backend.get_process_environment(p))
             if backend.should_set_visible_devices() and ep.partial_node:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ep.gpus))
-            argv = pre + backend.build_worker_command(p, runtime)
+            argv = pre + backend.build_worker_command(p, role_runtime)
             if srun.per_process:
                 nodes, ntasks = (p.node,), 1
             else:

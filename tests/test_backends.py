@@ -473,3 +473,12 @@ def test_review_fixes_vllm_and_mounts():
                  "engine: sglang\nsrun_options: {container-mounts: '/x:/x'}\nroles: {agg: {workers: 1, gpus: 1}}\n"),
             "agg")
     assert m["srun_options"]["container-mounts"] == "/models/q:/model,/st/mnt/configs:/st/mnt/configs,/x:/x"
+
+
+def test_a_role_without_a_container_reads_the_model_from_its_host_path():
+    rs = rows("name: mix\nmodel: {path: /models/q}\nresources: {gpus_per_node: 8}\nengine: sglang\n"
+              "frontend: {type: sglang-router}\nroles:\n  prefill: {workers: 1, gpus: 1, container: img.sqsh}\n"
+              "  decode: {workers: 1, gpus: 1}\n")
+    p, d = one(rs, "prefill"), one(rs, "decode")
+    assert _opt(p, "--model-path") == "/model" and "container-mounts" in p["srun_options"]
+    assert _opt(d, "--model-path") == "/models/q" and d["container"] is None
