@@ -236,3 +236,15 @@ def test_v1_keys_srtctl_moved_are_read_in_their_2_0_place():
     assert lr.recipe.benchmark.placement.node == "dedicated"
     assert lr.recipe.dynamo.source.patches == ["x = 1"]
     assert lr.recipe.infra.nats_max_payload_mb == 16
+
+
+def test_home_and_relative_model_paths_become_absolute_paths_that_can_be_mounted(tmp_path):
+    import os
+
+    lr = load(BASE.replace("path: /models/m", "path: ./weights/m"), str(tmp_path / "r.yaml"))
+    assert lr.recipe.model.path == str(tmp_path / "weights" / "m")
+    lr = load(BASE.replace("path: /models/m", "path: ../w"), str(tmp_path / "sub" / "r.yaml"))
+    assert lr.recipe.model.path == str(tmp_path / "w")
+    lr = load(BASE.replace("path: /models/m", "path: ~/w"))
+    assert lr.recipe.model.path == os.path.expanduser("~/w")
+    assert load(BASE).recipe.model.path == "/models/m"

@@ -8,6 +8,7 @@ included) and its line.
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,6 +202,7 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster 
             raise RecipeError(path, str(e)) from None
     data, cluster_notes = apply_cluster(data, cluster)
     notes += cluster_notes
+    _absolute_model_path(data, path, notes)
     if "name" not in data:
         stem = Path(path).stem
         if not NAME_RE.fullmatch(stem) or ".." in stem:
@@ -227,6 +229,18 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster 
         raise RecipeError(path, e.message, key=v1.v1_path(parts, where), line=_line(parts, where, lines)) from None
     carried = {v1.v1_path(tuple(k.split(".")), where): why for k, why in not_acted_on(recipe, data).items()}
     return LoadedRecipe(path, recipe, layout, notes, carried)
+
+
+def _absolute_model_path(data: dict, path: str, notes: list[str]) -> None:
+    """``~/m`` and ``./m`` are paths on this host: made absolute (the manifest's directory for a
+    relative one), so that they can be mounted at /model and mean the same on every node."""
+    model = data.get("model")
+    p = model.get("path") if isinstance(model, dict) else None
+    if not isinstance(p, str) or not p.startswith(("~", "./", "../")):
+        return
+    resolved = Path(p).expanduser() if p.startswith("~") else Path(path.split(" [")[0].split(" (")[0]).parent / p
+    model["path"] = str(Path(os.path.normpath(resolved.absolute())))
+    notes.append(f"model.path {p} is {model['path']}")
 
 
 def _check_model_path(recipe: Recipe, path: str, cluster: Cluster | None, lines: dict) -> None:
