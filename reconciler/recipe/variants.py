@@ -1,6 +1,7 @@
 """Sweep files and base/override files -> the plain recipes srtctl would submit.
 
-srtctl turns one file into several jobs in two ways (srt-slurm src/srtctl/core/sweep.py, docs/sweeps.md and docs/overrides.md):
+srtctl turns one file into several jobs in two ways (srt-slurm src/srtctl/core/sweep.py,
+docs/sweeps.md and docs/overrides.md):
 
 * a top-level ``sweep:`` maps parameter -> list of values; one job per combination (Cartesian by
   default, ``mode: zip`` pairs the i-th values); every ``"{param}"`` in the recipe is substituted and
