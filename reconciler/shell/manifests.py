@@ -83,10 +83,6 @@ def _expanded_from(state: StateDir, path: str) -> list[str]:
     return [n for n in state.known_recipes() if (state.last_applied(n) or "").startswith(head)]
 
 
-def _all(known: dict[str, list[str]]) -> set[str]:
-    return {n for ns in known.values() for n in ns}
-
-
 def _keep_last_applied(m: Manifests, state: StateDir, path: str, names: list[str], texts: bool,
                        cluster: Cluster | None) -> None:
     """The file cannot be applied now: its recipes stay on the last spec applied from it."""
