@@ -112,8 +112,12 @@ def _model_mount(recipe: Recipe) -> str | None:
     return path
 
 
+def _containers_allowed(recipe: Recipe, backend) -> bool:
+    return recipe.reconcile.container_runtime != "none" and backend.uses_container()
+
+
 def _containers_used(recipe: Recipe) -> bool:
-    return recipe.reconcile.container_runtime != "none" and recipe.backend.uses_container() and any(
+    return _containers_allowed(recipe, recipe.backend) and any(
         (r.container or recipe.model.container) for _, r in recipe.roles.items())
 
 
@@ -146,7 +150,7 @@ def worker_units(
         by_ep.setdefault((p.mode, p.index), []).append(p)
     srun = backend.get_srun_config()
     container = _container(recipe, backend)
-    container_ok = recipe.reconcile.container_runtime != "none" and backend.uses_container()
+    container_ok = _containers_allowed(recipe, backend)
     units = []
     for ep in endpoints:
         ps = by_ep[(ep.mode, ep.index)]
@@ -220,9 +224,7 @@ def _frontend_args(args: Mapping[str, object]) -> list[str]:
 
 
 def _container(recipe: Recipe, backend) -> str | None:
-    if recipe.reconcile.container_runtime == "none" or not backend.uses_container():
-        return None
-    return recipe.model.container
+    return recipe.model.container if _containers_allowed(recipe, backend) else None
 
 
 def endpoints_path(state_dir: Path, recipe: str) -> Path:

@@ -15,7 +15,7 @@ from typing import ClassVar, Literal
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
-from reconciler.backends.base import Backend, HealthProbe, Runtime, cli_args, pop_keys
+from reconciler.backends.base import Backend, HealthProbe, Runtime, cli_args, get_key, pop_keys
 from reconciler.topology import Endpoint, Mode, Process
 
 MANAGED = frozenset({"model-path", "host", "port", "dist-init-addr", "nnodes", "node-rank",
@@ -54,14 +54,14 @@ class SGLangBackend(Backend):
         mode = pop_keys(args, "disaggregation-mode") or (process.mode if process.mode != "agg" else None)
         module = "dynamo.sglang" if self._dynamo else "sglang.launch_server"
         argv = [runtime.engine_python, "-m", module, "--model-path", runtime.model_path]
-        if pop_keys(dict(args), "served-model-name") is None:
+        if get_key(args, "served-model-name") is None:
             argv += ["--served-model-name", runtime.served_model_name]
         argv += ["--host", "0.0.0.0", "--port", str(process.ports["http"]), "--nccl-port", str(process.ports["nccl"])]
-        if pop_keys(dict(args), "enable-metrics") is None:
+        if get_key(args, "enable-metrics") is None:
             argv.append("--enable-metrics")
         if mode in ("prefill", "decode"):
             argv += ["--disaggregation-mode", mode]
-            if not self._dynamo and pop_keys(dict(args), "skip-server-warmup") is None:
+            if not self._dynamo and get_key(args, "skip-server-warmup") is None:
                 # srtctl: SGLang's synthetic warmup can hold a disaggregated server's readiness for minutes
                 argv.append("--skip-server-warmup")
             if mode == "prefill" and "bootstrap" in process.ports:
@@ -72,7 +72,7 @@ class SGLangBackend(Backend):
                 "--nnodes", str(len(process.hosts)),
                 "--node-rank", str(process.node_rank),
             ]
-        if self._dynamo and pop_keys(dict(args), "request-plane") is None:
+        if self._dynamo and get_key(args, "request-plane") is None:
             argv += ["--request-plane", self.recipe.dynamo.request_plane]
         return argv + cli_args(args)
 
