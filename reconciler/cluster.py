@@ -42,6 +42,13 @@ class HostRuntime(Strict):
     env: Env = {}  # added to every engine process (PATH, VIRTUAL_ENV, HF_HOME, ...)
 
 
+class DiscoveryConfig(Strict):
+    """How Dynamo components find each other on this cluster (ours; srtctl always runs etcd)."""
+
+    backend: Literal["etcd", "file"] = "etcd"
+    shared_dir: str | None = None  # file discovery across nodes: a directory every node mounts
+
+
 class ClusterConfig(Strict):
     cluster: str | None = None
     default_account: str | None = None
@@ -77,13 +84,14 @@ class ClusterConfig(Strict):
     # ours
     host_runtime: HostRuntime | None = None
     default_srun_options: dict[str, EnvValue] = {}
+    discovery: DiscoveryConfig | None = None
 
 
 # keys this reconciler reads; the rest are srtctl's and reported as carried
 ACTED_ON = frozenset({
     "default_account", "default_partition", "default_time_limit", "gpus_per_node", "default_gpu_type",
     "default_sbatch_directives", "model_paths", "containers", "default_mounts",
-    "host_runtime", "default_srun_options", "preflight",
+    "host_runtime", "default_srun_options", "preflight", "discovery",
 })
 
 
@@ -177,6 +185,13 @@ def apply(data: dict[str, Any], cluster: Cluster | None) -> tuple[dict[str, Any]
         if c.host_runtime.env and isinstance(d.get("environment", {}), dict):
             d["environment"] = {**c.host_runtime.env, **d.get("environment", {})}
         notes.append(f"host runtime from the cluster config: no container, {c.host_runtime.python}")
+    if c.discovery is not None:
+        rec = d.setdefault("reconcile", {})
+        if isinstance(rec, dict):
+            rec.setdefault("discovery", c.discovery.backend)
+            if c.discovery.shared_dir:
+                rec.setdefault("discovery_dir", c.discovery.shared_dir)
+            notes.append(f"discovery from the cluster config: {rec.get('discovery')}")
     return d, notes
 
 

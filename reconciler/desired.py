@@ -20,7 +20,10 @@ from collections.abc import Mapping
 from reconciler.ports import NodePortAllocator, PortsExhausted
 from reconciler.recipe.model import Recipe
 from reconciler.topology import Endpoint
-from reconciler.units import FRONTEND, frontend_unit, runtime_for, worker_units
+from reconciler.frontends import frontend_unit
+from reconciler.services import discovery_of, resolve
+from reconciler.services.units import discovery_env, service_units
+from reconciler.units import FRONTEND, _container, runtime_for, worker_units
 from reconciler.world import Alloc, AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy
 
 
@@ -98,12 +101,25 @@ def build_recipe(
             hostnames[o] = alloc.nodes[o - alloc.start]
         placed.append(ep)
         job_of[(ep.mode, ep.index)] = alloc.job_id
-    units = worker_units(recipe, placed, hostnames, ports, runtime) if placed else []
     head_alloc = next((a for a in live if a.covers((0,))), None)
+    head = head_alloc.nodes[0 - head_alloc.start] if head_alloc is not None and head_alloc.running else None
+    svc_specs = resolve(recipe)
+    disc_env = discovery_env(recipe, svc_specs, discovery_of(recipe), head, ports, state_dir)
+    units = worker_units(recipe, placed, hostnames, ports, runtime, disc_env) if placed else []
     fe = None
-    if head_alloc is not None and head_alloc.running:
-        fe = frontend_unit(recipe, head_alloc.nodes[0 - head_alloc.start], ports, runtime, state_dir)
-        job_of[(FRONTEND, 0)] = head_alloc.job_id
+    services: list = []
+    if head is not None:
+        fe = frontend_unit(recipe, head, ports, runtime, state_dir, disc_env)
+        job_of[(FRONTEND, 0)] = head_alloc.job_id  # type: ignore[union-attr]
+        services = service_units(recipe, svc_specs, head, ports, state_dir, disc_env, _container(recipe, recipe.backend))
+        for u in services:
+            job_of[(u.role, 0)] = head_alloc.job_id  # type: ignore[union-attr]
+    else:
+        waiting += [(s.role, 0) for s in svc_specs if not s.external]
+    gates: dict[str, tuple[str, ...]] = {}
+    for s in svc_specs:
+        if not s.external:
+            gates[s.phase] = (*gates.get(s.phase, ()), s.role)
     pending = "; ".join(f"allocation {a.index} (job {a.job_id}) {a.state.lower()}: {a.reason}"
                         for a in live if not a.running and a.reason and a.reason != "None")
     return DesiredRecipe(
@@ -112,7 +128,7 @@ def build_recipe(
         unplaceable=tuple(unplaceable), job_of=job_of, pending_reason=pending,
         restart={m: RestartPolicy(**r.restart.model_dump()) for m, r in recipe.roles.items()},
         startup_grace=recipe.health_check.max_attempts * recipe.health_check.interval_seconds,
-        liveness_failures=recipe.reconcile.liveness_failures,
+        liveness_failures=recipe.reconcile.liveness_failures, services=tuple(services), gates=gates,
     )
 
 

@@ -28,6 +28,7 @@ class Life:
     ready_since: float | None = None
     probe_failures: int = 0
     fatal: str | None = None
+    log_ready: bool = False  # a ``log`` readiness probe's pattern matched in this life
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (inode, offset)
     partial: dict[int, bytes] = field(default_factory=dict)  # rank -> unterminated last line
 
@@ -66,11 +67,12 @@ class HealthTracker:
         return self.missing_since.setdefault(key, now)
 
     def scan_logs(self, unit: Unit) -> None:
-        """Look for the first fatal line of this life in each rank's log."""
-        if not unit.fatal_patterns:
+        """Look for the first fatal line of this life in each rank's log (and a readiness line)."""
+        ready_pattern = re.compile(unit.probe_arg) if unit.probe == "log" else None
+        if not unit.fatal_patterns and ready_pattern is None:
             return
         life = self.life(unit.key)
-        if life.fatal:
+        if life.fatal or (not unit.fatal_patterns and life.log_ready):
             return
         patterns = [re.compile(p) for p in unit.fatal_patterns]
         for launch in unit.launches:
@@ -92,6 +94,8 @@ class HealthTracker:
             life.partial[launch.rank] = lines.pop()[-4096:]  # keep an incomplete last line for next time
             for raw in lines:
                 line = raw.decode(errors="replace").rstrip("\r")
+                if ready_pattern is not None and ready_pattern.search(line):
+                    life.log_ready = True
                 if any(p.search(line) for p in patterns):
                     life.fatal = line
                     return

@@ -7,7 +7,10 @@ from pathlib import Path
 
 from reconciler.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
-from reconciler.units import Unit, frontend_unit, node_count, runtime_for, worker_units
+from reconciler.frontends import frontend_unit
+from reconciler.services import discovery_of, resolve
+from reconciler.services.units import discovery_env, service_units
+from reconciler.units import Unit, _container, node_count, runtime_for, worker_units
 
 
 def render_units(recipe: Recipe, nodes: list[str] | None, state_dir: Path, python: str | None = None) -> list[Unit]:
@@ -18,9 +21,13 @@ def render_units(recipe: Recipe, nodes: list[str] | None, state_dir: Path, pytho
     ports = NodePortAllocator()
     runtime = runtime_for(recipe, state_dir, python or sys.executable)
     endpoints = recipe.backend.allocate_endpoints()
-    units = worker_units(recipe, endpoints, dict(enumerate(hostnames)), ports, runtime)
-    fe = frontend_unit(recipe, hostnames[0], ports, runtime, state_dir)
-    return units + ([fe] if fe else [])
+    specs = resolve(recipe)
+    disc_env = discovery_env(recipe, specs, discovery_of(recipe), hostnames[0], ports, state_dir)
+    services = service_units(recipe, specs, hostnames[0], ports, state_dir, disc_env,
+                             _container(recipe, recipe.backend))
+    units = worker_units(recipe, endpoints, dict(enumerate(hostnames)), ports, runtime, disc_env)
+    fe = frontend_unit(recipe, hostnames[0], ports, runtime, state_dir, disc_env)
+    return services + units + ([fe] if fe else [])
 
 
 def as_rows(units: list[Unit]) -> list[dict]:
@@ -35,6 +42,6 @@ def as_rows(units: list[Unit]) -> list[dict]:
                 "health": f"http://{u.nodes[0]}:{u.health_port}{u.health_path}" if u.health_port else None,
                 "metrics": f"http://{u.nodes[0]}:{u.health_port}{u.metrics_path}"
                 if u.health_port and u.metrics_path else None,
-                "files": sorted(u.files),
+                "files": sorted(u.files), "probe": u.probe, **({"phase": u.phase} if u.phase else {}),
             })
     return rows

@@ -19,7 +19,10 @@ def build_status(
     """Conditions and worker rows from the desired state and the plan's named results (``rp``)."""
     rp = rp or RecipePlan(name)
     rows = worker_rows(name, d, o, rp, launches, exits or {}) if d else []
-    workers = [r for r in rows if r["role"] != FRONTEND]
+    workers = [r for r in rows if r["role"] in ROLES]
+    services = [r for r in rows if r["role"].startswith("svc-")]
+    critical = {u.role for u in d.services if u.critical} if d else set()
+    services_up = all(r["ready"] for r in services if r["role"] in critical)  # the rest: Degraded only
     ready = sum(r["ready"] for r in workers)
     want = len(workers)
     fe = next((r for r in rows if r["role"] == FRONTEND), None)
@@ -38,9 +41,10 @@ def build_status(
     # nothing left to do but some workers are down for good: stalled, not progressing
     stalled = bool(failed) and all(r["ready"] or r["phase"] == "Failed" for r in workers)
     all_ready = d is not None and not suspended and want > 0 and ready == want and not d.waiting and (
-        fe is None or fe["ready"])
+        fe is None or fe["ready"]) and services_up
     cond("Ready", all_ready, "AllReady" if all_ready else ("Suspended" if suspended else "NotReady"),
-         f"{ready}/{want} workers ready" + (f", frontend {'ready' if fe['ready'] else 'not ready'}" if fe else ""))
+         f"{ready}/{want} workers ready" + (f", frontend {'ready' if fe['ready'] else 'not ready'}" if fe else "")
+         + (f", services {sum(r['ready'] for r in services)}/{len(services)} ready" if services else ""))
     if d is None:
         cond("Progressing", False, "NoSpec", "no desired state: see Invalid, or the recipe's error")
     elif suspended:
@@ -59,7 +63,7 @@ def build_status(
         cond("Progressing", True, "WaitingForReady", f"{ready}/{want} workers ready")
     else:
         cond("Progressing", False, "Converged", "every worker runs the current spec and is ready")
-    down = [r["name"] for r in workers if r["phase"] in ("Pending", "BackOff", "Failed")
+    down = [r["name"] for r in services + workers if r["phase"] in ("Pending", "BackOff", "Failed")
             and launches.get(r["name"], {}).get("launches", 0) > 0]
     cond("Degraded", bool(down), "WorkersFailed" if failed else ("WorkersDown" if down else "AsExpected"),
          (f"not restarted: {', '.join(failed)}; " if failed else "")
@@ -139,5 +143,5 @@ def worker_rows(
                      "restarts": _restarts(launches, f"{role}_{index}"),
                      "lastExit": _exit(exits.get(f"{role}_{index}"))})
     order = {r: i for i, r in enumerate(ROLES + (FRONTEND,))}
-    rows.sort(key=lambda r: (order.get(r["role"], 9), r["index"]))
+    rows.sort(key=lambda r: (-1 if r["role"].startswith("svc-") else order.get(r["role"], 9), r["role"], r["index"]))
     return rows

@@ -55,6 +55,18 @@ class Unit:
     fatal_patterns: tuple[str, ...] = ()
     srun_options: tuple[tuple[str, str], ...] = ()
     spec_hash: str = ""
+    # how Ready is told: http (GET health_path is 200), dynamo (a Dynamo system server whose
+    # endpoints are all ready), tcp (the port accepts), log (a line matches probe_arg),
+    # file (probe_arg exists, non-empty), started (running is enough)
+    probe: str = "http"
+    probe_arg: str = ""
+    phase: str = ""  # services only: infra | before_workers | with_workers | after_frontend
+    startup_timeout: float | None = None  # None: the recipe's startup grace
+    critical: bool = False
+
+    @property
+    def is_service(self) -> bool:
+        return bool(self.phase)
 
     @property
     def name(self) -> str:
@@ -141,8 +153,10 @@ def worker_units(
     hostnames: Mapping[int, str],
     ports: NodePortAllocator,
     runtime: Runtime,
+    extra_env: Mapping[str, str] | None = None,
 ) -> list[Unit]:
-    """Units for ``endpoints`` (all of whose node ordinals must be in ``hostnames``)."""
+    """Units for ``endpoints`` (all of whose node ordinals must be in ``hostnames``);
+    ``extra_env``: the discovery environment of a Dynamo recipe, under the recipe's own."""
     backend = recipe.backend
     procs = backend.endpoints_to_processes(endpoints, hostnames, ports, f"{recipe.name}/")  # type: ignore[arg-type]
     by_ep: dict[tuple[str, int], list[Process]] = {}
@@ -164,7 +178,8 @@ def worker_units(
             role_runtime = replace(runtime, model_path=recipe.model.path)  # this role runs on the host
         launches = []
         for p in ps:
-            env = dict(recipe.environment)
+            env = dict(extra_env or {})
+            env.update(recipe.environment)
             env.update(backend.get_environment_for_mode(ep.mode))
             env.update(backend.get_process_environment(p))
             if backend.should_set_visible_devices() and ep.partial_node:
@@ -190,37 +205,10 @@ def worker_units(
             recipe=recipe.name, role=ep.mode, index=ep.index, ordinals=ep.nodes, nodes=hosts, gpus=ep.gpus,
             ports=dict(ps[0].ports), launches=launches_t, container=role_container, files=files,
             health_port=ps[0].ports.get(probe.port_name), health_path=probe.path,
-            metrics_path=backend.prometheus_metrics_path, fatal_patterns=patterns,
+            metrics_path=backend.prometheus_metrics_path, fatal_patterns=patterns, probe=probe.kind,
             srun_options=srun_opts, spec_hash=spec_hash(launches_t, role_container, files, srun_opts),
         ))
     return units
-
-
-def frontend_unit(
-    recipe: Recipe, head: str, ports: NodePortAllocator, runtime: Runtime, state_dir: Path
-) -> Unit | None:
-    """The builtin router, on the recipe's head node; None for other frontend types."""
-    if recipe.frontend.type != "builtin":
-        return None
-    owner = f"{recipe.name}/{FRONTEND}_0"  # the unit name: what bookkeeping keeps alive
-    port = recipe.frontend.port or ports.allocate(head, owner, "http")
-    endpoints_file = str(endpoints_path(state_dir, recipe.name))
-    argv = [runtime.python, "-m", "reconciler.router", "--host", "0.0.0.0", "--port", str(port),
-            "--endpoints-file", endpoints_file, "--model-name", runtime.served_model_name]
-    argv += _frontend_args(recipe.frontend.args)
-    env = tuple(sorted({**recipe.environment, **recipe.frontend.env, "PYTHONUNBUFFERED": "1"}.items()))
-    launch = Launch(0, (head,), 1, None, tuple(argv), env)
-    return Unit(
-        recipe=recipe.name, role=FRONTEND, index=0, ordinals=(0,), nodes=(head,), gpus=(), ports={"http": port},
-        launches=(launch,), container=None, health_port=port, health_path="/health", metrics_path="/metrics",
-        spec_hash=spec_hash((launch,), None, {}),
-    )
-
-
-def _frontend_args(args: Mapping[str, object]) -> list[str]:
-    from reconciler.backends.base import cli_args
-
-    return cli_args(dict(args))
 
 
 def _container(recipe: Recipe, backend) -> str | None:

@@ -186,18 +186,21 @@ class DesiredRecipe:
     restart: Mapping[str, RestartPolicy] = field(default_factory=dict)  # role -> policy (frontend: default)
     startup_grace: float = 1800.0  # seconds a new life may take to become Ready
     liveness_failures: int = 3  # consecutive failed probes after Ready that mean "dead"
+    services: tuple[Unit, ...] = ()  # service instances placed on the head allocation
+    # service roles that must be Ready before anything of a later phase starts: phase -> roles
+    gates: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def policy(self, role: str) -> RestartPolicy:
         return self.restart.get(role, RestartPolicy())
 
     @property
     def all_units(self) -> tuple[Unit, ...]:
-        """The placed workers and the frontend (when there is one)."""
-        return self.units + ((self.frontend,) if self.frontend else ())
+        """The placed services, workers and the frontend (when there is one)."""
+        return self.services + self.units + ((self.frontend,) if self.frontend else ())
 
     @property
     def unit_keys(self) -> set[tuple[str, int]]:
-        return {(u.role, u.index) for u in self.units} | set(self.waiting)
+        return {(u.role, u.index) for u in self.services + self.units} | set(self.waiting)
 
 
 @dataclass(frozen=True)

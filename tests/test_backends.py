@@ -213,7 +213,9 @@ roles:
 
 def test_trtllm_is_one_mpi_launch_per_endpoint_with_config_file():
     rs = rows(TRT)
-    assert len(rs) == 2  # one launch per endpoint, not per node
+    # one launch per endpoint, not per node; then etcd and the Dynamo frontend on the head node
+    assert [(r["role"], r["nodes"]) for r in rs] == [("svc-etcd", ["node1"]), ("prefill", ["node1"]),
+                                                    ("decode", ["node2", "node3"]), ("frontend", ["node1"])]
     d = one(rs, "decode")
     assert d["nodes"] == ["node2", "node3"] and d["ntasks"] == 16 and d["mpi"] == "pmix"
     # srtctl: Dynamo is installed first (0.8.0: the recipe names none), then the MPI ranks
@@ -239,7 +241,7 @@ def test_trtllm_is_one_mpi_launch_per_endpoint_with_config_file():
         "roles: {agg: {nodes: 1, workers: 1, gpus: 8, args: {kv_cache_config: {free_gpu_memory_fraction: 0.5}}}}\n",
         "t.yaml",
     ).recipe
-    (u,) = render_units(recipe, None, STATE)
+    (u,) = [u for u in render_units(recipe, None, STATE) if u.role == "agg"]
     assert yaml.safe_load(u.files["/st/tr/configs/trtllm_agg.yaml"]) == {
         "kv_cache_config": {"free_gpu_memory_fraction": 0.5}, "enable_iter_perf_stats": False}
 
@@ -314,7 +316,20 @@ def test_mocker_behind_dynamo_renders_dynamo_mocker():
     ]  # srtctl: no --model-name, only non-default optional knobs
     assert a["health"].endswith(f":{a['ports']['system']}/health")
     assert a["env"]["DYN_SYSTEM_PORT"] == str(a["ports"]["system"])
-    assert not any(r["role"] == "frontend" for r in rows(MOCKER % "dynamo"))
+    rs = rows(MOCKER % "dynamo")
+    etcd, fe = one(rs, "svc-etcd"), one(rs, "frontend")
+    # etcd (implied by the Dynamo frontend) first, fresh data dir, ports from the allocator
+    c, p = etcd["ports"]["client"], etcd["ports"]["peer"]
+    assert etcd["phase"] == "infra" and etcd["probe"] == "tcp" and etcd["health"] == f"http://node1:{c}/"
+    assert etcd["argv"][:3] == ["/bin/sh", "-c", etcd["argv"][2]] and etcd["argv"][5] == "etcd"
+    assert f"http://0.0.0.0:{c}" in etcd["argv"] and f"http://node1:{c}" in etcd["argv"]
+    assert f"http://127.0.0.1:{p}" in etcd["argv"]
+    # srtctl: python3 -m dynamo.frontend --http-port=P, the workers' discovery env
+    assert fe["argv"] == ["python3", "-m", "dynamo.frontend", f"--http-port={fe['ports']['http']}"]
+    for r in (a, fe):
+        assert r["env"]["ETCD_ENDPOINTS"] == f"http://node1:{c}" and r["env"]["DYN_REQUEST_PLANE"] == "tcp"
+        assert "NATS_SERVER" not in r["env"]  # 2.0: NATS only when a plane asks for it
+    assert a["probe"] == "dynamo"
 
 
 def test_mocker_prefill_behind_dynamo_gets_its_bootstrap_port():

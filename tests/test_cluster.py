@@ -14,6 +14,10 @@ from reconciler.errors import RecipeError
 from reconciler.recipe.load import load_text
 from reconciler.render import as_rows, render_units
 
+
+def workers(units):
+    return [u for u in units if u.role in ("prefill", "decode", "agg")]
+
 RECIPE = """\
 name: r
 model: {path: %s, container: sgl}
@@ -68,7 +72,7 @@ def test_defaults_fill_what_the_recipe_leaves_unset_and_aliases_resolve(tmp_path
     assert r.container_mounts == {"/data": "/data"} and r.srun_options == {"mem": "0"}
     assert r.sbatch_directives == {"exclusive": ""}
     assert any("alias 'qwen'" in n for n in lr.notes)
-    (u,) = render_units(r, None, tmp_path / "st")
+    (u,) = workers(render_units(r, None, tmp_path / "st"))
     (row,) = as_rows([u])
     assert row["argv"][row["argv"].index("--model-path") + 1] == "/model"
     assert row["srun_options"]["container-mounts"].startswith(f"{models}:/model,")
@@ -77,7 +81,7 @@ def test_defaults_fill_what_the_recipe_leaves_unset_and_aliases_resolve(tmp_path
 def test_model_paths_may_name_a_hugging_face_id_and_a_missing_local_path_is_located(tmp_path):
     c = _cfg(tmp_path, "model_paths: {llama: 'hf:meta-llama/Llama-3.1-8B', gone: /nowhere/at/all}\n")
     r = load_text(RECIPE % "llama", "r.yaml", c).recipe
-    (row,) = as_rows(render_units(r, None, tmp_path / "st"))
+    (row,) = as_rows(workers(render_units(r, None, tmp_path / "st")))
     assert row["argv"][row["argv"].index("--model-path") + 1] == "meta-llama/Llama-3.1-8B"
     with pytest.raises(RecipeError) as ei:
         load_text(RECIPE % "gone", "r.yaml", c)
@@ -91,7 +95,7 @@ def test_model_paths_may_name_a_hugging_face_id_and_a_missing_local_path_is_loca
 def test_host_runtime_runs_engines_without_containers_from_the_given_python(tmp_path):
     c = _cfg(tmp_path, "host_runtime: {python: /opt/dyn/bin/python, env: {PATH: /opt/dyn/bin:/usr/bin}}\n")
     r = load_text(RECIPE % "hf:Qwen/Qwen3-0.6B", "r.yaml", c).recipe
-    (row,) = as_rows(render_units(r, None, tmp_path / "st"))
+    (row,) = as_rows(workers(render_units(r, None, tmp_path / "st")))
     assert row["container"] is None and "container-mounts" not in row["srun_options"]
     assert row["argv"][:3] == ["/opt/dyn/bin/python", "-m", "dynamo.sglang"]
     assert row["env"]["PATH"] == "/opt/dyn/bin:/usr/bin" and row["env"]["A"] == "1"
@@ -113,7 +117,8 @@ def test_the_cli_takes_the_cluster_config_and_refuses_a_bad_one_without_a_traceb
     assert "slurm.partition from the cluster config: batch" in r.stdout
     assert "carried, not acted on: network_interface" in r.stderr
     out = json.loads(run("render", "-o", "json", str(recipe)).stdout)
-    assert out["processes"][0]["argv"][out["processes"][0]["argv"].index("--model-path") + 1] == "/model"
+    (agg,) = [p for p in out["processes"] if p["role"] == "agg"]
+    assert agg["argv"][agg["argv"].index("--model-path") + 1] == "/model"
     bad = tmp_path / "bad.yaml"
     bad.write_text("default_partiton: batch\n")
     r = run("--cluster-config", str(bad), "validate", str(recipe))

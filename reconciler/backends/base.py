@@ -51,6 +51,7 @@ class Runtime:
 class HealthProbe:
     port_name: str = "http"
     path: str = "/health"
+    kind: str = "http"  # or "dynamo": a Dynamo system server, Ready once all its endpoints are
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,7 @@ class MockerBackend(Backend):
 
     def health_probe(self, mode: Mode) -> HealthProbe:
         # behind Dynamo the worker's /health is Dynamo's system server
-        return HealthProbe("system" if self._dynamo else "http", "/health")
+        return HealthProbe("system", "/health", "dynamo") if self._dynamo else HealthProbe("http", "/health")
 
     def fatal_log_patterns(self, mode: Mode) -> tuple[str, ...]:
         return (r"^FATAL ",)

@@ -86,7 +86,7 @@ class SGLangBackend(Backend):
         return env
 
     def health_probe(self, mode: Mode) -> HealthProbe:
-        return HealthProbe("system" if self._dynamo else "http", "/health")
+        return HealthProbe("system", "/health", "dynamo") if self._dynamo else HealthProbe("http", "/health")
 
     def fatal_log_patterns(self, mode: Mode) -> tuple[str, ...]:
         # the scheduler subprocess can die while the HTTP front process lives on

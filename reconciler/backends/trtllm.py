@@ -133,7 +133,7 @@ class TRTLLMBackend(Backend):
         return env
 
     def health_probe(self, mode: Mode) -> HealthProbe:
-        return HealthProbe("system" if self._dynamo else "http", "/health")
+        return HealthProbe("system", "/health", "dynamo") if self._dynamo else HealthProbe("http", "/health")
 
     @property
     def prometheus_metrics_path(self) -> str:

@@ -194,7 +194,7 @@ class VLLMBackend(Backend):
         return env
 
     def health_probe(self, mode: Mode) -> HealthProbe:
-        return HealthProbe("system" if self._dynamo else "http", "/health")
+        return HealthProbe("system", "/health", "dynamo") if self._dynamo else HealthProbe("http", "/health")
 
     def fatal_log_patterns(self, mode: Mode) -> tuple[str, ...]:
         return (r"EngineDeadError", r"Engine core proc .* died unexpectedly")

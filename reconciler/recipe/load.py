@@ -227,8 +227,27 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster 
     except TopologyError as e:
         parts = tuple(e.key.split("."))
         raise RecipeError(path, e.message, key=v1.v1_path(parts, where), line=_line(parts, where, lines)) from None
+    _check_services(recipe, path, where, lines)
     carried = {v1.v1_path(tuple(k.split(".")), where): why for k, why in not_acted_on(recipe, data).items()}
     return LoadedRecipe(path, recipe, layout, notes, carried)
+
+
+def _check_services(recipe: Recipe, path: str, where: dict, lines: dict) -> None:
+    from reconciler.services.spec import ServiceError, discovery_of, resolve
+    from reconciler.units import node_count
+
+    try:
+        resolve(recipe)
+    except ServiceError as e:
+        unsupported = e.message.split(":", 1)[1].split("(")[0].strip() \
+            if e.message.startswith("unsupported feature") else None
+        raise RecipeError(path, e.message, key=e.key, line=_line(tuple(e.key.split(".")), where, lines),
+                          unsupported=unsupported) from None
+    disc = discovery_of(recipe)
+    if disc.backend == "file" and not disc.file_dir and node_count(recipe) > 1:
+        raise RecipeError(path, "file discovery across several nodes needs a directory every node sees: set "
+                                "discovery.shared_dir in the cluster config (or reconcile.discovery_dir)",
+                          key="reconcile.discovery")
 
 
 def _absolute_model_path(data: dict, path: str, notes: list[str]) -> None:

@@ -201,13 +201,16 @@ class ReconcileConfig(Strict):
     container_runtime: Literal["pyxis", "none"] = "pyxis"
     engine_python: str = "python3"  # the interpreter that runs dynamo.* and the engines' modules
     liveness_failures: int = Field(3, ge=1)
+    # how Dynamo components find each other: etcd (srtctl's way) or files in a shared directory
+    discovery: Literal["etcd", "file"] | None = None
+    discovery_dir: str | None = None  # file discovery: a directory every node of the recipe sees
 
 
 # Top-level sections the reconciler reads; everything else is carried for srtctl.
 ACTED_ON = frozenset(
     {"schema", "name", "model", "resources", "slurm", "engine", "roles", "frontend", "health_check",
      "environment", "srun_options", "sbatch_directives", "reconcile", "container_mounts", "extra_mount",
-     "dynamo"}
+     "dynamo", "services", "infra"}
 )
 
 

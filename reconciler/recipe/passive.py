@@ -34,7 +34,7 @@ NESTED: dict[str, str] = {
     "frontend.nginx_session_affinity": "no nginx is started",
     "frontend.nginx_session_affinity_header": "no nginx is started",
     "frontend.nginx_keepalive_timeout": "no nginx is started",
-    "frontend.worker_selection": "read by the Dynamo frontend's router policy, which is not started yet",
+    "frontend.worker_selection": "no --router-policy-config is written for the Dynamo frontend",
     "frontend.numa_bind": "the frontend gets no numactl prefix",
     "frontend.ctx_router": "read by the trtllm_serve disaggregated orchestrator, which is not started",
     "frontend.gen_router": "read by the trtllm_serve disaggregated orchestrator, which is not started",
@@ -47,7 +47,7 @@ NESTED: dict[str, str] = {
     "dynamo.source.rev": "Dynamo is not built from source here",
     "dynamo.source.sha": "Dynamo is not built from source here",
     "dynamo.source.patches": "Dynamo is not built from source here",
-    "dynamo.event_plane": "DYN_EVENT_PLANE is not set: no KV-event consumer is started",
+    "infra.etcd_nats_dedicated_node": "no dedicated infra node is reserved: etcd and NATS run on the head node",
     "dynamo.sidecar": "no Dynamo sidecar is started",
     "dynamo.sidecar_port": "no Dynamo sidecar is started",
     "dynamo.sidecar_binary": "no Dynamo sidecar is started",
@@ -56,7 +56,7 @@ NESTED: dict[str, str] = {
     "dynamo.sidecar_args": "no Dynamo sidecar is started",
 }
 # frontends that need no process of their own here: ours, none, or the worker serving directly
-RUNS_FRONTEND = ("builtin", "none", "vllm", "trtllm_serve")
+RUNS_FRONTEND = ("builtin", "dynamo", "none", "vllm", "trtllm_serve")
 
 
 def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
@@ -69,7 +69,7 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
                 out[path] = why
     fe = recipe.frontend
     if fe.type not in RUNS_FRONTEND:
-        out["frontend.type"] = f"no {fe.type} frontend is started yet (only builtin runs); workers serve directly"
+        out["frontend.type"] = f"no {fe.type} frontend is started yet (builtin and dynamo run); workers serve directly"
         if fe.args:
             out["frontend.args"] = f"read by the {fe.type} frontend, which is not started"
         if fe.env:
@@ -103,6 +103,17 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
             out[f"roles.{mode}.extra_args"] = (
                 f"{backend.type} does not read extra_args (srtctl passes them to trtllm-serve only); use args"
             )
+    for i, svc in enumerate(recipe.services):
+        if "metrics" in svc.model_fields_set:
+            out[f"services.{i}.metrics"] = "no metrics scraper (tachometer) is run"
+        if "critical" in svc.model_fields_set:
+            out[f"services.{i}.critical"] = "a service that stays down marks the recipe Degraded; nothing is torn down"
+        if svc.placement is not None and svc.placement.node == "dedicated":
+            out[f"services.{i}.placement.node"] = "no dedicated infra node is reserved: it runs on the head node"
+        if "build_timeout_seconds" in svc.model_fields_set:
+            out[f"services.{i}.build_timeout_seconds"] = "services are not built from source"
+    if fe.type != "dynamo" and "dynamo" in data and _is_set(recipe, ["dynamo", "request_plane"]):
+        out["dynamo.request_plane"] = f"only Dynamo components read it; this recipe uses the {fe.type} frontend"
     return out
 
 

@@ -98,8 +98,10 @@ class Observer:
             last_exit = None
             if u.key in running:
                 self.tracker.seen_running(u.key)
-                self.tracker.probed(u.key, bool(ready.get(u.key)), now)
                 self.tracker.scan_logs(u)
+                if u.probe == "log":
+                    ready[u.key] = self.tracker.life(u.key).log_ready
+                self.tracker.probed(u.key, bool(ready.get(u.key)), now)
                 missing = None
             else:
                 missing = self.tracker.seen_missing(u.key, now) if rec.get("launches") else None

@@ -14,7 +14,9 @@ running, broken, outdated, waiting, extra, duplicates), and decide, in this orde
 5. ``stop.compute_stop`` — extra steps (scale-down victims, a frontend no longer managed,
    steps on a released allocation), duplicates, the ranks left of a broken multi-node
    worker, and liveness (fatal log line, failed probes after Ready, startup grace).
-6. ``placement.compute_frontend`` — the frontend starts after a worker is Ready.
+6. ``placement.compute_services`` — start phases: infra services, before_workers services,
+   workers, the frontend, after_frontend services; a unit waits for the earlier phases.
+   ``placement.compute_frontend`` — the frontend starts after a worker is Ready.
 7. ``placement.compute_placements`` — units never launched go onto their allocation.
 8. ``relaunch.compute_relaunch`` — units that had lives come back in place, through the
    restart policy (never / on-failure / always, max_restarts, exponential backoff).
@@ -33,7 +35,7 @@ from collections import Counter
 from reconciler.core.plan.action_backoff import compute_action_backoff
 from reconciler.core.plan.allocations import compute_allocations, release_all
 from reconciler.core.plan.classify import Classified, classify, step_order
-from reconciler.core.plan.placement import compute_frontend, compute_placements, unplaceable
+from reconciler.core.plan.placement import compute_frontend, compute_placements, compute_services, unplaceable
 from reconciler.core.plan.relaunch import compute_backoff_reset, compute_relaunch, restart_gate
 from reconciler.core.plan.requeue import ACTIVE_INTERVAL, requeue_after
 from reconciler.core.plan.results import (
@@ -105,14 +107,16 @@ def converge(d: DesiredRecipe, observed: Observed, now: float) -> tuple[RecipePl
     submit, release = compute_allocations(d, observed)
     c = classify(d, observed, frozenset(a.job_id for a in release))
     stops, w_stop = compute_stop(d, c, now)
-    held_back, w_front = compute_frontend(d, c)
+    held_svc, w_svc = compute_services(d, c)
+    held_fe, w_front = compute_frontend(d, c)
+    held_back = held_svc | held_fe
     place = compute_placements(d, c, held_back)
     relaunch, later, w_relaunch = compute_relaunch(d, c, held_back, now)
     replace, w_roll = compute_rollout(d, c)
     reset, next_reset = compute_backoff_reset(d, c, now)
     pending = Wait(WaitReason.ALLOCATION_PENDING, d.pending_reason)
     waiting = {f"{r}_{i}": pending for r, i in c.waiting}
-    for part in (w_stop, w_front, w_relaunch, w_roll, unplaceable(d)):
+    for part in (w_stop, w_svc, w_front, w_relaunch, w_roll, unplaceable(d)):
         waiting.update(part)
     rp = RecipePlan(
         d.name, submit=submit, release=release, place=place + relaunch, stop=stops, replace=replace,

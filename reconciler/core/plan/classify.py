@@ -24,15 +24,19 @@ from reconciler.units import FRONTEND, Unit
 from reconciler.world import DesiredRecipe, Observed, Step, UnitHealth
 
 UnitKey = tuple[str, int]  # (role, index) within a recipe
-ROLE_ORDER = {"prefill": 0, "decode": 1, "agg": 2, FRONTEND: 3}
+ROLE_ORDER = {"prefill": 1, "decode": 2, "agg": 3, FRONTEND: 4}  # services: 0
 
 
-def unit_order(key: UnitKey) -> tuple[int, int]:
-    return (ROLE_ORDER.get(key[0], 9), key[1])
+def _role_order(role: str) -> int:
+    return 0 if role.startswith("svc-") else ROLE_ORDER.get(role, 9)
+
+
+def unit_order(key: UnitKey) -> tuple[int, str, int]:
+    return (_role_order(key[0]), key[0], key[1])
 
 
 def step_order(s: Step) -> tuple:
-    return (ROLE_ORDER.get(s.role, 9), s.index, s.rank, s.step_id)
+    return (_role_order(s.role), s.role, s.index, s.rank, s.step_id)
 
 
 def step_number(step_id: str) -> tuple[int, str]:
@@ -66,6 +70,10 @@ class UnitView:
         return self.unit.role == FRONTEND
 
     @property
+    def is_worker(self) -> bool:
+        return not self.is_frontend and not self.unit.is_service
+
+    @property
     def ever_launched(self) -> bool:
         return self.health is not None and self.health.launches > 0
 
@@ -90,11 +98,11 @@ class Classified:
         return frozenset(v.key for v in self.units if v.ready)
 
     def any_worker_ready(self) -> bool:
-        return any(v.ready and not v.is_frontend for v in self.units)
+        return any(v.ready and v.is_worker for v in self.units)
 
 
 def wanted_units(d: DesiredRecipe) -> dict[UnitKey, Unit]:
-    wanted: dict[UnitKey, Unit] = {(u.role, u.index): u for u in d.units}
+    wanted: dict[UnitKey, Unit] = {(u.role, u.index): u for u in d.services + d.units}
     if d.frontend is not None:
         wanted[(FRONTEND, 0)] = d.frontend
     return wanted
@@ -114,7 +122,7 @@ def classify(d: DesiredRecipe, observed: Observed, dropped_jobs: frozenset[str])
         steps = by_unit[key]
         if key in waiting and not any(s.job_id in dropped_jobs for s in steps):
             continue  # its allocation is not running (yet): nothing to do
-        kind = "frontend" if key[0] == FRONTEND else "scaled down"
+        kind = "frontend" if key[0] == FRONTEND else "service" if key[0].startswith("svc-") else "scaled down"
         sets["extra"] += [(s, kind) for s in sorted(steps, key=step_order)]
 
     for key in sorted(wanted, key=unit_order):

@@ -1,8 +1,12 @@
-"""compute_placements and compute_frontend: units never launched go onto their allocation.
+"""compute_services, compute_frontend, compute_placements: what may start, then where.
 
+Start order, srtctl's phases: ``infra`` services (etcd, NATS), then ``before_workers``
+services, then the workers and ``with_workers`` services, then the frontend (once a
+worker is Ready), then ``after_frontend`` services (once the frontend is Ready). A unit
+whose earlier phase is not Ready is held back, for a first launch and a relaunch alike:
+a worker does not come back before the etcd it registers in.
 A new worker is placed at its desired index (desired indices are always 0..n-1, so a
 scale-up fills the lowest free ones) on the allocation ``desired.place`` chose for it.
-The frontend is ordered after the workers: it starts once at least one worker is Ready.
 """
 
 from __future__ import annotations
@@ -11,6 +15,39 @@ from reconciler.core.plan.classify import Classified
 from reconciler.core.plan.relaunch import launches_for
 from reconciler.core.plan.results import LaunchStep, PlaceReason, Wait, WaitReason
 from reconciler.world import DesiredRecipe
+
+
+_BEFORE = {"before_workers": ("infra",), "with_workers": ("infra", "before_workers"),
+           "workers": ("infra", "before_workers")}
+
+
+def compute_services(d: DesiredRecipe, c: Classified) -> tuple[frozenset[str], dict[str, Wait]]:
+    """Units without a step whose earlier start phase is not Ready yet: (held back, why)."""
+    held: set[str] = set()
+    waiting: dict[str, Wait] = {}
+    for v in c.missing:
+        if v.is_frontend:
+            phase = "workers"
+        elif v.unit.is_service:
+            phase = v.unit.phase
+        else:
+            phase = "workers"
+        if phase == "after_frontend":
+            if not _frontend_ready(d, c):
+                held.add(v.name)
+                waiting[v.name] = Wait(WaitReason.NEEDS_READY_FRONTEND)
+            continue
+        blocking = [r for p in _BEFORE.get(phase, ()) for r in d.gates.get(p, ()) if (r, 0) not in c.ready]
+        if blocking:
+            held.add(v.name)
+            waiting[v.name] = Wait(WaitReason.NEEDS_SERVICES, ", ".join(r.removeprefix("svc-") for r in blocking))
+    return frozenset(held), waiting
+
+
+def _frontend_ready(d: DesiredRecipe, c: Classified) -> bool:
+    if d.frontend is None:
+        return c.any_worker_ready()
+    return (d.frontend.role, 0) in c.ready
 
 
 def compute_frontend(d: DesiredRecipe, c: Classified) -> tuple[frozenset[str], dict[str, Wait]]:

@@ -14,7 +14,7 @@ from reconciler.world import DesiredRecipe
 
 
 def unavailable_workers(c: Classified) -> int:
-    return sum(1 for v in c.units if not v.is_frontend and not v.ready) + len(c.waiting)
+    return sum(1 for v in c.units if v.is_worker and not v.ready) + sum(1 for r, _ in c.waiting if not r.startswith("svc-"))
 
 
 def compute_rollout(d: DesiredRecipe, c: Classified) -> tuple[tuple[CancelStep, ...], dict[str, Wait]]:

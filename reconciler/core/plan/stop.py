@@ -16,7 +16,8 @@ def compute_stop(d: DesiredRecipe, c: Classified, now: float) -> tuple[tuple[Can
     stops: list[CancelStep] = []
     waiting: dict[str, Wait] = {}
     for s, kind in c.extra:
-        reason = StopReason.FRONTEND_UNMANAGED if kind == "frontend" else StopReason.SCALED_DOWN
+        reason = {"frontend": StopReason.FRONTEND_UNMANAGED, "service": StopReason.SERVICE_UNMANAGED}.get(
+            kind, StopReason.SCALED_DOWN)
         stops += _cancel(d.name, [s], reason)
     stops += [CancelStep(s.step_id, d.name, f"{s.role}_{s.index}", StopReason.DUPLICATE) for s in c.duplicates]
     for v in c.broken:
@@ -27,22 +28,25 @@ def compute_stop(d: DesiredRecipe, c: Classified, now: float) -> tuple[tuple[Can
             if any(s.terminating for s in v.current):
                 waiting[v.name] = Wait(WaitReason.TERMINATING)
             continue
-        verdict = liveness(d, v.health, now)
+        verdict = liveness(d, v.health, now, v.unit.startup_timeout)
         if verdict is not None:
             stops += _cancel(d.name, v.current, verdict[0], v.name, verdict[1])
     return tuple(stops), waiting
 
 
-def liveness(d: DesiredRecipe, h: UnitHealth | None, now: float) -> tuple[StopReason, str] | None:
-    """Why a running worker must be stopped (reason, detail), or None."""
+def liveness(d: DesiredRecipe, h: UnitHealth | None, now: float,
+             timeout: float | None = None) -> tuple[StopReason, str] | None:
+    """Why a running unit must be stopped (reason, detail), or None; ``timeout`` overrides the
+    recipe's startup grace (a service's readiness.timeout_seconds)."""
+    grace = d.startup_grace if timeout is None else timeout
     if h is None:
         return None
     if h.fatal:
         return StopReason.FATAL_LOG, h.fatal[:160]
     if h.was_ready and h.probe_failures >= d.liveness_failures:
         return StopReason.LIVENESS, f"{h.probe_failures} health probes failed in a row"
-    if not h.was_ready and h.grace_from is not None and now - h.grace_from > d.startup_grace:
-        return StopReason.STARTUP_TIMEOUT, f"{d.startup_grace:g}s"
+    if not h.was_ready and h.grace_from is not None and now - h.grace_from > grace:
+        return StopReason.STARTUP_TIMEOUT, f"{grace:g}s"
     return None
 
 
@@ -51,7 +55,7 @@ def startup_deadline(d: DesiredRecipe, v: UnitView) -> float | None:
     h = v.health
     if h is None or h.was_ready or h.grace_from is None:
         return None
-    return h.grace_from + d.startup_grace
+    return h.grace_from + (d.startup_grace if v.unit.startup_timeout is None else v.unit.startup_timeout)
 
 
 def _cancel(recipe: str, steps, reason: StopReason, unit: str | None = None, detail: str = "") -> list[CancelStep]:

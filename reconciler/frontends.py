@@ -1,0 +1,63 @@
+"""The recipe's frontend as a unit on its head node: one function per frontend type.
+
+``builtin`` is the project's router (it reads the Ready workers from an endpoints file
+the shell writes); ``dynamo`` is ``python -m dynamo.frontend`` as srtctl starts it, with
+the workers' discovery environment. Other types get no process of their own (yet): the
+workers serve directly and ``validate`` says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from reconciler import dynamo_install
+from reconciler.backends.base import Runtime, cli_args
+from reconciler.ports import NodePortAllocator
+from reconciler.recipe.model import Recipe
+from reconciler.units import FRONTEND, Launch, Unit, _container, endpoints_path, spec_hash
+
+
+def frontend_unit(recipe: Recipe, head: str, ports: NodePortAllocator, runtime: Runtime, state_dir: Path,
+                  disc_env: Mapping[str, str] | None = None) -> Unit | None:
+    build = BUILDERS.get(recipe.frontend.type)
+    return build(recipe, head, ports, runtime, state_dir, disc_env or {}) if build else None
+
+
+def _port(recipe: Recipe, head: str, ports: NodePortAllocator) -> int:
+    owner = f"{recipe.name}/{FRONTEND}_0"  # the unit name: what bookkeeping keeps alive
+    return recipe.frontend.port or ports.allocate(head, owner, "http")
+
+
+def _unit(recipe: Recipe, head: str, port: int, argv: list[str], env: dict[str, str], container: str | None,
+          metrics_path: str | None) -> Unit:
+    launch = Launch(0, (head,), 1, None, tuple(argv), tuple(sorted(env.items())))
+    return Unit(
+        recipe=recipe.name, role=FRONTEND, index=0, ordinals=(0,), nodes=(head,), gpus=(), ports={"http": port},
+        launches=(launch,), container=container, health_port=port, health_path="/health", metrics_path=metrics_path,
+        spec_hash=spec_hash((launch,), container, {}),
+    )
+
+
+def builtin(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
+    port = _port(recipe, head, ports)
+    argv = [runtime.python, "-m", "reconciler.router", "--host", "0.0.0.0", "--port", str(port),
+            "--endpoints-file", str(endpoints_path(state_dir, recipe.name)), "--model-name", runtime.served_model_name]
+    argv += cli_args(dict(recipe.frontend.args))
+    env = {**recipe.environment, **recipe.frontend.env, "PYTHONUNBUFFERED": "1"}
+    return _unit(recipe, head, port, argv, env, None, "/metrics")
+
+
+def dynamo(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
+    """srtctl: ``python3 -m dynamo.frontend --http-port=P`` + frontend.args, in the job container."""
+    port = _port(recipe, head, ports)
+    container = (recipe.frontend.container_image or _container(recipe, recipe.backend)) \
+        if _container(recipe, recipe.backend) else None
+    pre = dynamo_install.preamble(recipe) if container else []
+    argv = [*pre, runtime.engine_python, "-m", "dynamo.frontend", f"--http-port={port}"]
+    argv += cli_args(dict(recipe.frontend.args))
+    env = {**disc_env, "PYTHONUNBUFFERED": "1", **recipe.environment, **recipe.frontend.env}
+    return _unit(recipe, head, port, argv, env, container, "/metrics")
+
+
+BUILDERS: dict[str, Callable[..., Unit]] = {"builtin": builtin, "dynamo": dynamo}

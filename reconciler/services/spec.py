@@ -1,0 +1,221 @@
+"""Recipe -> the services it runs, with srtctl's semantics (docs/services.md upstream).
+
+Implied first, then declared, in declaration order; a declared entry with an implied
+name takes it over, ``enabled: false`` drops it. The Dynamo frontend implies etcd (and
+NATS when a plane asks for it) unless discovery is by file; ``external`` launches
+nothing and hands its address to the clients. Pure: raises ``ServiceError`` with the key
+path of the first problem.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from reconciler.recipe.model import Recipe
+from reconciler.services.kinds import KINDS, NOT_YET
+
+PHASES = ("infra", "before_workers", "with_workers", "after_frontend")
+WORKER_ROLES = ("prefill", "decode", "agg", "frontend")
+_ROLE = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
+
+
+class ServiceError(ValueError):
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key, self.message = key, message
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """One probe per instance: tcp/http on a port (fixed, or one the kind allocates), a log line, a file."""
+
+    kind: str  # tcp | http | log | file | started
+    port: int | None = None
+    port_name: str | None = None
+    path: str = "/"
+    status: int = 200
+    pattern: str = ""
+    file: str = ""
+    timeout: float = 120.0
+    interval: float = 2.0
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    name: str
+    kind: str
+    role: str  # the unit role in step labels: svc-<name>
+    phase: str
+    command: tuple[str, ...] | None  # None: the kind builds it from its ports
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    readiness: Readiness
+    critical: bool
+    inherit_discovery_env: bool
+    external: str | None = None
+    preamble: str | None = None
+    options: tuple[tuple[str, object], ...] = ()
+    srun_options: tuple[tuple[str, str], ...] = ()
+    container: str | None = None
+    implied_by: str = ""
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """How Dynamo components find each other: etcd (+ NATS) services, or a shared directory."""
+
+    backend: str  # etcd | file | none
+    file_dir: str | None = None
+    request_plane: str = "tcp"
+    event_plane: str | None = None
+
+
+def discovery_of(recipe: Recipe) -> Discovery:
+    if recipe.frontend.type != "dynamo":
+        return Discovery("none")
+    rc, d = recipe.reconcile, recipe.dynamo
+    backend = rc.discovery or "etcd"
+    event = d.event_plane or ("zmq" if backend == "file" else None)
+    return Discovery(backend, rc.discovery_dir, d.request_plane, event)
+
+
+def _implied(recipe: Recipe, disc: Discovery) -> dict[str, str]:
+    """name -> what implies it."""
+    out: dict[str, str] = {}
+    if disc.backend == "etcd":
+        out["etcd"] = "frontend.type: dynamo"
+    nats_payload = recipe.infra is not None and recipe.infra.nats_max_payload_mb is not None
+    if disc.backend != "none" and ("nats" in (disc.request_plane, disc.event_plane) or nats_payload):
+        out["nats"] = "dynamo.request_plane/event_plane: nats" if not nats_payload else "infra.nats_max_payload_mb"
+    return out
+
+
+def resolve(recipe: Recipe) -> list[ServiceSpec]:
+    disc = discovery_of(recipe)
+    implied = _implied(recipe, disc)
+    declared = {s.name: i for i, s in enumerate(recipe.services)}
+    if len(declared) != len(recipe.services):
+        dup = next(s.name for i, s in enumerate(recipe.services) if declared[s.name] != i)
+        raise ServiceError(f"services.{declared[dup]}.name", f"duplicate service name {dup!r}")
+    out: list[ServiceSpec] = []
+    for name, why in implied.items():
+        if name not in declared:
+            out.append(_implied_spec(recipe, name, why))
+    for i, s in enumerate(recipe.services):
+        spec = _declared(recipe, i, implied.get(s.name, ""))
+        if spec is not None:
+            out.append(spec)
+    roles = [s.role for s in out]
+    for s in out:
+        if roles.count(s.role) > 1:
+            raise ServiceError("services", f"two services share the step role {s.role!r}: rename one")
+    return out
+
+
+def _implied_spec(recipe: Recipe, name: str, why: str) -> ServiceSpec:
+    kind = KINDS[name]
+    options: tuple[tuple[str, object], ...] = ()
+    if name == "nats" and recipe.infra is not None and recipe.infra.nats_max_payload_mb is not None:
+        options = (("max_payload_mb", recipe.infra.nats_max_payload_mb),)
+    return ServiceSpec(name, name, f"svc-{name}", kind.phase, None, (), (), Readiness("tcp", port_name=kind.ready_port,
+                       timeout=300.0, interval=1.0), kind.critical, False, options=options, implied_by=why)
+
+
+def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
+    s = recipe.services[i]
+    at = f"services.{i}"
+    if not s.enabled:
+        return None
+    if s.type in NOT_YET:
+        raise ServiceError(f"{at}.type", f"unsupported feature: service type {s.type!r} "
+                                         f"(the reconciler runs {', '.join(KINDS)})")
+    kind = KINDS.get(s.type)
+    if kind is None:
+        raise ServiceError(f"{at}.type", f"unknown service type {s.type!r} (expected one of "
+                                         f"{', '.join(KINDS)}, or later {', '.join(NOT_YET)})")
+    slug = s.name.lower().replace("_", "-").replace(".", "-")
+    if not _ROLE.fullmatch(slug):
+        raise ServiceError(f"{at}.name", f"expected letters, digits, '-', '_' or '.' (at most 40), found {s.name!r}")
+    for key, unsupported in _unsupported(s).items():
+        raise ServiceError(f"{at}.{key}", unsupported)
+    if s.external is not None and not kind.external:
+        raise ServiceError(f"{at}.external", f"a {s.type} service cannot be external (etcd and nats can)")
+    placement = s.placement.node if s.placement else "head"
+    if placement not in ("head", "infra", "dedicated"):
+        raise ServiceError(f"{at}.placement.node", f"unsupported feature: services on worker nodes "
+                                                   f"(placement {placement!r}; head and infra run)")
+    if placement == "dedicated" and not kind.external:
+        raise ServiceError(f"{at}.placement.node", f"a {s.type} service cannot have a dedicated node (etcd and "
+                                                   "nats can)")
+    phase = s.start or kind.phase
+    if phase not in PHASES:
+        raise ServiceError(f"{at}.start", f"expected one of {', '.join(PHASES)}, found {phase!r}")
+    if s.type == "generic" and not s.command:
+        raise ServiceError(f"{at}.command", "a generic service needs a command (an argv list)")
+    for j, a in enumerate([*(s.command or []), *s.args]):
+        if not str(a).strip():
+            raise ServiceError(f"{at}.command", f"entry {j} is blank")
+    unknown = sorted(set(s.options) - set(kind.options))
+    if unknown:
+        raise ServiceError(f"{at}.options.{unknown[0]}", f"unknown option for a {s.type} service"
+                           + (f" (known: {', '.join(kind.options)})" if kind.options else " (it takes none)"))
+    srun = dict(s.srun_options)
+    if s.cpus_per_task is not None:
+        srun["cpus-per-task"] = str(s.cpus_per_task)
+    if s.cpu_bind is not None:
+        srun["cpu-bind"] = s.cpu_bind
+    critical = kind.critical if s.critical is None else s.critical
+    return ServiceSpec(
+        name=s.name, kind=s.type, role=f"svc-{slug}", phase=phase,
+        command=tuple(map(str, s.command)) if s.command else None, args=tuple(map(str, s.args)),
+        env=tuple(sorted(s.env.items())), readiness=_readiness(s, kind, at), critical=critical,
+        inherit_discovery_env=s.inherit_discovery_env and s.type not in ("etcd", "nats"),
+        external=s.external, preamble=s.preamble, options=tuple(sorted(s.options.items())),
+        srun_options=tuple(sorted((k, str(v)) for k, v in srun.items())), container=s.container,
+        implied_by=implied_by,
+    )
+
+
+def _unsupported(s) -> dict[str, str]:
+    out = {}
+    if s.source is not None or s.build_command:
+        out["source"] = "unsupported feature: building a service from source (install it into the image or host)"
+    if s.nodes:
+        out["nodes"] = "unsupported feature: service-owned node pools"
+    if s.placement and s.placement.pool:
+        out["placement.pool"] = "unsupported feature: service-owned node pools"
+    if s.placement and s.placement.per != "node":
+        out["placement.per"] = "unsupported feature: per-worker services"
+    if s.terminal:
+        out["terminal"] = "a terminal service ends a batch run; a reconciled deployment has no end"
+    return out
+
+
+def _readiness(s, kind, at: str) -> Readiness:
+    r = s.readiness
+    if r is None:
+        if kind.ready_port:
+            return Readiness("tcp", port_name=kind.ready_port, timeout=300.0, interval=1.0)
+        return Readiness("started")  # srtctl: a generic service without a probe is up once launched
+    given = [k for k in ("port", "tcp", "http", "log", "file") if getattr(r, k) is not None]
+    if len(given) > 1:
+        raise ServiceError(f"{at}.readiness", f"name exactly one probe, found {', '.join(given)}")
+    t, iv = float(r.timeout_seconds), float(r.interval_seconds)
+    if r.port is not None or r.tcp is not None:
+        return Readiness("tcp", port=r.port if r.port is not None else r.tcp.port, timeout=t, interval=iv)
+    if r.http is not None:
+        return Readiness("http", port=r.http.port, path=r.http.path, status=r.http.status, timeout=t, interval=iv)
+    if r.log is not None:
+        try:
+            re.compile(r.log.pattern)
+        except re.error as e:
+            raise ServiceError(f"{at}.readiness.log.pattern", f"not a valid regular expression: {e}") from None
+        return Readiness("log", pattern=r.log.pattern, timeout=t, interval=iv)
+    if r.file is not None:
+        path = r.file.get("path") if isinstance(r.file, dict) else None
+        if not isinstance(path, str) or not path:
+            raise ServiceError(f"{at}.readiness.file.path", "expected a file path")
+        return Readiness("file", file=path, timeout=t, interval=iv)
+    return Readiness("tcp", port_name=kind.ready_port, timeout=t, interval=iv) if kind.ready_port \
+        else Readiness("started", timeout=t, interval=iv)

@@ -1,0 +1,98 @@
+"""Service specs -> units on the recipe's head node, and the discovery environment clients get.
+
+A service instance is a unit like a worker (role ``svc-<name>``, index 0): labelled step,
+observed, probed, relaunched under the restart policy. Its ports come from the same
+cross-recipe allocator, owned by the unit, so a relaunch keeps them. etcd and NATS start
+from a fresh data directory each life, as srtctl's do.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from reconciler.ports import NodePortAllocator
+from reconciler.recipe.model import Recipe
+from reconciler.services.kinds import KINDS, PROGRAMS
+from reconciler.services.spec import Discovery, ServiceSpec
+from reconciler.units import Launch, Unit, spec_hash
+
+# srtctl's placeholders that make sense for one instance on the head node; other braces stay
+_PLACEHOLDER = re.compile(r"\{(node|node_ip|head_node|head_ip|infra_node|infra_ip|index|role|node_id)\}")
+# a fresh data directory per life, then the program: argv only, no recipe text in the script
+_FRESH = 'rm -rf -- "$1" && mkdir -p -- "$1" && shift && exec "$@"'
+_PREAMBLE = '{preamble}\nexec "$@"'
+
+
+def ports_of(spec: ServiceSpec, recipe: str, head: str, ports: NodePortAllocator) -> dict[str, int]:
+    owner = f"{recipe}/{spec.role}_0"
+    return {n: ports.allocate(head, owner, n) for n in KINDS[spec.kind].port_names}
+
+
+def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, head: str | None,
+                  ports: NodePortAllocator, state_dir: Path) -> dict[str, str]:
+    """What the Dynamo frontend, its workers and inheriting services get (empty without Dynamo)."""
+    if disc.backend == "none":
+        return {}
+    env = {"DYN_REQUEST_PLANE": disc.request_plane}
+    if disc.event_plane:
+        env["DYN_EVENT_PLANE"] = disc.event_plane
+    if disc.backend == "file":
+        env["DYN_DISCOVERY_BACKEND"] = "file"
+        env["DYN_FILE_KV"] = disc.file_dir or str(Path(state_dir).absolute() / recipe.name / "discovery")
+    for s in specs:
+        if s.kind not in ("etcd", "nats"):
+            continue
+        var, scheme = ("ETCD_ENDPOINTS", "http") if s.kind == "etcd" else ("NATS_SERVER", "nats")
+        if s.external:
+            env[var] = s.external
+        elif head is not None:
+            env[var] = f"{scheme}://{head}:{ports_of(s, recipe.name, head, ports)['client']}"
+    return env
+
+
+def service_units(recipe: Recipe, specs: list[ServiceSpec], head: str, ports: NodePortAllocator,
+                  state_dir: Path, disc_env: Mapping[str, str], container: str | None) -> list[Unit]:
+    out = []
+    for s in specs:
+        if s.external:
+            continue
+        out.append(_unit(recipe, s, head, ports, Path(state_dir).absolute() / recipe.name, disc_env, container))
+    return out
+
+
+def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, rdir: Path,
+          disc_env: Mapping[str, str], container: str | None) -> Unit:
+    kind = KINDS[s.kind]
+    p = ports_of(s, recipe.name, head, ports)
+    data_dir = str(rdir / "services" / s.role)
+    files: dict[str, str] = {}
+    if s.command is None:
+        conf_path = str(rdir / "configs" / f"{s.role}.conf")
+        text = kind.config_text(p, data_dir, dict(s.options))
+        if text is not None:
+            files[conf_path] = text
+        argv = kind.command(PROGRAMS[s.kind], head, p, data_dir, conf_path if text is not None else None)
+        argv = ["/bin/sh", "-c", _FRESH, f"{s.role}-fresh", data_dir, *argv, *s.args]
+    else:
+        values = {"node": head, "node_ip": head, "head_node": head, "head_ip": head, "infra_node": head,
+                  "infra_ip": head, "index": "0", "role": "head", "node_id": "0"}
+        argv = [_PLACEHOLDER.sub(lambda m: values[m[1]], a) for a in (*s.command, *s.args)]
+    if s.preamble:
+        argv = ["/bin/bash", "-c", _PREAMBLE.format(preamble=s.preamble), s.role, *argv]
+    env = dict(disc_env) if s.inherit_discovery_env else {}
+    env |= {"PYTHONUNBUFFERED": "1"} | dict(s.env)
+    launch = Launch(0, (head,), 1, None, tuple(argv), tuple(sorted(env.items())))
+    r = s.readiness
+    port = r.port if r.port is not None else (p.get(r.port_name) if r.port_name else None)
+    probe = {"tcp": "tcp", "http": "http", "log": "log", "file": "file"}.get(r.kind, "started")
+    probe_arg = r.pattern if r.kind == "log" else (str(rdir / r.file) if r.kind == "file" else "")
+    srun = tuple(s.srun_options)
+    ctr = s.container or container if s.kind == "generic" else (s.container or None)
+    return Unit(
+        recipe=recipe.name, role=s.role, index=0, ordinals=(0,), nodes=(head,), gpus=(), ports=p,
+        launches=(launch,), container=ctr, files=files, health_port=port, health_path=r.path,
+        probe=probe, probe_arg=probe_arg, phase=s.phase, startup_timeout=r.timeout,
+        critical=s.critical, srun_options=srun, spec_hash=spec_hash((launch,), ctr, files, srun),
+    )

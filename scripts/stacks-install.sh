@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Installs the real programs the stack tests and benchmarks run, all offline-capable:
+#   etcd, NATS (Debian packages); NVIDIA Dynamo 1.6.1 in its own venv (.stacks/dynamo);
+#   the SGLang router (into the project venv); aiperf 0.13.0 in its own venv (.stacks/aiperf).
+# Idempotent; everything lands inside the clone except the Debian packages.
+# Usage: scripts/stacks-install.sh [--no-aiperf]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+STACKS=$ROOT/.stacks
+PY=${PYTHON:-$ROOT/.venv/bin/python}
+DYNAMO_VERSION=1.6.1
+AIPERF_VERSION=0.13.0
+want_aiperf=1
+[ "${1:-}" = "--no-aiperf" ] && want_aiperf=0
+
+say() { printf '[stacks-install %s] %s\n' "$(date +%T)" "$*"; }
+die() { say "error: $*" >&2; exit 1; }
+
+need_apt=()
+command -v etcd >/dev/null || need_apt+=(etcd-server)
+command -v nats-server >/dev/null || need_apt+=(nats-server)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  say "installing ${need_apt[*]} (apt-get)"
+  made=0
+  # the packages' postinst would start system services: block that, as slurm-dev.sh does
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d; made=1
+  fi
+  rc=0
+  { apt-get update -q >/tmp/stacks-apt.log 2>&1 &&
+    apt-get install -y -q --no-install-recommends "${need_apt[@]}" >>/tmp/stacks-apt.log 2>&1; } || rc=$?
+  [ $made = 1 ] && rm -f /usr/sbin/policy-rc.d
+  [ $rc = 0 ] || { tail -20 /tmp/stacks-apt.log >&2; die "apt-get failed ($rc); log in /tmp/stacks-apt.log"; }
+fi
+
+[ -x "$PY" ] || die "no project venv python at $PY (run: python3 -m venv .venv && .venv/bin/pip install -e '.[dev]')"
+UV=$ROOT/.venv/bin/uv
+if [ ! -x "$UV" ]; then
+  say "installing uv into the project venv"
+  "$PY" -m pip install -q 'uv>=0.4'
+fi
+export UV_CACHE_DIR=$STACKS/uv-cache
+
+mkdir -p "$STACKS"
+if ! "$STACKS/dynamo/bin/python" -c "import dynamo.frontend, dynamo.mocker" 2>/dev/null; then
+  say "installing ai-dynamo $DYNAMO_VERSION into .stacks/dynamo"
+  "$UV" venv -q --python "$(command -v python3)" "$STACKS/dynamo"
+  # aisimulate (a placeholder sdist that downloads from an unreachable host) is only needed by
+  # the optional AIS perf model, never by the mocker or the frontend: override it away
+  printf "aisimulate ; sys_platform == 'never'\n" >"$STACKS/overrides.txt"
+  "$UV" pip install -q --python "$STACKS/dynamo/bin/python" --override "$STACKS/overrides.txt" \
+    "ai-dynamo==$DYNAMO_VERSION"
+fi
+
+if ! "$PY" -c "import sglang_router" 2>/dev/null; then
+  say "installing sglang-router into the project venv"
+  "$UV" pip install -q --python "$PY" 'sglang-router>=0.3'
+fi
+
+if [ $want_aiperf = 1 ] && ! [ -x "$STACKS/aiperf/bin/aiperf" ]; then
+  say "installing aiperf $AIPERF_VERSION into .stacks/aiperf"
+  "$UV" venv -q --python "$(command -v python3)" "$STACKS/aiperf"
+  "$UV" pip install -q --python "$STACKS/aiperf/bin/python" "aiperf==$AIPERF_VERSION"
+fi
+say "ready: etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}'), nats-server $(nats-server --version 2>/dev/null | awk '{print $NF}'), dynamo $("$STACKS/dynamo/bin/python" -c 'import importlib.metadata as m; print(m.version("ai-dynamo"))')"
