@@ -30,7 +30,7 @@ _NAME = r"[A-Za-z0-9][A-Za-z0-9_.~-]*"
 TAG_MAX = 48
 _JOB = re.compile(rf"^rcl:(?P<owner>[a-z0-9-]+):(?P<recipe>{_NAME}):a(?P<index>\d+)$")
 _STEP = re.compile(
-    rf"^rcl:(?P<owner>[a-z0-9-]+):(?P<recipe>{_NAME}):(?P<role>[a-z]+):(?P<index>\d+):(?P<rank>\d+):(?P<hash>[0-9a-f]+)$"
+    rf"^rcl:(?P<owner>[a-z0-9-]+):(?P<recipe>{_NAME}):(?P<role>[a-z][a-z0-9-]*):(?P<index>\d+):(?P<rank>\d+):(?P<hash>[0-9a-f]+)$"
 )
 _COMMENT = re.compile(
     r"\breconciler/v1 owner=(?P<owner>\S+) recipe=(?P<recipe>\S+) alloc=(?P<index>\d+) start=(?P<start>\d+)"

@@ -1,0 +1,197 @@
+"""Real serving stacks on the real Slurm: etcd, NATS, dynamo.frontend and dynamo.mocker.
+
+The corpus's own srtctl mocker recipes are copied unmodified; a cluster config beside them
+(host mode, no containers) aliases their model to a tiny tokenizer directory and their
+container to nothing. Every program is the real one (Debian's etcd and nats-server, NVIDIA
+Dynamo 1.6.1 from .stacks/dynamo, installed by scripts/stacks-install.sh).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import get, post, wait_until
+from test_e2e import Harness, sh
+
+ROOT = Path(__file__).resolve().parents[1]
+DYNAMO_PY = ROOT / ".stacks" / "dynamo" / "bin" / "python"
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="session")
+def stack_tools():
+    missing = [p for p in ("etcd", "nats-server") if not shutil.which(p)]
+    if not DYNAMO_PY.exists():
+        missing.append(str(DYNAMO_PY))
+    if missing:
+        msg = f"missing {', '.join(missing)}: run scripts/stacks-install.sh"
+        if os.environ.get("RECONCILER_REQUIRE_SLURM") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return DYNAMO_PY
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    from reconciler.mocker.model_dir import make_model_dir
+
+    return make_model_dir(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture
+def stack(tmp_path, stack_tools, tiny_model):
+    harness = Harness(tmp_path, "slurm")
+    scratch = tmp_path / "scratch"
+    (scratch / "home").mkdir(parents=True)
+    (scratch / "tmp").mkdir()
+
+    def config(discovery: str | None = None) -> None:
+        doc = {
+            "model_paths": {"hf:Qwen/Qwen3-0.6B": str(tiny_model), "qwen3-0.6b": str(tiny_model)},
+            "containers": {"dynamo-sglang": "unused.sqsh", "sglang": "unused.sqsh"},
+            # Dynamo writes model cards under $HOME and a logging config per start under $TMPDIR
+            "host_runtime": {"python": str(stack_tools), "env": {
+                "HOME": str(scratch / "home"), "TMPDIR": str(scratch / "tmp"), "HF_HUB_OFFLINE": "1"}},
+        }
+        if discovery:
+            doc["discovery"] = {"backend": discovery}
+        (tmp_path / "srtslurm.yaml").write_text(json.dumps(doc))  # JSON is YAML
+
+    harness.config = config
+    config()
+    yield harness
+    harness.cleanup()
+
+
+# the prune guard refuses to tear down when every manifest vanishes at once: a suspended
+# recipe (it runs nothing) keeps the directory non-empty while a test deletes its recipe
+PARKED = """\
+name: parked
+model: {path: m}
+engine: {type: mocker}
+roles: {agg: {workers: 1, gpus: 1}}
+frontend: {type: none}
+reconcile: {suspend: true}
+"""
+
+
+def copy_recipe(h: Harness, corpus: Path, rel: str) -> tuple[str, Path]:
+    (h.manifests / "parked.yaml").write_text(PARKED)
+    text = (corpus / rel).read_text()
+    name = next(l.split(":", 1)[1].strip().strip('"') for l in text.splitlines() if l.startswith("name:"))
+    h.names.append(name)
+    f = h.manifests / Path(rel).name
+    f.write_text(text)
+    return name, f
+
+
+def start_times(h: Harness, name: str) -> dict[str, str]:
+    """unit -> the step's start time, from squeue."""
+    steps = h.steps(name)
+    out = {}
+    for line in sh("squeue", "-h", "-s", "-o", "%i|%S").splitlines():
+        sid, start = line.split("|")
+        for unit, (s, _) in steps.items():
+            if s == sid:
+                out[unit] = start
+    return out
+
+
+def chat(endpoint: str, model: str) -> tuple[int, bytes]:
+    return post(endpoint + "/v1/chat/completions",
+                {"model": model, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 8},
+                timeout=20)
+
+
+def served(endpoint: str) -> str | None:
+    try:
+        status, body = get(endpoint + "/v1/models", timeout=3)
+    except OSError:
+        return None
+    data = json.loads(body).get("data", []) if status == 200 else []
+    return data[0]["id"] if data else None
+
+
+def instances(endpoint: str) -> int:
+    try:
+        status, body = get(endpoint + "/health", timeout=3)
+        doc = json.loads(body)
+    except (OSError, ValueError):
+        return -1
+    return sum(1 for i in doc.get("instances", []) if i.get("endpoint") == "generate")
+
+
+def serves(endpoint: str, model: str) -> bool:
+    try:
+        return chat(endpoint, model)[0] == 200
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("rel,services", [
+    ("srt-slurm-v1/mocker/agg.yaml", ["svc-etcd_0", "svc-nats_0"]),  # request_plane: nats implies NATS
+    ("srt-slurm-v2/mocker/dynamo-agg.yaml", ["svc-etcd_0"]),  # srtctl 2.0: a plain Dynamo job runs etcd only
+], ids=["v1-agg", "v2-dynamo-agg"])
+def test_srtctl_mocker_recipe_runs_the_real_dynamo_stack(stack, corpus, rel, services):
+    h = stack
+    name, f = copy_recipe(h, corpus, rel)
+    r = subprocess.run([sys.executable, "-m", "reconciler.cli", "validate", str(f)], capture_output=True, text=True,
+                       timeout=60, cwd=h.tmp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    h.start()
+    h.wait_steps(name, {*services, "agg_0", "frontend_0"}, timeout=90)
+    g = h.wait_ready(name, timeout=90)
+    starts = start_times(h, name)
+    # services first, then the worker, then the frontend (after a Ready worker)
+    assert max(starts[s] for s in services) <= starts["agg_0"] <= starts["frontend_0"], starts
+    endpoint = g["endpoint"]
+    model = wait_until(lambda: served(endpoint), timeout=30, what="the frontend to list the model")
+    status, body = wait_until(lambda: (r := chat(endpoint, model))[0] == 200 and r, timeout=30,
+                              what="a chat completion through dynamo.frontend")
+    assert json.loads(body)["usage"]["completion_tokens"] == 8
+    r = subprocess.run([sys.executable, "-m", "reconciler.cli", "render", "-o", "json", str(f)], capture_output=True,
+                       text=True, timeout=60, cwd=h.tmp)
+    env = json.loads(r.stdout)["processes"][-1]["env"]
+    assert ("NATS_SERVER" in env) == ("svc-nats_0" in services)
+
+    # workers 1 -> 2: the frontend sees two instances
+    f.write_text(f.read_text().replace("agg_workers: 1", "agg_workers: 2"))
+    h.wait_steps(name, {*services, "agg_0", "agg_1", "frontend_0"}, timeout=60)
+    wait_until(lambda: instances(endpoint) == 2, timeout=60, what="the frontend to list 2 instances")
+
+    # scancel a worker: relaunched, and requests succeed again
+    victim = h.steps(name)["agg_1"]
+    sh("scancel", victim[0])
+    wait_until(lambda: (s := h.steps(name).get("agg_1")) and s[0] != victim[0], timeout=60,
+               what="agg_1 relaunched")
+    wait_until(lambda: serves(endpoint, model), timeout=60, what="requests to succeed after the worker kill")
+
+    # scancel etcd: relaunched, and the stack serves again within a bounded wait
+    etcd = h.steps(name)["svc-etcd_0"]
+    sh("scancel", etcd[0])
+    wait_until(lambda: (s := h.steps(name).get("svc-etcd_0")) and s[0] != etcd[0], timeout=60,
+               what="etcd relaunched")
+    wait_until(lambda: h.get(name)["status"] == "Ready" and serves(endpoint, model), timeout=120,
+               what=f"the stack to serve again after etcd was killed (log:\n{h.log()[-3000:]})")
+
+    # delete the file: nothing of ours is left
+    f.unlink()
+    wait_until(lambda: not h.steps(name) and not h.jobs(name), timeout=60, what="everything gone")
+
+
+def test_file_discovery_runs_no_etcd_or_nats(stack, corpus):
+    h = stack
+    h.config("file")
+    name, f = copy_recipe(h, corpus, "srt-slurm-v2/mocker/dynamo-agg.yaml")
+    h.start()
+    g = h.wait_ready(name, timeout=90)
+    assert set(h.steps(name)) == {"agg_0", "frontend_0"}
+    model = wait_until(lambda: served(g["endpoint"]), timeout=30, what="the model listed")
+    assert wait_until(lambda: serves(g["endpoint"], model), timeout=30, what="a chat completion")
