@@ -19,14 +19,24 @@ def unit(role: str = "agg", index: int = 0, spec: str = "new", ranks: int = 1, r
                 spec_hash=spec)
 
 
+def service(name: str, phase: str, spec: str = "svc", timeout: float | None = None, recipe: str = R) -> Unit:
+    from dataclasses import replace
+
+    return replace(unit(f"svc-{name}", 0, spec, recipe=recipe), phase=phase, probe="tcp", startup_timeout=timeout)
+
+
 def frontend(spec: str = "fe", recipe: str = R) -> Unit:
     return unit(FRONTEND, 0, spec, recipe=recipe)
 
 
 def desired_recipe(*units: Unit, waiting=(), fe: Unit | None = None, max_unavailable: int = 1,
                    restart: dict | None = None, startup_grace: float = 30.0, liveness_failures: int = 2,
-                   allocs=(0,), keep=(JOB,), name: str = R, unplaceable=(), pending_reason: str = "") -> DesiredRecipe:
-    job_of = {(u.role, u.index): JOB for u in units}
+                   allocs=(0,), keep=(JOB,), name: str = R, unplaceable=(), pending_reason: str = "",
+                   services=()) -> DesiredRecipe:
+    job_of = {(u.role, u.index): JOB for u in (*units, *services)}
+    gates: dict[str, tuple[str, ...]] = {}
+    for s in services:
+        gates[s.phase] = (*gates.get(s.phase, ()), s.role)
     if fe is not None:
         job_of[(FRONTEND, 0)] = JOB
     return DesiredRecipe(
@@ -34,6 +44,7 @@ def desired_recipe(*units: Unit, waiting=(), fe: Unit | None = None, max_unavail
         units=tuple(units), waiting=tuple(waiting), frontend=fe, max_unavailable=max_unavailable,
         unplaceable=tuple(unplaceable), job_of=job_of, pending_reason=pending_reason,
         restart=restart or {}, startup_grace=startup_grace, liveness_failures=liveness_failures,
+        services=tuple(services), gates=gates,
     )
 
 
@@ -63,4 +74,4 @@ def life(launches: int = 1, restarts: int = 0, launched: float = 0.0, exit=None,
                       missing_since=missing, **kw)
 
 
-__all__ = ["RestartPolicy", "alloc", "desired", "desired_recipe", "frontend", "life", "observed", "step", "unit"]
+__all__ = ["RestartPolicy", "alloc", "service", "desired", "desired_recipe", "frontend", "life", "observed", "step", "unit"]

@@ -101,3 +101,26 @@ def test_health_tracker_finds_a_fatal_line_across_reads_and_rotation(tmp_path):
     log.write_bytes(b"fine\n")
     t.scan_logs(u)
     assert t.life(u.key).fatal is None
+
+
+def test_a_log_readiness_probe_matches_a_line_of_this_life(tmp_path):
+    from dataclasses import replace
+
+    from reconciler.drivers.base import step_log_paths
+
+    u = replace(unit("svc-side", 0), probe="log", probe_arg=r"Master service started on port \d+", phase="infra")
+    log = step_log_paths(tmp_path, "r", "svc-side_0", 0).log
+    log.parent.mkdir(parents=True)
+    log.write_bytes(b"booting\nMaster service started on po")
+    t = HealthTracker(tmp_path)
+    t.scan_logs(u)
+    assert not t.life(u.key).log_ready  # half a line is not a match
+    with open(log, "ab") as f:
+        f.write(b"rt 50051\n")
+    t.scan_logs(u)
+    assert t.life(u.key).log_ready
+    t.new_life(u.key)
+    log.replace(log.with_name(log.name + ".1"))
+    log.write_bytes(b"booting again\n")
+    t.scan_logs(u)
+    assert not t.life(u.key).log_ready  # a relaunch must say it again

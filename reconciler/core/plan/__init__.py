@@ -116,7 +116,7 @@ def converge(d: DesiredRecipe, observed: Observed, now: float) -> tuple[RecipePl
     reset, next_reset = compute_backoff_reset(d, c, now)
     pending = Wait(WaitReason.ALLOCATION_PENDING, d.pending_reason)
     waiting = {f"{r}_{i}": pending for r, i in c.waiting}
-    for part in (w_stop, w_svc, w_front, w_relaunch, w_roll, unplaceable(d)):
+    for part in (w_stop, w_front, w_svc, w_relaunch, w_roll, unplaceable(d)):
         waiting.update(part)
     rp = RecipePlan(
         d.name, submit=submit, release=release, place=place + relaunch, stop=stops, replace=replace,

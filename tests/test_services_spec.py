@@ -1,0 +1,148 @@
+"""Recipe -> services (srtctl's semantics), their units, and the readiness probes."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from reconciler.errors import RecipeError
+from reconciler.probe import probe_dynamo, probe_file, probe_tcp
+from reconciler.recipe.load import load_text
+from reconciler.render import as_rows, render_units
+from reconciler.services import resolve
+
+BASE = """\
+name: s
+model: {path: /m}
+resources: {gpus_per_node: 8}
+engine: {type: mocker}
+roles: {agg: {workers: 1, gpus: 1}}
+"""
+
+
+def recipe(extra: str = "", frontend: str = "dynamo"):
+    return load_text(BASE + f"frontend: {{type: {frontend}}}\n" + extra, "s.yaml", preflight=False).recipe
+
+
+def names(r) -> list[tuple[str, str, str]]:
+    return [(s.name, s.phase, s.implied_by and "implied" or "declared") for s in resolve(r)]
+
+
+def test_the_dynamo_frontend_implies_etcd_and_a_nats_plane_implies_nats():
+    assert names(recipe()) == [("etcd", "infra", "implied")]
+    assert names(recipe("dynamo: {request_plane: nats}\n")) == [("etcd", "infra", "implied"), ("nats", "infra", "implied")]
+    assert names(recipe("dynamo: {event_plane: nats}\n"))[1][0] == "nats"
+    assert names(recipe(frontend="builtin")) == []
+    assert names(recipe("reconcile: {discovery: file}\n")) == []  # file discovery: no etcd
+
+
+def test_a_declared_entry_takes_an_implied_one_over_or_switches_it_off():
+    r = recipe("services:\n  - {name: etcd, type: etcd, args: [--quota-backend-bytes, '1000000']}\n")
+    (etcd,) = resolve(r)
+    assert etcd.implied_by and etcd.args == ("--quota-backend-bytes", "1000000")
+    assert resolve(recipe("services:\n  - {name: etcd, type: etcd, enabled: false}\n")) == []
+    ext = recipe("services:\n  - {name: etcd, type: etcd, external: 'http://e:2379'}\n")
+    rows = as_rows(render_units(ext, None, __import__("pathlib").Path("/st")))
+    assert not any(r["role"].startswith("svc-") for r in rows)  # external: nothing launches
+    assert {r["env"]["ETCD_ENDPOINTS"] for r in rows} == {"http://e:2379"}
+
+
+def test_generic_service_defaults_and_placeholders():
+    r = recipe("services:\n  - name: Side_Car\n    command: [srv, --at, '{head_node}:9', '{json}']\n"
+               "    readiness: {http: {port: 9911, path: /ok}}\n")
+    spec = resolve(r)[-1]
+    assert (spec.role, spec.phase, spec.critical, spec.readiness.kind) == ("svc-side-car", "after_frontend", False, "http")
+    (row,) = [x for x in as_rows(render_units(r, None, __import__("pathlib").Path("/st"))) if x["role"] == "svc-side-car"]
+    assert row["argv"] == ["srv", "--at", "node1:9", "{json}"]  # only srtctl's names are substituted
+    assert row["health"] == "http://node1:9911/ok" and row["probe"] == "http"
+    assert row["env"]["ETCD_ENDPOINTS"].startswith("http://node1:")  # inherit_discovery_env defaults to true
+
+
+def test_nats_payload_option_writes_a_server_config():
+    r = recipe("services:\n  - {name: nats, type: nats, options: {max_payload_mb: 24}}\n")
+    (nats,) = [u for u in render_units(r, None, __import__("pathlib").Path("/st")) if u.role == "svc-nats"]
+    (conf,) = nats.files.values()
+    assert f"port: {nats.ports['client']}" in conf and f"max_payload: {24 * 1024 * 1024}" in conf
+    assert "-c" in nats.launches[0].argv
+
+
+@pytest.mark.parametrize("extra, key, words", [
+    ("services:\n  - {name: a, command: [x]}\n  - {name: a, command: [y]}\n", "services.1.name", "duplicate"),
+    ("services:\n  - {name: a}\n", "services.0.command", "needs a command"),
+    ("services:\n  - {name: a, type: ray}\n", "services.0.type", "unsupported feature"),
+    ("services:\n  - {name: a, type: bogus}\n", "services.0.type", "unknown service type"),
+    ("services:\n  - {name: a, command: [x], start: later}\n", "services.0.start", "expected one of"),
+    ("services:\n  - {name: a, command: [x], placement: {node: decode}}\n", "services.0.placement.node",
+     "unsupported feature"),
+    ("services:\n  - {name: a, command: [x], external: 'http://x'}\n", "services.0.external", "cannot be external"),
+    ("services:\n  - {name: n, type: nats, options: {speed: 1}}\n", "services.0.options.speed", "unknown option"),
+    ("services:\n  - {name: a, command: [x], readiness: {port: 1, log: {pattern: x}}}\n", "services.0.readiness",
+     "exactly one"),
+    ("services:\n  - {name: a, command: [x], readiness: {log: {pattern: '('}}}\n",
+     "services.0.readiness.log.pattern", "regular expression"),
+])
+def test_bad_services_are_located(extra, key, words):
+    with pytest.raises(RecipeError) as e:
+        load_text(BASE + "frontend: {type: dynamo}\n" + extra, "s.yaml", preflight=False)
+    assert e.value.key == key and words in e.value.message and e.value.line is not None, str(e.value)
+
+
+def test_file_discovery_across_nodes_needs_a_shared_directory():
+    multi = BASE.replace("roles: {agg: {workers: 1, gpus: 1}}", "roles: {agg: {workers: 2, gpus: 8}}")
+    with pytest.raises(RecipeError, match="shared_dir"):
+        load_text(multi + "frontend: {type: dynamo}\nreconcile: {discovery: file}\n", "s.yaml", preflight=False)
+    r = load_text(multi + "frontend: {type: dynamo}\nreconcile: {discovery: file, discovery_dir: /shared/d}\n",
+                  "s.yaml", preflight=False).recipe
+    rows = as_rows(render_units(r, None, __import__("pathlib").Path("/st")))
+    assert {x["env"]["DYN_FILE_KV"] for x in rows} == {"/shared/d"}
+    assert {x["env"]["DYN_DISCOVERY_BACKEND"] for x in rows} == {"file"}
+
+
+class _Dyn(BaseHTTPRequestHandler):
+    body = b""
+    status = 503
+
+    def do_GET(self):  # noqa: N802
+        self.send_response(self.status)
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.mark.parametrize("status, body, ready", [
+    (200, b"{}", True),
+    (503, b'{"status":"notready","endpoints":{"generate":"ready","kv":"ready"}}', True),  # dynamo.mocker 1.6
+    (503, b'{"status":"notready","endpoints":{"generate":"notready"}}', False),
+    (503, b'{"status":"notready","endpoints":{}}', False),
+    (503, b"not json", False),
+])
+def test_dynamo_system_health(status, body, ready):
+    handler = type("H", (_Dyn,), {"status": status, "body": body})
+    srv = HTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        assert probe_dynamo("127.0.0.1", srv.server_address[1], "/health") is ready
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_tcp_and_file_probes(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        assert not probe_tcp("127.0.0.1", port)  # bound, not listening
+        s.listen()
+        assert probe_tcp("127.0.0.1", port)
+    f = tmp_path / "ready"
+    assert not probe_file(str(f))
+    f.write_text("")
+    assert not probe_file(str(f))  # srtctl: a non-empty regular file
+    f.write_text("ok")
+    assert probe_file(str(f))
