@@ -30,11 +30,12 @@ def _port(recipe: Recipe, head: str, ports: NodePortAllocator) -> int:
 
 
 def _unit(recipe: Recipe, head: str, port: int, argv: list[str], env: dict[str, str], container: str | None,
-          metrics_path: str | None) -> Unit:
+          metrics_path: str | None, worker_api: str = "", ports: dict[str, int] | None = None) -> Unit:
     launch = Launch(0, (head,), 1, None, tuple(argv), tuple(sorted(env.items())))
     return Unit(
-        recipe=recipe.name, role=FRONTEND, index=0, ordinals=(0,), nodes=(head,), gpus=(), ports={"http": port},
-        launches=(launch,), container=container, health_port=port, health_path="/health", metrics_path=metrics_path,
+        recipe=recipe.name, role=FRONTEND, index=0, ordinals=(0,), nodes=(head,), gpus=(),
+        ports=ports or {"http": port}, launches=(launch,), container=container, health_port=port,
+        health_path="/health", metrics_path=metrics_path, worker_api=worker_api,
         spec_hash=spec_hash((launch,), container, {}),
     )
 
@@ -60,4 +61,24 @@ def dynamo(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
     return _unit(recipe, head, port, argv, env, container, "/metrics")
 
 
-BUILDERS: dict[str, Callable[..., Unit]] = {"builtin": builtin, "dynamo": dynamo}
+def sglang_router(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
+    """srtctl: ``python -m sglang_router.launch_router`` with the workers' URLs. Here it starts with
+    none and the shell adds and removes workers through its /workers API as they turn Ready."""
+    port = _port(recipe, head, ports)
+    metrics = ports.allocate(head, f"{recipe.name}/{FRONTEND}_0", "prometheus")
+    container = _container(recipe, recipe.backend)
+    argv = [runtime.engine_python, "-m", "sglang_router.launch_router"]
+    if recipe.disaggregated:
+        argv.append("--pd-disaggregation")
+    argv += ["--host", "0.0.0.0", "--port", str(port)]
+    args = dict(recipe.frontend.args)
+    if not any(k.lstrip("-").replace("_", "-") == "prometheus-port" for k in args):
+        argv += ["--prometheus-port", str(metrics), "--prometheus-host", "0.0.0.0"]
+    argv += cli_args(args)
+    env = {"PYTHONUNBUFFERED": "1", **recipe.environment, **recipe.frontend.env}
+    return _unit(recipe, head, port, argv, env, container, None, "sglang-router", {"http": port, "prometheus": metrics})
+
+
+BUILDERS: dict[str, Callable[..., Unit]] = {
+    "builtin": builtin, "dynamo": dynamo, "sglang-router": sglang_router, "sgl-router": sglang_router,
+}

@@ -63,6 +63,7 @@ class Unit:
     phase: str = ""  # services only: infra | before_workers | with_workers | after_frontend
     startup_timeout: float | None = None  # None: the recipe's startup grace
     critical: bool = False
+    worker_api: str = ""  # a frontend whose worker set the shell keeps in step with readiness: "sglang-router"
 
     @property
     def is_service(self) -> bool:

@@ -195,3 +195,60 @@ def test_file_discovery_runs_no_etcd_or_nats(stack, corpus):
     assert set(h.steps(name)) == {"agg_0", "frontend_0"}
     model = wait_until(lambda: served(g["endpoint"]), timeout=30, what="the model listed")
     assert wait_until(lambda: serves(g["endpoint"], model), timeout=30, what="a chat completion")
+
+
+ROUTED = """\
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles: {{agg: {{workers: {workers}, gpus: 1, restart: {{backoff_seconds: 0.5}}}}}}
+frontend: {{type: sglang-router, args: {{policy: round_robin}}}}
+"""
+
+
+def router_workers(endpoint: str) -> set[str] | None:
+    try:
+        status, body = get(endpoint + "/workers", timeout=3)
+    except OSError:
+        return None
+    return {w["url"] for w in json.loads(body)["workers"] if w.get("is_healthy")} if status == 200 else None
+
+
+def test_sglang_router_follows_readiness(tmp_path):
+    if not shutil.which("sglang-router", path=str(Path(sys.executable).parent)):
+        pytest.fail("sglang-router is not installed: run scripts/stacks-install.sh")
+    h = Harness(tmp_path, "slurm")
+    # the router and the built-in mocker both run from the project's Python
+    (tmp_path / "srtslurm.yaml").write_text(json.dumps({"host_runtime": {"python": sys.executable}}))
+    try:
+        name = h.name("routed")
+        (h.manifests / "parked.yaml").write_text(PARKED)
+        f = h.manifests / f"{name}.yaml"
+        f.write_text(ROUTED.format(name=name, workers=1))
+        h.start()
+        g = h.wait_ready(name, timeout=60)
+        endpoint = g["endpoint"]
+
+        def urls() -> set[str]:  # the Ready workers, as the reconciler's status says
+            st = json.loads((h.state / name / "status.json").read_text())
+            return {w["url"] for w in st["workers"] if w["role"] == "agg" and w["ready"]}
+
+        wait_until(lambda: router_workers(endpoint) == urls() and len(urls()) == 1, timeout=30,
+                   what="the router to list the Ready worker")
+        assert wait_until(lambda: chat(endpoint, "m")[0] == 200, timeout=20, what="a completion via the router")
+
+        f.write_text(ROUTED.format(name=name, workers=2))
+        wait_until(lambda: len(urls()) == 2 and router_workers(endpoint) == urls(), timeout=60,
+                   what="the router to list both workers")
+
+        victim = h.steps(name)["agg_1"]
+        sh("scancel", victim[0])
+        wait_until(lambda: (s := h.steps(name).get("agg_1")) and s[0] != victim[0], timeout=60, what="agg_1 back")
+        wait_until(lambda: len(urls()) == 2 and router_workers(endpoint) == urls(), timeout=60,
+                   what="the router to list the relaunched worker again")
+        # after the bounded wait, no request fails: each of them reaches a Ready worker
+        results = [chat(endpoint, "m")[0] for _ in range(20)]
+        assert results == [200] * 20, results
+    finally:
+        h.cleanup()

@@ -56,7 +56,7 @@ NESTED: dict[str, str] = {
     "dynamo.sidecar_args": "no Dynamo sidecar is started",
 }
 # frontends that need no process of their own here: ours, none, or the worker serving directly
-RUNS_FRONTEND = ("builtin", "dynamo", "none", "vllm", "trtllm_serve")
+RUNS_FRONTEND = ("builtin", "dynamo", "sglang-router", "sgl-router", "none", "vllm", "trtllm_serve")
 
 
 def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
@@ -69,7 +69,7 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
                 out[path] = why
     fe = recipe.frontend
     if fe.type not in RUNS_FRONTEND:
-        out["frontend.type"] = f"no {fe.type} frontend is started yet (builtin and dynamo run); workers serve directly"
+        out["frontend.type"] = f"no {fe.type} frontend is started yet (builtin, dynamo and sglang-router run); workers serve directly"
         if fe.args:
             out["frontend.args"] = f"read by the {fe.type} frontend, which is not started"
         if fe.env:

@@ -16,6 +16,7 @@ from reconciler.shell.snapshot import Snapshot
 from reconciler.state import StateDir
 from reconciler.status import build_status
 from reconciler.timefmt import iso
+from reconciler.shell import router_sync
 from reconciler.units import FRONTEND, endpoints_path
 from reconciler.world import DesiredRecipe, Observed
 
@@ -45,6 +46,8 @@ def record(state: StateDir, snap: Snapshot) -> None:
             write_endpoints(state, dr, o)
         except OSError as e:
             log.error("cannot write the router's endpoints", recipe=dr.name, error=str(e))
+        for c in router_sync.sync(dr, o):
+            state.event("RouterWorkers", dr.name, f"{c.verb} {c.url} {'to' if c.verb == 'add' else 'from'} the router")
     for name, why in d.held.items():
         prev = state.status(name)
         if prev.get("error") != why:

@@ -124,3 +124,19 @@ def test_a_log_readiness_probe_matches_a_line_of_this_life(tmp_path):
     log.write_bytes(b"booting again\n")
     t.scan_logs(u)
     assert not t.life(u.key).log_ready  # a relaunch must say it again
+
+
+def test_router_sync_adds_ready_workers_and_removes_the_rest():
+    from dataclasses import replace
+
+    from builders import desired_recipe, frontend, observed, step
+    from reconciler.shell.router_sync import diff, wanted
+
+    fe = replace(frontend(), worker_api="sglang-router")
+    a0, a1, a2 = unit(index=0), unit(index=1), unit(index=2)
+    d = desired_recipe(a0, a1, a2, fe=fe)
+    o = observed(step(index=0), step(index=1), step(index=2), ready=[("agg", 0), ("agg", 2), ("frontend", 0)])
+    want = wanted(d, o)
+    assert sorted(want) == [a0.url, a2.url] and want[a0.url] == {"url": a0.url}  # agg: no worker_type
+    add, remove = diff(want, {a1.url: "id-1", a2.url: "id-2", "http://gone:1": "id-9"})
+    assert add == [{"url": a0.url}] and remove == [("id-1", a1.url), ("id-9", "http://gone:1")]

@@ -1,0 +1,97 @@
+"""Keep a router's worker set in step with readiness, through its worker-management API.
+
+Level-triggered like everything else: each tick reads the router's list (``GET /workers``)
+and adds the Ready workers it lacks and removes the ones that are no longer Ready or
+desired. A router that does not answer is left for the next tick. Today: the SGLang
+router (sglang-router / SGLang Model Gateway), whose ``POST /workers`` takes
+``{url, worker_type, bootstrap_port}`` and ``DELETE /workers/<id>`` removes one.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from dataclasses import dataclass
+
+import structlog
+
+from reconciler.world import DesiredRecipe, Observed
+
+log = structlog.get_logger()
+TIMEOUT = 2.0
+
+
+@dataclass(frozen=True)
+class Change:
+    verb: str  # add | remove
+    url: str
+
+
+def wanted(d: DesiredRecipe, o: Observed) -> dict[str, dict]:
+    """url -> the body that registers it, for every Ready worker."""
+    out = {}
+    for u in d.units:
+        if not o.ready.get(u.key) or not u.url:
+            continue
+        body: dict = {"url": u.url}
+        if d.frontend is not None and "--pd-disaggregation" in d.frontend.launches[0].argv:
+            body["worker_type"] = u.role if u.role in ("prefill", "decode") else "regular"
+            if u.role == "prefill" and u.ports.get("bootstrap"):
+                body["bootstrap_port"] = u.ports["bootstrap"]
+        out[u.url] = body
+    return out
+
+
+def diff(want: dict[str, dict], have: dict[str, str]) -> tuple[list[dict], list[tuple[str, str]]]:
+    """(bodies to add, (id, url) to remove); ``have`` is url -> worker id."""
+    add = [body for url, body in sorted(want.items()) if url not in have]
+    remove = [(wid, url) for url, wid in sorted(have.items()) if url not in want]
+    return add, remove
+
+
+def sync(d: DesiredRecipe, o: Observed) -> list[Change]:
+    fe = d.frontend
+    if fe is None or fe.worker_api != "sglang-router" or not o.ready.get(fe.key):
+        return []
+    host, port = fe.nodes[0], fe.health_port
+    try:
+        status, raw = _call(host, port, "GET", "/workers")
+        have = {w["url"]: w["id"] for w in json.loads(raw).get("workers", [])} if status == 200 else None
+    except (OSError, ValueError, http.client.HTTPException, KeyError, TypeError) as e:
+        log.warning("cannot read the router's workers", recipe=d.name, error=str(e))
+        return []
+    if have is None:
+        return []
+    add, remove = diff(wanted(d, o), have)
+    done = []
+    for body in add:
+        if _try(host, port, "POST", "/workers", body, d.name):
+            done.append(Change("add", body["url"]))
+    for wid, url in remove:
+        if _try(host, port, "DELETE", f"/workers/{wid}", None, d.name):
+            done.append(Change("remove", url))
+    return done
+
+
+def _try(host: str, port: int, method: str, path: str, body: dict | None, recipe: str) -> bool:
+    try:
+        status, raw = _call(host, port, method, path, body)
+    except (OSError, http.client.HTTPException) as e:
+        log.warning("router worker update failed", recipe=recipe, call=f"{method} {path}", error=str(e))
+        return False
+    if status >= 300:
+        log.warning("router refused a worker update", recipe=recipe, call=f"{method} {path}", status=status,
+                    body=raw[:200].decode(errors="replace"))
+        return False
+    return True
+
+
+def _call(host: str, port: int, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection(host, port, timeout=TIMEOUT)
+    try:
+        data = json.dumps(body).encode() if body is not None else None
+        conn.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
