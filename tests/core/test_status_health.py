@@ -139,4 +139,4 @@ def test_router_sync_adds_ready_workers_and_removes_the_rest():
     want = wanted(d, o)
     assert sorted(want) == [a0.url, a2.url] and want[a0.url] == {"url": a0.url}  # agg: no worker_type
     add, remove = diff(want, {a1.url: "id-1", a2.url: "id-2", "http://gone:1": "id-9"})
-    assert add == [{"url": a0.url}] and remove == [("id-1", a1.url), ("id-9", "http://gone:1")]
+    assert add == [{"url": a0.url}] and remove == [("id-9", "http://gone:1"), ("id-1", a1.url)]
