@@ -181,3 +181,29 @@ def test_prefill_handle_then_decode(tmp_path):
     finally:
         pre.stop()
         dec.stop()
+
+
+def test_with_the_models_tokenizer_a_client_counts_exactly_max_tokens(tmp_path):
+    from tokenizers import Tokenizer
+
+    from reconciler.mocker.model_dir import make_model_dir
+
+    model = make_model_dir(tmp_path / "tiny")
+    tok = Tokenizer.from_file(str(model / "tokenizer.json"))
+    proc, url = start_mocker(tmp_path, "--speedup-ratio", "0", "--model-path", str(model))
+    try:
+        assert "tokens: the model's tokenizer" in proc.output()
+        prompt = "the quick brown fox jumps over the lazy dog " * 8
+        status, raw = post(url + "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": prompt}], "max_tokens": 64, "stream": True,
+            "stream_options": {"include_usage": True}})
+        assert status == 200
+        events = [e for e in sse_events(raw) if isinstance(e, dict)]  # the last one is "[DONE]"
+        text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e.get("choices"))
+        assert len(tok.encode(text, add_special_tokens=False).ids) == 64  # what aiperf counts
+        usage = next(e["usage"] for e in events if e.get("usage"))
+        assert usage["completion_tokens"] == 64
+        content = len(tok.encode(prompt, add_special_tokens=False).ids)
+        assert content <= usage["prompt_tokens"] <= content + 8  # the content plus the role it is framed with
+    finally:
+        proc.stop()

@@ -196,7 +196,7 @@ name: mn
 model: {path: /m}
 resources: {gpus_per_node: 4}
 engine: sglang
-frontend: {type: sglang-router}
+frontend: {type: none}
 roles: {agg: {nodes: 2, workers: 1, gpus: 8}}
 """
 

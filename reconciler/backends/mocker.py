@@ -107,7 +107,7 @@ class MockerBackend(Backend):
         if self._dynamo:
             return self._dynamo_argv(process, runtime, s, extra)
         argv = [runtime.python, "-m", "reconciler.mocker", "--host", "0.0.0.0", "--port", str(process.ports["http"]),
-                "--mode", process.mode, "--model-name", name]
+                "--mode", process.mode, "--model-name", name, "--model-path", runtime.model_path]
         for knob, flag in OWN_FLAGS.items():
             v = s[knob]
             if flag is None or v is None:

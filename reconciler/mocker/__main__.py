@@ -9,6 +9,7 @@ from aiohttp import web
 
 from reconciler.mocker.engine import EngineConfig
 from reconciler.mocker.server import MockerServer, ServerConfig, log
+from reconciler.mocker.tokenizer import vocabulary
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -17,6 +18,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--mode", choices=["agg", "prefill", "decode"], default="agg")
     p.add_argument("--model-name", default="mock-model")
+    p.add_argument("--model-path", default=None, help="a model directory: its tokenizer.json, when there, counts "
+                                                      "prompts and shapes the output tokens")
     p.add_argument("--speedup-ratio", type=float, default=1.0, help="divide simulated step times by this; 0 = no delay")
     p.add_argument("--decode-speedup-ratio", type=float, default=1.0)
     p.add_argument("--num-gpu-blocks", type=int, default=16384)
@@ -49,9 +52,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     scfg = ServerConfig(host=a.host, port=a.port, model_name=a.model_name, startup_time=a.startup_time,
                         crash_after=a.crash_after, hang_after=a.hang_after, request_timeout=a.request_timeout)
-    server = MockerServer(scfg, ecfg)
+    vocab, which = vocabulary(a.model_path)
+    server = MockerServer(scfg, ecfg, vocab)
     log("INFO", f"starting mode={a.mode} model={a.model_name} port={a.port} speedup={a.speedup_ratio:g} "
-        f"blocks={a.num_gpu_blocks}x{a.block_size} max_num_seqs={a.max_num_seqs}")
+        f"blocks={a.num_gpu_blocks}x{a.block_size} max_num_seqs={a.max_num_seqs} tokens: {which}")
     try:
         # handler_cancellation: a client that leaves cancels its request (and frees its KV blocks)
         web.run_app(server.app(), host=a.host, port=a.port, print=None, access_log=None, handle_signals=True,

@@ -23,7 +23,7 @@ from typing import Any
 from collections.abc import Callable
 
 from reconciler.mocker import timing
-from reconciler.mocker.tokenizer import filler
+from reconciler.mocker.tokenizer import Vocabulary
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,10 @@ class Request:
 
 
 class Engine:
-    def __init__(self, cfg: EngineConfig, metrics: Any = None):
+    def __init__(self, cfg: EngineConfig, metrics: Any = None, vocab: Vocabulary | None = None):
         self.cfg = cfg
         self.metrics = metrics
+        self.vocab = vocab or Vocabulary()
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.cache_refs: dict[str, int] = {}
@@ -282,7 +283,7 @@ class Engine:
         return len(r.prefix_hashes) + r.private_blocks
 
     def _emit_token(self, r: Request, now: float) -> None:
-        text = filler(r.seed, r.generated)
+        text = self.vocab.piece(r.seed, r.generated)
         r.generated += 1
         r.computed += 1
         if r.first_token_at is None:

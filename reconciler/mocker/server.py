@@ -16,7 +16,7 @@ from aiohttp import web
 
 from reconciler.mocker.engine import Engine, EngineConfig, PromptTooLong, Request
 from reconciler.mocker.metrics import EngineMetrics
-from reconciler.mocker.tokenizer import encode
+from reconciler.mocker.tokenizer import Vocabulary
 from reconciler.openai import ApiError, error_response, openai_app, parse_json_body, sse
 
 DEFAULT_MAX_TOKENS = {"chat": 64, "completion": 16}
@@ -39,11 +39,12 @@ class ServerConfig:
 
 
 class MockerServer:
-    def __init__(self, scfg: ServerConfig, ecfg: EngineConfig):
+    def __init__(self, scfg: ServerConfig, ecfg: EngineConfig, vocab: Vocabulary | None = None):
         self.scfg = scfg
         self.ecfg = ecfg
         self.metrics = EngineMetrics(scfg.model_name)
-        self.engine = Engine(ecfg, self.metrics)
+        self.vocab = vocab or Vocabulary()
+        self.engine = Engine(ecfg, self.metrics, self.vocab)
         self.started = time.monotonic()
         self.hung = asyncio.Event()  # set = stop answering
         self._ids = itertools.count(1)
@@ -137,7 +138,7 @@ class MockerServer:
             return error_response(e)
         rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{os.getpid()}-{next(self._ids)}"
         queue: asyncio.Queue = asyncio.Queue()
-        prompt = encode(prompt_text)
+        prompt = self.vocab.encode(prompt_text)
         if handle is not None:
             prompt = prompt or [0] * int(handle.get("prompt_tokens", 1))
         req = Request(rid, prompt, max_tokens, seed=len(prompt), skip_prefill=handle is not None, emit=queue.put_nowait)
