@@ -27,6 +27,10 @@ from reconciler.units import FRONTEND, _container, runtime_for, worker_units
 from reconciler.world import Alloc, AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy
 
 
+# the frontend and the services: cheap to restart, and every request goes through them
+FAST_RESTART = RestartPolicy(backoff_seconds=1.0, max_backoff_seconds=30.0)
+
+
 def generation(recipe: Recipe) -> str:
     doc = recipe.model_dump(mode="json", by_alias=True)
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
@@ -126,7 +130,8 @@ def build_recipe(
         name=recipe.name, generation=gen, allocs=tuple(specs), keep_allocs=tuple(keep), units=tuple(units),
         waiting=tuple(waiting), frontend=fe, max_unavailable=recipe.reconcile.rollout.max_unavailable,
         unplaceable=tuple(unplaceable), job_of=job_of, pending_reason=pending,
-        restart={m: RestartPolicy(**r.restart.model_dump()) for m, r in recipe.roles.items()},
+        restart={**{m: RestartPolicy(**r.restart.model_dump()) for m, r in recipe.roles.items()},
+                 **{r: FAST_RESTART for r in (FRONTEND, *(s.role for s in svc_specs))}},
         startup_grace=recipe.health_check.max_attempts * recipe.health_check.interval_seconds,
         liveness_failures=recipe.reconcile.liveness_failures, services=tuple(services), gates=gates,
     )
