@@ -203,6 +203,10 @@ def _controller(manifests: str, state: str, driver: str | None, allow_empty: boo
             raise ValueError
     except ValueError:
         _fail(f"--port-range: expected LO-HI with 0 < LO < HI <= 65536, found {port_range!r}")
+    if hi > 32768:
+        # Dynamo 1.6 reads DYN_SYSTEM_PORT as a signed 16-bit number: a worker given 33004 exits at start
+        click.echo(f"warning: --port-range {port_range} goes above 32767; Dynamo workers refuse a system "
+                   "port there (DYN_SYSTEM_PORT is read as i16)", err=True)
     try:
         drv = make_driver(driver, Path(state), instance)
     except ValueError as e:

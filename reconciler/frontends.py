@@ -15,7 +15,17 @@ from reconciler import dynamo_install
 from reconciler.backends.base import Runtime, cli_args
 from reconciler.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
-from reconciler.units import FRONTEND, Launch, Unit, _container, endpoints_path, spec_hash
+from reconciler.units import FRONTEND, Launch, Unit, _container, container_srun_options, endpoints_path, spec_hash
+
+# flags the reconciler sets itself (the probe and `get` rely on them): frontend.port, not args
+OWNED_ARGS = {"builtin": ("host", "port"), "dynamo": ("http-port", "http-host"), "sglang-router": ("host", "port"),
+              "sgl-router": ("host", "port")}
+
+
+def owned_arg(recipe: Recipe) -> str | None:
+    """A key of frontend.args that would override a flag the reconciler sets, or None."""
+    owned = OWNED_ARGS.get(recipe.frontend.type, ())
+    return next((k for k in recipe.frontend.args if k.lstrip("-").replace("_", "-") in owned), None)
 
 
 def frontend_unit(recipe: Recipe, head: str, ports: NodePortAllocator, runtime: Runtime, state_dir: Path,
@@ -30,13 +40,16 @@ def _port(recipe: Recipe, head: str, ports: NodePortAllocator) -> int:
 
 
 def _unit(recipe: Recipe, head: str, port: int, argv: list[str], env: dict[str, str], container: str | None,
-          metrics_path: str | None, worker_api: str = "", ports: dict[str, int] | None = None) -> Unit:
+          metrics_path: str | None, worker_api: str = "", ports: dict[str, int] | None = None,
+          config_dir: str = "") -> Unit:
     launch = Launch(0, (head,), 1, None, tuple(argv), tuple(sorted(env.items())))
+    own = container_srun_options(recipe, config_dir) if container else {}
+    srun = tuple(sorted({**own, **recipe.srun_options}.items()))
     return Unit(
         recipe=recipe.name, role=FRONTEND, index=0, ordinals=(0,), nodes=(head,), gpus=(),
         ports=ports or {"http": port}, launches=(launch,), container=container, health_port=port,
-        health_path="/health", metrics_path=metrics_path, worker_api=worker_api,
-        spec_hash=spec_hash((launch,), container, {}),
+        health_path="/health", metrics_path=metrics_path, worker_api=worker_api, srun_options=srun,
+        spec_hash=spec_hash((launch,), container, {}, srun),
     )
 
 
@@ -58,7 +71,7 @@ def dynamo(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
     argv = [*pre, runtime.engine_python, "-m", "dynamo.frontend", f"--http-port={port}"]
     argv += cli_args(dict(recipe.frontend.args))
     env = {**disc_env, "PYTHONUNBUFFERED": "1", **recipe.environment, **recipe.frontend.env}
-    return _unit(recipe, head, port, argv, env, container, "/metrics")
+    return _unit(recipe, head, port, argv, env, container, "/metrics", config_dir=runtime.config_dir)
 
 
 def sglang_router(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
@@ -76,7 +89,8 @@ def sglang_router(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
         argv += ["--prometheus-port", str(metrics), "--prometheus-host", "0.0.0.0"]
     argv += cli_args(args)
     env = {"PYTHONUNBUFFERED": "1", **recipe.environment, **recipe.frontend.env}
-    return _unit(recipe, head, port, argv, env, container, None, "sglang-router", {"http": port, "prometheus": metrics})
+    return _unit(recipe, head, port, argv, env, container, None, "sglang-router", {"http": port, "prometheus": metrics},
+                 runtime.config_dir)
 
 
 BUILDERS: dict[str, Callable[..., Unit]] = {

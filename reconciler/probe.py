@@ -1,6 +1,6 @@
 """Readiness probes, all in parallel, short timeouts: one function per ``Unit.probe`` kind.
 
-``http``: GET http://<node>:<port><path> answers 200. ``dynamo``: a Dynamo system server —
+``http``: GET http://<node>:<port><path> answers 200 (a service's ``readiness.http.status``). ``dynamo``: a Dynamo system server —
 200, or a body whose ``endpoints`` are all ``ready`` (dynamo.mocker 1.6 registers no
 health payload, so its /health stays "notready" with every endpoint serving). ``tcp``:
 the port accepts a connection. ``file``: the path exists and is not empty. ``log`` is
@@ -32,9 +32,9 @@ def _get(host: str, port: int, path: str, timeout: float) -> tuple[int, bytes]:
         conn.close()
 
 
-def probe_one(host: str, port: int, path: str, timeout: float = TIMEOUT) -> bool:
+def probe_one(host: str, port: int, path: str, timeout: float = TIMEOUT, status: int = 200) -> bool:
     try:
-        return _get(host, port, path, timeout)[0] == 200
+        return _get(host, port, path, timeout)[0] == status
     except Exception:  # noqa: BLE001 - OSError, HTTPException, a bad host name: not healthy
         return False
 
@@ -79,7 +79,7 @@ def _probe(u: Unit) -> bool:
         return probe_tcp(u.nodes[0], u.health_port)
     if u.probe == "dynamo":
         return probe_dynamo(u.nodes[0], u.health_port, u.health_path)
-    return probe_one(u.nodes[0], u.health_port, u.health_path)
+    return probe_one(u.nodes[0], u.health_port, u.health_path, status=int(u.probe_arg or 200))
 
 
 def probe_units(units: Iterable[Unit]) -> dict[tuple[str, str, int], bool]:

@@ -61,6 +61,19 @@ def test_generic_service_defaults_and_placeholders():
     assert row["env"]["ETCD_ENDPOINTS"].startswith("http://node1:")  # inherit_discovery_env defaults to true
 
 
+def test_a_typed_command_replaces_the_program_only_and_containers_get_srtctls_mounts():
+    r = load_text(BASE.replace("model: {path: /m}", "model: {path: /m, container: img.sqsh}")
+                  + "frontend: {type: dynamo}\n" + "services:\n  - {name: etcd, type: etcd, command: [/opt/etcd/bin/etcd, --log-level, warn]}\n"
+                  "  - {name: side, command: [srv], container: side.sqsh}\n", "s.yaml", preflight=False).recipe
+    units = {u.role: u for u in render_units(r, None, __import__("pathlib").Path("/st"))}
+    argv = units["svc-etcd"].launches[0].argv
+    assert argv[5] == "/opt/etcd/bin/etcd" and f"http://0.0.0.0:{units['svc-etcd'].ports['client']}" in argv
+    assert argv[-2:] == ("--log-level", "warn")
+    side = dict(units["svc-side"].srun_options)
+    assert units["svc-side"].container == "side.sqsh" and "no-container-entrypoint" in side
+    assert "/st/s/configs:/st/s/configs" in side["container-mounts"]
+
+
 def test_nats_payload_option_writes_a_server_config():
     r = recipe("services:\n  - {name: nats, type: nats, options: {max_payload_mb: 24}}\n")
     (nats,) = [u for u in render_units(r, None, __import__("pathlib").Path("/st")) if u.role == "svc-nats"]
@@ -78,15 +91,21 @@ def test_nats_payload_option_writes_a_server_config():
     ("services:\n  - {name: a, command: [x], placement: {node: decode}}\n", "services.0.placement.node",
      "unsupported feature"),
     ("services:\n  - {name: a, command: [x], external: 'http://x'}\n", "services.0.external", "cannot be external"),
-    ("services:\n  - {name: n, type: nats, options: {speed: 1}}\n", "services.0.options.speed", "unknown option"),
+    ("services:\n  - {name: nats, type: nats, options: {speed: 1}}\n", "services.0.options.speed", "unknown option"),
+    ("services:\n  - {name: nats, type: nats, options: {max_payload_mb: lots}}\n", "services.0.options.max_payload_mb",
+     "whole number"),
+    ("services:\n  - {name: etcd, type: generic, command: [etcd]}\n", "services.0.type", "implied etcd"),
+    ("services:\n  - {name: my-etcd, type: etcd}\n", "services.0.name", "one per recipe"),
+    ("frontend: {type: dynamo, args: {http-port: 9000}}\n", "frontend.args.http-port", "frontend.port"),
     ("services:\n  - {name: a, command: [x], readiness: {port: 1, log: {pattern: x}}}\n", "services.0.readiness",
      "exactly one"),
     ("services:\n  - {name: a, command: [x], readiness: {log: {pattern: '('}}}\n",
      "services.0.readiness.log.pattern", "regular expression"),
 ])
 def test_bad_services_are_located(extra, key, words):
+    fe = "" if extra.startswith("frontend") else "frontend: {type: dynamo}\n"
     with pytest.raises(RecipeError) as e:
-        load_text(BASE + "frontend: {type: dynamo}\n" + extra, "s.yaml", preflight=False)
+        load_text(BASE + fe + extra, "s.yaml", preflight=False)
     assert e.value.key == key and words in e.value.message and e.value.line is not None, str(e.value)
 
 

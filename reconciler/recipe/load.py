@@ -243,6 +243,13 @@ def _check_services(recipe: Recipe, path: str, where: dict, lines: dict) -> None
             if e.message.startswith("unsupported feature") else None
         raise RecipeError(path, e.message, key=e.key, line=_line(tuple(e.key.split(".")), where, lines),
                           unsupported=unsupported) from None
+    from reconciler.frontends import owned_arg
+
+    key = owned_arg(recipe)
+    if key is not None:
+        raise RecipeError(path, f"the reconciler sets --{key.lstrip('-')} itself (its probe and `get` use it): "
+                                "set frontend.port instead", key=f"frontend.args.{key}",
+                          line=_line(("frontend", "args", key), where, lines))
     disc = discovery_of(recipe)
     if disc.backend == "file" and not disc.file_dir and node_count(recipe) > 1:
         raise RecipeError(path, "file discovery across several nodes needs a directory every node sees: set "

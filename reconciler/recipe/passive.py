@@ -39,7 +39,6 @@ NESTED: dict[str, str] = {
     "frontend.ctx_router": "read by the trtllm_serve disaggregated orchestrator, which is not started",
     "frontend.gen_router": "read by the trtllm_serve disaggregated orchestrator, which is not started",
     "frontend.server_config_extra": "read by the trtllm_serve disaggregated orchestrator, which is not started",
-    "frontend.container_image": "the builtin router runs from the reconciler's Python",
     "frontend.placement": "the frontend runs on the recipe's head node",
     "dynamo.hash": "Dynamo is not built from source here; use dynamo.source.pypi or a wheel (or an image with it)",
     "dynamo.top_of_tree": "Dynamo is not built from source here; use dynamo.source.pypi or a wheel",
@@ -106,12 +105,18 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
     for i, svc in enumerate(recipe.services):
         if "metrics" in svc.model_fields_set:
             out[f"services.{i}.metrics"] = "no metrics scraper (tachometer) is run"
-        if "critical" in svc.model_fields_set:
-            out[f"services.{i}.critical"] = "a service that stays down marks the recipe Degraded; nothing is torn down"
+        if svc.readiness is not None and "interval_seconds" in svc.readiness.model_fields_set:
+            out[f"services.{i}.readiness.interval_seconds"] = "every unit is probed on each pass of the loop"
         if svc.placement is not None and svc.placement.node == "dedicated":
             out[f"services.{i}.placement.node"] = "no dedicated infra node is reserved: it runs on the head node"
         if "build_timeout_seconds" in svc.model_fields_set:
             out[f"services.{i}.build_timeout_seconds"] = "services are not built from source"
+    if fe.type != "dynamo" and _is_set(recipe, ["frontend", "container_image"]):
+        out["frontend.container_image"] = "only the Dynamo frontend runs in a container here"
+    if fe.type != "dynamo" and _is_set(recipe, ["infra", "nats_max_payload_mb"]):
+        out["infra.nats_max_payload_mb"] = "no NATS runs without the Dynamo frontend"
+    if fe.type != "dynamo" and _is_set(recipe, ["dynamo", "event_plane"]):
+        out["dynamo.event_plane"] = f"only Dynamo components read it; this recipe uses the {fe.type} frontend"
     if fe.type != "dynamo" and "dynamo" in data and _is_set(recipe, ["dynamo", "request_plane"]):
         out["dynamo.request_plane"] = f"only Dynamo components read it; this recipe uses the {fe.type} frontend"
     return out

@@ -156,6 +156,15 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
     for j, a in enumerate([*(s.command or []), *s.args]):
         if not str(a).strip():
             raise ServiceError(f"{at}.command", f"entry {j} is blank")
+    if s.name in ("etcd", "nats") and s.type != s.name:
+        raise ServiceError(f"{at}.type", f"the name {s.name!r} is the implied {s.name} service: declare it with "
+                                         f"type: {s.name}, or pick another name")
+    if s.type in ("etcd", "nats") and s.name != s.type:
+        raise ServiceError(f"{at}.name", f"a {s.type} service is named {s.type!r} (it takes the implied one over); "
+                                         "one per recipe")
+    mb = s.options.get("max_payload_mb")
+    if mb is not None and (isinstance(mb, bool) or not isinstance(mb, int) or mb < 1):
+        raise ServiceError(f"{at}.options.max_payload_mb", f"expected a whole number of MB >= 1, found {mb!r}")
     unknown = sorted(set(s.options) - set(kind.options))
     if unknown:
         raise ServiceError(f"{at}.options.{unknown[0]}", f"unknown option for a {s.type} service"

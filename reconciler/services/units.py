@@ -16,7 +16,7 @@ from reconciler.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
 from reconciler.services.kinds import KINDS, PROGRAMS
 from reconciler.services.spec import Discovery, ServiceSpec
-from reconciler.units import Launch, Unit, spec_hash
+from reconciler.units import Launch, Unit, container_srun_options, spec_hash
 
 # srtctl's placeholders that make sense for one instance on the head node; other braces stay
 _PLACEHOLDER = re.compile(r"\{(node|node_ip|head_node|head_ip|infra_node|infra_ip|index|role|node_id)\}")
@@ -68,17 +68,20 @@ def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, r
     p = ports_of(s, recipe.name, head, ports)
     data_dir = str(rdir / "services" / s.role)
     files: dict[str, str] = {}
-    if s.command is None:
+    if s.kind != "generic":
+        # a typed kind's command only replaces the program: the flags carry the allocated ports
+        program = s.command[0] if s.command else PROGRAMS[s.kind]
         conf_path = str(rdir / "configs" / f"{s.role}.conf")
         text = kind.config_text(p, data_dir, dict(s.options))
         if text is not None:
             files[conf_path] = text
-        argv = kind.command(PROGRAMS[s.kind], head, p, data_dir, conf_path if text is not None else None)
-        argv = ["/bin/sh", "-c", _FRESH, f"{s.role}-fresh", data_dir, *argv, *s.args]
+        argv = kind.command(program, head, p, data_dir, conf_path if text is not None else None)
+        argv = ["/bin/sh", "-c", _FRESH, f"{s.role}-fresh", data_dir, *argv,
+                *(s.command or ())[1:], *s.args]
     else:
         values = {"node": head, "node_ip": head, "head_node": head, "head_ip": head, "infra_node": head,
                   "infra_ip": head, "index": "0", "role": "head", "node_id": "0"}
-        argv = [_PLACEHOLDER.sub(lambda m: values[m[1]], a) for a in (*s.command, *s.args)]
+        argv = [_PLACEHOLDER.sub(lambda m: values[m[1]], a) for a in (*(s.command or ()), *s.args)]
     if s.preamble:
         argv = ["/bin/bash", "-c", _PREAMBLE.format(preamble=s.preamble), s.role, *argv]
     env = dict(disc_env) if s.inherit_discovery_env else {}
@@ -87,9 +90,10 @@ def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, r
     r = s.readiness
     port = r.port if r.port is not None else (p.get(r.port_name) if r.port_name else None)
     probe = {"tcp": "tcp", "http": "http", "log": "log", "file": "file"}.get(r.kind, "started")
-    probe_arg = r.pattern if r.kind == "log" else (str(rdir / r.file) if r.kind == "file" else "")
-    srun = tuple(s.srun_options)
+    probe_arg = {"log": r.pattern, "file": str(rdir / r.file), "http": str(r.status)}.get(r.kind, "")
     ctr = s.container or container if s.kind == "generic" else (s.container or None)
+    own = container_srun_options(recipe, str(rdir / "configs")) if ctr else {}
+    srun = tuple(sorted({**own, **recipe.srun_options, **dict(s.srun_options)}.items()))
     return Unit(
         recipe=recipe.name, role=s.role, index=0, ordinals=(0,), nodes=(head,), gpus=(), ports=p,
         launches=(launch,), container=ctr, files=files, health_port=port, health_path=r.path,

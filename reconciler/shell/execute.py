@@ -70,6 +70,8 @@ class Executor:
             u, l = a.unit, a.launch
             for path, content in u.files.items():
                 write_if_changed(Path(path), content)
+            if u.probe == "file" and l.rank == 0:
+                Path(u.probe_arg).unlink(missing_ok=True)  # a marker of the last life must not make this one Ready
             name = labels.step_name(self.driver.owner, u.recipe, u.role, u.index, l.rank, u.spec_hash)
             handle = self.driver.launch(a.job_id, u, l, name)
             now = time.time()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from dataclasses import dataclass
 
 import structlog
@@ -27,11 +28,19 @@ class Change:
     url: str
 
 
+def serving(d: DesiredRecipe, o: Observed, u) -> bool:
+    """Ready, or Ready before and not (yet) judged dead: one failed probe does not flap the router."""
+    if o.ready.get(u.key):
+        return True
+    h = o.health.get(u.key)
+    return bool(h and h.was_ready and h.missing_since is None and 0 < h.probe_failures < d.liveness_failures)
+
+
 def wanted(d: DesiredRecipe, o: Observed) -> dict[str, dict]:
-    """url -> the body that registers it, for every Ready worker."""
+    """url -> the body that registers it, for every serving worker."""
     out = {}
     for u in d.units:
-        if not o.ready.get(u.key) or not u.url:
+        if not u.url or not serving(d, o, u):
             continue
         body: dict = {"url": u.url}
         if d.frontend is not None and "--pd-disaggregation" in d.frontend.launches[0].argv:
@@ -49,7 +58,12 @@ def diff(want: dict[str, dict], have: dict[str, str]) -> tuple[list[dict], list[
     return add, remove
 
 
-def sync(d: DesiredRecipe, o: Observed) -> list[Change]:
+# url -> when it was POSTed: the router queues an addition, a re-POST before it shows is noise
+_pending: dict[str, float] = {}
+PENDING_TTL = 10.0
+
+
+def sync(d: DesiredRecipe, o: Observed, now: float | None = None) -> list[Change]:
     fe = d.frontend
     if fe is None or fe.worker_api != "sglang-router" or not o.ready.get(fe.key):
         return []
@@ -62,10 +76,16 @@ def sync(d: DesiredRecipe, o: Observed) -> list[Change]:
         return []
     if have is None:
         return []
+    for url in have:
+        _pending.pop(url, None)
     add, remove = diff(wanted(d, o), have)
+    now = time.monotonic() if now is None else now
     done = []
     for body in add:
+        if now - _pending.get(body["url"], -PENDING_TTL) < PENDING_TTL:
+            continue
         if _try(host, port, "POST", "/workers", body, d.name):
+            _pending[body["url"]] = now
             done.append(Change("add", body["url"]))
     for wid, url in remove:
         if _try(host, port, "DELETE", f"/workers/{wid}", None, d.name):

@@ -18,7 +18,8 @@ from reconciler.world import DesiredRecipe
 
 
 _BEFORE = {"before_workers": ("infra",), "with_workers": ("infra", "before_workers"),
-           "workers": ("infra", "before_workers")}
+           "workers": ("infra", "before_workers"), "frontend": ("infra", "before_workers", "with_workers"),
+           "after_frontend": ("infra", "before_workers", "with_workers")}
 
 
 def compute_services(d: DesiredRecipe, c: Classified) -> tuple[frozenset[str], dict[str, Wait]]:
@@ -26,21 +27,14 @@ def compute_services(d: DesiredRecipe, c: Classified) -> tuple[frozenset[str], d
     held: set[str] = set()
     waiting: dict[str, Wait] = {}
     for v in c.missing:
-        if v.is_frontend:
-            phase = "workers"
-        elif v.unit.is_service:
-            phase = v.unit.phase
-        else:
-            phase = "workers"
-        if phase == "after_frontend":
-            if not _frontend_ready(d, c):
-                held.add(v.name)
-                waiting[v.name] = Wait(WaitReason.NEEDS_READY_FRONTEND)
-            continue
+        phase = "frontend" if v.is_frontend else v.unit.phase if v.unit.is_service else "workers"
         blocking = [r for p in _BEFORE.get(phase, ()) for r in d.gates.get(p, ()) if (r, 0) not in c.ready]
         if blocking:
             held.add(v.name)
             waiting[v.name] = Wait(WaitReason.NEEDS_SERVICES, ", ".join(r.removeprefix("svc-") for r in blocking))
+        elif phase == "after_frontend" and not _frontend_ready(d, c):
+            held.add(v.name)
+            waiting[v.name] = Wait(WaitReason.NEEDS_READY_FRONTEND)
     return frozenset(held), waiting
 
 
