@@ -130,7 +130,9 @@ def main() -> None:
             print(f"[{label}] deploying ...", flush=True)
             while True:
                 url = endpoint(tmp / "state", name)
-                mid = model_id(url) if url else None
+                # Dynamo serves the model under its path; the others under the recipe's served name (the
+                # SGLang router's own /v1/models says "unknown": it does not ask the workers)
+                mid = (model_id(url) if frontend == "dynamo" else model.name) if url else None
                 if mid and post_ok(url, mid):
                     break
                 if time.monotonic() - t0 > 180:
@@ -149,7 +151,7 @@ def main() -> None:
                              sum(e.get("count", 1) for e in doc.get("error_summary") or []), first))
             f.unlink()
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and model_id(url):  # its frontend goes with it
+            while time.monotonic() < deadline and model_id(url) is not None:  # its frontend goes with it
                 time.sleep(0.2)
     finally:
         proc.terminate()
