@@ -130,8 +130,7 @@ def main() -> None:
             print(f"[{label}] deploying ...", flush=True)
             while True:
                 url = endpoint(tmp / "state", name)
-                # Dynamo serves the model under its path; the others under the recipe's served name (the
-                # SGLang router's own /v1/models says "unknown": it does not ask the workers)
+                # Dynamo serves the model under its path; the others under the recipe's served name
                 mid = (model_id(url) if frontend == "dynamo" else model.name) if url else None
                 if mid and post_ok(url, mid):
                     break

@@ -207,3 +207,17 @@ def test_with_the_models_tokenizer_a_client_counts_exactly_max_tokens(tmp_path):
         assert content <= usage["prompt_tokens"] <= content + 8  # the content plus the role it is framed with
     finally:
         proc.stop()
+
+
+def test_answers_the_sglang_server_info_routes_the_router_reads(tmp_path):
+    proc, url = start_mocker(tmp_path, "--mode", "decode", "--model-path", "/models/m")
+    try:
+        for path in ("/get_model_info", "/model_info"):
+            status, body = get(url + path)
+            assert status == 200 and json.loads(body)["model_path"] == "/models/m"
+        for path in ("/get_server_info", "/server_info"):
+            status, body = get(url + path)
+            info = json.loads(body)
+            assert status == 200 and info["served_model_name"] == "m" and info["disaggregation_mode"] == "decode"
+    finally:
+        proc.stop()

@@ -237,6 +237,7 @@ def test_sglang_router_follows_readiness(tmp_path):
         wait_until(lambda: router_workers(endpoint) == urls() and len(urls()) == 1, timeout=30,
                    what="the router to list the Ready worker")
         assert wait_until(lambda: chat(endpoint, "m")[0] == 200, timeout=20, what="a completion via the router")
+        assert served(endpoint) == "m"  # the router learnt the model from the worker's /get_model_info
 
         f.write_text(ROUTED.format(name=name, workers=2))
         wait_until(lambda: len(urls()) == 2 and router_workers(endpoint) == urls(), timeout=60,

@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> None:
         max_model_len=a.max_model_len,
     )
     scfg = ServerConfig(host=a.host, port=a.port, model_name=a.model_name, startup_time=a.startup_time,
-                        crash_after=a.crash_after, hang_after=a.hang_after, request_timeout=a.request_timeout)
+                        crash_after=a.crash_after, hang_after=a.hang_after, request_timeout=a.request_timeout,
+                        model_path=a.model_path)
     vocab, which = vocabulary(a.model_path)
     server = MockerServer(scfg, ecfg, vocab)
     log("INFO", f"starting mode={a.mode} model={a.model_name} port={a.port} speedup={a.speedup_ratio:g} "

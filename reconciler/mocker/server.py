@@ -36,6 +36,7 @@ class ServerConfig:
     crash_after: float | None = None
     hang_after: float | None = None
     request_timeout: float = 30.0
+    model_path: str | None = None
 
 
 class MockerServer:
@@ -53,9 +54,30 @@ class MockerServer:
 
     # ---------------------------------------------------------------- app
     def app(self) -> web.Application:
-        return openai_app(health=self.health, metrics=self.metrics_handler, models=self.models, chat=self.chat,
-                          completions=self.completions, on_startup=self._on_startup, on_cleanup=self._on_cleanup,
-                          request_timeout=self.scfg.request_timeout)
+        app = openai_app(health=self.health, metrics=self.metrics_handler, models=self.models, chat=self.chat,
+                         completions=self.completions, on_startup=self._on_startup, on_cleanup=self._on_cleanup,
+                         request_timeout=self.scfg.request_timeout)
+        # what the SGLang router asks a worker for (an SGLang server's own routes)
+        for path in ("/get_model_info", "/model_info"):
+            app.router.add_get(path, self.model_info)
+        for path in ("/get_server_info", "/server_info"):
+            app.router.add_get(path, self.server_info)
+        return app
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        await self._gate()
+        return web.json_response({"model_path": self.scfg.model_path or self.scfg.model_name,
+                                  "tokenizer_path": self.scfg.model_path or self.scfg.model_name,
+                                  "served_model_name": self.scfg.model_name, "is_generation": True})
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        await self._gate()
+        mode = self.ecfg.mode
+        return web.json_response({
+            "model_path": self.scfg.model_path or self.scfg.model_name, "served_model_name": self.scfg.model_name,
+            "disaggregation_mode": "null" if mode == "agg" else mode, "tp_size": 1, "dp_size": 1,
+            "max_running_requests": self.ecfg.max_num_seqs, "page_size": self.ecfg.block_size,
+            "version": "reconciler-mocker"})
 
     async def _on_startup(self, app: web.Application) -> None:
         self.started = time.monotonic()  # startup time counts from serving, not from loading the tokenizer
