@@ -109,6 +109,11 @@ def build_recipe(
     head = head_alloc.nodes[0 - head_alloc.start] if head_alloc is not None and head_alloc.running else None
     svc_specs = resolve(recipe)
     disc_env = discovery_env(recipe, svc_specs, discovery_of(recipe), head, ports, state_dir)
+    if head is None and any(s.kind in ("etcd", "nats") and not s.external for s in svc_specs):
+        # their etcd/NATS address is the head node's: without it their spec is unknown, and what
+        # runs elsewhere is left alone (waiting) rather than rolled to a spec without discovery
+        waiting += [(ep.mode, ep.index) for ep in placed]
+        placed = []
     units = worker_units(recipe, placed, hostnames, ports, runtime, disc_env) if placed else []
     fe = None
     services: list = []

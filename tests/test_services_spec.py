@@ -165,3 +165,20 @@ def test_tcp_and_file_probes(tmp_path):
     assert not probe_file(str(f))  # srtctl: a non-empty regular file
     f.write_text("ok")
     assert probe_file(str(f))
+
+
+def test_workers_away_from_a_pending_head_allocation_wait_instead_of_losing_their_discovery():
+    from pathlib import Path
+
+    from reconciler.desired import build_recipe
+    from reconciler.ports import NodePortAllocator
+    from reconciler.world import Alloc
+
+    r = load_text(BASE.replace("roles: {agg: {workers: 1, gpus: 1}}", "roles: {agg: {workers: 2, gpus: 8}}")
+                  + "frontend: {type: dynamo}\nreconcile: {nodes_per_allocation: 1}\n", "s.yaml", preflight=False).recipe
+    both = [Alloc("1", "s", 0, 0, 1, "RUNNING", "None", ("n1",)), Alloc("2", "s", 1, 1, 1, "RUNNING", "None", ("n2",))]
+    d = build_recipe(r, both, NodePortAllocator(), Path("/st"), "py")
+    assert {u.name for u in d.units} == {"agg_0", "agg_1"} and d.services
+    head_requeued = [Alloc("1", "s", 0, 0, 1, "PENDING", "Priority", ()), both[1]]
+    d = build_recipe(r, head_requeued, NodePortAllocator(), Path("/st"), "py")
+    assert d.units == () and set(d.waiting) == {("agg", 0), ("agg", 1), ("svc-etcd", 0)}
