@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from reconciler import dynamo_install
-from reconciler.backends.base import Runtime, cli_args
+from reconciler.backends.base import Runtime, _norm, cli_args
 from reconciler.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
 from reconciler.units import FRONTEND, Launch, Unit, _container, container_srun_options, endpoints_path, spec_hash
@@ -25,7 +25,7 @@ OWNED_ARGS = {"builtin": ("host", "port"), "dynamo": ("http-port", "http-host"),
 def owned_arg(recipe: Recipe) -> str | None:
     """A key of frontend.args that would override a flag the reconciler sets, or None."""
     owned = OWNED_ARGS.get(recipe.frontend.type, ())
-    return next((k for k in recipe.frontend.args if k.lstrip("-").replace("_", "-") in owned), None)
+    return next((k for k in recipe.frontend.args if _norm(k) in owned), None)
 
 
 def frontend_unit(recipe: Recipe, head: str, ports: NodePortAllocator, runtime: Runtime, state_dir: Path,
@@ -34,9 +34,12 @@ def frontend_unit(recipe: Recipe, head: str, ports: NodePortAllocator, runtime: 
     return build(recipe, head, ports, runtime, state_dir, disc_env or {}) if build else None
 
 
+def _owner(recipe: Recipe) -> str:
+    return f"{recipe.name}/{FRONTEND}_0"  # the unit name: what bookkeeping keeps alive
+
+
 def _port(recipe: Recipe, head: str, ports: NodePortAllocator) -> int:
-    owner = f"{recipe.name}/{FRONTEND}_0"  # the unit name: what bookkeeping keeps alive
-    return recipe.frontend.port or ports.allocate(head, owner, "http")
+    return recipe.frontend.port or ports.allocate(head, _owner(recipe), "http")
 
 
 def _unit(recipe: Recipe, head: str, port: int, argv: list[str], env: dict[str, str], container: str | None,
@@ -65,8 +68,8 @@ def builtin(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
 def dynamo(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
     """srtctl: ``python3 -m dynamo.frontend --http-port=P`` + frontend.args, in the job container."""
     port = _port(recipe, head, ports)
-    container = (recipe.frontend.container_image or _container(recipe, recipe.backend)) \
-        if _container(recipe, recipe.backend) else None
+    job_container = _container(recipe, recipe.backend)
+    container = (recipe.frontend.container_image or job_container) if job_container else None
     pre = dynamo_install.preamble(recipe) if container else []
     argv = [*pre, runtime.engine_python, "-m", "dynamo.frontend", f"--http-port={port}"]
     argv += cli_args(dict(recipe.frontend.args))
@@ -78,14 +81,14 @@ def sglang_router(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
     """srtctl: ``python -m sglang_router.launch_router`` with the workers' URLs. Here it starts with
     none and the shell adds and removes workers through its /workers API as they turn Ready."""
     port = _port(recipe, head, ports)
-    metrics = ports.allocate(head, f"{recipe.name}/{FRONTEND}_0", "prometheus")
+    metrics = ports.allocate(head, _owner(recipe), "prometheus")
     container = _container(recipe, recipe.backend)
     argv = [runtime.engine_python, "-m", "sglang_router.launch_router"]
     if recipe.disaggregated:
         argv.append("--pd-disaggregation")
     argv += ["--host", "0.0.0.0", "--port", str(port)]
     args = dict(recipe.frontend.args)
-    if not any(k.lstrip("-").replace("_", "-") == "prometheus-port" for k in args):
+    if not any(_norm(k) == "prometheus-port" for k in args):
         argv += ["--prometheus-port", str(metrics), "--prometheus-host", "0.0.0.0"]
     argv += cli_args(args)
     env = {"PYTHONUNBUFFERED": "1", **recipe.environment, **recipe.frontend.env}

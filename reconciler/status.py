@@ -6,7 +6,8 @@ from typing import Any
 
 from reconciler.core.plan import RecipePlan, WaitReason
 from reconciler.timefmt import iso
-from reconciler.units import FRONTEND
+from reconciler.core.plan.classify import unit_order
+from reconciler.units import FRONTEND, is_service_role
 from reconciler.world import DesiredRecipe, Observed
 
 ROLES = ("prefill", "decode", "agg")
@@ -20,7 +21,7 @@ def build_status(
     rp = rp or RecipePlan(name)
     rows = worker_rows(name, d, o, rp, launches, exits or {}) if d else []
     workers = [r for r in rows if r["role"] in ROLES]
-    services = [r for r in rows if r["role"].startswith("svc-")]
+    services = [r for r in rows if is_service_role(r["role"])]
     critical = {u.role for u in d.services if u.critical} if d else set()
     services_up = all(r["ready"] for r in services if r["role"] in critical)  # the rest: Degraded only
     ready = sum(r["ready"] for r in workers)
@@ -142,6 +143,5 @@ def worker_rows(
                      "nodes": [], "gpus": [], "ports": {}, "url": None, "steps": [], "specHash": None,
                      "restarts": _restarts(launches, f"{role}_{index}"),
                      "lastExit": _exit(exits.get(f"{role}_{index}"))})
-    order = {r: i for i, r in enumerate(ROLES + (FRONTEND,))}
-    rows.sort(key=lambda r: (-1 if r["role"].startswith("svc-") else order.get(r["role"], 9), r["role"], r["index"]))
+    rows.sort(key=lambda r: unit_order((r["role"], r["index"])))
     return rows

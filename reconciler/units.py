@@ -22,6 +22,11 @@ from reconciler.recipe.model import Recipe
 from reconciler.topology import Endpoint, Process
 
 FRONTEND = "frontend"
+SERVICE_PREFIX = "svc-"  # the step role of a service: svc-<name>
+
+
+def is_service_role(role: str) -> bool:
+    return role.startswith(SERVICE_PREFIX)
 
 
 @dataclass(frozen=True)

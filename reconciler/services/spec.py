@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from reconciler.recipe.model import Recipe
 from reconciler.services.kinds import KINDS, NOT_YET
+from reconciler.units import SERVICE_PREFIX
 
 PHASES = ("infra", "before_workers", "with_workers", "after_frontend")
 WORKER_ROLES = ("prefill", "decode", "agg", "frontend")
@@ -118,7 +119,7 @@ def _implied_spec(recipe: Recipe, name: str, why: str) -> ServiceSpec:
     options: tuple[tuple[str, object], ...] = ()
     if name == "nats" and recipe.infra is not None and recipe.infra.nats_max_payload_mb is not None:
         options = (("max_payload_mb", recipe.infra.nats_max_payload_mb),)
-    return ServiceSpec(name, name, f"svc-{name}", kind.phase, None, (), (), Readiness("tcp", port_name=kind.ready_port,
+    return ServiceSpec(name, name, f"{SERVICE_PREFIX}{name}", kind.phase, None, (), (), Readiness("tcp", port_name=kind.ready_port,
                        timeout=300.0, interval=1.0), kind.critical, False, options=options, implied_by=why)
 
 
@@ -176,7 +177,7 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
         srun["cpu-bind"] = s.cpu_bind
     critical = kind.critical if s.critical is None else s.critical
     return ServiceSpec(
-        name=s.name, kind=s.type, role=f"svc-{slug}", phase=phase,
+        name=s.name, kind=s.type, role=f"{SERVICE_PREFIX}{slug}", phase=phase,
         command=tuple(map(str, s.command)) if s.command else None, args=tuple(map(str, s.args)),
         env=tuple(sorted(s.env.items())), readiness=_readiness(s, kind, at), critical=critical,
         inherit_discovery_env=s.inherit_discovery_env and s.type not in ("etcd", "nats"),

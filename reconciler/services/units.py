@@ -89,7 +89,6 @@ def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, r
     launch = Launch(0, (head,), 1, None, tuple(argv), tuple(sorted(env.items())))
     r = s.readiness
     port = r.port if r.port is not None else (p.get(r.port_name) if r.port_name else None)
-    probe = {"tcp": "tcp", "http": "http", "log": "log", "file": "file"}.get(r.kind, "started")
     probe_arg = {"log": r.pattern, "file": str(rdir / r.file), "http": str(r.status)}.get(r.kind, "")
     ctr = s.container or container if s.kind == "generic" else (s.container or None)
     own = container_srun_options(recipe, str(rdir / "configs")) if ctr else {}
@@ -97,6 +96,6 @@ def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, r
     return Unit(
         recipe=recipe.name, role=s.role, index=0, ordinals=(0,), nodes=(head,), gpus=(), ports=p,
         launches=(launch,), container=ctr, files=files, health_port=port, health_path=r.path,
-        probe=probe, probe_arg=probe_arg, phase=s.phase, startup_timeout=r.timeout,
+        probe=r.kind, probe_arg=probe_arg, phase=s.phase, startup_timeout=r.timeout,
         critical=s.critical, srun_options=srun, spec_hash=spec_hash((launch,), ctr, files, srun),
     )

@@ -43,8 +43,8 @@ def wanted(d: DesiredRecipe, o: Observed) -> dict[str, dict]:
         if not u.url or not serving(d, o, u):
             continue
         body: dict = {"url": u.url}
-        if d.frontend is not None and "--pd-disaggregation" in d.frontend.launches[0].argv:
-            body["worker_type"] = u.role if u.role in ("prefill", "decode") else "regular"
+        if u.role in ("prefill", "decode"):  # a disaggregated recipe: the router runs --pd-disaggregation
+            body["worker_type"] = u.role
             if u.role == "prefill" and u.ports.get("bootstrap"):
                 body["bootstrap_port"] = u.ports["bootstrap"]
         out[u.url] = body

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reconciler.units import FRONTEND, Unit
+from reconciler.units import FRONTEND, Unit, is_service_role
 from reconciler.world import DesiredRecipe, Observed, Step, UnitHealth
 
 UnitKey = tuple[str, int]  # (role, index) within a recipe
@@ -28,7 +28,7 @@ ROLE_ORDER = {"prefill": 1, "decode": 2, "agg": 3, FRONTEND: 4}  # services: 0
 
 
 def _role_order(role: str) -> int:
-    return 0 if role.startswith("svc-") else ROLE_ORDER.get(role, 9)
+    return 0 if is_service_role(role) else ROLE_ORDER.get(role, 9)
 
 
 def unit_order(key: UnitKey) -> tuple[int, str, int]:
@@ -122,7 +122,7 @@ def classify(d: DesiredRecipe, observed: Observed, dropped_jobs: frozenset[str])
         steps = by_unit[key]
         if key in waiting and not any(s.job_id in dropped_jobs for s in steps):
             continue  # its allocation is not running (yet): nothing to do
-        kind = "frontend" if key[0] == FRONTEND else "service" if key[0].startswith("svc-") else "scaled down"
+        kind = "frontend" if key[0] == FRONTEND else "service" if is_service_role(key[0]) else "scaled down"
         sets["extra"] += [(s, kind) for s in sorted(steps, key=step_order)]
 
     for key in sorted(wanted, key=unit_order):

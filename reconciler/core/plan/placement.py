@@ -14,6 +14,7 @@ from __future__ import annotations
 from reconciler.core.plan.classify import Classified
 from reconciler.core.plan.relaunch import launches_for
 from reconciler.core.plan.results import LaunchStep, PlaceReason, Wait, WaitReason
+from reconciler.units import SERVICE_PREFIX
 from reconciler.world import DesiredRecipe
 
 
@@ -31,7 +32,7 @@ def compute_services(d: DesiredRecipe, c: Classified) -> tuple[frozenset[str], d
         blocking = [r for p in _BEFORE.get(phase, ()) for r in d.gates.get(p, ()) if (r, 0) not in c.ready]
         if blocking:
             held.add(v.name)
-            waiting[v.name] = Wait(WaitReason.NEEDS_SERVICES, ", ".join(r.removeprefix("svc-") for r in blocking))
+            waiting[v.name] = Wait(WaitReason.NEEDS_SERVICES, ", ".join(r.removeprefix(SERVICE_PREFIX) for r in blocking))
         elif phase == "after_frontend" and not _frontend_ready(d, c):
             held.add(v.name)
             waiting[v.name] = Wait(WaitReason.NEEDS_READY_FRONTEND)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from reconciler.core.plan.classify import Classified
 from reconciler.core.plan.results import CancelStep, StopReason, Wait, WaitReason
+from reconciler.units import is_service_role
 from reconciler.world import DesiredRecipe
 
 
 def unavailable_workers(c: Classified) -> int:
-    return sum(1 for v in c.units if v.is_worker and not v.ready) + sum(1 for r, _ in c.waiting if not r.startswith("svc-"))
+    return sum(1 for v in c.units if v.is_worker and not v.ready) + sum(1 for r, _ in c.waiting if not is_service_role(r))
 
 
 def compute_rollout(d: DesiredRecipe, c: Classified) -> tuple[tuple[CancelStep, ...], dict[str, Wait]]:
