@@ -9,7 +9,8 @@
 #
 # Environment knobs:
 #   SLURM_CPUS      CPUs advertised (default 64; oversubscribes the real cores)
-#   SLURM_GPUS      fake GPUs for --gres=gpu:N (default 8; 0 = none)
+#   SLURM_GPUS      fake GPUs for --gres=gpu:N (default 32: room for the test suite's parallel
+#                   workers, each test's allocation asking for up to 8; 0 = none)
 #   SLURM_PARTITION partition name (default debug)
 #   SLURM_TIMEOUT   seconds to wait for each stage (default 60)
 #   SLURM_FRESH=1   start slurmctld with -c: forget jobs left in its saved state by a
@@ -32,7 +33,7 @@ set -euo pipefail
 CMD=${1:-up}
 HOST=$(hostname -s)
 CPUS=${SLURM_CPUS:-64}
-GPUS=${SLURM_GPUS:-8}
+GPUS=${SLURM_GPUS:-32}
 PART=${SLURM_PARTITION:-debug}
 TIMEOUT=${SLURM_TIMEOUT:-60}
 

@@ -9,7 +9,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("RECONCILER_CORPUS", ROOT.parent / "shared" / "corpus"))
-SUMMARIES: list[str] = []
 
 
 def slurm_available() -> tuple[bool, str]:
@@ -57,9 +56,19 @@ def pytest_terminal_summary(terminalreporter):
     if counts:
         terminalreporter.write_sep("-", "tests on the real Slurm")
         terminalreporter.write_line(", ".join(f"{n} {k}" for k, n in counts.items()))
-    for text in SUMMARIES:
-        terminalreporter.write_sep("-", "summary")
-        terminalreporter.write_line(text)
+    # figures a test reported through the `summary` fixture; user_properties travel from xdist workers
+    for outcome in ("passed", "failed"):
+        for rep in terminalreporter.stats.get(outcome, []):
+            for key, text in getattr(rep, "user_properties", ()):
+                if key == "summary" and rep.when == "call":
+                    terminalreporter.write_sep("-", "summary")
+                    terminalreporter.write_line(text)
+
+
+@pytest.fixture
+def summary(request):
+    """summary(text): print ``text`` in the run's terminal summary (also under pytest-xdist)."""
+    return lambda text: request.node.user_properties.append(("summary", text))
 
 
 @pytest.fixture

@@ -34,16 +34,16 @@ def h(tmp_path):
     harness.cleanup()
 
 
-def test_chaos(h, capsys):
+def test_chaos(h, summary):
     rng = random.Random(SEED)
     foreign = sh("sbatch", "--parsable", "--job-name=not-ours", "--wrap", "exec sleep 600").strip().split(";")[0]
     try:
-        _chaos(h, rng, foreign, capsys)
+        _chaos(h, rng, foreign, summary)
     finally:
         subprocess.run(["scancel", foreign], capture_output=True)
 
 
-def _chaos(h: Harness, rng: random.Random, foreign: str, capsys) -> None:
+def _chaos(h: Harness, rng: random.Random, foreign: str, summary) -> None:
     name = h.name("chaos")
     f = h.manifests / f"{name}.yaml"
     base = KEEP.format(name=name).replace("workers: 1, gpus: 1", "workers: @N@, gpus: 1, restart: {backoff_seconds: 0.2, max_backoff_seconds: 2}")
@@ -80,9 +80,8 @@ def _chaos(h: Harness, rng: random.Random, foreign: str, capsys) -> None:
             _converge(h, name, workers, workers, foreign)
         else:
             times.append(_converge(h, name, workers, max(before, workers), foreign))
-    with capsys.disabled():
-        print(f"\nchaos: seed {SEED}, faults {len(times)}, converged {len(times)}/{FAULTS}, "
-              f"max converge {max(times):.1f} s, violations 0")
+    summary(f"chaos: seed {SEED}, faults {len(times)}, converged {len(times)}/{FAULTS}, "
+            f"max converge {max(times):.1f} s, violations 0")
 
 
 def _converge(h: Harness, name: str, workers: int, ceiling: int, foreign: str, status: str = "Ready") -> float:

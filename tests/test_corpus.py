@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 
-from conftest import SUMMARIES
 
 from pathlib import Path
 
@@ -17,7 +16,7 @@ def _walk(root):
     return sorted(p for sub in ("srt-slurm-v1", "srt-slurm-v2") for p in (root / sub).rglob("*.yaml"))
 
 
-def test_corpus_validates_or_names_unsupported_feature(corpus):
+def test_corpus_validates_or_names_unsupported_feature(corpus, summary):
     files = _walk(corpus)
     assert len(files) > 500
     deployments = valid = rendered = variant_files = 0
@@ -49,7 +48,7 @@ def test_corpus_validates_or_names_unsupported_feature(corpus):
     lines = [f"corpus: {len(files)} files ({variant_files} sweep/override), {deployments} deployments after "
              f"expansion, {valid} valid, {rendered} rendered, {sum(rejected.values())} refused"]
     lines += [f"  refused ({n}): {reason}" for reason, n in rejected.most_common()]
-    SUMMARIES.append("\n".join(lines))
+    summary("\n".join(lines))
     print("\n".join(lines))
     assert not surprises, "rejected without naming an unsupported feature:\n" + "\n".join(surprises)
     assert not plain_v1_failures, "v1 recipes must validate:\n" + "\n".join(plain_v1_failures)

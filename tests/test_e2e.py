@@ -52,7 +52,17 @@ def sh(*argv: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
 
 
-_ranges = itertools.cycle(range(21000, 31800, 200))
+def _port_ranges() -> itertools.cycle:
+    """This process's 200-port ranges: under pytest-xdist each worker cycles through its own slice
+    of 21000-31800, so two tests running at once never share a port range."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    n = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    starts = list(range(21000, 31800, 200))
+    mine = starts[int(worker.removeprefix("gw") or 0) % n::n]
+    return itertools.cycle(mine)
+
+
+_ranges = _port_ranges()
 
 
 class Harness:

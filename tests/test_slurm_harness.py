@@ -23,6 +23,8 @@ def test_sbatch_gres_and_overlapping_step():
             assert time.time() < deadline, "job did not start"
             time.sleep(0.2)
         out = sh("srun", f"--jobid={jid}", "--overlap", "-J", "probe", "bash", "-c", "echo $CUDA_VISIBLE_DEVICES")
-        assert out.strip() == "0,1"
+        # two GPUs, whichever two: tests running beside this one may hold others
+        gpus = out.strip().split(",")
+        assert len(gpus) == 2 and len(set(gpus)) == 2 and all(g.isdigit() for g in gpus), out
     finally:
         subprocess.run(["scancel", jid], check=False)
