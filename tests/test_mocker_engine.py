@@ -97,18 +97,19 @@ def test_prompt_larger_than_the_cache_is_rejected():
         eng.submit(Request("x", [1] * 20, 1))
 
 
-def test_measured_step_time_follows_the_model():
-    # moderate speedup: decode steps ~5.74 ms / 5 ~ 1.1 ms; compare as a ratio, generously
+def test_each_step_sleeps_the_time_the_model_gives_it():
+    # each step sleeps what the timing model says for its batch and KV usage; how much longer a
+    # loaded machine makes the sleep is a figure (printed), not a pass/fail
     speedup = 5.0
     eng = Engine(EngineConfig(speedup_ratio=speedup, num_gpu_blocks=1000, block_size=16))
     reqs = [Request("r", [1] * 16, 60)]
     asyncio.run(_run(eng, reqs))
-    decode_steps = [(secs, kv) for secs, new, dec, kv in eng.step_log if dec and new == 0]
+    decode_steps = [(secs, plan, kv) for secs, plan, new, dec, kv in eng.step_log if dec and new == 0]
     assert len(decode_steps) >= 50
-    measured = sum(s for s, _ in decode_steps)
-    model = sum(timing.decode_ms(kv) / speedup / 1000 for _, kv in decode_steps)
-    ratio = measured / model
-    print(f"decode step time measured/model = {ratio:.2f}")
-    assert 0.8 < ratio < 3.0
-    prefill = [(secs, new) for secs, new, dec, kv in eng.step_log if new > 0]
+    for secs, plan, kv in decode_steps:
+        assert plan == pytest.approx(timing.decode_ms(kv) / speedup / 1000)
+        assert secs >= plan - 1e-3, "a step returned before its modelled time"
+    measured = sum(s for s, _, _ in decode_steps)
+    print(f"decode step time measured/model = {measured / sum(p for _, p, _ in decode_steps):.2f}")
+    prefill = [(secs, new) for secs, _, new, dec, kv in eng.step_log if new > 0]
     assert prefill and prefill[0][1] == 16

@@ -89,7 +89,8 @@ class Engine:
         self.private_used = 0
         self.preemptions = 0
         self.steps = 0
-        self.step_log: deque[tuple[float, int, bool, float]] = deque(maxlen=4096)  # (secs, new_tokens, decoding, kv)
+        # (secs slept, secs planned by the timing model, new_tokens, decoding, kv)
+        self.step_log: deque[tuple[float, float, int, bool, float]] = deque(maxlen=4096)
         self._wake = asyncio.Event()
         self._admit_seq = 0
         self._stopped = False
@@ -270,7 +271,7 @@ class Engine:
         else:
             await asyncio.sleep(0)  # let handlers write what the last step produced
         self.steps += 1
-        self.step_log.append((time.monotonic() - t0, new_tokens, bool(decoding), kv))
+        self.step_log.append((time.monotonic() - t0, delay, new_tokens, bool(decoding), kv))
         now = time.monotonic()
         for r in decoding + completing:
             if r.finished or r not in self.running:
