@@ -22,7 +22,7 @@ from reconciler.recipe.model import Recipe
 from reconciler.topology import Endpoint
 from reconciler.frontends import frontend_unit
 from reconciler.services import discovery_of, resolve
-from reconciler.services.units import discovery_env, service_units
+from reconciler.services.units import ADDRESSED_KINDS, discovery_env, mooncake_wiring, service_units
 from reconciler.units import FRONTEND, _container, runtime_for, worker_units
 from reconciler.world import Alloc, AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy
 
@@ -109,12 +109,13 @@ def build_recipe(
     head = head_alloc.nodes[0 - head_alloc.start] if head_alloc is not None and head_alloc.running else None
     svc_specs = resolve(recipe)
     disc_env = discovery_env(recipe, svc_specs, discovery_of(recipe), head, ports, state_dir)
-    if head is None and any(s.kind in ("etcd", "nats") and not s.external for s in svc_specs):
-        # their etcd/NATS address is the head node's: without it their spec is unknown, and what
-        # runs elsewhere is left alone (waiting) rather than rolled to a spec without discovery
+    if head is None and any(s.kind in ADDRESSED_KINDS and not s.external for s in svc_specs):
+        # their etcd/NATS/Mooncake address is the head node's: without it their spec is unknown, and
+        # what runs elsewhere is left alone (waiting) rather than rolled to a spec without it
         waiting += [(ep.mode, ep.index) for ep in placed]
         placed = []
-    units = worker_units(recipe, placed, hostnames, ports, runtime, disc_env) if placed else []
+    wiring = mooncake_wiring(recipe, svc_specs, head, ports, runtime.config_dir, runtime.served_model_name)
+    units = worker_units(recipe, placed, hostnames, ports, runtime, disc_env, wiring) if placed else []
     fe = None
     services: list = []
     if head is not None:

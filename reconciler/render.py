@@ -9,7 +9,7 @@ from reconciler.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
 from reconciler.frontends import frontend_unit
 from reconciler.services import discovery_of, resolve
-from reconciler.services.units import discovery_env, service_units
+from reconciler.services.units import discovery_env, mooncake_wiring, service_units
 from reconciler.units import Unit, _container, node_count, runtime_for, worker_units
 
 
@@ -25,7 +25,8 @@ def render_units(recipe: Recipe, nodes: list[str] | None, state_dir: Path, pytho
     disc_env = discovery_env(recipe, specs, discovery_of(recipe), hostnames[0], ports, state_dir)
     services = service_units(recipe, specs, hostnames[0], ports, state_dir, disc_env,
                              _container(recipe, recipe.backend))
-    units = worker_units(recipe, endpoints, dict(enumerate(hostnames)), ports, runtime, disc_env)
+    wiring = mooncake_wiring(recipe, specs, hostnames[0], ports, runtime.config_dir, runtime.served_model_name)
+    units = worker_units(recipe, endpoints, dict(enumerate(hostnames)), ports, runtime, disc_env, wiring)
     fe = frontend_unit(recipe, hostnames[0], ports, runtime, state_dir, disc_env)
     return services + units + ([fe] if fe else [])
 

@@ -14,12 +14,16 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from reconciler import dynamo_install
 from reconciler.backends.base import Runtime
 from reconciler.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
 from reconciler.topology import Endpoint, Process
+
+if TYPE_CHECKING:
+    from reconciler.services.mooncake import Wiring
 
 FRONTEND = "frontend"
 SERVICE_PREFIX = "svc-"  # the step role of a service: svc-<name>
@@ -160,9 +164,11 @@ def worker_units(
     ports: NodePortAllocator,
     runtime: Runtime,
     extra_env: Mapping[str, str] | None = None,
+    mooncake: Wiring | None = None,
 ) -> list[Unit]:
     """Units for ``endpoints`` (all of whose node ordinals must be in ``hostnames``);
-    ``extra_env``: the discovery environment of a Dynamo recipe, under the recipe's own."""
+    ``extra_env``: the discovery environment of a Dynamo recipe, under the recipe's own;
+    ``mooncake``: the Mooncake master's wiring, over everything else."""
     backend = recipe.backend
     procs = backend.endpoints_to_processes(endpoints, hostnames, ports, f"{recipe.name}/")  # type: ignore[arg-type]
     by_ep: dict[tuple[str, int], list[Process]] = {}
@@ -176,6 +182,8 @@ def worker_units(
         ps = by_ep[(ep.mode, ep.index)]
         role = recipe.roles[ep.mode]
         files = backend.config_files(ep.mode, runtime)
+        if mooncake is not None:
+            files = {**files, **mooncake.files.get(ep.mode, {})}
         role_container = (role.container or container) if container_ok else None
         # srtctl installs the recipe's Dynamo into the container first; on the hosts it is there already
         pre = dynamo_install.preamble(recipe) if role_container else []
@@ -190,6 +198,8 @@ def worker_units(
             env.update(backend.get_process_environment(p))
             if backend.should_set_visible_devices() and ep.partial_node:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ep.gpus))
+            if mooncake is not None:
+                env = mooncake.stamp(ep.mode, p.node, env)
             argv = pre + backend.build_worker_command(p, role_runtime)
             if srun.per_process:
                 nodes, ntasks = (p.node,), 1

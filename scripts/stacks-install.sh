@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the real programs the stack tests and benchmarks run, all offline-capable:
-#   etcd, NATS (Debian packages); NVIDIA Dynamo 1.6.1 in its own venv (.stacks/dynamo);
-#   the SGLang router (into the project venv); aiperf 0.13.0 in its own venv (.stacks/aiperf).
+#   etcd, NATS, libibverbs1 (Debian packages); NVIDIA Dynamo 1.6.1 in its own venv (.stacks/dynamo);
+#   the SGLang router (into the project venv); the Mooncake master (mooncake_master, from
+#   mooncake-transfer-engine-non-cuda) in .stacks/mooncake; aiperf 0.13.0 in .stacks/aiperf.
 # Idempotent; everything lands inside the clone except the Debian packages.
 # Usage: scripts/stacks-install.sh [--no-aiperf]
 set -euo pipefail
@@ -11,6 +12,7 @@ STACKS=$ROOT/.stacks
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 DYNAMO_VERSION=1.6.1
 AIPERF_VERSION=0.13.0
+MOONCAKE_VERSION=0.3.13.post1
 want_aiperf=1
 [ "${1:-}" = "--no-aiperf" ] && want_aiperf=0
 
@@ -20,6 +22,8 @@ die() { say "error: $*" >&2; exit 1; }
 need_apt=()
 command -v etcd >/dev/null || need_apt+=(etcd-server)
 command -v nats-server >/dev/null || need_apt+=(nats-server)
+# mooncake_master links it even without RDMA hardware ("libibverbs.so.1: cannot open shared object file")
+dpkg-query -W -f='${Status}' libibverbs1 2>/dev/null | grep -q "ok installed" || need_apt+=(libibverbs1)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing ${need_apt[*]} (apt-get)"
   made=0
@@ -56,6 +60,12 @@ fi
 if ! "$PY" -c "import sglang_router" 2>/dev/null; then
   say "installing sglang-router into the project venv"
   "$UV" pip install -q --python "$PY" 'sglang-router>=0.3'
+fi
+
+if ! [ -x "$STACKS/mooncake/bin/mooncake_master" ]; then
+  say "installing mooncake-transfer-engine-non-cuda $MOONCAKE_VERSION into .stacks/mooncake"
+  "$UV" venv -q --python "$(command -v python3)" "$STACKS/mooncake"
+  "$UV" pip install -q --python "$STACKS/mooncake/bin/python" "mooncake-transfer-engine-non-cuda==$MOONCAKE_VERSION"
 fi
 
 if [ $want_aiperf = 1 ] && ! [ -x "$STACKS/aiperf/bin/aiperf" ]; then

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from collections.abc import Mapping
 
 from reconciler.ports import NodePortAllocator
+from reconciler.recipe.mooncake import MooncakeKVStoreConfig
 from reconciler.topology import MODES, Endpoint, Mode, Process, RoleLayout, allocate, processes_per_node
 
 if TYPE_CHECKING:
@@ -103,6 +104,8 @@ class Backend:
 
     # ---------------------------------------------------------------- optional
     type: str = "base"
+    # the Mooncake KV store: runs the mooncake-master service, stamps its address on the workers
+    mooncake_kv_store: MooncakeKVStoreConfig | None = None
 
     supported_modes: ClassVar[tuple[Mode, ...]] = MODES
 

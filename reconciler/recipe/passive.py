@@ -25,7 +25,7 @@ NESTED: dict[str, str] = {
     "resources.het_jobs": "one homogeneous job per allocation",
     "roles.*.kv_events": "no KV-event publisher is configured (needs a KV-aware router)",
     "roles.*.sidecar": "no Dynamo sidecar is started",
-    "roles.*.mooncake_store_config": "no Mooncake store is started",
+    "roles.*.mooncake_store_config": "read by TRT-LLM's mooncake-store connector only, beside a mooncake-master",
     "roles.*.critical": "a worker that stays down marks the recipe Degraded; nothing else is torn down",
     "frontend.enable_multiple_frontends": "one frontend per recipe",
     "frontend.num_additional_frontends": "one frontend per recipe",
@@ -66,6 +66,9 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
         for path in _expand(pattern, roles):
             if _is_set(recipe, path.split(".")):
                 out[path] = why
+    if recipe.backend.type == "trtllm" and _has_mooncake_master(recipe):
+        for m, _ in recipe.roles.items():  # the per-role store config files are written from it
+            out.pop(f"roles.{m}.mooncake_store_config", None)
     fe = recipe.frontend
     if fe.type not in RUNS_FRONTEND:
         out["frontend.type"] = f"no {fe.type} frontend is started yet (builtin, dynamo and sglang-router run); workers serve directly"
@@ -139,3 +142,13 @@ def _is_set(obj: Any, parts: list[str]) -> bool:
             return part in obj.model_fields_set and getattr(obj, part) is not None
         obj = getattr(obj, part, None)
     return False
+
+
+def _has_mooncake_master(recipe: Recipe) -> bool:
+    from reconciler.services.mooncake import store_of
+    from reconciler.services.spec import ServiceError
+
+    try:
+        return store_of(recipe) is not None
+    except ServiceError:
+        return False

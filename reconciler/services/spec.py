@@ -93,15 +93,24 @@ def _implied(recipe: Recipe, disc: Discovery) -> dict[str, str]:
 
 
 def resolve(recipe: Recipe) -> list[ServiceSpec]:
+    from reconciler.services import mooncake  # it raises our ServiceError
+
+    store = mooncake.store_of(recipe)
+    if store is not None:
+        mooncake.check(recipe, store)
     disc = discovery_of(recipe)
     implied = _implied(recipe, disc)
+    if store is not None and store.at.startswith("engine"):
+        implied[mooncake.KIND] = store.at
     declared = {s.name: i for i, s in enumerate(recipe.services)}
     if len(declared) != len(recipe.services):
         dup = next(s.name for i, s in enumerate(recipe.services) if declared[s.name] != i)
         raise ServiceError(f"services.{declared[dup]}.name", f"duplicate service name {dup!r}")
     out: list[ServiceSpec] = []
     for name, why in implied.items():
-        if name not in declared:
+        if name == mooncake.KIND and store is not None:
+            out.append(_implied_master(store))
+        elif name not in declared:
             out.append(_implied_spec(recipe, name, why))
     for i, s in enumerate(recipe.services):
         spec = _declared(recipe, i, implied.get(s.name, ""))
@@ -119,8 +128,24 @@ def _implied_spec(recipe: Recipe, name: str, why: str) -> ServiceSpec:
     options: tuple[tuple[str, object], ...] = ()
     if name == "nats" and recipe.infra is not None and recipe.infra.nats_max_payload_mb is not None:
         options = (("max_payload_mb", recipe.infra.nats_max_payload_mb),)
-    return ServiceSpec(name, name, f"{SERVICE_PREFIX}{name}", kind.phase, None, (), (), Readiness("tcp", port_name=kind.ready_port,
-                       timeout=300.0, interval=1.0), kind.critical, False, options=options, implied_by=why)
+    return ServiceSpec(name, name, f"{SERVICE_PREFIX}{name}", kind.phase, None, (), (), _default_readiness(kind),
+                       kind.critical, False, options=options, implied_by=why)
+
+
+def _implied_master(store) -> ServiceSpec:
+    """engine.mooncake_kv_store, as the service srtctl normalises it to."""
+    kind = KINDS["mooncake-master"]
+    return ServiceSpec(kind.name, kind.name, f"{SERVICE_PREFIX}{kind.name}", kind.phase, None, store.extra_args, (),
+                       _default_readiness(kind), kind.critical, False, container=store.container,
+                       options=(("default_kv_lease_ttl_ms", store.lease_ms),), implied_by=store.at)
+
+
+def _default_readiness(kind, timeout: float = 300.0, interval: float = 1.0) -> Readiness:
+    if kind.ready_path:
+        return Readiness("http", port_name=kind.ready_port, path=kind.ready_path, timeout=timeout, interval=interval)
+    if kind.ready_port:
+        return Readiness("tcp", port_name=kind.ready_port, timeout=timeout, interval=interval)
+    return Readiness("started", timeout=timeout, interval=interval)
 
 
 def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
@@ -146,9 +171,9 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
     if placement not in ("head", "infra", "dedicated"):
         raise ServiceError(f"{at}.placement.node", f"unsupported feature: services on worker nodes "
                                                    f"(placement {placement!r}; head and infra run)")
-    if placement == "dedicated" and not kind.external:
-        raise ServiceError(f"{at}.placement.node", f"a {s.type} service cannot have a dedicated node (etcd and "
-                                                   "nats can)")
+    if placement not in kind.placements:
+        raise ServiceError(f"{at}.placement.node", f"a {s.type} service cannot have a dedicated node (etcd, nats "
+                                                   "and mooncake-master can)")
     phase = s.start or kind.phase
     if phase not in PHASES:
         raise ServiceError(f"{at}.start", f"expected one of {', '.join(PHASES)}, found {phase!r}")
@@ -180,7 +205,7 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
         name=s.name, kind=s.type, role=f"{SERVICE_PREFIX}{slug}", phase=phase,
         command=tuple(map(str, s.command)) if s.command else None, args=tuple(map(str, s.args)),
         env=tuple(sorted(s.env.items())), readiness=_readiness(s, kind, at), critical=critical,
-        inherit_discovery_env=s.inherit_discovery_env and s.type not in ("etcd", "nats"),
+        inherit_discovery_env=s.inherit_discovery_env and s.type == "generic",
         external=s.external, preamble=s.preamble, options=tuple(sorted(s.options.items())),
         srun_options=tuple(sorted((k, str(v)) for k, v in srun.items())), container=s.container,
         implied_by=implied_by,
@@ -205,9 +230,8 @@ def _unsupported(s) -> dict[str, str]:
 def _readiness(s, kind, at: str) -> Readiness:
     r = s.readiness
     if r is None:
-        if kind.ready_port:
-            return Readiness("tcp", port_name=kind.ready_port, timeout=300.0, interval=1.0)
-        return Readiness("started")  # srtctl: a generic service without a probe is up once launched
+        # srtctl: a generic service without a probe is up once launched
+        return _default_readiness(kind) if kind.ready_port else Readiness("started")
     given = [k for k in ("port", "tcp", "http", "log", "file") if getattr(r, k) is not None]
     if len(given) > 1:
         raise ServiceError(f"{at}.readiness", f"name exactly one probe, found {', '.join(given)}")
@@ -227,5 +251,4 @@ def _readiness(s, kind, at: str) -> Readiness:
         if not isinstance(path, str) or not path:
             raise ServiceError(f"{at}.readiness.file.path", "expected a file path")
         return Readiness("file", file=path, timeout=t, interval=iv)
-    return Readiness("tcp", port_name=kind.ready_port, timeout=t, interval=iv) if kind.ready_port \
-        else Readiness("started", timeout=t, interval=iv)
+    return _default_readiness(kind, t, iv)

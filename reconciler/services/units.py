@@ -3,7 +3,8 @@
 A service instance is a unit like a worker (role ``svc-<name>``, index 0): labelled step,
 observed, probed, relaunched under the restart policy. Its ports come from the same
 cross-recipe allocator, owned by the unit, so a relaunch keeps them. etcd and NATS start
-from a fresh data directory each life, as srtctl's do.
+from a fresh data directory each life, as srtctl's do. The Mooncake master keeps
+nothing on disk, and its address reaches the workers through ``services.mooncake``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from pathlib import Path
 
 from reconciler.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
+from reconciler.services import mooncake
 from reconciler.services.kinds import KINDS, PROGRAMS
+from reconciler.services.mooncake import Wiring
 from reconciler.services.spec import Discovery, ServiceSpec
 from reconciler.units import Launch, Unit, container_srun_options, spec_hash
 
@@ -23,6 +26,21 @@ _PLACEHOLDER = re.compile(r"\{(node|node_ip|head_node|head_ip|infra_node|infra_i
 # a fresh data directory per life, then the program: argv only, no recipe text in the script
 _FRESH = 'rm -rf -- "$1" && mkdir -p -- "$1" && shift && exec "$@"'
 _PREAMBLE = '{preamble}\nexec "$@"'
+
+
+# kinds whose address the workers are given: without the head node their spec is unknown
+ADDRESSED_KINDS = ("etcd", "nats", "mooncake-master")
+
+
+def mooncake_wiring(recipe: Recipe, specs: list[ServiceSpec], head: str | None, ports: NodePortAllocator,
+                    config_dir: str, served_model_name: str) -> Wiring | None:
+    """The Mooncake master's address and config files for the workers (None without a master)."""
+    spec = next((s for s in specs if s.kind == mooncake.KIND), None)
+    store = mooncake.store_of(recipe) if spec is not None else None
+    if spec is None or store is None or head is None:
+        return None
+    return mooncake.wiring(recipe, store, head, ports_of(spec, recipe.name, head, ports), config_dir,
+                           served_model_name)
 
 
 def ports_of(spec: ServiceSpec, recipe: str, head: str, ports: NodePortAllocator) -> dict[str, int]:
@@ -42,7 +60,7 @@ def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, hea
         env["DYN_DISCOVERY_BACKEND"] = "file"
         env["DYN_FILE_KV"] = disc.file_dir or str(Path(state_dir).absolute() / recipe.name / "discovery")
     for s in specs:
-        if s.kind not in ("etcd", "nats"):
+        if s.kind not in ("etcd", "nats"):  # the discovery plane; the Mooncake master is mooncake_wiring's
             continue
         var, scheme = ("ETCD_ENDPOINTS", "http") if s.kind == "etcd" else ("NATS_SERVER", "nats")
         if s.external:
@@ -75,9 +93,10 @@ def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, r
         text = kind.config_text(p, data_dir, dict(s.options))
         if text is not None:
             files[conf_path] = text
-        argv = kind.command(program, head, p, data_dir, conf_path if text is not None else None)
-        argv = ["/bin/sh", "-c", _FRESH, f"{s.role}-fresh", data_dir, *argv,
-                *(s.command or ())[1:], *s.args]
+        argv = kind.command(program, head, p, data_dir, conf_path if text is not None else None, dict(s.options))
+        argv = [*argv, *(s.command or ())[1:], *s.args]
+        if kind.fresh_data:
+            argv = ["/bin/sh", "-c", _FRESH, f"{s.role}-fresh", data_dir, *argv]
     else:
         values = {"node": head, "node_ip": head, "head_node": head, "head_ip": head, "infra_node": head,
                   "infra_ip": head, "index": "0", "role": "head", "node_id": "0"}
@@ -90,7 +109,7 @@ def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, r
     r = s.readiness
     port = r.port if r.port is not None else (p.get(r.port_name) if r.port_name else None)
     probe_arg = {"log": r.pattern, "file": str(rdir / r.file), "http": str(r.status)}.get(r.kind, "")
-    ctr = s.container or container if s.kind == "generic" else (s.container or None)
+    ctr = (s.container or container) if kind.job_container else (s.container or None)
     own = container_srun_options(recipe, str(rdir / "configs")) if ctr else {}
     srun = tuple(sorted({**own, **recipe.srun_options, **dict(s.srun_options)}.items()))
     return Unit(
