@@ -8,30 +8,10 @@ from pathlib import Path
 
 import click
 
+from reconciler.cli_common import (  # noqa: F401 - shared with cli_ops
+    DRIVER_OPT, INSTANCE_OPT, MANIFESTS_OPT, PORTS_OPT, STATE_OPT, _cluster, _controller, _fail,
+)
 from reconciler.errors import RecipeError, ReconcilerError
-
-MANIFESTS_OPT = click.option(
-    "--manifests", "manifests", default="manifests", show_default=True, type=click.Path(file_okay=False),
-    help="Directory of recipe files.",
-)
-STATE_OPT = click.option(
-    "--state", "state", default="state", show_default=True, type=click.Path(file_okay=False),
-    help="Directory for status, logs and the port registry.",
-)
-PORTS_OPT = click.option(
-    "--port-range", "port_range", default="20000-32000", show_default=True, envvar="RECONCILER_PORT_RANGE",
-    help="Ports handed to workers and routers (LO-HI), unique per node across recipes.",
-)
-INSTANCE_OPT = click.option(
-    "--instance", default=None, envvar="RECONCILER_INSTANCE",
-    help="This reconciler's name on the cluster: it only sees and touches Slurm objects labelled with it "
-         "(default: derived from --state). Set it to keep ownership when the state directory moves.",
-)
-DRIVER_OPT = click.option(
-    "--driver", type=click.Choice(["slurm", "local"]), default=None,
-    help="Where workloads run (default: slurm when sbatch is on PATH, else local).",
-)
-
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="reconciler")
@@ -42,17 +22,6 @@ DRIVER_OPT = click.option(
 def cli(ctx: click.Context, cluster_config: str | None) -> None:
     """Keep srt-slurm (srtctl) LLM serving recipes converged on Slurm."""
     ctx.obj = {"cluster_config": cluster_config}
-
-
-def _cluster():
-    """The cluster config in effect (or None); a bad one stops the command, nothing runs on a guess."""
-    from reconciler import cluster
-
-    ctx = click.get_current_context()
-    try:
-        return cluster.load((ctx.find_root().obj or {}).get("cluster_config"))
-    except RecipeError as e:
-        _fail(f"cluster config: {e}")
 
 
 @cli.command()
@@ -192,29 +161,6 @@ def _print_rows(rows: list[dict]) -> None:
             click.echo(f"  file: {f}")
 
 
-def _controller(manifests: str, state: str, driver: str | None, allow_empty: bool = False,
-                port_range: str = "20000-32000", instance: str | None = None, read_only: bool = False):
-    from reconciler.shell.loop import Controller
-    from reconciler.drivers import make_driver
-
-    try:
-        lo, hi = (int(x) for x in port_range.split("-", 1))
-        if not 0 < lo < hi <= 65536:
-            raise ValueError
-    except ValueError:
-        _fail(f"--port-range: expected LO-HI with 0 < LO < HI <= 65536, found {port_range!r}")
-    if hi > 32768:
-        # Dynamo 1.6 reads DYN_SYSTEM_PORT as a signed 16-bit number: a worker given 33004 exits at start
-        click.echo(f"warning: --port-range {port_range} goes above 32767; Dynamo workers refuse a system "
-                   "port there (DYN_SYSTEM_PORT is read as i16)", err=True)
-    try:
-        drv = make_driver(driver, Path(state), instance)
-    except ValueError as e:
-        _fail(f"--instance: {e}")
-    return Controller(Path(manifests), Path(state), drv, allow_empty=allow_empty, port_range=(lo, hi),
-                      read_only=read_only, cluster=_cluster())
-
-
 def _setup_logging(verbose: bool = False) -> None:
     import logging
 
@@ -333,9 +279,14 @@ def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, 
         sys.exit(1)
 
 
-def _fail(msg: str, code: int = 1) -> None:
-    click.echo(f"error: {msg}", err=True)
-    sys.exit(code)
+def _register_operations() -> None:
+    from reconciler import cli_ops
+
+    for command in cli_ops.COMMANDS:
+        cli.add_command(command)
+
+
+_register_operations()
 
 
 def main() -> None:

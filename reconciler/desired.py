@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from collections.abc import Mapping
 
@@ -46,6 +47,7 @@ def build(
     cache: dict[str, tuple[tuple, DesiredRecipe]] | None = None,
     allow_empty: bool = False,
     hold: Mapping[str, str] | None = None,
+    suspended: frozenset[str] = frozenset(),
 ) -> Desired:
     """``ports`` is this build's port assignment: ports are handed out into it. ``cache`` (kept
     by the caller across ticks) skips rebuilding a recipe whose spec, allocations and assigned
@@ -54,12 +56,16 @@ def build(
     A recipe whose desired state cannot be computed (e.g. no free port left) is *held*:
     left out, and named in ``Desired.held`` so that plan() does not mistake it for a
     deleted recipe. What it runs keeps running. ``hold``: names held from the start (their
-    file cannot be read into a spec)."""
+    file cannot be read into a spec). ``suspended``: names suspended by ``reconciler suspend``
+    (``reconcile.suspend`` in the file is the other way): fully computed, marked, never acted on."""
     out = {}
     held: dict[str, str] = {n: why for n, why in (hold or {}).items() if n not in recipes}
     for name, r in recipes.items():
         allocs = observed.allocs_of(name)
         try:
+            if name in suspended or r.reconcile.suspend:
+                out[name] = replace(build_recipe(r, allocs, ports, state_dir, python), suspended=True)
+                continue
             if cache is None:
                 out[name] = build_recipe(r, allocs, ports, state_dir, python)
                 continue
@@ -85,8 +91,6 @@ def build_recipe(
     recipe: Recipe, allocs: list[Alloc], ports: NodePortAllocator, state_dir: Path, python: str
 ) -> DesiredRecipe:
     gen = generation(recipe)
-    if recipe.reconcile.suspend:
-        return DesiredRecipe(recipe.name, gen, (), (), (), (), None, True)
     endpoints = recipe.backend.allocate_endpoints()
     live = _dedupe([a for a in allocs if a.live])
     specs, keep, placement, unplaceable = place(recipe, endpoints, live)

@@ -192,3 +192,29 @@ class StateDir:
             return int(rc), float(ts)
         except (OSError, ValueError):
             return None  # written atomically by the launcher; anything else is not a record
+
+
+# ---------------------------------------------------------------- suspension (`reconciler suspend NAME`)
+# One marker file per suspended recipe, written by the CLI, read by every pass: the recipe file
+# stays the user's, and `reconcile.suspend: true` in it is the declarative spelling of the same.
+def suspended_names(root: Path) -> frozenset[str]:
+    try:
+        return frozenset(p.name for p in (Path(root) / "suspended").iterdir() if p.is_file())
+    except (FileNotFoundError, NotADirectoryError):
+        return frozenset()
+
+
+def set_suspended(root: Path, name: str, on: bool) -> bool:
+    """Suspend (``on``) or resume ``name``; whether anything changed."""
+    marker = Path(root) / "suspended" / name
+    if on:
+        if marker.exists():
+            return False
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"at": iso(time.time())}) + "\n")
+        return True
+    try:
+        marker.unlink()
+        return True
+    except FileNotFoundError:
+        return False

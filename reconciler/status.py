@@ -49,8 +49,8 @@ def build_status(
     if d is None:
         cond("Progressing", False, "NoSpec", "no desired state: see Invalid, or the recipe's error")
     elif suspended:
-        cond("Progressing", bool(pending_actions), "Suspending" if pending_actions else "Suspended",
-             "reconcile.suspend is set: nothing runs")
+        cond("Progressing", False, "Suspended", "suspended (reconcile.suspend or `reconciler suspend`): no actions "
+             "are taken; what runs keeps running")
     elif d.waiting and d.pending_reason:
         cond("Progressing", True, "AllocationPending", d.pending_reason)
     elif d.waiting:

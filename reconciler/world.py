@@ -27,6 +27,7 @@ class Alloc:
     state: str  # PENDING, RUNNING, COMPLETING, ...
     reason: str = ""
     nodes: tuple[str, ...] = ()
+    time_left: str = ""  # squeue's TimeLeft (UNLIMITED, 29:58, 1-00:00:00); informational
 
     @property
     def running(self) -> bool:

@@ -91,3 +91,13 @@ def test_slurm_parse_resolves_long_names_through_the_allocation():
     steps = parse_steps(SEP.join(["7.0", labels.step_name("me", LONG, "agg", 0, 0, "ab12"), "vm"]), "me",
                         labels.tags({a.recipe for a in allocs}))
     assert [s.recipe for s in steps] == [LONG]
+
+
+def test_slurm_parse_reads_time_left_and_tolerates_its_absence():
+    from reconciler.drivers.slurm import SEP, parse_jobs
+
+    base = ["7", labels.job_name("me", "r", 0), "RUNNING", "None", "vm", "1", labels.job_comment("me", "r", 0, 0, 1)]
+    (a,) = parse_jobs(SEP.join([*base, "29:58"]) + SEP, "me")
+    assert a.time_left == "29:58"
+    (b,) = parse_jobs(SEP.join(base), "me")  # an older squeue without the field
+    assert b.time_left == ""

@@ -17,7 +17,7 @@ LOG = Path("/s/r/logs/alloc-0.out")
 def test_squeue_formats():
     assert squeue_jobs_argv("alice") == [
         "squeue", "-h", "-u", "alice", "-O",
-        f"JobId:{SEP},Name:{SEP},State:{SEP},Reason:{SEP},NodeList:{SEP},NumNodes:{SEP},Comment:{SEP}",
+        f"JobId:{SEP},Name:{SEP},State:{SEP},Reason:{SEP},NodeList:{SEP},NumNodes:{SEP},Comment:{SEP},TimeLeft:{SEP}",
     ]
     assert squeue_steps_argv("alice") == ["squeue", "-h", "-s", "-u", "alice", "-o", f"%i{SEP}%j{SEP}%N"]
 

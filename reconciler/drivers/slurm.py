@@ -12,7 +12,8 @@ from reconciler.units import Launch, Unit
 from reconciler.world import Alloc, AllocSpec, Step
 
 SEP = "\x1f"  # unit separator: cannot appear in names we create, unlikely in anyone's
-JOB_FIELDS = ["JobId", "Name", "State", "Reason", "NodeList", "NumNodes", "Comment"]
+JOB_FIELDS = ["JobId", "Name", "State", "Reason", "NodeList", "NumNodes", "Comment", "TimeLeft"]
+CORE_FIELDS = 7  # a line without TimeLeft (an older squeue) still parses
 TIMEOUT = 60
 
 
@@ -143,14 +144,15 @@ def parse_jobs(text: str, owner: str) -> list[Alloc]:
     out = []
     for line in text.splitlines():
         f = line.split(SEP)
-        if len(f) < len(JOB_FIELDS):
+        if len(f) < CORE_FIELDS:
             continue
-        job_id, name, state, reason, nodelist, _num, comment = (x.strip() for x in f[: len(JOB_FIELDS)])
+        job_id, name, state, reason, nodelist, _num, comment = (x.strip() for x in f[:CORE_FIELDS])
+        time_left = f[CORE_FIELDS].strip() if len(f) > CORE_FIELDS else ""
         lab = labels.parse_job(name, comment, owner)
         if lab is None:
             continue  # not ours: never touched
         nodes = tuple(hostlist.expand(nodelist)) if state == "RUNNING" else ()
-        out.append(Alloc(job_id, lab.recipe, lab.index, lab.start, lab.count, state, reason, nodes))
+        out.append(Alloc(job_id, lab.recipe, lab.index, lab.start, lab.count, state, reason, nodes, time_left))
     return out
 
 

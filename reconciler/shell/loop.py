@@ -28,7 +28,7 @@ from reconciler.shell.manifests import DEBOUNCE, Manifests, load_manifests
 from reconciler.shell.observe import Observer
 from reconciler.shell.record import record
 from reconciler.shell.snapshot import Snapshot
-from reconciler.state import StateDir
+from reconciler.state import StateDir, suspended_names
 from reconciler.timefmt import iso
 from reconciler.world import Observed
 
@@ -102,7 +102,8 @@ class Controller:
         unusable = {n: f"its file cannot be loaded and there is no usable last applied spec: {why.splitlines()[0]}"
                     for n, why in m.invalid.items() if n not in m.recipes}
         desired = build_desired(m.recipes, pre, ports, self.state.root, self.python, m.files_seen,
-                                self._desired_cache, self.allow_empty, hold=unusable)
+                                self._desired_cache, self.allow_empty, hold=unusable,
+                                suspended=suspended_names(self.state.root))
         ready, health = self.observer.health(desired, facts.steps, now)
         observed = Observed(facts.allocs, facts.steps, ready, health, dict(self.executor.failures))
         p = plan(desired, observed, now)

@@ -5,25 +5,26 @@ Per recipe, first the recipe as a whole:
 1. held — its desired state cannot be computed: nothing of it is touched.
 2. prune guard — every manifest vanished at once (a mis-mounted directory?): nothing
    is torn down unless ``desired.allow_empty``.
-3. teardown — deleted or suspended: cancel its steps, then its allocations.
+3. teardown — deleted: cancel its steps, then its allocations.
+4. suspended — no action at all; what runs keeps running (its counts are still reported).
 
 Then, for a recipe being converged, classify what it has (``classify.classify``: missing,
 running, broken, outdated, waiting, extra, duplicates), and decide, in this order:
 
-4. ``allocations.compute_allocations`` — submit what is needed, release what is not.
-5. ``stop.compute_stop`` — extra steps (scale-down victims, a frontend no longer managed,
+5. ``allocations.compute_allocations`` — submit what is needed, release what is not.
+6. ``stop.compute_stop`` — extra steps (scale-down victims, a frontend no longer managed,
    steps on a released allocation), duplicates, the ranks left of a broken multi-node
    worker, and liveness (fatal log line, failed probes after Ready, startup grace).
-6. ``placement.compute_services`` — start phases: infra services, before_workers services,
+7. ``placement.compute_services`` — start phases: infra services, before_workers services,
    workers, the frontend, after_frontend services; a unit waits for the earlier phases.
    ``placement.compute_frontend`` — the frontend starts after a worker is Ready.
-7. ``placement.compute_placements`` — units never launched go onto their allocation.
-8. ``relaunch.compute_relaunch`` — units that had lives come back in place, through the
+8. ``placement.compute_placements`` — units never launched go onto their allocation.
+9. ``relaunch.compute_relaunch`` — units that had lives come back in place, through the
    restart policy (never / on-failure / always, max_restarts, exponential backoff).
-9. ``rollout.compute_rollout`` — older specs are replaced, max_unavailable at a time.
-10. ``relaunch.compute_backoff_reset`` — healthy long enough: the backoff starts afresh.
-11. ``action_backoff.compute_action_backoff`` — a recipe whose actions failed waits.
-12. ``requeue.requeue_after`` — the earliest moment anything would change on its own.
+10. ``rollout.compute_rollout`` — older specs are replaced, max_unavailable at a time.
+11. ``relaunch.compute_backoff_reset`` — healthy long enough: the backoff starts afresh.
+12. ``action_backoff.compute_action_backoff`` — a recipe whose actions failed waits.
+13. ``requeue.requeue_after`` — the earliest moment anything would change on its own.
 
 Ownership is not a policy here: only objects carrying our marker reach this function.
 """
@@ -71,7 +72,7 @@ def plan(desired: Desired, observed: Observed, now: float) -> Plan:
     for name in sorted(desired.recipes):
         d = desired.recipes[name]
         if d.suspended:
-            out[name] = teardown(name, observed, StopReason.SUSPENDED)
+            out[name] = suspended(d, observed)
             continue
         try:
             rp, moving, dl = converge(d, observed, now)
@@ -96,11 +97,16 @@ def prune_refused(desired: Desired) -> bool:
     return not desired.recipes and not desired.held and desired.manifests_seen == 0 and not desired.allow_empty
 
 
+def suspended(d: DesiredRecipe, observed: Observed) -> RecipePlan:
+    """Suspended: nothing is launched, stopped or released; the counts say what still runs."""
+    return RecipePlan(d.name, RecipeState.SUSPENDED, counts=counts(d, classify(d, observed, frozenset())),
+                      detail="suspended: no actions; what runs keeps running")
+
+
 def teardown(name: str, observed: Observed, reason: StopReason) -> RecipePlan:
     stops = tuple(CancelStep(s.step_id, name, f"{s.role}_{s.index}", reason)
                   for s in sorted(observed.steps_of(name), key=step_order) if s.cancellable)
-    state = RecipeState.SUSPENDED if reason is StopReason.SUSPENDED else RecipeState.TEARDOWN
-    return RecipePlan(name, state, stop=stops, release=release_all(name, observed.allocs_of(name), reason))
+    return RecipePlan(name, RecipeState.TEARDOWN, stop=stops, release=release_all(name, observed.allocs_of(name), reason))
 
 
 def converge(d: DesiredRecipe, observed: Observed, now: float) -> tuple[RecipePlan, bool, list[float | None]]:

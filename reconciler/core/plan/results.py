@@ -20,7 +20,6 @@ class StopReason(str, Enum):
     """Why a step is cancelled. ``on_purpose``: its relaunch skips the restart policy."""
 
     RECIPE_DELETED = "recipe deleted"
-    SUSPENDED = "suspended"
     SCALED_DOWN = "scaled down"
     FRONTEND_UNMANAGED = "frontend no longer managed"
     SERVICE_UNMANAGED = "service no longer declared"
@@ -68,7 +67,7 @@ class RecipeState(str, Enum):
 
     CONVERGE = "converge"
     TEARDOWN = "teardown"  # deleted: everything it owns goes
-    SUSPENDED = "suspended"
+    SUSPENDED = "suspended"  # reconcile.suspend or `reconciler suspend`: no actions, what runs keeps running
     HELD = "held"  # desired state cannot be computed: nothing is touched
     PRUNE_REFUSED = "prune refused"  # every manifest vanished at once: nothing is touched
 

@@ -1,0 +1,201 @@
+"""Day-to-day commands: describe, events, logs, suspend, resume (kubectl / flux habits)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from reconciler import operate
+from reconciler.cli_common import DRIVER_OPT, INSTANCE_OPT, MANIFESTS_OPT, PORTS_OPT, STATE_OPT, _controller, _fail
+from reconciler.errors import ReconcilerError
+from reconciler.timefmt import iso
+
+OUTPUT_OPT = click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+
+
+def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: str, instance: str | None,
+                  name: str) -> dict:
+    """describe's document: status, units with their retry times, allocations, recent events."""
+    from reconciler.status import build_status
+
+    ctl = _controller(manifests, state, driver, port_range=port_range, instance=instance, read_only=True)
+    snap = ctl.snapshot()
+    known = set(snap.desired.recipes) | set(snap.manifests.invalid) | set(snap.desired.held)
+    if name not in known and name not in {a.recipe for a in snap.observed.allocs}:
+        raise ReconcilerError(f"no recipe named {name} in {manifests} (known: {', '.join(sorted(known)) or 'none'})")
+    sd, rp = ctl.state, snap.plan.recipes.get(name)
+    st = build_status(name, snap.desired.recipes.get(name), snap.observed, rp, snap.manifests.invalid.get(name),
+                      sd.status(name), sd.launches(name), snap.now, sd.exits(name)) if rp else {}
+    later = dict(rp.relaunch_later) if rp else {}
+    waits = dict(rp.waiting) if rp else {}
+    for w in st.get("workers", []):
+        at = later.get(w["name"])
+        w["nextRetry"] = iso(at) if at is not None else None
+        wait = waits.get(w["name"])
+        w["waiting"] = f"{wait.reason.value}: {wait.detail}" if wait and wait.detail else (
+            wait.reason.value if wait else None)
+    allocs = [{"job": a.job_id, "index": a.index, "state": a.state, "reason": a.reason, "nodes": list(a.nodes),
+               "timeLeft": a.time_left or None} for a in snap.observed.allocs_of(name)]
+    return {"name": name, "phase": st.get("phase", "Unknown"), "endpoint": st.get("endpoint"),
+            "suspended": bool((d := snap.desired.recipes.get(name)) and d.suspended),
+            "error": snap.manifests.invalid.get(name) or snap.desired.held.get(name),
+            "conditions": st.get("conditions", []), "units": st.get("workers", []), "allocations": allocs,
+            "events": operate.read_events(Path(state), name)[-20:]}
+
+
+@click.command()
+@click.argument("name")
+@MANIFESTS_OPT
+@STATE_OPT
+@DRIVER_OPT
+@PORTS_OPT
+@INSTANCE_OPT
+@OUTPUT_OPT
+def describe(name: str, manifests: str, state: str, driver: str | None, port_range: str, instance: str | None,
+             output: str) -> None:
+    """One deployment in full: conditions, every worker and service, allocations, the last 20 events."""
+    try:
+        doc = _snapshot_doc(manifests, state, driver, port_range, instance, name)
+    except ReconcilerError as e:
+        _fail(str(e))
+    if output == "json":
+        click.echo(json.dumps(doc, indent=2))
+        return
+    click.echo(click.style(f"Name: {doc['name']}", bold=True) + f"   Phase: {doc['phase']}"
+               + (f"   Endpoint: {doc['endpoint']}" if doc["endpoint"] else ""))
+    if doc["error"]:
+        click.echo(click.style("Error: ", fg="red") + doc["error"])
+    click.echo("Conditions:")
+    for c in doc["conditions"]:
+        click.echo(f"  {c['type']:<12} {c['status']:<6} {c['reason']:<18} {c['message']}  (since {c['lastTransitionTime']})")
+    rows = [("UNIT", "NODES", "PORTS", "PHASE", "RESTARTS", "LAST EXIT", "NEXT RETRY")]
+    for u in doc["units"]:
+        ex = u.get("lastExit")
+        rows.append((u["name"], ",".join(u["nodes"]) or "-", " ".join(f"{k}={v}" for k, v in u["ports"].items()) or "-",
+                     u["phase"], str(u["restarts"]), f"{ex['code']} at {ex['at']}" if ex else "-",
+                     u["nextRetry"] or (u["waiting"] or "-")))
+    click.echo("Units:")
+    _table(rows, "  ")
+    click.echo("Allocations:")
+    if not doc["allocations"]:
+        click.echo("  none")
+    for a in doc["allocations"]:
+        click.echo(f"  job {a['job']} (allocation {a['index']}): {a['state']}"
+                   + (f", reason {a['reason']}" if a["reason"] and a["reason"] != "None" else "")
+                   + (f", nodes {','.join(a['nodes'])}" if a["nodes"] else "")
+                   + (f", time left {a['timeLeft']}" if a["timeLeft"] else ""))
+    click.echo("Events:")
+    for e in doc["events"] or []:
+        click.echo("  " + operate.event_line(e))
+    if not doc["events"]:
+        click.echo("  none")
+
+
+def _table(rows: list[tuple[str, ...]], indent: str) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        click.echo(indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+@click.command()
+@click.argument("name", required=False)
+@STATE_OPT
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new events (Ctrl-C stops).")
+@click.option("--since", help="Only events newer than this (90s, 5m, 1h30m, 2d).")
+@OUTPUT_OPT
+def events(name: str | None, state: str, follow: bool, since: str | None, output: str) -> None:
+    """What the reconciler did and saw, oldest first (all recipes, or NAME's)."""
+    try:
+        cut = time.time() - operate.parse_duration(since) if since else None
+    except ValueError as e:
+        _fail(f"--since: {e}")
+    if follow:
+        try:  # JSON lines when following: one object per event as it comes
+            for e in operate.follow_events(Path(state), name, cut):
+                click.echo(json.dumps(e) if output == "json" else operate.event_line(e))
+        except KeyboardInterrupt:
+            return
+    evs = operate.read_events(Path(state), name, cut)
+    if output == "json":
+        click.echo(json.dumps(evs, indent=2))
+        return
+    for e in evs:
+        click.echo(operate.event_line(e))
+    if not evs:
+        click.echo(f"no events{' for ' + name if name else ''}{' in the last ' + since if since else ''}", err=True)
+
+
+@click.command()
+@click.argument("name")
+@click.argument("role")
+@click.argument("index", type=int, default=0, required=False)
+@STATE_OPT
+@click.option("--rank", type=int, default=0, show_default=True, help="The node rank of a multi-node worker.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new output; follows the next life after a relaunch.")
+@click.option("-p", "--previous", is_flag=True, help="The life before the last relaunch.")
+@click.option("--tail", "tail_n", type=int, default=None, help="Only the last N lines (before following).")
+def logs(name: str, role: str, index: int, state: str, rank: int, follow: bool, previous: bool,
+         tail_n: int | None) -> None:
+    """A worker's or service's output: `logs NAME decode 1`, `logs NAME etcd`."""
+    try:
+        path = operate.log_path(Path(state), name, role, index, rank, previous)
+    except ReconcilerError as e:
+        _fail(str(e))
+    sys.stdout.write(operate.tail(path, tail_n))
+    sys.stdout.flush()
+    if follow and not previous:
+        try:
+            for chunk in operate.follow(path, path.stat().st_size):
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            return
+
+
+def _set_suspended(name: str, manifests: str, state: str, on: bool) -> None:
+    from reconciler.recipe.load import iter_recipe_files
+    from reconciler.state import set_suspended
+
+    from reconciler.recipe.load import load_file
+
+    names: set[str] = set()
+    for f in iter_recipe_files([manifests]) if Path(manifests).is_dir() else []:
+        try:
+            names |= {lr.recipe.name for lr in load_file(f)}
+        except ReconcilerError:
+            continue  # an invalid file: its recipe may still be known from the state directory
+    known = names | ({p.name for p in Path(state).iterdir() if p.is_dir()} if Path(state).is_dir() else set())
+    if name not in known:
+        _fail(f"no recipe named {name} in {manifests} or {state}")
+    changed = set_suspended(Path(state), name, on)
+    if on:
+        click.echo(f"{name} {'suspended' if changed else 'was already suspended'}: no actions are taken for it; "
+                   f"what runs keeps running (`reconciler resume {name}` to resume)")
+    else:
+        click.echo(f"{name} {'resumed' if changed else 'was not suspended by `reconciler suspend`'}"
+                   + ("" if changed else " (reconcile.suspend in its file is changed in the file)"))
+
+
+@click.command()
+@click.argument("name")
+@MANIFESTS_OPT
+@STATE_OPT
+def suspend(name: str, manifests: str, state: str) -> None:
+    """Stop acting on NAME (nothing is torn down); `get` shows it Suspended."""
+    _set_suspended(name, manifests, state, True)
+
+
+@click.command()
+@click.argument("name")
+@MANIFESTS_OPT
+@STATE_OPT
+def resume(name: str, manifests: str, state: str) -> None:
+    """Act on NAME again after `reconciler suspend`."""
+    _set_suspended(name, manifests, state, False)
+
+
+COMMANDS = (describe, events, logs, suspend, resume)

@@ -1,0 +1,154 @@
+"""What `describe`, `events` and `logs` read: the state directory and a read-only snapshot.
+
+Nothing here writes; the click commands in ``cli_ops`` only format what these return.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from reconciler.drivers.base import step_log_paths
+from reconciler.errors import ReconcilerError
+from reconciler.timefmt import iso
+from reconciler.units import SERVICE_PREFIX
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '5m', '1h30m', '2d' -> seconds (a bare number is seconds)."""
+    t = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", t):
+        return float(t)
+    parts = _DURATION.findall(t)
+    if not parts or "".join(n + u for n, u in parts) != t:
+        raise ValueError(f"expected a duration like 90s, 5m, 1h30m or 2d, found {text!r}")
+    return sum(float(n) * _UNIT[u] for n, u in parts)
+
+
+# ---------------------------------------------------------------- events
+def read_events(state: Path, recipe: str | None = None, since: float | None = None) -> list[dict]:
+    """Events in order; ``since``: an epoch time. Lines that do not parse are skipped (a torn write)."""
+    return list(_filter(_lines(Path(state) / "events.jsonl"), recipe, since))
+
+
+def follow_events(state: Path, recipe: str | None, since: float | None, poll: float = 0.5) -> Iterator[dict]:
+    """Every matching event, then the new ones as they are written (until the caller stops)."""
+    path = Path(state) / "events.jsonl"
+    offset = 0
+    while True:
+        try:
+            with path.open("rb") as f:
+                if f.seek(0, 2) < offset:
+                    offset = 0  # the file was replaced: read it from its start
+                f.seek(offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            chunk = b""
+        end = chunk.rfind(b"\n") + 1  # a line still being written waits for its newline
+        offset += end
+        yield from _filter(_parse(chunk[:end].decode(errors="replace").splitlines()), recipe, since)
+        time.sleep(poll)
+
+
+def _lines(path: Path) -> Iterator[dict]:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return iter(())
+    return _parse(text.splitlines())
+
+
+def _parse(lines: list[str]) -> Iterator[dict]:
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            yield rec
+
+
+def _filter(events, recipe: str | None, since: float | None) -> Iterator[dict]:
+    cut = iso(since) if since is not None else None
+    for e in events:
+        if recipe is not None and e.get("recipe") != recipe:
+            continue
+        if cut is not None and str(e.get("time", "")) < cut:  # ISO UTC strings sort as times
+            continue
+        yield e
+
+
+def event_line(e: dict) -> str:
+    extra = {k: v for k, v in e.items() if k not in ("time", "kind", "recipe", "message")}
+    tail = " ".join(f"{k}={v}" for k, v in extra.items())
+    return f"{e.get('time', '?')}  {e.get('kind', '?'):<16} {e.get('recipe') or '-':<20} {e.get('message', '')}" \
+        + (f"  ({tail})" if tail else "")
+
+
+# ---------------------------------------------------------------- logs
+def log_path(state: Path, recipe: str, role: str, index: int, rank: int = 0, previous: bool = False) -> Path:
+    """The worker's (or service's) log; ``previous``: the life before the last launch (rotated to .1)."""
+    units = known_units(state, recipe)
+    unit = f"{role}_{index}"
+    if unit not in units and f"{SERVICE_PREFIX}{role}_{index}" in units:
+        unit = f"{SERVICE_PREFIX}{role}_{index}"  # `logs NAME etcd` means the etcd service
+    log = step_log_paths(state, recipe, unit, rank).log
+    if unit not in units:
+        have = ", ".join(sorted(units)) or "none yet"
+        raise ReconcilerError(f"no log for {recipe} {unit} (rank {rank}) in {log.parent}; units with logs: {have}")
+    if previous:
+        prev = log.with_name(log.name + ".1")
+        if not prev.exists():
+            raise ReconcilerError(f"{recipe} {unit} has no previous life's log (it was launched once)")
+        return prev
+    return log
+
+
+def known_units(state: Path, recipe: str) -> set[str]:
+    d = Path(state).absolute() / recipe / "logs"
+    try:
+        return {p.name.split(".")[0] for p in d.iterdir() if ".log" in p.name}
+    except FileNotFoundError:
+        return set()
+
+
+def tail(path: Path, n: int | None) -> str:
+    data = path.read_bytes()
+    text = data.decode(errors="replace")
+    if n is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[-n:]) if n > 0 else ""
+
+
+def follow(path: Path, start: int, poll: float = 0.3) -> Iterator[str]:
+    """New output after byte ``start``; a relaunch rotates the file: the new life is followed."""
+    offset, inode = start, _inode(path)
+    while True:
+        now = _inode(path)
+        if now != inode:  # rotated: a new life began in a fresh file
+            offset, inode = 0, now
+            yield f"--- {path.name}: relaunched, following the new life ---\n"
+        try:
+            with path.open("rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            chunk = b""
+        if chunk:
+            offset += len(chunk)
+            yield chunk.decode(errors="replace")
+        time.sleep(poll)
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except FileNotFoundError:
+        return None

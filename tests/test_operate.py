@@ -1,0 +1,95 @@
+"""describe / events / logs helpers on hand-built state directories (no cluster)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reconciler import operate
+from reconciler.errors import ReconcilerError
+from reconciler.state import set_suspended, suspended_names
+
+
+@pytest.mark.parametrize("text, secs", [("90", 90), ("90s", 90), ("5m", 300), ("1h30m", 5400), ("2d", 172800),
+                                        ("250ms", 0.25), (" 1H ", 3600)])
+def test_durations(text, secs):
+    assert operate.parse_duration(text) == pytest.approx(secs)
+
+
+@pytest.mark.parametrize("bad", ["", "m", "5x", "1h-2m", "5 m", "-3s"])
+def test_bad_durations_are_refused(bad):
+    with pytest.raises(ValueError, match="expected a duration"):
+        operate.parse_duration(bad)
+
+
+def _events(tmp_path, *recs, torn: str = ""):
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs) + torn)
+
+
+def test_events_filter_by_recipe_and_time_and_skip_torn_lines(tmp_path):
+    _events(tmp_path,
+            {"time": "2026-12-03T10:00:00Z", "kind": "LaunchStep", "recipe": "a", "message": "one"},
+            {"time": "2026-12-03T11:00:00Z", "kind": "LaunchStep", "recipe": "b", "message": "two"},
+            {"time": "2026-12-03T12:00:00Z", "kind": "Condition", "recipe": "a", "message": "three"},
+            torn='{"time": "2026-12-03T12:0')
+    assert [e["message"] for e in operate.read_events(tmp_path)] == ["one", "two", "three"]
+    assert [e["message"] for e in operate.read_events(tmp_path, "a")] == ["one", "three"]
+    import calendar
+    cut = calendar.timegm((2026, 12, 3, 10, 30, 0))
+    assert [e["message"] for e in operate.read_events(tmp_path, None, cut)] == ["two", "three"]
+    assert operate.read_events(tmp_path / "nowhere") == []
+
+
+def test_follow_events_yields_the_old_then_the_new_and_waits_for_a_whole_line(tmp_path):
+    _events(tmp_path, {"time": "t1", "kind": "k", "recipe": "a", "message": "old"})
+    it = operate.follow_events(tmp_path, "a", None, poll=0.01)
+    assert next(it)["message"] == "old"
+    with (tmp_path / "events.jsonl").open("a") as f:
+        f.write(json.dumps({"time": "t2", "kind": "k", "recipe": "b", "message": "other recipe"}) + "\n")
+        f.write('{"time": "t3", "kind": "k", "recipe": "a", "message": "new"}')  # no newline yet
+        f.flush()
+        f.write("\n")
+    assert next(it)["message"] == "new"
+
+
+def _log(tmp_path, unit: str, text: str, previous: str | None = None):
+    d = tmp_path / "r" / "logs"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{unit}.0.log").write_text(text)
+    if previous is not None:
+        (d / f"{unit}.0.log.1").write_text(previous)
+
+
+def test_logs_of_a_worker_a_service_by_its_name_and_the_previous_life(tmp_path):
+    _log(tmp_path, "decode_1", "a\nb\nc\n", previous="old life\n")
+    _log(tmp_path, "svc-etcd_0", "etcd up\n")
+    p = operate.log_path(tmp_path, "r", "decode", 1)
+    assert operate.tail(p, 2) == "b\nc\n" and operate.tail(p, None) == "a\nb\nc\n" and operate.tail(p, 0) == ""
+    assert operate.tail(operate.log_path(tmp_path, "r", "decode", 1, previous=True), 5) == "old life\n"
+    assert operate.tail(operate.log_path(tmp_path, "r", "etcd", 0), None) == "etcd up\n"
+    with pytest.raises(ReconcilerError, match="units with logs: decode_1, svc-etcd_0"):
+        operate.log_path(tmp_path, "r", "prefill", 0)
+    with pytest.raises(ReconcilerError, match="no previous life"):
+        operate.log_path(tmp_path, "r", "etcd", 0, previous=True)
+
+
+def test_follow_a_log_across_a_relaunch(tmp_path):
+    _log(tmp_path, "agg_0", "first\n")
+    p = operate.log_path(tmp_path, "r", "agg", 0)
+    it = operate.follow(p, p.stat().st_size, poll=0.01)
+    with p.open("a") as f:
+        f.write("second\n")
+    assert next(it) == "second\n"
+    p.replace(p.with_name(p.name + ".1"))  # what a relaunch does: rotate, then a fresh file
+    p.write_text("new life\n")
+    assert "relaunched" in next(it)
+    assert next(it) == "new life\n"
+
+
+def test_suspend_markers(tmp_path):
+    assert suspended_names(tmp_path) == frozenset()
+    assert set_suspended(tmp_path, "a", True) and not set_suspended(tmp_path, "a", True)
+    assert suspended_names(tmp_path) == {"a"}
+    assert set_suspended(tmp_path, "a", False) and not set_suspended(tmp_path, "a", False)
+    assert suspended_names(tmp_path) == frozenset()

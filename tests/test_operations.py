@@ -1,0 +1,87 @@
+"""describe / events / logs / suspend / resume through the CLI, against the real Slurm."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers import wait_until
+from test_e2e import Harness, sh
+
+pytestmark = pytest.mark.slurm
+
+RECIPE = """\
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles: {{agg: {{workers: 2, gpus: 1, restart: {{backoff_seconds: 0.5}}}}}}
+frontend: {{type: builtin}}
+"""
+
+
+def ops(h: Harness, *args: str, manifests: bool = False) -> subprocess.CompletedProcess:
+    where = ["--state", str(h.state)] + (["--manifests", str(h.manifests)] if manifests else [])
+    return subprocess.run([sys.executable, "-m", "reconciler.cli", *args, *where], capture_output=True, text=True,
+                          timeout=60, cwd=h.tmp, env=h.env)
+
+
+@pytest.fixture
+def h(tmp_path):
+    harness = Harness(tmp_path, "slurm")
+    yield harness
+    harness.cleanup()
+
+
+def test_describe_logs_events_and_a_suspend_that_leaves_everything_running(h):
+    name = h.name("ops")
+    (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name))
+    h.start()
+    h.wait_ready(name)
+    steps = h.steps(name)
+
+    r = h.cli("describe", name, "-o", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    units = {u["name"]: u for u in doc["units"]}
+    assert set(units) == {"agg_0", "agg_1", "frontend_0"} and all(u["phase"] == "Ready" for u in units.values())
+    assert units["agg_1"]["ports"]["http"] and units["agg_1"]["nodes"] == [steps["agg_1"][1]]
+    (alloc,) = doc["allocations"]
+    assert alloc["job"] in h.jobs(name) and alloc["state"] == "RUNNING" and alloc["timeLeft"] == "UNLIMITED"
+    assert {"SubmitAlloc", "LaunchStep"} <= {e["kind"] for e in doc["events"]}
+    text = h.cli("describe", name)
+    assert text.returncode == 0 and "Units:" in text.stdout and "time left UNLIMITED" in text.stdout, text.stdout
+
+    r = ops(h, "logs", name, "agg", "1", "--tail", "3")
+    assert r.returncode == 0 and "ready" in r.stdout, r.stdout + r.stderr
+    r = ops(h, "logs", name, "decode", "0")
+    assert r.returncode == 1 and "units with logs" in r.stderr
+
+    # suspended: a dead worker stays dead, nothing is torn down, get says Suspended
+    r = ops(h, "suspend", name, manifests=True)
+    assert r.returncode == 0 and "suspended" in r.stdout, r.stderr
+    wait_until(lambda: h.get(name)["status"] == "Suspended", timeout=30, what="Suspended")
+    sh("scancel", steps["agg_1"][0])
+    wait_until(lambda: "agg_1" not in h.steps(name), timeout=30, what="agg_1 gone")
+    h.idle(name, ticks=3)
+    now = h.steps(name)
+    assert {u: now[u][0] for u in ("agg_0", "frontend_0")} == {u: steps[u][0] for u in ("agg_0", "frontend_0")}
+    assert h.jobs(name) == [alloc["job"]]
+
+    r = ops(h, "resume", name, manifests=True)
+    assert r.returncode == 0 and "resumed" in r.stdout, r.stderr
+    wait_until(lambda: (s := h.steps(name).get("agg_1")) and s[0] != steps["agg_1"][0], timeout=30,
+               what="agg_1 relaunched after resume")
+    h.wait_ready(name)
+    r = ops(h, "logs", name, "agg", "1", "--previous")
+    assert r.returncode == 0 and "ready" in r.stdout, r.stdout + r.stderr  # the life before the relaunch
+
+    r = ops(h, "events", name, "--since", "10m", "-o", "json")
+    evs = json.loads(r.stdout)
+    launches = [e for e in evs if e["kind"] == "LaunchStep" and "agg_1" in e["message"]]
+    assert len(launches) == 2, launches  # the first life and the relaunch after resume
+    assert ops(h, "events", "--since", "soon").returncode == 1
+    assert ops(h, "suspend", "no-such-recipe", manifests=True).returncode == 1
