@@ -161,20 +161,20 @@ def _print_rows(rows: list[dict]) -> None:
             click.echo(f"  file: {f}")
 
 
-def _setup_logging(verbose: bool = False) -> None:
+def _setup_logging(verbose: bool = False, fmt: str = "auto") -> None:
     import logging
 
     import structlog
 
     tty = sys.stderr.isatty()
+    console = fmt == "console" or (fmt == "auto" and tty)
     # "tick failed" and friends carry their traceback: ConsoleRenderer prints it itself
-    render = [structlog.dev.ConsoleRenderer(colors=True)] if tty else [
-        structlog.processors.format_exc_info, structlog.processors.KeyValueRenderer(
-            key_order=["timestamp", "level", "event"])]
+    render = [structlog.dev.ConsoleRenderer(colors=tty)] if console else [
+        structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="%H:%M:%S" if tty else "iso"),
+            structlog.processors.TimeStamper(fmt="%H:%M:%S" if console else "iso"),
             *render,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG if verbose else logging.INFO),
@@ -191,13 +191,33 @@ def _setup_logging(verbose: bool = False) -> None:
 @click.option("--once", is_flag=True, help="Run one reconcile pass and exit.")
 @click.option("--allow-empty", is_flag=True, help="Allow tearing everything down when no manifest is left.")
 @click.option("--resync", type=float, default=5.0, show_default=True, help="Seconds between full passes.")
+@click.option("--metrics-addr", default=None, metavar="HOST:PORT",
+              help="Serve Prometheus metrics at http://HOST:PORT/metrics.")
+@click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default="auto", show_default=True,
+              help="auto: human-readable on a terminal, JSON lines otherwise.")
+@click.option("--notify", "notify_url", default=None, metavar="URL",
+              help="POST each condition change as JSON to URL (retried a few times; never blocks the loop).")
 def run(manifests: str, state: str, driver: str | None, port_range: str, instance: str | None, once: bool,
-        allow_empty: bool, resync: float) -> None:
+        allow_empty: bool, resync: float, metrics_addr: str | None, log_format: str, notify_url: str | None) -> None:
     """Watch the manifests and keep the cluster converged (SIGTERM/SIGINT stop it; workloads keep running)."""
     import signal
 
-    _setup_logging()
+    _setup_logging(fmt=log_format)
     ctl = _controller(manifests, state, driver, allow_empty, port_range, instance)
+    if metrics_addr:
+        host, _, port = metrics_addr.rpartition(":")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            _fail(f"--metrics-addr: expected HOST:PORT (or :PORT), found {metrics_addr!r}")
+        try:
+            ctl.enable_metrics(metrics_addr)
+        except OSError as e:
+            _fail(f"--metrics-addr {metrics_addr}: cannot listen: {e.strerror or e}")
+    if notify_url:
+        if not notify_url.startswith(("http://", "https://")):
+            _fail(f"--notify: expected an http:// or https:// URL, found {notify_url!r}")
+        from reconciler.shell.notify import Notifier
+
+        ctl.state.listeners.append(Notifier(notify_url))
     Path(manifests).mkdir(parents=True, exist_ok=True)
 
     def stop(signum, frame):  # noqa: ARG001
@@ -209,7 +229,7 @@ def run(manifests: str, state: str, driver: str | None, port_range: str, instanc
 
     structlog.get_logger("reconciler").info(
         "reconciler started", manifests=str(Path(manifests).absolute()), state=str(Path(state).absolute()),
-        driver=ctl.driver.name, instance=ctl.driver.owner, resync=resync)
+        driver=ctl.driver.name, instance=ctl.driver.owner, resync=resync, metrics=metrics_addr, notify=notify_url)
     ctl.run(resync=resync, once=once)
 
 

@@ -12,7 +12,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ def _is_files(d: Any) -> bool:
 class StateDir:
     root: Path
     read_only: bool = False  # get / plan: never move, never write
+    listeners: list[Callable[[dict], None]] = field(default_factory=list)  # every event, as written
 
     def recipe_dir(self, name: str) -> Path:
         return self.root / name
@@ -62,6 +63,8 @@ class StateDir:
             return
         rec = {"time": iso(time.time()), "kind": kind, "recipe": recipe, "message": message, **fields}
         append_line(self.root / "events.jsonl", json.dumps(rec, sort_keys=False))
+        for listen in self.listeners:  # run --notify; each must return at once
+            listen(rec)
 
     # ---------------------------------------------------------------- json helpers
     def read_json(self, path: Path, default: Any, valid: Callable[[Any], bool] | None = None) -> Any:

@@ -85,11 +85,11 @@ class Harness:
         return n
 
     # ---------------------------------------------------------------- the reconciler
-    def start(self) -> None:
+    def start(self, *extra: str) -> None:
         log = open(self.tmp / "reconciler.log", "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "reconciler.cli", "run", "--manifests", str(self.manifests), "--state",
-             str(self.state), "--driver", self.driver, "--resync", "1"],
+             str(self.state), "--driver", self.driver, "--resync", "1", *extra],
             stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp, env=self.env,
         )
 

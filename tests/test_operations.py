@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from helpers import wait_until
+from helpers import free_port, get, wait_until
 from test_e2e import Harness, sh
 
 pytestmark = pytest.mark.slurm
@@ -85,3 +88,63 @@ def test_describe_logs_events_and_a_suspend_that_leaves_everything_running(h):
     assert len(launches) == 2, launches  # the first life and the relaunch after resume
     assert ops(h, "events", "--since", "soon").returncode == 1
     assert ops(h, "suspend", "no-such-recipe", manifests=True).returncode == 1
+
+
+class _Hook(BaseHTTPRequestHandler):
+    received: list[dict] = []
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        type(self).received.append(json.loads(body))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):  # quiet
+        pass
+
+
+def _metric(text: str, name: str, **labels: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            have = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0])) if "{" in line else {}
+            if all(have.get(k) == v for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_metrics_json_logs_and_condition_notifications(h):
+    hook = HTTPServer(("127.0.0.1", 0), _Hook)
+    _Hook.received = []
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    mport = free_port()
+    try:
+        name = h.name("obs")
+        (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name))
+        h.start("--metrics-addr", f"127.0.0.1:{mport}", "--notify", f"http://127.0.0.1:{hook.server_port}/hook")
+        h.wait_ready(name)
+
+        def scrape() -> str:
+            return get(f"http://127.0.0.1:{mport}/metrics", timeout=3)[1].decode()
+
+        # the tick after Ready: the gauges follow the snapshot, the histogram the first Ready
+        text = wait_until(lambda: (t := scrape()) and _metric(t, "reconciler_workers", recipe=name, role="agg",
+                                                               state="ready") == 2 and t, timeout=30,
+                          what="reconciler_workers ready 2")
+        assert _metric(text, "reconciler_workers", recipe=name, role="agg", state="desired") == 2
+        assert _metric(text, "reconciler_actions_total", kind="LaunchStep", outcome="ok") == 3  # 2 workers + router
+        assert _metric(text, "reconciler_actions_total", kind="SubmitAlloc", outcome="ok") == 1
+        assert _metric(text, "reconciler_slurm_commands_total", verb="squeue", outcome="ok") >= 2
+        assert _metric(text, "reconciler_slurm_commands_total", verb="sbatch", outcome="ok") == 1
+        assert _metric(text, "reconciler_tick_seconds_count") >= 1
+        assert _metric(text, "reconciler_recipes", phase="Ready") == 1
+        wait_until(lambda: _metric(scrape(), "reconciler_launch_to_ready_seconds_count", role="agg") == 2,
+                   timeout=30, what="two launch-to-Ready observations")
+
+        ready = wait_until(lambda: [e for e in _Hook.received if e["recipe"] == name and e["kind"] == "Condition"
+                                    and e["message"].startswith("Ready=True")], timeout=30, what="a Ready=True POST")
+        assert ready[0]["reason"] == "AllReady"
+        # not a TTY: the reconciler's log is JSON lines
+        lines = [l for l in h.log().splitlines() if l.strip()]
+        assert lines and all(json.loads(l)["event"] for l in lines[:5]), lines[:5]
+    finally:
+        hook.shutdown()

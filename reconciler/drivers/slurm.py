@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 from reconciler import hostlist, labels
@@ -25,17 +26,22 @@ class SlurmDriver:
         self.user = user or getpass.getuser()
         self.owner = owner or labels.default_owner(self.state_dir)
         self.commands = 0
+        self.tally: Counter[tuple[str, bool]] = Counter()  # (verb, succeeded) -> count, for the metrics
         self._children: list[subprocess.Popen] = []
 
     # ---------------------------------------------------------------- helpers
     def _run(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
         self.commands += 1
+        self.tally[(argv[0], False)] += 1  # until it answers
         try:
             r = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
         except FileNotFoundError:
             raise DriverError(f"{argv[0]} not found on PATH: is this a Slurm login node? (or use --driver local)") from None
         except subprocess.TimeoutExpired:
             raise DriverError(f"{argv[0]} did not answer within {TIMEOUT}s") from None
+        if r.returncode == 0:
+            self.tally[(argv[0], False)] -= 1
+            self.tally[(argv[0], True)] += 1
         if check and r.returncode != 0:
             raise DriverError(f"{' '.join(argv[:2])} failed (exit {r.returncode}): {r.stderr.strip() or r.stdout.strip()}")
         return r
@@ -64,6 +70,7 @@ class SlurmDriver:
         rotate(paths.log)
         argv = srun_argv(job_id, unit, launch, step_name, paths.log) + wrapped_argv(launch, paths.status, step_name)
         self.commands += 1
+        self.tally[("srun", True)] += 1  # started; a launch that fails shows as LaunchFailed
         with open(paths.srun, "ab") as out:
             # own session: the srun client (and so the step) outlives a reconciler restart
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

@@ -8,6 +8,7 @@ actions go through.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -29,6 +30,7 @@ class Executor:
         self.driver = driver
         self.observer = observer
         self.failures: dict[str, ActionFailures] = {}  # recipe -> its actions' failures in a row
+        self.on_action: Callable[[str, bool], None] | None = None  # (kind, succeeded): the metrics
 
     def execute(self, p: Plan) -> list[Action]:
         done: list[Action] = []
@@ -49,8 +51,12 @@ class Executor:
                           exc_info=not isinstance(e, DriverError | OSError))
                 self.state.event("ActionFailed", a.recipe, f"{a.describe()}: {e}",
                                  failures=self.failures[a.recipe].count)
+                if self.on_action:
+                    self.on_action(type(a).__name__, False)
                 continue
             done.append(a)
+            if self.on_action:
+                self.on_action(type(a).__name__, True)
             log.info(a.describe())
             self.state.event(type(a).__name__, a.recipe, a.describe())
         for recipe in {a.recipe for a in done} - failed:

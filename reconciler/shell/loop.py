@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections import Counter
 import time
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from reconciler.shell.manifests import DEBOUNCE, Manifests, load_manifests
 from reconciler.shell.observe import Observer
 from reconciler.shell.record import record
 from reconciler.shell.snapshot import Snapshot
+from reconciler.shell.metrics import Metrics
 from reconciler.state import StateDir, suspended_names
 from reconciler.timefmt import iso
 from reconciler.world import Observed
@@ -51,6 +53,7 @@ class Controller:
             self.ports.set_range(*port_range)
         self.observer = Observer(self.state, driver)
         self.executor = Executor(self.state, driver, self.observer)
+        self.metrics: Metrics | None = None  # run --metrics-addr
         self.ticks = 0
         self.actions_done = 0
         self.tick_failures = 0  # in a row
@@ -111,7 +114,13 @@ class Controller:
         return Snapshot(m, desired, observed, p, ports, reassigned, facts.failed_launches, now)
 
     # ---------------------------------------------------------------- one tick
+    def enable_metrics(self, addr: str) -> None:
+        self.metrics = Metrics()
+        self.executor.on_action = self.metrics.action
+        self.metrics.serve(addr)
+
     def tick(self) -> tuple[Snapshot, list]:
+        t0 = time.monotonic()
         self.driver.reap()
         snap = self.snapshot()
         self.ports = snap.ports  # this tick's assignment is the registry from now on
@@ -120,7 +129,19 @@ class Controller:
         self.ticks += 1
         self.actions_done += len(done)
         self._write_progress(snap.now)
+        if self.metrics is not None:
+            self._observe(snap, done, time.monotonic() - t0)
         return snap, done
+
+    def _observe(self, snap: Snapshot, done: list, seconds: float) -> None:
+        phases = {n: self.state.status(n).get("phase", "Unknown") for n in snap.plan.recipes}
+        restarts: dict[tuple[str, str], int] = {}
+        for name in snap.desired.recipes:
+            for unit, rec in self.state.launches(name).items():
+                key = (name, unit.rsplit("_", 1)[0])
+                restarts[key] = restarts.get(key, 0) + int(rec.get("restarts", 0))
+        self.metrics.observe_tick(snap, done, seconds, getattr(self.driver, "tally", Counter()), phases,  # type: ignore[union-attr]
+                                  restarts)
 
     def _write_progress(self, now: float) -> None:
         """state/controller.json: ticks and actions so far — what tests and operators watch."""

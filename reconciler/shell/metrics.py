@@ -1,0 +1,71 @@
+"""The reconciler's own Prometheus metrics (``run --metrics-addr HOST:PORT``).
+
+Updated once per tick from what the tick already computed (the snapshot, the actions
+done, the driver's command counts); served by prometheus-client's HTTP server thread
+from a private registry, so nothing here can slow the loop down.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from reconciler.shell.snapshot import Snapshot
+
+TICK_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+READY_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.tick = Histogram("reconciler_tick_seconds", "Time one reconcile pass took", registry=r,
+                              buckets=TICK_BUCKETS)
+        self.actions = Counter("reconciler_actions", "Actions taken", ["kind", "outcome"], registry=r)
+        self.slurm = Counter("reconciler_slurm_commands", "Slurm commands run", ["verb", "outcome"], registry=r)
+        self.recipes = Gauge("reconciler_recipes", "Recipes by phase", ["phase"], registry=r)
+        self.workers = Gauge("reconciler_workers", "Workers (and services) per recipe and role",
+                             ["recipe", "role", "state"], registry=r)
+        self.restarts = Gauge("reconciler_restarts", "Relaunches after a failure, per recipe and role",
+                              ["recipe", "role"], registry=r)
+        self.ready_after = Histogram("reconciler_launch_to_ready_seconds", "From a launch to the unit's Ready",
+                                     ["role"], registry=r, buckets=READY_BUCKETS)
+        self._launched: dict[tuple[str, str, int], float] = {}  # unit key -> when its launch was issued
+        self._seen_commands: Tally = Tally()
+        self._series: set[tuple[str, str, str]] = set()
+
+    def serve(self, addr: str) -> None:
+        host, _, port = addr.rpartition(":")
+        start_http_server(int(port), addr=host or "0.0.0.0", registry=self.registry)
+
+    def action(self, kind: str, ok: bool) -> None:
+        self.actions.labels(kind, "ok" if ok else "failed").inc()
+
+    def observe_tick(self, snap: Snapshot, done: list, seconds: float, driver_commands: Tally,
+                     phases: dict[str, str], restarts: dict[tuple[str, str], int]) -> None:
+        self.tick.observe(seconds)
+        for (verb, ok), n in (driver_commands - self._seen_commands).items():
+            self.slurm.labels(verb, "ok" if ok else "failed").inc(n)
+        self._seen_commands = Tally(driver_commands)
+        for phase in ("Ready", "Progressing", "Degraded", "Invalid", "Suspended", "Error"):
+            self.recipes.labels(phase).set(sum(p == phase for p in phases.values()))
+        series: set[tuple[str, str, str]] = set()
+        for name, rp in snap.plan.recipes.items():
+            for role, c in rp.counts.items():
+                for state, n in (("desired", c.desired), ("running", c.running), ("ready", c.ready)):
+                    self.workers.labels(name, role, state).set(n)
+                    series.add((name, role, state))
+        for gone in self._series - series:  # a deleted recipe's series disappear with it
+            self.workers.remove(*gone)
+        self._series = series
+        for (name, role), n in restarts.items():
+            self.restarts.labels(name, role).set(n)
+        for a in done:
+            unit = getattr(a, "unit", None)
+            if type(a).__name__ == "LaunchStep" and unit is not None and getattr(a.launch, "rank", 0) == 0:
+                self._launched[unit.key] = snap.now
+        for key, at in list(self._launched.items()):
+            if snap.observed.ready.get(key):
+                self.ready_after.labels(key[1]).observe(max(0.0, snap.now - at))
+                del self._launched[key]
