@@ -1,0 +1,174 @@
+"""Time to repair on a real Slurm: a killed worker, and a reconciler killed mid-deploy.
+
+    python benchmarks/mttr.py [--trials 5] [--resync 1]
+
+1. A one-worker mocker recipe (built-in router) with ``restart: {backoff_seconds: 0}``:
+   scancel the worker's step, then time (a) until its replacement step shows in squeue
+   (the relaunch issued) and (b) until the replacement answers /health (Ready again).
+2. The same with the default backoff (10 s for the first restart).
+3. kill -9 the reconciler right after it launched the first step of a two-worker
+   recipe; start it again and time until the recipe is Ready (adopting what runs).
+Prints figures; asserts nothing. Target: (1a) <= 1 s. Needs scripts/slurm-dev.sh up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = """\
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles: {{agg: {{workers: {workers}, gpus: 1{restart}}}}}
+frontend: {{type: builtin}}
+"""
+PORTS = "32400-32600"
+
+
+def sh(*argv: str) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
+
+
+def steps(tag: str) -> dict[str, str]:
+    """unit -> step id for step names containing ``:<tag>:``."""
+    out = {}
+    for line in sh("squeue", "-h", "-s", "-o", "%i|%j").splitlines():
+        sid, name = line.split("|", 1)
+        parts = name.split(":")
+        if len(parts) == 7 and parts[2] == tag:
+            out[f"{parts[3]}_{parts[4]}"] = sid
+    return out
+
+
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def until(pred, timeout: float, what: str, poll: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(poll)
+    raise TimeoutError(what)
+
+
+class Run:
+    def __init__(self, tmp: Path, resync: float):
+        self.tmp, self.resync = tmp, resync
+        self.manifests, self.state = tmp / "manifests", tmp / "state"
+        self.manifests.mkdir()
+        self.env = {**os.environ, "RECONCILER_PORT_RANGE": PORTS}
+        (tmp / "srtslurm.yaml").write_text(json.dumps({"host_runtime": {"python": sys.executable}}))
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "reconciler.cli", "run", "--manifests", str(self.manifests), "--state",
+             str(self.state), "--driver", "slurm", "--resync", str(self.resync)],
+            stdout=open(self.tmp / "reconciler.log", "ab"), stderr=subprocess.STDOUT, cwd=self.tmp, env=self.env)
+
+    def get(self, name: str) -> dict:
+        r = subprocess.run([sys.executable, "-m", "reconciler.cli", "get", name, "-o", "json", "--manifests",
+                            str(self.manifests), "--state", str(self.state), "--driver", "slurm"],
+                           capture_output=True, text=True, timeout=60, cwd=self.tmp, env=self.env)
+        return json.loads(r.stdout)[0] if r.returncode == 0 else {}
+
+    def ready(self, name: str, timeout: float = 60) -> None:
+        until(lambda: self.get(name).get("status") == "Ready", timeout, f"{name} Ready", poll=0.2)
+
+    def port(self, name: str, unit: str) -> int:
+        st = json.loads((self.state / name / "status.json").read_text())
+        return next(w["ports"]["http"] for w in st["workers"] if w["name"] == unit)
+
+    def tag(self, name: str) -> str:
+        from reconciler import labels
+
+        return labels.recipe_tag(name)
+
+
+def kill_and_time(run: Run, name: str, ready_timeout: float) -> tuple[float, float]:
+    tag = run.tag(name)
+    old = until(lambda: steps(tag).get("agg_0"), 30, "agg_0 step")
+    port = run.port(name, "agg_0")
+    t0 = time.monotonic()
+    sh("scancel", old)
+    until(lambda: (s := steps(tag).get("agg_0")) and s != old, ready_timeout, "the relaunched step")
+    issued = time.monotonic() - t0
+    until(lambda: healthy(port), ready_timeout, "the relaunched worker healthy")
+    ready = time.monotonic() - t0
+    run.ready(name)  # the reconciler agrees before the next trial
+    return issued, ready
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--resync", type=float, default=1.0)
+    a = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    rows: list[tuple[str, str]] = []
+    with tempfile.TemporaryDirectory(prefix="mttr-") as d:
+        run = Run(Path(d), a.resync)
+        try:
+            run.start()
+            for label, restart, trials, timeout in (("backoff 0", ", restart: {backoff_seconds: 0}", a.trials, 30),
+                                                    ("default backoff", "", 2, 120)):
+                name = f"mttr-{label.split()[0]}"
+                (run.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, workers=1, restart=restart))
+                run.ready(name)
+                print(f"{label}: killing agg_0 {trials} times ...", file=sys.stderr)
+                got = [kill_and_time(run, name, timeout) for _ in range(trials)]
+                issued, ready = [g[0] for g in got], [g[1] for g in got]
+                rows.append((f"{label}: step killed -> relaunch in squeue",
+                             f"median {statistics.median(issued):.2f} s, max {max(issued):.2f} s ({trials} kills)"))
+                rows.append((f"{label}: step killed -> Ready (/health 200)",
+                             f"median {statistics.median(ready):.2f} s, max {max(ready):.2f} s"))
+                (run.manifests / f"{name}.yaml").unlink()
+            # kill -9 during a deploy, then restart
+            name = "mttr-kill9"
+            (run.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, workers=2, restart=""))
+            until(lambda: steps(run.tag(name)), 60, "the first step of the deploy")
+            run.proc.send_signal(signal.SIGKILL)
+            run.proc.wait(10)
+            t0 = time.monotonic()
+            run.start()
+            run.ready(name, timeout=120)
+            rows.append(("kill -9 mid-deploy: restart -> Ready", f"{time.monotonic() - t0:.2f} s"))
+            (run.manifests / f"{name}.yaml").unlink()
+            for f in run.manifests.glob("*.yaml"):
+                f.unlink()
+        finally:
+            if run.proc and run.proc.poll() is None:
+                # --allow-empty is not set: tear down what is left by hand
+                run.proc.send_signal(signal.SIGTERM)
+                run.proc.wait(20)
+            for line in sh("squeue", "-h", "-o", "%i|%j").splitlines():
+                jid, jname = line.split("|", 1)
+                if jname.startswith("rcl:") and ":mttr-" in jname:
+                    subprocess.run(["scancel", jid], capture_output=True)
+    width = max(len(r[0]) for r in rows)
+    print(f"MTTR on the local Slurm (resync {a.resync:g} s)")
+    for k, v in rows:
+        print(f"  {k.ljust(width)}  {v}")
+
+
+if __name__ == "__main__":
+    main()
