@@ -132,12 +132,14 @@ def events(name: str | None, state: str, follow: bool, since: str | None, output
 @click.command()
 @click.argument("name")
 @click.argument("role")
-@click.argument("index", type=int, default=0, required=False)
+@click.argument("index", type=click.IntRange(min=0), default=0, required=False)
 @STATE_OPT
-@click.option("--rank", type=int, default=0, show_default=True, help="The node rank of a multi-node worker.")
+@click.option("--rank", type=click.IntRange(min=0), default=0, show_default=True,
+              help="The node rank of a multi-node worker.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new output; follows the next life after a relaunch.")
 @click.option("-p", "--previous", is_flag=True, help="The life before the last relaunch.")
-@click.option("--tail", "tail_n", type=int, default=None, help="Only the last N lines (before following).")
+@click.option("--tail", "tail_n", type=click.IntRange(min=0), default=None,
+              help="Only the last N lines (before following).")
 def logs(name: str, role: str, index: int, state: str, rank: int, follow: bool, previous: bool,
          tail_n: int | None) -> None:
     """A worker's or service's output: `logs NAME decode 1`, `logs NAME etcd`."""
@@ -145,11 +147,12 @@ def logs(name: str, role: str, index: int, state: str, rank: int, follow: bool, 
         path = operate.log_path(Path(state), name, role, index, rank, previous)
     except ReconcilerError as e:
         _fail(str(e))
-    sys.stdout.write(operate.tail(path, tail_n))
+    text, end = operate.tail(path, tail_n)
+    sys.stdout.write(text)
     sys.stdout.flush()
     if follow and not previous:
         try:
-            for chunk in operate.follow(path, path.stat().st_size):
+            for chunk in operate.follow(path, end):
                 sys.stdout.write(chunk)
                 sys.stdout.flush()
         except KeyboardInterrupt:
@@ -157,27 +160,27 @@ def logs(name: str, role: str, index: int, state: str, rank: int, follow: bool, 
 
 
 def _set_suspended(name: str, manifests: str, state: str, on: bool) -> None:
-    from reconciler.recipe.load import iter_recipe_files
-    from reconciler.state import set_suspended
+    from reconciler.recipe.load import iter_recipe_files, load_file
+    from reconciler.state import StateDir, set_suspended
 
-    from reconciler.recipe.load import load_file
-
-    names: set[str] = set()
+    in_files: dict[str, bool] = {}  # recipe name -> reconcile.suspend in its file
     for f in iter_recipe_files([manifests]) if Path(manifests).is_dir() else []:
         try:
-            names |= {lr.recipe.name for lr in load_file(f)}
+            in_files |= {lr.recipe.name: lr.recipe.reconcile.suspend for lr in load_file(f)}
         except ReconcilerError:
             continue  # an invalid file: its recipe may still be known from the state directory
-    known = names | ({p.name for p in Path(state).iterdir() if p.is_dir()} if Path(state).is_dir() else set())
+    known = set(in_files) | set(StateDir(Path(state), read_only=True).known_recipes())
     if name not in known:
         _fail(f"no recipe named {name} in {manifests} or {state}")
     changed = set_suspended(Path(state), name, on)
     if on:
         click.echo(f"{name} {'suspended' if changed else 'was already suspended'}: no actions are taken for it; "
                    f"what runs keeps running (`reconciler resume {name}` to resume)")
+    elif in_files.get(name):
+        click.echo(f"{name}: {'marker removed, but ' if changed else ''}its file sets reconcile.suspend: true, so it "
+                   "stays suspended until that is changed in the file")
     else:
-        click.echo(f"{name} {'resumed' if changed else 'was not suspended by `reconciler suspend`'}"
-                   + ("" if changed else " (reconcile.suspend in its file is changed in the file)"))
+        click.echo(f"{name} {'resumed' if changed else 'was not suspended'}")
 
 
 @click.command()

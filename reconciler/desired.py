@@ -63,20 +63,12 @@ def build(
     for name, r in recipes.items():
         allocs = observed.allocs_of(name)
         try:
-            if name in suspended or r.reconcile.suspend:
-                out[name] = replace(build_recipe(r, allocs, ports, state_dir, python), suspended=True)
-                continue
             if cache is None:
                 out[name] = build_recipe(r, allocs, ports, state_dir, python)
-                continue
-            key = (generation(r), tuple(sorted((a.job_id, a.index, a.start, a.count, a.state, a.nodes) for a in allocs)),
-                   ports.owned_by_recipe(name))
-            hit = cache.get(name)
-            if hit is None or hit[0] != key:
-                built = build_recipe(r, allocs, ports, state_dir, python)
-                hit = ((*key[:2], ports.owned_by_recipe(name)), built)  # the ports it now holds
-                cache[name] = hit
-            out[name] = hit[1]
+            else:
+                out[name] = _cached(cache, r, allocs, ports, state_dir, python)
+            if name in suspended or r.reconcile.suspend:
+                out[name] = replace(out[name], suspended=True)  # fully computed, never acted on
         except PortsExhausted as e:
             held[name] = f"{type(e).__name__}: {e}"
         except Exception as e:  # noqa: BLE001 - one recipe's failure must not stop the others
@@ -85,6 +77,20 @@ def build(
         for gone in set(cache) - set(recipes):
             del cache[gone]
     return Desired(out, manifests_seen, held, allow_empty)
+
+
+def _cached(cache: dict, r: Recipe, allocs: list[Alloc], ports: NodePortAllocator, state_dir: Path,
+            python: str) -> DesiredRecipe:
+    """The cached build while its spec, allocations and ports are unchanged."""
+    name = r.name
+    key = (generation(r), tuple(sorted((a.job_id, a.index, a.start, a.count, a.state, a.nodes) for a in allocs)),
+           ports.owned_by_recipe(name))
+    hit = cache.get(name)
+    if hit is None or hit[0] != key:
+        built = build_recipe(r, allocs, ports, state_dir, python)
+        hit = ((*key[:2], ports.owned_by_recipe(name)), built)  # the ports it now holds
+        cache[name] = hit
+    return hit[1]
 
 
 def build_recipe(

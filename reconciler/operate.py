@@ -94,12 +94,18 @@ def event_line(e: dict) -> str:
 # ---------------------------------------------------------------- logs
 def log_path(state: Path, recipe: str, role: str, index: int, rank: int = 0, previous: bool = False) -> Path:
     """The worker's (or service's) log; ``previous``: the life before the last launch (rotated to .1)."""
+    from reconciler.recipe.model import NAME_RE
+
+    if ".." in recipe or not NAME_RE.fullmatch(recipe) or not re.fullmatch(r"[a-z][a-z0-9-]{0,44}", role):
+        raise ReconcilerError(f"not a recipe name and role: {recipe!r} {role!r}")
+    if index < 0 or rank < 0:
+        raise ReconcilerError("INDEX and --rank are 0 or more")
     units = known_units(state, recipe)
     unit = f"{role}_{index}"
     if unit not in units and f"{SERVICE_PREFIX}{role}_{index}" in units:
         unit = f"{SERVICE_PREFIX}{role}_{index}"  # `logs NAME etcd` means the etcd service
     log = step_log_paths(state, recipe, unit, rank).log
-    if unit not in units:
+    if unit not in units or not (log.exists() or log.with_name(log.name + ".1").exists()):
         have = ", ".join(sorted(units)) or "none yet"
         raise ReconcilerError(f"no log for {recipe} {unit} (rank {rank}) in {log.parent}; units with logs: {have}")
     if previous:
@@ -118,33 +124,56 @@ def known_units(state: Path, recipe: str) -> set[str]:
         return set()
 
 
-def tail(path: Path, n: int | None) -> str:
-    data = path.read_bytes()
+def tail(path: Path, n: int | None) -> tuple[str, int]:
+    """The last ``n`` lines (all with None) and the byte offset read up to (where following starts)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:  # rotated away between the lookup and the read: the new life has none yet
+        return "", 0
     text = data.decode(errors="replace")
-    if n is None:
-        return text
-    lines = text.splitlines(keepends=True)
-    return "".join(lines[-n:]) if n > 0 else ""
+    if n is not None:
+        lines = text.splitlines(keepends=True)
+        text = "".join(lines[-n:]) if n > 0 else ""
+    return text, len(data)
 
 
 def follow(path: Path, start: int, poll: float = 0.3) -> Iterator[str]:
-    """New output after byte ``start``; a relaunch rotates the file: the new life is followed."""
-    offset, inode = start, _inode(path)
-    while True:
-        now = _inode(path)
-        if now != inode:  # rotated: a new life began in a fresh file
-            offset, inode = 0, now
-            yield f"--- {path.name}: relaunched, following the new life ---\n"
-        try:
-            with path.open("rb") as f:
-                f.seek(offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            chunk = b""
-        if chunk:
-            offset += len(chunk)
-            yield chunk.decode(errors="replace")
-        time.sleep(poll)
+    """New output after byte ``start``. A relaunch rotates the file: what the dying life wrote
+    last is drained from the open file first, then the new life's file is followed from 0."""
+    f = _open(path)
+    if f is not None:
+        f.seek(start)
+    try:
+        while True:
+            if f is not None and (chunk := f.read()):
+                yield chunk.decode(errors="replace")
+                continue
+            now = _inode(path)
+            if now is not None and (f is None or now != _fd_inode(f)):
+                if f is not None:
+                    if rest := f.read():  # the last bytes of the old life
+                        yield rest.decode(errors="replace")
+                    f.close()
+                    yield f"--- {path.name}: relaunched, following the new life ---\n"
+                f = _open(path)
+                continue
+            time.sleep(poll)
+    finally:
+        if f is not None:
+            f.close()
+
+
+def _open(path: Path):
+    try:
+        return path.open("rb")
+    except FileNotFoundError:
+        return None
+
+
+def _fd_inode(f) -> int:
+    import os
+
+    return os.fstat(f.fileno()).st_ino
 
 
 def _inode(path: Path) -> int | None:

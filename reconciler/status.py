@@ -41,9 +41,10 @@ def build_status(
     failed = [r["name"] for r in workers if r["phase"] == "Failed"]
     # nothing left to do but some workers are down for good: stalled, not progressing
     stalled = bool(failed) and all(r["ready"] or r["phase"] == "Failed" for r in workers)
-    all_ready = d is not None and not suspended and want > 0 and ready == want and not d.waiting and (
+    # suspended keeps what runs: it can be serving, and Ready says so
+    all_ready = d is not None and want > 0 and ready == want and not d.waiting and (
         fe is None or fe["ready"]) and services_up
-    cond("Ready", all_ready, "AllReady" if all_ready else ("Suspended" if suspended else "NotReady"),
+    cond("Ready", all_ready, "AllReady" if all_ready else "NotReady",
          f"{ready}/{want} workers ready" + (f", frontend {'ready' if fe['ready'] else 'not ready'}" if fe else "")
          + (f", services {sum(r['ready'] for r in services)}/{len(services)} ready" if services else ""))
     if d is None:

@@ -6,20 +6,15 @@ process table for local), not the reconciler's own bookkeeping.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
-import uuid
 from pathlib import Path
 
 import pytest
 
+from harness import Harness, sh  # noqa: F401 - other test files import them from here
 from helpers import get, post, wait_until
-from reconciler import labels
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,166 +41,6 @@ roles:
 frontend: {{type: none}}
 reconcile: {{nodes_per_allocation: 1}}
 """
-
-
-def sh(*argv: str) -> str:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
-
-
-def _port_ranges() -> itertools.cycle:
-    """This process's 200-port ranges: under pytest-xdist each worker cycles through its own slice
-    of 21000-31800, so two tests running at once never share a port range."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    n = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
-    starts = list(range(21000, 31800, 200))
-    mine = starts[int(worker.removeprefix("gw") or 0) % n::n]
-    return itertools.cycle(mine)
-
-
-_ranges = _port_ranges()
-
-
-class Harness:
-    def __init__(self, tmp: Path, driver: str):
-        self.tmp = tmp
-        self.driver = driver
-        # each test its own port range: a previous test's workers may still be shutting down
-        lo = next(_ranges)
-        self.env = {**os.environ, "RECONCILER_PORT_RANGE": f"{lo}-{lo + 200}"}
-        self.manifests = tmp / "manifests"
-        self.state = tmp / "state"
-        self.manifests.mkdir()
-        self.proc: subprocess.Popen | None = None
-        self.names: list[str] = []
-        self.owner = labels.default_owner(self.state)
-
-    def name(self, prefix: str) -> str:
-        n = f"{prefix}-{uuid.uuid4().hex[:6]}"
-        self.names.append(n)
-        return n
-
-    # ---------------------------------------------------------------- the reconciler
-    def start(self, *extra: str) -> None:
-        log = open(self.tmp / "reconciler.log", "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "reconciler.cli", "run", "--manifests", str(self.manifests), "--state",
-             str(self.state), "--driver", self.driver, "--resync", "1", *extra],
-            stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp, env=self.env,
-        )
-
-    def kill9(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> int:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            return self.proc.wait(20)
-        return self.proc.returncode if self.proc else 0
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "reconciler.cli", *args, "--manifests", str(self.manifests),
-                               "--state", str(self.state), "--driver", self.driver],
-                              capture_output=True, text=True, timeout=60, cwd=self.tmp, env=self.env)
-
-    def get(self, name: str) -> dict:
-        r = self.cli("get", name, "-o", "json")
-        assert r.returncode == 0, r.stderr
-        return json.loads(r.stdout)[0]
-
-    def log(self) -> str:
-        return (self.tmp / "reconciler.log").read_text()
-
-    def ticks(self) -> int:
-        """Ticks the running reconciler has completed (state/controller.json)."""
-        try:
-            return json.loads((self.state / "controller.json").read_text())["ticks"]
-        except (FileNotFoundError, ValueError):
-            return 0
-
-    def actions(self, recipe: str) -> list[dict]:
-        """Actions the reconciler took for ``recipe`` (from its events)."""
-        try:
-            lines = (self.state / "events.jsonl").read_text().splitlines()
-        except FileNotFoundError:
-            return []
-        kinds = {"SubmitAlloc", "LaunchStep", "CancelStep", "CancelAlloc"}
-        return [e for e in map(json.loads, lines) if e["recipe"] == recipe and e["kind"] in kinds]
-
-    def idle(self, recipe: str, ticks: int = 3) -> None:
-        """Wait for ``ticks`` more ticks of the running reconciler; none of them may act on ``recipe``."""
-        # from a tick boundary: whatever the tick in progress does is its own, not ours to count
-        first = self.ticks()
-        wait_until(lambda: self.ticks() > first, timeout=30, what="the tick in progress to end")
-        before, start = len(self.actions(recipe)), self.ticks()
-        wait_until(lambda: self.ticks() >= start + ticks, timeout=30, what=f"{ticks} more ticks")
-        assert self.actions(recipe)[before:] == [], f"{ticks} ticks should have changed nothing for {recipe}"
-
-    # ---------------------------------------------------------------- the cluster, read directly
-    def steps(self, recipe: str) -> dict[str, tuple[str, str]]:
-        """unit name -> (step id, node) of the recipe's live steps, from the cluster itself."""
-        out = {}
-        if self.driver == "slurm":
-            for line in sh("squeue", "-h", "-s", "-o", "%i|%j|%N").splitlines():
-                sid, name, node = line.split("|")
-                parts = name.split(":")
-                if len(parts) == 7 and parts[0] == "rcl" and parts[1] == self.owner and parts[2] == labels.recipe_tag(recipe):
-                    key = f"{parts[3]}_{parts[4]}"
-                    assert key not in out, f"duplicate step for {key}: {out[key]} and {sid}"
-                    out[key] = (sid, node)
-        else:
-            for pid in os.listdir("/proc"):
-                if not pid.isdigit():
-                    continue
-                try:
-                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                if len(cmd) > 4 and cmd[0] == b"/bin/sh" and cmd[3].startswith(f"rcl:{self.owner}:".encode()):
-                    status = Path(cmd[4].decode())
-                    if status.parent.parent.name == recipe and status.is_relative_to(self.state.absolute()):
-                        unit = status.name.split(".")[0]
-                        assert unit not in out, f"duplicate process for {unit}"
-                        out[unit] = (pid, "localhost")
-        return out
-
-    def jobs(self, recipe: str) -> list[str]:
-        if self.driver == "slurm":
-            return [l.split("|")[0] for l in sh("squeue", "-h", "-o", "%i|%j").splitlines()
-                    if l.split("|")[1].startswith(f"rcl:{self.owner}:{labels.recipe_tag(recipe)}:")]
-        data = json.loads((self.state / "local" / "allocs.json").read_text()) if (self.state / "local" / "allocs.json").exists() else {}
-        return [j for j, r in data.items() if r["name"].startswith(f"rcl:{self.owner}:{labels.recipe_tag(recipe)}:")]
-
-    def wait_steps(self, recipe: str, units: set[str], timeout: float = 60) -> dict:
-        return wait_until(lambda: (s := self.steps(recipe)) and set(s) == units and s, timeout=timeout,
-                          what=f"steps {sorted(units)} (reconciler log:\n{self.log()[-3000:]})")
-
-    def wait_ready(self, recipe: str, timeout: float = 60) -> dict:
-        return wait_until(lambda: (g := self.get(recipe))["status"] == "Ready" and g, timeout=timeout,
-                          what=f"{recipe} Ready (reconciler log:\n{self.log()[-3000:]})")
-
-    def cleanup(self) -> None:
-        self.stop()
-        for f in self.manifests.glob("*.yaml"):
-            f.unlink()
-        subprocess.run([sys.executable, "-m", "reconciler.cli", "run", "--once", "--allow-empty", "--manifests",
-                        str(self.manifests), "--state", str(self.state), "--driver", self.driver],
-                       capture_output=True, timeout=60, cwd=self.tmp, env=self.env)
-        if self.driver == "slurm":
-            for n in self.names:
-                subprocess.run(["scancel", "--jobname", f"rcl:{self.owner}:{n}:a0"], capture_output=True)
-                subprocess.run(["scancel", "--jobname", f"rcl:{self.owner}:{n}:a1"], capture_output=True)
-        # leave nothing behind for the next test
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(self.steps(n) for n in self.names):
-            time.sleep(0.2)
-        if self.driver == "local":
-            for n in self.names:
-                for pid, _ in self.steps(n).values():
-                    try:
-                        os.killpg(int(pid), signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
 
 
 DRIVERS = [pytest.param("slurm", marks=pytest.mark.slurm), "local"]
@@ -394,96 +229,6 @@ def test_a_launch_slurm_rejects_is_reported_not_hidden(tmp_path):
         assert h.get(name)["status"] == "Progressing"
     finally:
         h.cleanup()
-
-
-def test_exit_status_of_a_dead_worker_is_recorded(h):
-    name = h.name("exit")
-    (h.manifests / f"{name}.yaml").write_text(
-        KEEP.format(name=name).replace("workers: 1, gpus: 1", "workers: 1, gpus: 1, args: {crash-after: 1}"))
-    h.start()
-    wait_until(lambda: (h.state / name / "logs" / "agg_0.0.exit").exists(), timeout=30, what="an exit record")
-    code = int((h.state / name / "logs" / "agg_0.0.exit").read_text().split()[0])
-    assert code == 3  # the mocker's --crash-after exit code, through srun and the launcher
-    wait_until(lambda: json.loads((h.state / name / "status.json").read_text())["workers"][0]["lastExit"],
-               timeout=20, what="lastExit in status")
-    logs = "".join(p.read_text() for p in (h.state / name / "logs").glob("agg_0.0.log*"))
-    assert "FATAL mocker: simulated engine crash" in logs
-
-
-def _status(h: Harness, name: str) -> dict:
-    try:
-        return json.loads((h.state / name / "status.json").read_text())
-    except (FileNotFoundError, ValueError):
-        return {}
-
-
-def _row(h: Harness, name: str, unit: str) -> dict:
-    return next((w for w in _status(h, name).get("workers", []) if w["name"] == unit), {})
-
-
-def test_crash_loop_backs_off_and_never_policy_gives_up(h):
-    loop = h.name("loop")
-    once = h.name("once")
-    (h.manifests / f"{loop}.yaml").write_text(KEEP.format(name=loop).replace(
-        "workers: 1, gpus: 1", "workers: 1, gpus: 1, args: {crash-after: 0.5}, "
-        "restart: {backoff_seconds: 1, max_backoff_seconds: 2}"))
-    (h.manifests / f"{once}.yaml").write_text(KEEP.format(name=once).replace(
-        "workers: 1, gpus: 1", "workers: 1, gpus: 1, args: {crash-after: 0.5}, restart: never"))
-    h.start()
-    wait_until(lambda: _row(h, loop, "agg_0").get("restarts", 0) >= 2, timeout=40, what="two restarts")
-    rec = json.loads((h.state / loop / "launches.json").read_text())["agg_0"]
-    assert rec["restarts"] >= 2 and rec["backoff"] >= 2  # the backoff counter grows with each failed life
-    wait_until(lambda: _row(h, once, "agg_0").get("phase") == "Failed", timeout=30, what="never: Failed")
-    row = _row(h, once, "agg_0")
-    assert row["lastExit"]["code"] == 3 and row["restarts"] == 0
-    degraded = next(c for c in _status(h, once)["conditions"] if c["type"] == "Degraded")
-    assert degraded["status"] == "True" and degraded["reason"] == "WorkersFailed"
-    progressing = next(c for c in _status(h, once)["conditions"] if c["type"] == "Progressing")
-    assert progressing["status"] == "False" and progressing["reason"] == "WorkersFailed"
-    assert h.get(once)["status"] == "Degraded"
-    assert "not restarted: agg_0" in degraded["message"]
-    h.idle(once)
-    assert not h.steps(once)
-
-
-@pytest.mark.parametrize("markers", [True, False], ids=["fatal-log-line", "liveness-probes"])
-def test_hung_engine_is_detected_and_relaunched(h, markers):
-    name = h.name("hang")
-    text = KEEP.format(name=name).replace(
-        "workers: 1, gpus: 1", "workers: 1, gpus: 1, args: {hang-after: 2}, restart: {backoff_seconds: 0.5}")
-    text += f"health_check: {{fatal_log_markers: {str(markers).lower()}}}\nreconcile: {{liveness_failures: 2}}\n"
-    (h.manifests / f"{name}.yaml").write_text(text)
-    h.start()
-    first = h.wait_steps(name, {"agg_0"})["agg_0"]
-    h.wait_ready(name)
-    wait_until(lambda: (s := h.steps(name).get("agg_0")) and s[0] != first[0], timeout=40, what="relaunch of the hung engine")
-    events = (h.state / "events.jsonl").read_text()
-    assert ("fatal log line: FATAL mocker: simulated engine hang" in events) == markers
-    assert ("health probes failed in a row" in events) == (not markers)
-
-
-def test_a_port_taken_by_a_foreign_process_is_replaced(h):
-    import socket
-
-    lo = int(h.env["RECONCILER_PORT_RANGE"].split("-")[0])
-    squatter = socket.socket()
-    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    squatter.bind(("0.0.0.0", lo))
-    squatter.listen()
-    try:
-        name = h.name("squat")
-        (h.manifests / f"{name}.yaml").write_text(KEEP.format(name=name).replace(
-            "workers: 1, gpus: 1", "workers: 1, gpus: 1, restart: {backoff_seconds: 0.5}"))
-        h.start()
-        h.wait_ready(name, timeout=60)
-        row = _row(h, name, "agg_0")
-        assert row["ports"]["http"] != lo
-        events = (h.state / "events.jsonl").read_text()
-        assert "PortConflict" in events and f":{lo}" in events
-        ports = json.loads((h.state / "ports.json").read_text())
-        assert str(lo) in next(iter(ports["blocked"].values()))
-    finally:
-        squatter.close()
 
 
 def test_rollout_replaces_one_at_a_time_and_is_not_a_restart(h):

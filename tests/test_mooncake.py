@@ -215,3 +215,44 @@ def test_trtllm_store_config_keys_its_connector_does_not_read_are_refused():
         with pytest.raises(RecipeError) as e:
             load(t)
         assert e.value.key == f"roles.prefill.mooncake_store_config.{key}", str(e.value)
+
+
+def test_the_store_env_sits_under_the_workers_own_and_the_master_address_on_top():
+    text = MOCKER.format(kv=", mooncake_kv_store: {env: {MOONCAKE_PROTOCOL: tcp, CUDA_VISIBLE_DEVICES: '7'}}",
+                         role=", env: {MOONCAKE_PROTOCOL: rdma}", extra="")
+    u = units(text)
+    assert [env_of(u[w])["CUDA_VISIBLE_DEVICES"] for w in ("agg_0", "agg_1")] == ["0", "1"]
+    assert env_of(u["agg_0"])["MOONCAKE_PROTOCOL"] == "rdma"  # the role's, over the recipe-wide store env
+    pinned = units(MOCKER.format(kv=", mooncake_kv_store: {env: {MOONCAKE_LOCAL_HOSTNAME: 10.9.9.9}}", role="",
+                                 extra=""))
+    assert env_of(pinned["agg_0"])["MOONCAKE_LOCAL_HOSTNAME"] == "10.9.9.9"
+
+
+@pytest.mark.parametrize("kv, key", [
+    (", mooncake_kv_store: {master_extra_args: [--rpc_port=9000]}", "engine.mooncake_kv_store.master_extra_args"),
+    (", mooncake_kv_store: {master_extra_args: ['--metrics_port', '9']}", "engine.mooncake_kv_store.master_extra_args"),
+])
+def test_the_masters_own_port_flags_are_refused(kv, key):
+    with pytest.raises(RecipeError) as e:
+        load(MOCKER.format(kv=kv, role="", extra=""))
+    assert e.value.key == key and "ports" in e.value.message, str(e.value)
+    with pytest.raises(RecipeError) as e:
+        load(MOCKER.format(kv="", role="", extra="services:\n  - {name: m, type: mooncake-master, args: [--port=1]}\n"))
+    assert e.value.key == "services.0.args"
+
+
+def test_store_config_no_engine_here_reads_is_reported_as_carried():
+    r = load_text(MOCKER.format(kv=", mooncake_kv_store: {store_config: {protocol: tcp}}", role="", extra=""), "r.yaml",
+                  preflight=False)
+    assert "engine.mooncake_kv_store.store_config" in r.not_acted_on
+    text = (CORPUS / "trtllm" / "dynamo-disagg-mooncake.yaml").read_text()
+    text = text.replace("      kv_connector_config:\n        connector: mooncake-store\n    mooncake_store_config:",
+                        "    mooncake_store_config:", 1)
+    r = load_text(text, "t.yaml", preflight=False)
+    assert "roles.prefill.mooncake_store_config" in r.not_acted_on
+    assert "roles.decode.mooncake_store_config" not in r.not_acted_on
+
+
+def test_the_masters_readiness_waits_as_long_as_srtctls():
+    (spec,) = resolve(load(MOCKER.format(kv=", mooncake_kv_store: {}", role="", extra="")))
+    assert spec.readiness.timeout == 600.0

@@ -65,13 +65,19 @@ def test_logs_of_a_worker_a_service_by_its_name_and_the_previous_life(tmp_path):
     _log(tmp_path, "decode_1", "a\nb\nc\n", previous="old life\n")
     _log(tmp_path, "svc-etcd_0", "etcd up\n")
     p = operate.log_path(tmp_path, "r", "decode", 1)
-    assert operate.tail(p, 2) == "b\nc\n" and operate.tail(p, None) == "a\nb\nc\n" and operate.tail(p, 0) == ""
-    assert operate.tail(operate.log_path(tmp_path, "r", "decode", 1, previous=True), 5) == "old life\n"
-    assert operate.tail(operate.log_path(tmp_path, "r", "etcd", 0), None) == "etcd up\n"
+    assert operate.tail(p, 2) == ("b\nc\n", 6) and operate.tail(p, None) == ("a\nb\nc\n", 6)
+    assert operate.tail(p, 0) == ("", 6)
+    assert operate.tail(operate.log_path(tmp_path, "r", "decode", 1, previous=True), 5)[0] == "old life\n"
+    assert operate.tail(operate.log_path(tmp_path, "r", "etcd", 0), None)[0] == "etcd up\n"
     with pytest.raises(ReconcilerError, match="units with logs: decode_1, svc-etcd_0"):
         operate.log_path(tmp_path, "r", "prefill", 0)
     with pytest.raises(ReconcilerError, match="no previous life"):
         operate.log_path(tmp_path, "r", "etcd", 0, previous=True)
+    with pytest.raises(ReconcilerError, match="no log for r decode_1 \\(rank 1\\)"):
+        operate.log_path(tmp_path, "r", "decode", 1, rank=1)
+    for recipe, role in (("../r", "decode"), ("r", "../../x"), ("r/..", "agg"), ("", "agg")):
+        with pytest.raises(ReconcilerError, match="not a recipe name"):
+            operate.log_path(tmp_path, recipe, role, 0)
 
 
 def test_follow_a_log_across_a_relaunch(tmp_path):
@@ -81,8 +87,11 @@ def test_follow_a_log_across_a_relaunch(tmp_path):
     with p.open("a") as f:
         f.write("second\n")
     assert next(it) == "second\n"
+    with p.open("a") as f:
+        f.write("last words\n")  # the dying life's traceback, written just before the rotation
     p.replace(p.with_name(p.name + ".1"))  # what a relaunch does: rotate, then a fresh file
     p.write_text("new life\n")
+    assert next(it) == "last words\n"
     assert "relaunched" in next(it)
     assert next(it) == "new life\n"
 

@@ -66,9 +66,14 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
         for path in _expand(pattern, roles):
             if _is_set(recipe, path.split(".")):
                 out[path] = why
+    out |= _mooncake_carried(recipe)
     if recipe.backend.type == "trtllm" and _has_mooncake_master(recipe):
-        for m, _ in recipe.roles.items():  # the per-role store config files are written from it
-            out.pop(f"roles.{m}.mooncake_store_config", None)
+        from reconciler.backends.base import get_key
+
+        for m, r in recipe.roles.items():  # a role whose connector reads the store config gets its file
+            conn = get_key(r.args, "kv_connector_config")
+            if isinstance(conn, dict) and conn.get("connector") == "mooncake-store":
+                out.pop(f"roles.{m}.mooncake_store_config", None)
     fe = recipe.frontend
     if fe.type not in RUNS_FRONTEND:
         out["frontend.type"] = f"no {fe.type} frontend is started yet (builtin, dynamo and sglang-router run); workers serve directly"
@@ -152,3 +157,18 @@ def _has_mooncake_master(recipe: Recipe) -> bool:
         return store_of(recipe) is not None
     except ServiceError:
         return False
+
+
+def _mooncake_carried(recipe: Recipe) -> dict[str, str]:
+    """store_config is read by vLLM and TRT-LLM only."""
+    if recipe.backend.type in ("vllm", "trtllm"):
+        return {}
+    why = "read by vLLM and TRT-LLM workers only (as the JSON file MOONCAKE_CONFIG_PATH names)"
+    out = {}
+    kv = recipe.backend.mooncake_kv_store
+    if kv is not None and kv.store_config is not None:
+        out["engine.mooncake_kv_store.store_config"] = why
+    for i, svc in enumerate(recipe.services):
+        if svc.type == "mooncake-master" and "store_config" in svc.options:
+            out[f"services.{i}.options.store_config"] = why
+    return out

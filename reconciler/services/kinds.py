@@ -21,6 +21,7 @@ class Kind:
     port_names: tuple[str, ...] = ()  # allocated per instance
     ready_port: str | None = None  # the port whose TCP accept marks it Ready (no readiness written)
     ready_path: str | None = None  # ... or whose HTTP GET of this path answering 200 does
+    ready_timeout: float = 300.0  # startup bound when the recipe writes no readiness
     placements: tuple[str, ...] = ("head", "infra")  # dedicated: carried, it runs on the head node
     external: bool = False  # may point at an instance that already runs
     options: tuple[str, ...] = ()
@@ -79,7 +80,8 @@ KINDS: dict[str, Kind] = {
     # its admin server (/health) starts last, after the RPC and metadata servers
     "mooncake-master": MooncakeMaster("mooncake-master", "before_workers", True, port_names=("rpc", "metadata", "metrics"),
                                       ready_port="metrics", ready_path="/health", placements=("head", "infra", "dedicated"),
-                                      options=("store_config",), fresh_data=False, job_container=True),
+                                      options=("store_config",), fresh_data=False, job_container=True,
+                                      ready_timeout=600.0),  # srtctl waits 600 s for it
     "generic": Generic("generic", "after_frontend", False, job_container=True),
 }
 # srtctl kinds that come with later work (the engines issue) or need hardware: refused, not ignored

@@ -31,6 +31,7 @@ from reconciler.services.spec import ServiceError
 KIND = "mooncake-master"
 OWNED_ENV = ("MOONCAKE_MASTER", "MOONCAKE_TE_META_DATA_SERVER", "MOONCAKE_CONFIG_PATH")
 # options of an older srtctl's TRT-LLM pool (trtllm-serve mooncake_master, donors); current srtctl refuses them too
+OWNED_FLAGS = ("port", "rpc_port", "http_metadata_server_port", "metrics_port", "enable_http_metadata_server")
 LEGACY_OPTIONS = ("eviction_ratio", "master_timeout_s", "store_role")
 # TRT-LLM store config: srtctl's per-role default, and the keys its connector no longer reads
 TRTLLM_ROLE_DEFAULT = {"prefill": "both", "agg": "both", "decode": "capacity"}
@@ -85,6 +86,12 @@ def store_of(recipe: Recipe) -> Store | None:
 
 def check(recipe: Recipe, store: Store) -> None:
     """The recipe-wide rules, once a master exists."""
+    for a in store.extra_args:
+        flag = a.lstrip("-").split("=", 1)[0]
+        if a.startswith("-") and flag in OWNED_FLAGS:
+            where = "master_extra_args" if store.at.startswith("engine") else "args"
+            raise ServiceError(f"{store.at}.{where}", f"{a!r}: the reconciler sets the master's ports and metadata "
+                               "server (the workers are told those); remove it")
     hand = [("environment", recipe.environment), (f"{store.at}.env", store.env)]
     hand += [(f"roles.{m}.env", r.env) for m, r in recipe.roles.items()]
     for at, env in hand:
@@ -102,7 +109,7 @@ def check(recipe: Recipe, store: Store) -> None:
                                "both roles, or the workers use another transport and the master sits idle")
     if engine == "vllm" and recipe.disaggregated:
         uses = [m for m in ("prefill", "decode")
-                if "mooncake" in str(get_key(recipe.roles[m].args, "kv-transfer-config") or "").lower()]
+                if "mooncakestoreconnector" in str(get_key(recipe.roles[m].args, "kv-transfer-config") or "").lower()]
         if not uses:
             raise ServiceError("roles.prefill.args", "a mooncake-master is configured but neither roles.prefill.args "
                                "nor roles.decode.args has a kv-transfer-config that names a Mooncake connector "
@@ -124,15 +131,14 @@ def check(recipe: Recipe, store: Store) -> None:
 class Wiring:
     """What the workers of a recipe with a master get: env and, per role, a config file."""
 
-    env: Mapping[str, str]  # the store's env, then ours
+    store_env: Mapping[str, str]  # mooncake_kv_store.env
+    owned: Mapping[str, str]  # MOONCAKE_MASTER, MOONCAKE_TE_META_DATA_SERVER: ours alone
     files: Mapping[str, Mapping[str, str]]  # mode -> {path: text}
 
     def stamp(self, mode: str, node: str, env: dict[str, str]) -> dict[str, str]:
-        """``env`` (the worker's, recipe and role merged) with the store's wiring on top."""
-        out = dict(env)
-        # a hand-set MOONCAKE_LOCAL_HOSTNAME pins the NIC; otherwise the worker's own node
-        out.setdefault("MOONCAKE_LOCAL_HOSTNAME", self.env.get("MOONCAKE_LOCAL_HOSTNAME", node))
-        out |= {k: v for k, v in self.env.items() if k != "MOONCAKE_LOCAL_HOSTNAME"}
+        """The store's env under ``env`` (the worker's: recipe, role and what the reconciler computes),
+        then the master's address on top; a hand-set MOONCAKE_LOCAL_HOSTNAME pins the NIC."""
+        out = {"MOONCAKE_LOCAL_HOSTNAME": node, **self.store_env, **env, **self.owned}
         for path in self.files.get(mode, {}):
             out["MOONCAKE_CONFIG_PATH"] = path
         return out
@@ -141,8 +147,7 @@ class Wiring:
 def wiring(recipe: Recipe, store: Store, head: str, ports: Mapping[str, int], config_dir: str,
            served_model_name: str) -> Wiring:
     master = f"{head}:{ports['rpc']}"
-    env = {**store.env, "MOONCAKE_MASTER": master,
-           "MOONCAKE_TE_META_DATA_SERVER": f"http://{head}:{ports['metadata']}/metadata"}
+    owned = {"MOONCAKE_MASTER": master, "MOONCAKE_TE_META_DATA_SERVER": f"http://{head}:{ports['metadata']}/metadata"}
     files: dict[str, dict[str, str]] = {}
     engine = recipe.backend.type
     if engine == "vllm":
@@ -157,4 +162,4 @@ def wiring(recipe: Recipe, store: Store, head: str, ports: Mapping[str, int], co
             doc = {"role": TRTLLM_ROLE_DEFAULT[m], "model_key": served_model_name, **(store.store_config or {}),
                    **(r.mooncake_store_config or {}), "master_server_address": master}
             files[m] = {f"{config_dir}/mooncake_store_config_{m}.json": json.dumps(doc, indent=2, sort_keys=True) + "\n"}
-    return Wiring(env, files)
+    return Wiring(dict(store.env), owned, files)

@@ -140,7 +140,8 @@ def _implied_master(store) -> ServiceSpec:
                        options=(("default_kv_lease_ttl_ms", store.lease_ms),), implied_by=store.at)
 
 
-def _default_readiness(kind, timeout: float = 300.0, interval: float = 1.0) -> Readiness:
+def _default_readiness(kind, timeout: float | None = None, interval: float = 1.0) -> Readiness:
+    timeout = kind.ready_timeout if timeout is None else timeout
     if kind.ready_path:
         return Readiness("http", port_name=kind.ready_port, path=kind.ready_path, timeout=timeout, interval=interval)
     if kind.ready_port:

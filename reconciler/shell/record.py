@@ -13,7 +13,7 @@ import structlog
 from reconciler.drivers.base import step_log_paths
 from reconciler.shell.observe import tail
 from reconciler.shell.snapshot import Snapshot
-from reconciler.state import StateDir
+from reconciler.state import StateDir, set_suspended, suspended_names
 from reconciler.status import build_status
 from reconciler.timefmt import iso
 from reconciler.shell import router_sync
@@ -42,12 +42,18 @@ def record(state: StateDir, snap: Snapshot) -> None:
     state.write_files(m.paths)
     snap.ports.save(state.root / "ports.json")
     for dr in d.recipes.values():
+        if dr.suspended:
+            continue  # no action of any kind: its routers keep the workers they have
         try:
             write_endpoints(state, dr, o)
         except OSError as e:
             log.error("cannot write the router's endpoints", recipe=dr.name, error=str(e))
         for c in router_sync.sync(dr, o):
             state.event("RouterWorkers", dr.name, f"{c.verb} {c.url} {'to' if c.verb == 'add' else 'from'} the router")
+    if not p.refused_prune:
+        for name in suspended_names(state.root) - set(d.recipes) - set(m.invalid) - set(d.held):
+            set_suspended(state.root, name, False)  # deleted: a recipe made again later starts unsuspended
+            state.event("Resumed", name, "its recipe is gone: the suspension is cleared")
     for name, why in d.held.items():
         prev = state.status(name)
         if prev.get("error") != why:

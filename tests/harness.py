@@ -1,0 +1,176 @@
+"""The end-to-end harness: one `reconciler run` per test on its own port range, read back
+from the cluster itself (squeue for Slurm, the process table for local)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from helpers import wait_until
+from reconciler import labels
+
+def sh(*argv: str) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
+
+
+def _port_ranges() -> itertools.cycle:
+    """This process's 100-port ranges: under pytest-xdist each worker cycles through its own slice
+    of 21000-31800, so two tests running at once never share a port range."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    n = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    starts = list(range(21000, 31800, 100))
+    mine = starts[int(worker.removeprefix("gw") or 0) % n::n]
+    return itertools.cycle(mine)
+
+
+_ranges = _port_ranges()
+
+
+class Harness:
+    def __init__(self, tmp: Path, driver: str):
+        self.tmp = tmp
+        self.driver = driver
+        # each test its own port range: a previous test's workers may still be shutting down
+        lo = next(_ranges)
+        self.env = {**os.environ, "RECONCILER_PORT_RANGE": f"{lo}-{lo + 99}"}
+        self.manifests = tmp / "manifests"
+        self.state = tmp / "state"
+        self.manifests.mkdir()
+        self.proc: subprocess.Popen | None = None
+        self.names: list[str] = []
+        self.owner = labels.default_owner(self.state)
+
+    def name(self, prefix: str) -> str:
+        n = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        self.names.append(n)
+        return n
+
+    # ---------------------------------------------------------------- the reconciler
+    def start(self, *extra: str) -> None:
+        log = open(self.tmp / "reconciler.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "reconciler.cli", "run", "--manifests", str(self.manifests), "--state",
+             str(self.state), "--driver", self.driver, "--resync", "1", *extra],
+            stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp, env=self.env,
+        )
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> int:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            return self.proc.wait(20)
+        return self.proc.returncode if self.proc else 0
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "reconciler.cli", *args, "--manifests", str(self.manifests),
+                               "--state", str(self.state), "--driver", self.driver],
+                              capture_output=True, text=True, timeout=60, cwd=self.tmp, env=self.env)
+
+    def get(self, name: str) -> dict:
+        r = self.cli("get", name, "-o", "json")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)[0]
+
+    def log(self) -> str:
+        return (self.tmp / "reconciler.log").read_text()
+
+    def ticks(self) -> int:
+        """Ticks the running reconciler has completed (state/controller.json)."""
+        try:
+            return json.loads((self.state / "controller.json").read_text())["ticks"]
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def actions(self, recipe: str) -> list[dict]:
+        """Actions the reconciler took for ``recipe`` (from its events)."""
+        try:
+            lines = (self.state / "events.jsonl").read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        kinds = {"SubmitAlloc", "LaunchStep", "CancelStep", "CancelAlloc"}
+        return [e for e in map(json.loads, lines) if e["recipe"] == recipe and e["kind"] in kinds]
+
+    def idle(self, recipe: str, ticks: int = 3) -> None:
+        """Wait for ``ticks`` more ticks of the running reconciler; none of them may act on ``recipe``."""
+        # from a tick boundary: whatever the tick in progress does is its own, not ours to count
+        first = self.ticks()
+        wait_until(lambda: self.ticks() > first, timeout=30, what="the tick in progress to end")
+        before, start = len(self.actions(recipe)), self.ticks()
+        wait_until(lambda: self.ticks() >= start + ticks, timeout=30, what=f"{ticks} more ticks")
+        assert self.actions(recipe)[before:] == [], f"{ticks} ticks should have changed nothing for {recipe}"
+
+    # ---------------------------------------------------------------- the cluster, read directly
+    def steps(self, recipe: str) -> dict[str, tuple[str, str]]:
+        """unit name -> (step id, node) of the recipe's live steps, from the cluster itself."""
+        out = {}
+        if self.driver == "slurm":
+            for line in sh("squeue", "-h", "-s", "-o", "%i|%j|%N").splitlines():
+                sid, name, node = line.split("|")
+                parts = name.split(":")
+                if len(parts) == 7 and parts[0] == "rcl" and parts[1] == self.owner and parts[2] == labels.recipe_tag(recipe):
+                    key = f"{parts[3]}_{parts[4]}"
+                    assert key not in out, f"duplicate step for {key}: {out[key]} and {sid}"
+                    out[key] = (sid, node)
+        else:
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit():
+                    continue
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if len(cmd) > 4 and cmd[0] == b"/bin/sh" and cmd[3].startswith(f"rcl:{self.owner}:".encode()):
+                    status = Path(cmd[4].decode())
+                    if status.parent.parent.name == recipe and status.is_relative_to(self.state.absolute()):
+                        unit = status.name.split(".")[0]
+                        assert unit not in out, f"duplicate process for {unit}"
+                        out[unit] = (pid, "localhost")
+        return out
+
+    def jobs(self, recipe: str) -> list[str]:
+        if self.driver == "slurm":
+            return [l.split("|")[0] for l in sh("squeue", "-h", "-o", "%i|%j").splitlines()
+                    if l.split("|")[1].startswith(f"rcl:{self.owner}:{labels.recipe_tag(recipe)}:")]
+        data = json.loads((self.state / "local" / "allocs.json").read_text()) if (self.state / "local" / "allocs.json").exists() else {}
+        return [j for j, r in data.items() if r["name"].startswith(f"rcl:{self.owner}:{labels.recipe_tag(recipe)}:")]
+
+    def wait_steps(self, recipe: str, units: set[str], timeout: float = 60) -> dict:
+        return wait_until(lambda: (s := self.steps(recipe)) and set(s) == units and s, timeout=timeout,
+                          what=f"steps {sorted(units)} (reconciler log:\n{self.log()[-3000:]})")
+
+    def wait_ready(self, recipe: str, timeout: float = 60) -> dict:
+        return wait_until(lambda: (g := self.get(recipe))["status"] == "Ready" and g, timeout=timeout,
+                          what=f"{recipe} Ready (reconciler log:\n{self.log()[-3000:]})")
+
+    def cleanup(self) -> None:
+        self.stop()
+        for f in self.manifests.glob("*.yaml"):
+            f.unlink()
+        subprocess.run([sys.executable, "-m", "reconciler.cli", "run", "--once", "--allow-empty", "--manifests",
+                        str(self.manifests), "--state", str(self.state), "--driver", self.driver],
+                       capture_output=True, timeout=60, cwd=self.tmp, env=self.env)
+        if self.driver == "slurm":
+            for n in self.names:
+                subprocess.run(["scancel", "--jobname", f"rcl:{self.owner}:{n}:a0"], capture_output=True)
+                subprocess.run(["scancel", "--jobname", f"rcl:{self.owner}:{n}:a1"], capture_output=True)
+        # leave nothing behind for the next test
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(self.steps(n) for n in self.names):
+            time.sleep(0.2)
+        if self.driver == "local":
+            for n in self.names:
+                for pid, _ in self.steps(n).values():
+                    try:
+                        os.killpg(int(pid), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
