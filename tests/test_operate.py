@@ -102,3 +102,24 @@ def test_suspend_markers(tmp_path):
     assert suspended_names(tmp_path) == {"a"}
     assert set_suspended(tmp_path, "a", False) and not set_suspended(tmp_path, "a", False)
     assert suspended_names(tmp_path) == frozenset()
+
+
+def test_suspension_goes_through_the_desired_cache_both_ways(tmp_path):
+    from reconciler.desired import build
+    from reconciler.ports import NodePortAllocator
+    from reconciler.recipe.load import load_text
+    from reconciler.world import Observed
+
+    r = load_text("name: a\nmodel: {path: m}\nengine: {type: mocker}\nroles: {agg: {workers: 1, gpus: 1}}\n"
+                  "frontend: {type: none}\n", "a.yaml", preflight=False).recipe
+    cache: dict = {}
+
+    def once(suspended: frozenset[str]):
+        return build({"a": r}, Observed(), NodePortAllocator(), tmp_path, "python3", 1, cache,
+                     suspended=suspended).recipes["a"]
+
+    first = once(frozenset())
+    assert not first.suspended and cache
+    s = once(frozenset({"a"}))
+    assert s.suspended and s.allocs == first.allocs  # the same computed spec, only marked
+    assert not once(frozenset()).suspended  # the cache holds the unmarked build

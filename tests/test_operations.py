@@ -67,6 +67,9 @@ def test_describe_logs_events_and_a_suspend_that_leaves_everything_running(h):
     r = ops(h, "suspend", name, manifests=True)
     assert r.returncode == 0 and "suspended" in r.stdout, r.stderr
     wait_until(lambda: h.get(name)["status"] == "Suspended", timeout=30, what="Suspended")
+    doc = json.loads(h.cli("describe", name, "-o", "json").stdout)
+    ready = next(c for c in doc["conditions"] if c["type"] == "Ready")
+    assert doc["suspended"] and doc["phase"] == "Suspended" and ready["status"] == "True"  # it still serves
     sh("scancel", steps["agg_1"][0])
     wait_until(lambda: "agg_1" not in h.steps(name), timeout=30, what="agg_1 gone")
     h.idle(name, ticks=3)
