@@ -129,17 +129,17 @@ def test_metrics_json_logs_and_condition_notifications(h):
         def scrape() -> str:
             return get(f"http://127.0.0.1:{mport}/metrics", timeout=3)[1].decode()
 
-        # the tick after Ready: the gauges follow the snapshot, the histogram the first Ready
-        text = wait_until(lambda: (t := scrape()) and _metric(t, "reconciler_workers", recipe=name, role="agg",
-                                                               state="ready") == 2 and t, timeout=30,
-                          what="reconciler_workers ready 2")
+        # the gauges follow each tick's snapshot: wait for the tick that saw everything Ready
+        text = wait_until(lambda: (t := scrape()) and _metric(t, "reconciler_recipes", phase="Ready") == 1
+                          and _metric(t, "reconciler_workers", recipe=name, role="frontend", state="ready") == 1
+                          and _metric(t, "reconciler_workers", recipe=name, role="agg", state="ready") == 2 and t,
+                          timeout=30, what="the metrics of a Ready recipe")
         assert _metric(text, "reconciler_workers", recipe=name, role="agg", state="desired") == 2
         assert _metric(text, "reconciler_actions_total", kind="LaunchStep", outcome="ok") == 3  # 2 workers + router
         assert _metric(text, "reconciler_actions_total", kind="SubmitAlloc", outcome="ok") == 1
         assert _metric(text, "reconciler_slurm_commands_total", verb="squeue", outcome="ok") >= 2
         assert _metric(text, "reconciler_slurm_commands_total", verb="sbatch", outcome="ok") == 1
         assert _metric(text, "reconciler_tick_seconds_count") >= 1
-        assert _metric(text, "reconciler_recipes", phase="Ready") == 1
         wait_until(lambda: _metric(scrape(), "reconciler_launch_to_ready_seconds_count", role="agg") == 2,
                    timeout=30, what="two launch-to-Ready observations")
 
