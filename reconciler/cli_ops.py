@@ -44,7 +44,9 @@ def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: st
             "suspended": bool((d := snap.desired.recipes.get(name)) and d.suspended),
             "error": snap.manifests.invalid.get(name) or snap.desired.held.get(name),
             "conditions": st.get("conditions", []), "units": st.get("workers", []), "allocations": allocs,
-            "events": operate.read_events(Path(state), name)[-20:]}
+            "events": operate.read_events(Path(state), name)[-20:],
+            "lastAllocationLost": sd.read_json(sd.recipe_dir(name) / "allocation-lost.json", None,
+                                               lambda x: isinstance(x, dict))}
 
 
 @click.command()
@@ -88,6 +90,9 @@ def describe(name: str, manifests: str, state: str, driver: str | None, port_ran
                    + (f", reason {a['reason']}" if a["reason"] and a["reason"] != "None" else "")
                    + (f", nodes {','.join(a['nodes'])}" if a["nodes"] else "")
                    + (f", time left {a['timeLeft']}" if a["timeLeft"] else ""))
+    if doc["lastAllocationLost"]:
+        lost = doc["lastAllocationLost"]
+        click.echo(f"  last lost: {lost['message']} (at {lost['at']})")
     click.echo("Events:")
     for e in doc["events"] or []:
         click.echo("  " + operate.event_line(e))

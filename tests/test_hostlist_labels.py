@@ -101,3 +101,12 @@ def test_slurm_parse_reads_time_left_and_tolerates_its_absence():
     assert a.time_left == "29:58"
     (b,) = parse_jobs(SEP.join(base), "me")  # an older squeue without the field
     assert b.time_left == ""
+
+
+def test_scontrol_tells_how_a_job_ended():
+    from reconciler.drivers.slurm import parse_job_end
+
+    line = ("JobId=7 JobName=rcl:me:r:a0 UserId=root(0) JobState=NODE_FAIL Reason=NodeDown Dependency=(null) "
+            "Requeue=1 NodeList=vm")
+    assert parse_job_end(line) == ("NODE_FAIL", "NodeDown")
+    assert parse_job_end("slurm_load_jobs error: Invalid job id specified") is None

@@ -151,3 +151,21 @@ def test_metrics_json_logs_and_condition_notifications(h):
         assert lines and all(json.loads(l)["event"] for l in lines[:5]), lines[:5]
     finally:
         hook.shutdown()
+
+
+def test_a_lost_allocation_is_replaced_and_the_status_says_why(h):
+    name = h.name("lost")
+    (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name))
+    h.start()
+    h.wait_ready(name)
+    (job,) = h.jobs(name)
+    sh("scancel", job)
+    wait_until(lambda: (j := h.jobs(name)) and job not in j, timeout=30, what="a new allocation submitted")
+    h.wait_ready(name, timeout=60)
+    ev = [json.loads(l) for l in (h.state / "events.jsonl").read_text().splitlines()]
+    (lost,) = [e for e in ev if e["kind"] == "AllocationLost" and e["recipe"] == name]
+    assert lost["job"] == job and lost["state"] == "CANCELLED", lost  # from slurmctld, not guessed
+    st = json.loads((h.state / name / "status.json").read_text())
+    assert st["lastAllocationLost"]["job"] == job and "CANCELLED" in st["lastAllocationLost"]["message"]
+    text = h.cli("describe", name).stdout
+    assert f"last lost: allocation 0 (job {job}) ended: CANCELLED" in text, text

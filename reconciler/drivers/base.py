@@ -84,5 +84,8 @@ class Driver(Protocol):
 
     def cancel_alloc(self, job_id: str) -> None: ...
 
+    def job_end(self, job_id: str) -> tuple[str, str] | None:
+        """How a job that left the queue ended: (state, reason), or None when nobody can say."""
+
     def reap(self) -> None:
         """Collect finished child processes (srun clients) so none are left as zombies."""

@@ -183,6 +183,9 @@ class LocalDriver:
         allocs.pop(job_id, None)
         self._save("allocs", allocs)
 
+    def job_end(self, job_id: str) -> tuple[str, str] | None:
+        return None  # the local driver keeps no record of an allocation it no longer holds
+
     def reap(self) -> None:
         """Collect finished children and SIGKILL cancelled steps that ignored SIGTERM (only a
         running controller does this: ``observe`` writes nothing)."""

@@ -86,6 +86,14 @@ class SlurmDriver:
     def cancel_alloc(self, job_id: str) -> None:
         self.cancel_step(job_id)
 
+    def job_end(self, job_id: str) -> tuple[str, str] | None:
+        # slurmctld keeps an ended job for MinJobAge (300 s by default): long enough for the next tick
+        try:
+            r = self._run(["scontrol", "show", "job", "-o", job_id], check=False)
+        except DriverError:
+            return None
+        return parse_job_end(r.stdout) if r.returncode == 0 else None
+
     def reap(self) -> None:
         self._children = [p for p in self._children if p.poll() is None]
 
@@ -145,6 +153,13 @@ def srun_argv(job_id: str, unit: Unit, launch: Launch, step_name: str, log: Path
 
 def scancel_argv(job_or_step: str) -> list[str]:
     return ["scancel", job_or_step]
+
+
+def parse_job_end(text: str) -> tuple[str, str] | None:
+    """`scontrol show job -o` -> (JobState, Reason)."""
+    fields = dict(f.split("=", 1) for f in text.split() if "=" in f)
+    state = fields.get("JobState")
+    return (state, fields.get("Reason", "")) if state else None
 
 
 def parse_jobs(text: str, owner: str) -> list[Alloc]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import structlog
 
 from reconciler.cluster import Cluster
-from reconciler.core.plan import Plan, plan
+from reconciler.core.plan import CancelAlloc, Plan, plan
 from reconciler.core.portplan import reassign_after_bind_failures, release_unused
 from reconciler.desired import build as build_desired
 from reconciler.drivers import Driver
@@ -32,7 +32,7 @@ from reconciler.shell.snapshot import Snapshot
 from reconciler.shell.metrics import Metrics
 from reconciler.state import StateDir, suspended_names
 from reconciler.timefmt import iso
-from reconciler.world import Observed
+from reconciler.world import Alloc, Observed
 
 log = structlog.get_logger("reconciler")
 TICK_BACKOFF_MAX = 60.0  # seconds between attempts when whole ticks keep failing (e.g. squeue is down)
@@ -54,6 +54,8 @@ class Controller:
         self.observer = Observer(self.state, driver)
         self.executor = Executor(self.state, driver, self.observer)
         self.metrics: Metrics | None = None  # run --metrics-addr
+        self._live_allocs: dict[str, Alloc] = {}  # last tick's live allocations (to notice one lost)
+        self._cancelled: set[str] = set()  # allocations we released: their going is no loss
         self.ticks = 0
         self.actions_done = 0
         self.tick_failures = 0  # in a row
@@ -124,7 +126,9 @@ class Controller:
         self.driver.reap()
         snap = self.snapshot()
         self.ports = snap.ports  # this tick's assignment is the registry from now on
+        self._note_lost_allocations(snap)
         done = self.executor.execute(snap.plan)
+        self._cancelled |= {a.job_id for a in done if isinstance(a, CancelAlloc)}
         record(self.state, snap)
         self.ticks += 1
         self.actions_done += len(done)
@@ -132,6 +136,25 @@ class Controller:
         if self.metrics is not None:
             self._observe(snap, done, time.monotonic() - t0)
         return snap, done
+
+    def _note_lost_allocations(self, snap: Snapshot) -> None:
+        """An allocation that left the queue without our scancel: say why, with Slurm's own words.
+        (Replacing it is plan()'s ordinary business: its workers are missing.)"""
+        live = {a.job_id: a for a in snap.observed.allocs if a.live}
+        for job_id, a in self._live_allocs.items():
+            if job_id in live or job_id in self._cancelled:
+                continue
+            end = self.driver.job_end(job_id)
+            state, reason = end if end else ("GONE", "left the queue")
+            msg = (f"allocation {a.index} (job {job_id}) ended: {state}"
+                   + (f" ({reason})" if reason and reason != "None" else "") + "; its workers move to a new one")
+            log.warning("allocation lost", recipe=a.recipe, job=job_id, state=state, reason=reason)
+            self.state.event("AllocationLost", a.recipe, msg, job=job_id, state=state, reason=reason)
+            self.state.write_json(self.state.recipe_dir(a.recipe) / "allocation-lost.json",
+                                  {"job": job_id, "index": a.index, "state": state, "reason": reason,
+                                   "at": iso(snap.now), "message": msg})
+        self._live_allocs = live
+        self._cancelled &= set(live)
 
     def _observe(self, snap: Snapshot, done: list, seconds: float) -> None:
         phases = {n: self.state.status(n).get("phase", "Unknown") for n in snap.plan.recipes}

@@ -80,6 +80,9 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
     prev = state.status(name)
     st = build_status(name, d, snap.observed, p.recipes.get(name), snap.manifests.invalid.get(name), prev,
                       state.launches(name), now, state.exits(name))
+    lost = state.read_json(state.recipe_dir(name) / "allocation-lost.json", None, lambda x: isinstance(x, dict))
+    if lost:
+        st["lastAllocationLost"] = lost  # Slurm's state and reason for the last allocation that went away
     for cond in st["conditions"]:
         old = next((c for c in prev.get("conditions", []) if c["type"] == cond["type"]), None)
         if old is None or old["status"] != cond["status"]:
