@@ -73,6 +73,7 @@ class Unit:
     startup_timeout: float | None = None  # None: the recipe's startup grace
     critical: bool = False
     worker_api: str = ""  # a frontend whose worker set the shell keeps in step with readiness: "sglang-router"
+    scheme: str = "http"  # how a router reaches it: http, or grpc (Backend.is_grpc_mode)
 
     @property
     def is_service(self) -> bool:
@@ -88,7 +89,7 @@ class Unit:
 
     @property
     def url(self) -> str | None:
-        return f"http://{self.nodes[0]}:{self.health_port}" if self.health_port else None
+        return f"{self.scheme}://{self.nodes[0]}:{self.health_port}" if self.health_port else None
 
 
 def spec_hash(
@@ -223,6 +224,7 @@ def worker_units(
             health_port=ps[0].ports.get(probe.port_name), health_path=probe.path,
             metrics_path=backend.prometheus_metrics_path, fatal_patterns=patterns, probe=probe.kind,
             srun_options=srun_opts, spec_hash=spec_hash(launches_t, role_container, files, srun_opts),
+            scheme="grpc" if backend.is_grpc_mode() else "http",
         ))
     return units
 

@@ -91,6 +91,8 @@ class Backend:
             # ports only when it spans nodes
             names = self.endpoint_port_names(ep) + (self.leader_port_names(ep.mode) if len(hosts) > 1 else ())
             shared = {name: ports.allocate(hosts[0], owner, name) for name in names}
+            shared |= {name: ports.allocate_block(hosts[0], owner, name, size)
+                       for name, size in self.endpoint_port_blocks(ep).items()}
             blocks = self.port_blocks(ep)
             for host, rank in processes_per_node(ep, hostnames):
                 own = {name: ports.allocate(host, owner, name) for name in self.port_names(ep.mode)
@@ -128,6 +130,15 @@ class Backend:
         """Ports every endpoint needs once, on its leader, whatever its size (srtctl: the
         SGLang bootstrap port of a prefill endpoint, vLLM's data-parallel RPC port)."""
         return ()
+
+    def endpoint_port_blocks(self, ep: Endpoint) -> dict[str, int]:
+        """name -> size of consecutive ports an endpoint needs once, on its leader (TokenSpeed's
+        rendezvous block: the base, five above it, one scheduler port per attention-DP rank)."""
+        return {}
+
+    def is_grpc_mode(self) -> bool:
+        """Workers speak gRPC: routers are given ``grpc://`` URLs and readiness is a TCP accept."""
+        return False
 
     def port_blocks(self, ep: Endpoint) -> dict[str, int]:
         """name -> size of consecutive ports each process needs (an engine that opens base + rank)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from reconciler.backends.base import Backend
 from reconciler.backends.mocker import MockerBackend
 from reconciler.backends.sglang import SGLangBackend
+from reconciler.backends.tokenspeed import TokenSpeedBackend
 from reconciler.backends.trtllm import TRTLLMBackend
 from reconciler.backends.vllm import VLLMBackend
 
@@ -19,6 +20,7 @@ ENGINES: dict[str, type[Backend]] = {
     "vllm": VLLMBackend,
     "trtllm": TRTLLMBackend,
     "mocker": MockerBackend,
+    "tokenspeed": TokenSpeedBackend,
 }
 
 # srtctl engines this reconciler does not run yet: refused with "unsupported feature"
