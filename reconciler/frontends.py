@@ -2,8 +2,9 @@
 
 ``builtin`` is the project's router (it reads the Ready workers from an endpoints file
 the shell writes); ``dynamo`` is ``python -m dynamo.frontend`` as srtctl starts it, with
-the workers' discovery environment. Other types get no process of their own (yet): the
-workers serve directly and ``validate`` says so.
+the workers' discovery environment; the SGLang and vLLM routers start empty and are
+given the Ready workers through their /workers API. Other types get no process of their
+own (yet): the workers serve directly and ``validate`` says so.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from reconciler.units import FRONTEND, Launch, Unit, _container, container_srun_
 
 # flags the reconciler sets itself (the probe and `get` rely on them): frontend.port, not args
 OWNED_ARGS = {"builtin": ("host", "port"), "dynamo": ("http-port", "http-host"), "sglang-router": ("host", "port"),
-              "sgl-router": ("host", "port")}
+              "sgl-router": ("host", "port"), "vllm-router": ("host", "port", "worker-urls")}
 
 
 def owned_arg(recipe: Recipe) -> str | None:
@@ -96,6 +97,25 @@ def sglang_router(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
                  runtime.config_dir)
 
 
-BUILDERS: dict[str, Callable[..., Unit]] = {
+def vllm_router(recipe, head, ports, runtime, state_dir, disc_env) -> Unit | None:
+    """``python -m vllm_router.launch_router`` (the ``vllm-router`` console script), started with no
+    worker: the shell adds and removes them through its /workers API, as for the SGLang router.
+    Its PD mode wants the prefill URLs on the command line at start: not started there (yet)."""
+    if recipe.disaggregated:
+        return None
+    port = _port(recipe, head, ports)
+    metrics = ports.allocate(head, _owner(recipe), "prometheus")
+    argv = [runtime.engine_python, "-m", "vllm_router.launch_router", "--host", "0.0.0.0", "--port", str(port)]
+    args = dict(recipe.frontend.args)
+    if not any(_norm(k) == "prometheus-port" for k in args):
+        argv += ["--prometheus-port", str(metrics), "--prometheus-host", "0.0.0.0"]
+    argv += cli_args(args)
+    env = {"PYTHONUNBUFFERED": "1", **recipe.environment, **recipe.frontend.env}
+    return _unit(recipe, head, port, argv, env, _container(recipe, recipe.backend), None, "vllm-router",
+                 {"http": port, "prometheus": metrics}, runtime.config_dir)
+
+
+BUILDERS: dict[str, Callable[..., Unit | None]] = {
     "builtin": builtin, "dynamo": dynamo, "sglang-router": sglang_router, "sgl-router": sglang_router,
+    "vllm-router": vllm_router,
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real programs the stack tests and benchmarks run, all offline-capable:
 #   etcd, NATS, libibverbs1 (Debian packages); NVIDIA Dynamo 1.6.1 in its own venv (.stacks/dynamo);
-#   the SGLang router (into the project venv); the Mooncake master (mooncake_master, from
+#   the SGLang and vLLM routers (into the project venv); the Mooncake master (mooncake_master, from
 #   mooncake-transfer-engine-non-cuda) in .stacks/mooncake; aiperf 0.13.0 in .stacks/aiperf.
 # Idempotent; everything lands inside the clone except the Debian packages.
 # Usage: scripts/stacks-install.sh [--no-aiperf]
@@ -60,6 +60,11 @@ fi
 if ! "$PY" -c "import sglang_router" 2>/dev/null; then
   say "installing sglang-router into the project venv"
   "$UV" pip install -q --python "$PY" 'sglang-router>=0.3'
+fi
+
+if ! "$PY" -c "import vllm_router" 2>/dev/null; then
+  say "installing vllm-router into the project venv"
+  "$UV" pip install -q --python "$PY" 'vllm-router>=0.1.17'
 fi
 
 if ! [ -x "$STACKS/mooncake/bin/mooncake_master" ]; then

@@ -203,7 +203,7 @@ model: {{path: m}}
 resources: {{gpus_per_node: 8}}
 engine: {{type: mocker, speedup_ratio: 100}}
 roles: {{agg: {{workers: {workers}, gpus: 1, restart: {{backoff_seconds: 0.5}}}}}}
-frontend: {{type: sglang-router, args: {{policy: round_robin}}}}
+frontend: {{type: {router}, args: {{policy: round_robin}}}}
 """
 
 
@@ -215,9 +215,10 @@ def router_workers(endpoint: str) -> set[str] | None:
     return {w["url"] for w in json.loads(body)["workers"] if w.get("is_healthy")} if status == 200 else None
 
 
-def test_sglang_router_follows_readiness(tmp_path):
-    if not shutil.which("sglang-router", path=str(Path(sys.executable).parent)):
-        pytest.fail("sglang-router is not installed: run scripts/stacks-install.sh")
+@pytest.mark.parametrize("router", ["sglang-router", "vllm-router"])
+def test_a_router_follows_readiness(tmp_path, router):
+    if not shutil.which(router, path=str(Path(sys.executable).parent)):
+        pytest.fail(f"{router} is not installed: run scripts/stacks-install.sh")
     h = Harness(tmp_path, "slurm")
     # the router and the built-in mocker both run from the project's Python
     (tmp_path / "srtslurm.yaml").write_text(json.dumps({"host_runtime": {"python": sys.executable}}))
@@ -225,7 +226,7 @@ def test_sglang_router_follows_readiness(tmp_path):
         name = h.name("routed")
         (h.manifests / "parked.yaml").write_text(PARKED)
         f = h.manifests / f"{name}.yaml"
-        f.write_text(ROUTED.format(name=name, workers=1))
+        f.write_text(ROUTED.format(name=name, workers=1, router=router))
         h.start()
         g = h.wait_ready(name, timeout=60)
         endpoint = g["endpoint"]
@@ -239,7 +240,7 @@ def test_sglang_router_follows_readiness(tmp_path):
         assert wait_until(lambda: chat(endpoint, "m")[0] == 200, timeout=20, what="a completion via the router")
         assert served(endpoint) == "m"  # the router learnt the model from the worker's /get_model_info
 
-        f.write_text(ROUTED.format(name=name, workers=2))
+        f.write_text(ROUTED.format(name=name, workers=2, router=router))
         wait_until(lambda: len(urls()) == 2 and router_workers(endpoint) == urls(), timeout=60,
                    what="the router to list both workers")
 

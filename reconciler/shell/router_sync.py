@@ -2,9 +2,10 @@
 
 Level-triggered like everything else: each tick reads the router's list (``GET /workers``)
 and adds the Ready workers it lacks and removes the ones that are no longer Ready or
-desired. A router that does not answer is left for the next tick. Today: the SGLang
-router (sglang-router / SGLang Model Gateway), whose ``POST /workers`` takes
-``{url, worker_type, bootstrap_port}`` and ``DELETE /workers/<id>`` removes one.
+desired. A router that does not answer is left for the next tick. The SGLang router
+(sglang-router / SGLang Model Gateway), whose ``POST /workers`` takes ``{url, worker_type,
+bootstrap_port}`` and ``DELETE /workers/<id>`` removes one; the vLLM router (vllm-router
+0.1.17), the same API with the URL itself (escaped) as the id.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import time
+from urllib.parse import quote
 from dataclasses import dataclass
 
 import structlog
@@ -20,6 +22,7 @@ from reconciler.world import DesiredRecipe, Observed
 
 log = structlog.get_logger()
 TIMEOUT = 2.0
+WORKER_APIS = ("sglang-router", "vllm-router")
 
 
 @dataclass(frozen=True)
@@ -65,12 +68,13 @@ PENDING_TTL = 10.0
 
 def sync(d: DesiredRecipe, o: Observed, now: float | None = None) -> list[Change]:
     fe = d.frontend
-    if fe is None or fe.worker_api != "sglang-router" or not o.ready.get(fe.key):
+    if fe is None or fe.worker_api not in WORKER_APIS or not o.ready.get(fe.key):
         return []
     host, port = fe.nodes[0], fe.health_port
     try:
         status, raw = _call(host, port, "GET", "/workers")
-        have = {w["url"]: w["id"] for w in json.loads(raw).get("workers", [])} if status == 200 else None
+        have = {w["url"]: w.get("id") or quote(w["url"], safe="")
+                for w in json.loads(raw).get("workers", [])} if status == 200 else None
     except (OSError, ValueError, http.client.HTTPException, KeyError, TypeError) as e:
         log.warning("cannot read the router's workers", recipe=d.name, error=str(e))
         return []
