@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # soak-tests.sh N [pytest args...] — run the whole suite N times in a row (the README's command,
-# three xdist workers); print "N runs, K failed".
+# four xdist workers); print "N runs, K failed".
 #
 # The flake budget: a test that fails once in N runs is a failing test. Each run's
 # output goes to soak/run-<i>.log (kept for the failed ones only); the summary lists
@@ -17,7 +17,7 @@ mkdir -p soak
 failed=0
 for i in $(seq 1 "$N"); do
   start=$(date +%s)
-  if "$PY" -m pytest -q -n 3 -p no:cacheprovider "$@" >"soak/run-$i.log" 2>&1; then
+  if "$PY" -m pytest -q -n 4 -p no:cacheprovider "$@" >"soak/run-$i.log" 2>&1; then
     echo "run $i/$N: passed in $(( $(date +%s) - start ))s"
     rm -f "soak/run-$i.log"
   else
