@@ -81,20 +81,8 @@ def dynamo(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
 def sglang_router(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
     """srtctl: ``python -m sglang_router.launch_router`` with the workers' URLs. Here it starts with
     none and the shell adds and removes workers through its /workers API as they turn Ready."""
-    port = _port(recipe, head, ports)
-    metrics = ports.allocate(head, _owner(recipe), "prometheus")
-    container = _container(recipe, recipe.backend)
-    argv = [runtime.engine_python, "-m", "sglang_router.launch_router"]
-    if recipe.disaggregated:
-        argv.append("--pd-disaggregation")
-    argv += ["--host", "0.0.0.0", "--port", str(port)]
-    args = dict(recipe.frontend.args)
-    if not any(_norm(k) == "prometheus-port" for k in args):
-        argv += ["--prometheus-port", str(metrics), "--prometheus-host", "0.0.0.0"]
-    argv += cli_args(args)
-    env = {"PYTHONUNBUFFERED": "1", **recipe.environment, **recipe.frontend.env}
-    return _unit(recipe, head, port, argv, env, container, None, "sglang-router", {"http": port, "prometheus": metrics},
-                 runtime.config_dir)
+    pd = ["--pd-disaggregation"] if recipe.disaggregated else []
+    return _managed_router(recipe, head, ports, runtime, "sglang_router.launch_router", pd, "sglang-router")
 
 
 def vllm_router(recipe, head, ports, runtime, state_dir, disc_env) -> Unit | None:
@@ -103,15 +91,20 @@ def vllm_router(recipe, head, ports, runtime, state_dir, disc_env) -> Unit | Non
     Its PD mode wants the prefill URLs on the command line at start: not started there (yet)."""
     if recipe.disaggregated:
         return None
+    return _managed_router(recipe, head, ports, runtime, "vllm_router.launch_router", [], "vllm-router")
+
+
+def _managed_router(recipe, head, ports, runtime, module: str, pre: list[str], worker_api: str) -> Unit:
+    """A router started empty whose worker set the shell keeps (shell/router_sync.py)."""
     port = _port(recipe, head, ports)
     metrics = ports.allocate(head, _owner(recipe), "prometheus")
-    argv = [runtime.engine_python, "-m", "vllm_router.launch_router", "--host", "0.0.0.0", "--port", str(port)]
+    argv = [runtime.engine_python, "-m", module, *pre, "--host", "0.0.0.0", "--port", str(port)]
     args = dict(recipe.frontend.args)
-    if not any(_norm(k) == "prometheus-port" for k in args):
+    if not any(_norm(k) == "prometheus-port" for k in args):  # its default would collide between recipes
         argv += ["--prometheus-port", str(metrics), "--prometheus-host", "0.0.0.0"]
     argv += cli_args(args)
     env = {"PYTHONUNBUFFERED": "1", **recipe.environment, **recipe.frontend.env}
-    return _unit(recipe, head, port, argv, env, _container(recipe, recipe.backend), None, "vllm-router",
+    return _unit(recipe, head, port, argv, env, _container(recipe, recipe.backend), None, worker_api,
                  {"http": port, "prometheus": metrics}, runtime.config_dir)
 
 
