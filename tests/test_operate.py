@@ -123,3 +123,50 @@ def test_suspension_goes_through_the_desired_cache_both_ways(tmp_path):
     s = once(frozenset({"a"}))
     assert s.suspended and s.allocs == first.allocs  # the same computed spec, only marked
     assert not once(frozenset()).suspended  # the cache holds the unmarked build
+
+
+def test_the_notifier_retries_a_bounded_number_of_times_and_never_blocks_the_caller():
+    import threading
+    import time as _t
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from reconciler.shell import notify
+
+    got: list[dict] = []
+    fails = {"left": 2}
+    gate = threading.Event()  # the receiver holds the first POST until the caller has moved on
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            gate.wait(10)
+            if fails["left"] > 0:  # the first two attempts are refused: the third gets through
+                fails["left"] -= 1
+                self.send_response(503)
+            else:
+                got.append(body)
+                self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = HTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        n = notify.Notifier(f"http://127.0.0.1:{srv.server_port}/", backoff=0.01)
+        n({"kind": "LaunchStep", "recipe": "a", "message": "not a condition"})
+        n({"kind": "Condition", "recipe": "a", "message": "Ready=True: 1/1"})
+        assert not got  # the caller is back while the receiver still holds the POST: it only enqueued
+        gate.set()
+        deadline = _t.monotonic() + 10
+        while not got and _t.monotonic() < deadline:
+            _t.sleep(0.01)
+        assert [g["message"] for g in got] == ["Ready=True: 1/1"] and n.sent == 1 and n.dropped == 0
+        fails["left"] = 10  # now every attempt fails: dropped after RETRIES
+        n({"kind": "Condition", "recipe": "a", "message": "Ready=False"})
+        while n.dropped == 0 and _t.monotonic() < deadline + 10:
+            _t.sleep(0.01)
+        assert n.dropped == 1 and fails["left"] == 10 - notify.RETRIES
+    finally:
+        srv.shutdown()

@@ -48,6 +48,7 @@ class Notifier:
         while True:
             event = self._q.get()
             body = json.dumps(event).encode()
+            error = ""
             for attempt in range(RETRIES):
                 try:
                     req = urllib.request.Request(self.url, data=body, method="POST",
@@ -56,8 +57,11 @@ class Notifier:
                         if r.status < 300:
                             self.sent += 1
                             break
-                except OSError as e:
-                    if attempt == RETRIES - 1:
-                        self.dropped += 1
-                        log.warning("notification not delivered", url=self.url, error=str(e), attempts=RETRIES)
-                time.sleep(self.backoff * 2 ** attempt)
+                        error = f"HTTP {r.status}"
+                except OSError as e:  # HTTPError (4xx/5xx) included
+                    error = str(e)
+                if attempt < RETRIES - 1:
+                    time.sleep(self.backoff * 2 ** attempt)
+            else:
+                self.dropped += 1
+                log.warning("notification not delivered", url=self.url, error=error, attempts=RETRIES)

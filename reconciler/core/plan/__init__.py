@@ -71,10 +71,10 @@ def plan(desired: Desired, observed: Observed, now: float) -> Plan:
             out[name] = teardown(name, observed, StopReason.RECIPE_DELETED)
     for name in sorted(desired.recipes):
         d = desired.recipes[name]
-        if d.suspended:
-            out[name] = suspended(d, observed)
-            continue
         try:
+            if d.suspended:
+                out[name] = suspended(d, observed)
+                continue
             rp, moving, dl = converge(d, observed, now)
         except Exception as e:  # noqa: BLE001 - a bug met by one recipe must not stop the others
             out[name] = RecipePlan(name, RecipeState.HELD, detail=f"internal error while planning: "
