@@ -17,7 +17,19 @@ from helpers import wait_until
 from reconciler import labels
 
 def sh(*argv: str) -> str:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)}: exit {r.returncode}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def scancel(job_or_step: str) -> None:
+    """Kill a job or step the test just saw live. A loaded slurmctld can answer a retried kill
+    RPC with "Invalid job id" once the first one did its work: the object is gone either way
+    (the reconciler's driver reads scancel the same way)."""
+    r = subprocess.run(["scancel", job_or_step], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0 and "Invalid job id" not in r.stderr:
+        raise AssertionError(f"scancel {job_or_step}: exit {r.returncode}: {r.stderr.strip()}")
 
 
 def _port_ranges() -> itertools.cycle:

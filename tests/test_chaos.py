@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from test_e2e import KEEP, Harness, sh
+from test_e2e import KEEP, Harness, sh, scancel
 
 pytestmark = pytest.mark.slurm
 
@@ -62,9 +62,9 @@ def _chaos(h: Harness, rng: random.Random, foreign: str, summary) -> None:
         before = workers
         if kind == "kill-step":
             sid, _ = rng.choice(sorted(h.steps(name).values()))
-            sh("scancel", sid)
+            scancel(sid)
         elif kind == "kill-alloc":
-            sh("scancel", rng.choice(h.jobs(name)))
+            scancel(rng.choice(h.jobs(name)))
         elif kind == "kill9-controller":
             h.kill9()
             h.start()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import Harness, sh  # noqa: F401 - other test files import them from here
+from harness import Harness, scancel, sh  # noqa: F401 - other test files import them from here
 from helpers import get, post, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def test_deploy_scale_heal_and_delete(h):
     old_url = _url(h, name, "decode_0")
     victim = after["decode_0"]
     if h.driver == "slurm":
-        sh("scancel", victim[0])
+        scancel(victim[0])
     else:
         os.killpg(int(victim[0]), signal.SIGKILL)
     wait_until(lambda: (s := h.steps(name).get("decode_0")) and s[0] != victim[0], timeout=30, what="relaunch")
@@ -361,7 +361,7 @@ def test_corrupt_state_of_one_recipe_and_a_killed_worker_of_another(h):
     wait_until(lambda: h.ticks() >= 2, what="the restarted controller ticking")
     sid, _node = before["agg_0"]
     if h.driver == "slurm":
-        sh("scancel", sid)
+        scancel(sid)
     else:
         os.killpg(int(sid), signal.SIGKILL)
     after = wait_until(lambda: (s := h.steps(good)).get("agg_0", before["agg_0"]) != before["agg_0"] and s,

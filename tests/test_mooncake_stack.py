@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from helpers import get, wait_until
-from test_e2e import Harness, sh
+from test_e2e import Harness, scancel
 from test_stacks import PARKED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +105,7 @@ def test_the_real_mooncake_master_starts_first_is_relaunched_and_wires_the_worke
 
         # kill the master: relaunched on its ports, Ready again; the workers keep running untouched
         workers_before = {u: steps[u][0] for u in ("agg_0", "agg_1")}
-        sh("scancel", steps["svc-mooncake-master_0"][0])
+        scancel(steps["svc-mooncake-master_0"][0])
         wait_until(lambda: (s := h.steps(name).get("svc-mooncake-master_0")) and
                    s[0] != steps["svc-mooncake-master_0"][0], timeout=60, what="the master relaunched")
         wait_until(lambda: health(mp["metrics"]) and h.get(name)["status"] == "Ready", timeout=60,

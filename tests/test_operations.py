@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from helpers import free_port, get, wait_until
-from test_e2e import Harness, sh
+from test_e2e import Harness, scancel
 
 pytestmark = pytest.mark.slurm
 
@@ -70,7 +70,7 @@ def test_describe_logs_events_and_a_suspend_that_leaves_everything_running(h):
     doc = json.loads(h.cli("describe", name, "-o", "json").stdout)
     ready = next(c for c in doc["conditions"] if c["type"] == "Ready")
     assert doc["suspended"] and doc["phase"] == "Suspended" and ready["status"] == "True"  # it still serves
-    sh("scancel", steps["agg_1"][0])
+    scancel(steps["agg_1"][0])
     wait_until(lambda: "agg_1" not in h.steps(name), timeout=30, what="agg_1 gone")
     h.idle(name, ticks=3)
     now = h.steps(name)
@@ -159,7 +159,7 @@ def test_a_lost_allocation_is_replaced_and_the_status_says_why(h):
     h.start()
     h.wait_ready(name)
     (job,) = h.jobs(name)
-    sh("scancel", job)
+    scancel(job)
     wait_until(lambda: (j := h.jobs(name)) and job not in j, timeout=30, what="a new allocation submitted")
     h.wait_ready(name, timeout=60)
     ev = [json.loads(l) for l in (h.state / "events.jsonl").read_text().splitlines()]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers import get, post, wait_until
-from test_e2e import Harness, sh
+from test_e2e import Harness, sh, scancel
 
 ROOT = Path(__file__).resolve().parents[1]
 DYNAMO_PY = ROOT / ".stacks" / "dynamo" / "bin" / "python"
@@ -168,14 +168,14 @@ def test_srtctl_mocker_recipe_runs_the_real_dynamo_stack(stack, corpus, rel, ser
 
     # scancel a worker: relaunched, and requests succeed again
     victim = h.steps(name)["agg_1"]
-    sh("scancel", victim[0])
+    scancel(victim[0])
     wait_until(lambda: (s := h.steps(name).get("agg_1")) and s[0] != victim[0], timeout=60,
                what="agg_1 relaunched")
     wait_until(lambda: serves(endpoint, model), timeout=60, what="requests to succeed after the worker kill")
 
     # scancel etcd: relaunched, and the stack serves again within a bounded wait
     etcd = h.steps(name)["svc-etcd_0"]
-    sh("scancel", etcd[0])
+    scancel(etcd[0])
     wait_until(lambda: (s := h.steps(name).get("svc-etcd_0")) and s[0] != etcd[0], timeout=60,
                what="etcd relaunched")
     wait_until(lambda: h.get(name)["status"] == "Ready" and serves(endpoint, model), timeout=120,
@@ -245,7 +245,7 @@ def test_a_router_follows_readiness(tmp_path, router):
                    what="the router to list both workers")
 
         victim = h.steps(name)["agg_1"]
-        sh("scancel", victim[0])
+        scancel(victim[0])
         wait_until(lambda: (s := h.steps(name).get("agg_1")) and s[0] != victim[0], timeout=60, what="agg_1 back")
         wait_until(lambda: len(urls()) == 2 and router_workers(endpoint) == urls(), timeout=60,
                    what="the router to list the relaunched worker again")
