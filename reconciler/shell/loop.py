@@ -38,6 +38,9 @@ log = structlog.get_logger("reconciler")
 TICK_BACKOFF_MAX = 60.0  # seconds between attempts when whole ticks keep failing (e.g. squeue is down)
 
 
+LOSS_WAIT = 30.0  # seconds to wait for a lost job's end state before reporting what is known
+
+
 class Controller:
     def __init__(self, manifests: Path, state: Path, driver: Driver, *, allow_empty: bool = False,
                  python: str | None = None, port_range: tuple[int, int] | None = None, read_only: bool = False,
@@ -56,6 +59,7 @@ class Controller:
         self.metrics: Metrics | None = None  # run --metrics-addr
         self._live_allocs: dict[str, Alloc] = {}  # last tick's live allocations (to notice one lost)
         self._cancelled: set[str] = set()  # allocations we released: their going is no loss
+        self._ending: dict[str, tuple[Alloc, float]] = {}  # lost, waiting for Slurm's end state
         self.ticks = 0
         self.actions_done = 0
         self.tick_failures = 0  # in a row
@@ -139,13 +143,18 @@ class Controller:
 
     def _note_lost_allocations(self, snap: Snapshot) -> None:
         """An allocation that left the queue without our scancel: say why, with Slurm's own words.
-        (Replacing it is plan()'s ordinary business: its workers are missing.)"""
+        (Replacing it is plan()'s ordinary business: its workers are missing.) Slurm shows a
+        job COMPLETING for a moment before its end state: the report waits for it, bounded."""
         live = {a.job_id: a for a in snap.observed.allocs if a.live}
         for job_id, a in self._live_allocs.items():
-            if job_id in live or job_id in self._cancelled:
-                continue
+            if job_id not in live and job_id not in self._cancelled:
+                self._ending.setdefault(job_id, (a, snap.now))
+        for job_id, (a, since) in list(self._ending.items()):
             end = self.driver.job_end(job_id)
-            state, reason = end if end else ("GONE", "left the queue")
+            state, reason = end if end else ("GONE", "no longer known to Slurm")
+            if state in ("COMPLETING", "RUNNING", "CONFIGURING") and snap.now - since < LOSS_WAIT:
+                continue  # not ended yet: look again next tick
+            del self._ending[job_id]
             msg = (f"allocation {a.index} (job {job_id}) ended: {state}"
                    + (f" ({reason})" if reason and reason != "None" else "") + "; its workers move to a new one")
             log.warning("allocation lost", recipe=a.recipe, job=job_id, state=state, reason=reason)
