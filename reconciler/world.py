@@ -28,6 +28,7 @@ class Alloc:
     reason: str = ""
     nodes: tuple[str, ...] = ()
     time_left: str = ""  # squeue's TimeLeft (UNLIMITED, 29:58, 1-00:00:00); informational
+    submitted: float | None = None  # squeue's SubmitTime (epoch): how long a pending one has waited
 
     @property
     def running(self) -> bool:

@@ -83,7 +83,7 @@ def test_a_tick_that_fails_as_a_whole_is_retried_with_backoff(tmp_path):
     m.mkdir()
     c = Controller(m, tmp_path / "state", Down("x", ValueError()))
     waits = []
-    c._wake.wait = lambda t: waits.append(t) or (len(waits) >= 4 and c.stop())  # record the loop's sleeps
+    c.sleep = lambda t: waits.append(t) or (len(waits) >= 4 and c.stop())  # record the loop's sleeps
     c.run(resync=5.0)
     assert waits == [1.0, 2.0, 4.0, 8.0] and c.tick_failures == 4
 

@@ -17,7 +17,7 @@ LOG = Path("/s/r/logs/alloc-0.out")
 def test_squeue_formats():
     assert squeue_jobs_argv("alice") == [
         "squeue", "-h", "-u", "alice", "-O",
-        f"JobId:{SEP},Name:{SEP},State:{SEP},Reason:{SEP},NodeList:{SEP},NumNodes:{SEP},Comment:{SEP},TimeLeft:{SEP}",
+        f"JobId:{SEP},Name:{SEP},State:{SEP},Reason:{SEP},NodeList:{SEP},NumNodes:{SEP},Comment:{SEP},TimeLeft:{SEP},SubmitTime:{SEP}",
     ]
     assert squeue_steps_argv("alice") == ["squeue", "-h", "-s", "-u", "alice", "-o", f"%i{SEP}%j{SEP}%N"]
 
@@ -89,6 +89,19 @@ def test_squeue_output_round_trips_through_the_parsers():
     other = SEP.join(["43", "someone-else", "RUNNING", "None", "gpu03", "1", ""]) + SEP
     (a,) = parse_jobs(jobs + "\n" + other, "me")
     assert (a.job_id, a.recipe, a.index, a.start, a.count, a.nodes) == ("42", "r", 0, 0, 2, ("gpu01", "gpu02"))
+    assert a.submitted is None  # an older squeue without SubmitTime: the recipe is rechecked at the resync
     steps = SEP.join(["42.0", "rcl:me:r:decode:3:0:abc", "gpu01"])
     (s,) = parse_steps(steps + "\n" + SEP.join(["42.1", "rcl:other:r:decode:3:0:abc", "gpu01"]), "me")
     assert (s.step_id, s.role, s.index, s.rank, s.spec_hash, s.nodes) == ("42.0", "decode", 3, 0, "abc", ("gpu01",))
+
+
+def test_parse_jobs_reads_time_left_and_the_submit_time_in_local_time():
+    import time
+
+    line = SEP.join(["42", "rcl:me:r:a0", "PENDING", "Resources", "", "2",
+                     "reconciler/v1 owner=me recipe=r alloc=0 start=0 nodes=2", "30:00", "2026-12-04T02:46:20"]) + SEP
+    (a,) = parse_jobs(line, "me")
+    assert (a.state, a.reason, a.time_left, a.nodes) == ("PENDING", "Resources", "30:00", ())
+    assert a.submitted == time.mktime((2026, 12, 4, 2, 46, 20, 0, 0, -1))
+    (b,) = parse_jobs(line.replace("2026-12-04T02:46:20", "N/A"), "me")
+    assert b.submitted is None

@@ -111,7 +111,7 @@ class LocalDriver:
             lab = labels.parse_job(rec["name"], rec["comment"], self.owner)
             if lab:
                 allocs.append(Alloc(job_id, lab.recipe, lab.index, lab.start, lab.count, "RUNNING", "None",
-                                    tuple([self.host] * lab.count)))
+                                    tuple([self.host] * lab.count), submitted=_number(rec.get("submitted"))))
         procs = self._processes()
         steps = []
         recipes = labels.tags({a.recipe for a in allocs})
@@ -191,6 +191,10 @@ class LocalDriver:
         running controller does this: ``observe`` writes nothing)."""
         self._children = [p for p in self._children if p.poll() is None]
         self._escalate(self._processes())
+
+
+def _number(v: object) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _killpg(pid: int, sig: int) -> None:

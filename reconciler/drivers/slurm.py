@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -13,8 +14,8 @@ from reconciler.units import Launch, Unit
 from reconciler.world import Alloc, AllocSpec, Step
 
 SEP = "\x1f"  # unit separator: cannot appear in names we create, unlikely in anyone's
-JOB_FIELDS = ["JobId", "Name", "State", "Reason", "NodeList", "NumNodes", "Comment", "TimeLeft"]
-CORE_FIELDS = 7  # a line without TimeLeft (an older squeue) still parses
+JOB_FIELDS = ["JobId", "Name", "State", "Reason", "NodeList", "NumNodes", "Comment", "TimeLeft", "SubmitTime"]
+CORE_FIELDS = 7  # a line without TimeLeft and SubmitTime (an older squeue) still parses
 TIMEOUT = 60
 
 
@@ -170,12 +171,22 @@ def parse_jobs(text: str, owner: str) -> list[Alloc]:
             continue
         job_id, name, state, reason, nodelist, _num, comment = (x.strip() for x in f[:CORE_FIELDS])
         time_left = f[CORE_FIELDS].strip() if len(f) > CORE_FIELDS else ""
+        submitted = parse_submit_time(f[CORE_FIELDS + 1]) if len(f) > CORE_FIELDS + 1 else None
         lab = labels.parse_job(name, comment, owner)
         if lab is None:
             continue  # not ours: never touched
         nodes = tuple(hostlist.expand(nodelist)) if state == "RUNNING" else ()
-        out.append(Alloc(job_id, lab.recipe, lab.index, lab.start, lab.count, state, reason, nodes, time_left))
+        out.append(Alloc(job_id, lab.recipe, lab.index, lab.start, lab.count, state, reason, nodes, time_left,
+                         submitted))
     return out
+
+
+def parse_submit_time(text: str) -> float | None:
+    """squeue prints SubmitTime in the login node's local time (2026-12-04T02:46:20)."""
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None  # "N/A", "Unknown": the recipe is then looked at on the resync
 
 
 def parse_steps(text: str, owner: str, recipes: dict[str, str] | None = None) -> list[Step]:

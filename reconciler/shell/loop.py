@@ -69,6 +69,8 @@ class Controller:
         self._wake = threading.Event()
         self._said: set[str] = set()
         self._desired_cache: dict = {}
+        self.clock = time.time  # the loop's clock and its way to wait (a test drives both)
+        self.sleep = self._wake.wait
 
     def _load_ports(self) -> NodePortAllocator:
         path = self.state.root / "ports.json"
@@ -100,7 +102,7 @@ class Controller:
 
     # ---------------------------------------------------------------- one read of the world
     def snapshot(self) -> Snapshot:
-        now = time.time()
+        now = self.clock()
         m = self.load_manifests(now)
         ports = self.ports.copy(now)
         facts = self.observer.cluster(ports, now)
@@ -213,10 +215,7 @@ class Controller:
                 snap, _done = self.tick()
                 self.tick_failures = 0
                 self._log_waiting(snap.plan)
-                if snap.plan.requeue_after is not None:
-                    wait = min(resync, snap.plan.requeue_after)
-                if snap.manifests.settling:  # look again once the edited files have been still long enough
-                    wait = min(wait, max(0.05, min(snap.manifests.settling.values()) - snap.now))
+                wait = next_wait(snap, resync)
             except Exception as e:  # noqa: BLE001 - the loop must survive anything and retry
                 self.tick_failures += 1
                 wait = min(2.0 ** (self.tick_failures - 1), TICK_BACKOFF_MAX)
@@ -224,7 +223,7 @@ class Controller:
                               retry_in=f"{wait:g}s")
             if once:
                 break
-            self._wake.wait(wait)
+            self.sleep(wait)
         log.info("controller stopped; workloads keep running")
 
     def _log_waiting(self, p: Plan) -> None:
@@ -256,4 +255,13 @@ class Controller:
             log.warning("manifest watcher stopped; relying on resync", error=str(e))
 
 
-__all__ = ["Controller", "Snapshot"]
+def next_wait(snap: Snapshot, resync: float) -> float:
+    """The plan's requeue_after, the resync, or the moment edited files have settled: the earliest.
+    (Waiting on Slurm's queue is not motion: plan() gives it its own slow recheck.)"""
+    wait = resync if snap.plan.requeue_after is None else min(resync, snap.plan.requeue_after)
+    if snap.manifests.settling:
+        wait = min(wait, max(0.05, min(snap.manifests.settling.values()) - snap.now))
+    return wait
+
+
+__all__ = ["Controller", "Snapshot", "next_wait"]

@@ -59,8 +59,10 @@ def step(role: str = "agg", index: int = 0, spec: str = "new", rank: int = 0, nu
     return Step(f"{job}.{n}", recipe, role, index, rank, spec, (f"n{index}-{rank}",), **kw)
 
 
-def alloc(index: int = 0, job: str = JOB, state: str = "RUNNING", recipe: str = R) -> Alloc:
-    return Alloc(job, recipe, index, index, 1, state, "None", (f"n{index}",))
+def alloc(index: int = 0, job: str = JOB, state: str = "RUNNING", recipe: str = R, reason: str = "None",
+          submitted: float | None = None) -> Alloc:
+    return Alloc(job, recipe, index, index, 1, state, reason, (f"n{index}",) if state == "RUNNING" else (),
+                 submitted=submitted)
 
 
 def observed(*steps: Step, allocs=None, ready=(), health=None, failures=None) -> Observed:

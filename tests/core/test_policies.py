@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from builders import alloc, desired, desired_recipe, frontend, life, observed, step, unit
+from builders import JOB, alloc, desired, desired_recipe, frontend, life, observed, step, unit
 from reconciler.core.plan import PlaceReason, RecipeState, RoleCounts, StopReason, WaitReason, plan
 from reconciler.world import ActionFailures, RestartPolicy
 
@@ -190,6 +190,21 @@ def test_action_error_backoff_defers_a_recipes_actions(failures, now, deferred):
                                                                           was_ready=True)}), 100, 550.0),
     ("gave up: nothing will change", desired_recipe(A0, restart=NEVER),
      observed(health={("agg", 0): life(exit=(1, 5.0))}), 100, None),
+    # waiting on Slurm's queue is not motion: half the time waited so far, at least 1 s
+    ("just submitted: look again in a second", desired_recipe(waiting=[("agg", 0)]),
+     observed(allocs=[alloc(state="PENDING", submitted=99.5)]), 100, 1.0),
+    ("queued 10 s: look again in 5 s", desired_recipe(waiting=[("agg", 0)]),
+     observed(allocs=[alloc(state="PENDING", reason="Resources", submitted=90.0)]), 100, 5.0),
+    ("queued an hour: the resync decides", desired_recipe(waiting=[("agg", 0)]),
+     observed(allocs=[alloc(state="PENDING", reason="Priority", submitted=100.0 - 3600)]), 100, 1800.0),
+    ("configuring (nodes booting) is waiting too", desired_recipe(waiting=[("agg", 0)]),
+     observed(allocs=[alloc(state="CONFIGURING", submitted=80.0)]), 100, 10.0),
+    ("submit time unknown: the resync decides", desired_recipe(waiting=[("agg", 0)]),
+     observed(allocs=[alloc(state="PENDING")]), 100, None),
+    ("the earliest of two queued allocations", desired_recipe(waiting=[("agg", 0), ("agg", 1)], allocs=(0, 1), keep=(JOB, "101")),
+     observed(allocs=[alloc(state="PENDING", submitted=40.0), alloc(1, "101", "PENDING", submitted=96.0)]), 100, 2.0),
+    ("a queued allocation does not slow a starting worker", desired_recipe(A0, waiting=[("agg", 1)], allocs=(0, 1)),
+     observed(step(index=0), allocs=[alloc(), alloc(1, "101", "PENDING", submitted=0.0)]), 100, 0.5),
 ])
 def test_requeue_after(what, d, o, now, want):
     assert run(d, o, now)[0].requeue_after == want

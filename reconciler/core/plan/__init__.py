@@ -24,7 +24,8 @@ running, broken, outdated, waiting, extra, duplicates), and decide, in this orde
 10. ``rollout.compute_rollout`` — older specs are replaced, max_unavailable at a time.
 11. ``relaunch.compute_backoff_reset`` — healthy long enough: the backoff starts afresh.
 12. ``action_backoff.compute_action_backoff`` — a recipe whose actions failed waits.
-13. ``requeue.requeue_after`` — the earliest moment anything would change on its own.
+13. ``requeue.requeue_after`` — the earliest moment anything would change on its own
+    (``requeue.pending_recheck``: a queued allocation is rechecked slowly, never polled).
 
 Ownership is not a policy here: only objects carrying our marker reach this function.
 """
@@ -38,7 +39,7 @@ from reconciler.core.plan.allocations import compute_allocations, release_all
 from reconciler.core.plan.classify import Classified, classify, step_order
 from reconciler.core.plan.placement import compute_frontend, compute_placements, compute_services, unplaceable
 from reconciler.core.plan.relaunch import compute_backoff_reset, compute_relaunch, restart_gate
-from reconciler.core.plan.requeue import ACTIVE_INTERVAL, requeue_after
+from reconciler.core.plan.requeue import ACTIVE_INTERVAL, pending_recheck, requeue_after
 from reconciler.core.plan.results import (
     Action, CancelAlloc, CancelStep, LaunchStep, PlaceReason, Plan, RecipePlan, RecipeState, RoleCounts,
     StopReason, SubmitAlloc, Wait, WaitReason,
@@ -129,8 +130,10 @@ def converge(d: DesiredRecipe, observed: Observed, now: float) -> tuple[RecipePl
         relaunch_later=later, waiting=waiting, counts=counts(d, c), reset_backoff=reset,
     )
     starting = [v for v in c.running + c.broken + c.outdated if not v.ready]
-    moving = bool(starting or c.waiting or any(w.reason is WaitReason.TERMINATING for w in waiting.values()))
-    deadlines = [*later.values(), next_reset, *(startup_deadline(d, v) for v in c.running)]
+    # waiting on Slurm's queue is not motion: a pending allocation has its own, slower, recheck
+    moving = bool(starting or any(w.reason is WaitReason.TERMINATING for w in waiting.values()))
+    recheck = pending_recheck(observed.allocs_of(d.name), now) if c.waiting else None
+    deadlines = [*later.values(), next_reset, recheck, *(startup_deadline(d, v) for v in c.running)]
     return rp, moving, deadlines
 
 

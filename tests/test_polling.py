@@ -1,0 +1,132 @@
+"""How often the loop asks the cluster, per situation: settled, waiting on Slurm's queue, converging.
+
+The loop runs for one simulated minute on a fake clock (its sleeps advance the clock, no real
+waiting) against an in-memory driver that counts its queries; probes answer Ready for every
+unit that runs (the probe is not what is measured here). The real-Slurm counterpart is
+tests/test_operations.py (the reconciler's metrics count squeue calls per tick).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+
+import reconciler.shell.observe as observe
+from reconciler.shell.loop import Controller
+from reconciler.world import Alloc, Step
+
+RECIPE = ("name: {name}\nmodel: {{path: m}}\nengine: mocker\nfrontend: {{type: none}}\n"
+          "roles: {{agg: {{workers: 2, gpus: 1}}}}\n")
+MINUTE = 60.0
+RESYNC = 5.0
+
+
+class CountingDriver:
+    """Slurm in memory: ``observe`` is one job query and one step query."""
+
+    name = "memory"
+    owner = "test"
+
+    def __init__(self, clock, alloc_state: str = "RUNNING", queued_for: float = 0.0, reason: str = "None"):
+        self.clock, self.alloc_state, self.queued_for, self.reason = clock, alloc_state, queued_for, reason
+        self.allocs: dict[str, Alloc] = {}
+        self.steps: dict[str, Step] = {}
+        self.commands = 0
+        self.queries = 0
+        self._ids = itertools.count(1)
+
+    def observe(self):
+        self.queries += 2
+        self.commands += 2
+        return list(self.allocs.values()), list(self.steps.values())
+
+    def submit(self, spec):
+        self.commands += 1
+        job = str(next(self._ids))
+        running = self.alloc_state == "RUNNING"
+        self.allocs[job] = Alloc(job, spec.recipe, spec.index, spec.start, spec.count, self.alloc_state,
+                                 self.reason, tuple("localhost" for _ in range(spec.count)) if running else (),
+                                 submitted=self.clock() - self.queued_for)
+        return job
+
+    def launch(self, job_id, unit, launch, step_name):
+        self.commands += 1
+        sid = f"{job_id}.{next(self._ids)}"
+        self.steps[sid] = Step(sid, unit.recipe, unit.role, unit.index, launch.rank, unit.spec_hash, launch.nodes)
+
+    def cancel_step(self, step_id):
+        self.steps.pop(step_id, None)
+
+    def cancel_alloc(self, job_id):
+        self.allocs.pop(job_id, None)
+
+    def job_end(self, job_id):
+        return None
+
+    def reap(self):
+        pass
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = time.time()
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def run_for(tmp_path, monkeypatch, recipes: int, ready: bool, seconds: float = MINUTE, **driver_kw):
+    """Deploy, let it settle (fake time), then count the queries of ``seconds`` more."""
+    monkeypatch.setattr(observe, "probe_units", lambda units: {u.key: ready for u in units})
+    m = tmp_path / "manifests"
+    m.mkdir()
+    for i in range(recipes):
+        (m / f"r{i}.yaml").write_text(RECIPE.format(name=f"r{i}"))
+    clock = FakeClock()
+    drv = CountingDriver(clock, **driver_kw)
+    c = Controller(m, tmp_path / "state", drv)
+    c.debounce = 0
+    c.clock = clock
+    for _ in range(3):  # submit, launch, see them run
+        c.tick()
+    start_queries, start_ticks, end = drv.queries, c.ticks, clock.t + seconds
+    waits: list[float] = []
+
+    def sleep(w: float) -> None:
+        waits.append(w)
+        clock.t += w
+        if clock.t >= end:
+            c.stop()
+
+    c.sleep = sleep
+    c.run(resync=RESYNC, once=False)
+    return drv.queries - start_queries, c.ticks - start_ticks, waits, c
+
+
+@pytest.mark.parametrize("recipes", [1, 10])
+def test_settled_exactly_two_queries_per_resync(tmp_path, monkeypatch, recipes):
+    queries, ticks, waits, c = run_for(tmp_path, monkeypatch, recipes, ready=True)
+    assert set(waits) == {RESYNC}
+    assert queries == 2 * ticks == 2 * int(MINUTE / RESYNC)  # 24 a minute, whatever the number of recipes
+    assert not c.tick_failures
+
+
+def test_an_allocation_queued_for_long_is_looked_at_on_the_resync(tmp_path, monkeypatch):
+    queries, ticks, waits, _ = run_for(tmp_path, monkeypatch, 10, ready=True, alloc_state="PENDING",
+                                       queued_for=600.0, reason="Resources")
+    assert set(waits) == {RESYNC} and queries == 2 * int(MINUTE / RESYNC)
+
+
+def test_a_just_submitted_allocation_is_looked_at_less_and_less_often(tmp_path, monkeypatch):
+    queries, ticks, waits, _ = run_for(tmp_path, monkeypatch, 10, ready=True, alloc_state="PENDING",
+                                       reason="Priority")
+    assert min(waits) >= 1.0  # never the converging interval
+    assert waits == sorted(waits) and waits[-1] == RESYNC
+    assert queries == 2 * ticks <= 2 * (int(MINUTE / RESYNC) + 6)  # a few quicker looks in the first seconds
+
+
+def test_converging_ticks_at_the_active_interval(tmp_path, monkeypatch):
+    queries, ticks, waits, _ = run_for(tmp_path, monkeypatch, 1, ready=False, seconds=10.0)
+    assert set(waits) == {0.5} and queries == 2 * ticks == 40  # workers starting: probe twice a second
