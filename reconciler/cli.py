@@ -265,7 +265,12 @@ def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, in
                 for a in rp.deferred:
                     click.echo(click.style("refused: ", fg="red") + a.describe())
         if not acts and not snap.plan.refused_prune:
-            click.echo("nothing to do: the cluster matches the manifests", err=True)
+            from reconciler.waits import allocation_waits, summary
+
+            queued = summary(allocation_waits(snap.plan, snap.observed))
+            # exit 0 either way: nothing for `run` to do; the text says what Slurm still has to do
+            click.echo(f"nothing to do; {queued}" if queued else "nothing to do: the cluster matches the manifests",
+                       err=True)
     sys.exit(2 if acts or snap.plan.refused_prune else 0)
 
 

@@ -62,6 +62,9 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
         if missing:
             raise ReconcilerError(f"no recipe named {', '.join(missing)} in {manifests}")
         all_names = [n for n in all_names if n in names]
+    from reconciler.waits import allocation_waits
+
+    queued = allocation_waits(snap.plan, snap.observed)
     rows = []
     for name in all_names:
         if name in gone and name not in snap.desired.recipes and name not in snap.manifests.invalid:
@@ -78,7 +81,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
             "roles": {r: c for r, c in st["roles"].items() if r != "frontend"},
             "endpoint": st["endpoint"], "restarts": sum(w["restarts"] for w in st["workers"]),
             "age_seconds": int(now - created) if created else None, "conditions": st["conditions"],
-            "error": invalid,
+            "error": invalid, "waitingForAllocation": queued.get(name),
         })
     return rows
 
@@ -97,6 +100,7 @@ def _gone_row(name: str, rp, observed, prev: dict, now: float) -> dict:
         "endpoint": prev.get("endpoint"), "restarts": sum(w.get("restarts", 0) for w in prev.get("workers", [])),
         "age_seconds": int(now - created) if created else None, "conditions": [],
         "error": ("manifest missing: kept running by the prune guard (" + rp.detail + ")") if refused else None,
+        "waitingForAllocation": None,
     }
 
 
@@ -114,6 +118,11 @@ def print_table(rows: list[dict], manifests: str) -> None:
     for r in rows:
         if r["error"]:
             click.echo(click.style("invalid: ", fg="red") + r["error"], err=True)
+    from reconciler.waits import summary
+
+    queued = summary({r["name"]: r["waitingForAllocation"] for r in rows if r.get("waitingForAllocation") is not None})
+    if queued:
+        click.echo(queued, err=True)
 
 
 def _parse_iso(s: str | None) -> float | None:
