@@ -60,13 +60,14 @@ def build(
     (``reconcile.suspend`` in the file is the other way): fully computed, marked, never acted on."""
     out = {}
     held: dict[str, str] = {n: why for n, why in (hold or {}).items() if n not in recipes}
+    owned = ports.owned_index() if cache is not None else {}
     for name, r in recipes.items():
         allocs = observed.allocs_of(name)
         try:
             if cache is None:
                 out[name] = build_recipe(r, allocs, ports, state_dir, python)
             else:
-                out[name] = _cached(cache, r, allocs, ports, state_dir, python)
+                out[name] = _cached(cache, r, allocs, ports, state_dir, python, owned.get(name, ()))
             if name in suspended or r.reconcile.suspend:
                 out[name] = replace(out[name], suspended=True)  # fully computed, never acted on
         except PortsExhausted as e:
@@ -80,16 +81,19 @@ def build(
 
 
 def _cached(cache: dict, r: Recipe, allocs: list[Alloc], ports: NodePortAllocator, state_dir: Path,
-            python: str) -> DesiredRecipe:
-    """The cached build while its spec, allocations and ports are unchanged."""
+            python: str, owned: tuple) -> DesiredRecipe:
+    """The cached build while its spec, allocations and ports (``owned``: what it holds now) are unchanged."""
     name = r.name
-    key = (generation(r), tuple(sorted((a.job_id, a.index, a.start, a.count, a.state, a.nodes) for a in allocs)),
-           ports.owned_by_recipe(name))
     hit = cache.get(name)
+    # the same spec object as last time (the manifest cache hands out the same one): same generation
+    gen = hit[0][0] if hit is not None and hit[2] is r else generation(r)
+    key = (gen, tuple(sorted((a.job_id, a.index, a.start, a.count, a.state, a.nodes) for a in allocs)), owned)
     if hit is None or hit[0] != key:
         built = build_recipe(r, allocs, ports, state_dir, python)
-        hit = ((*key[:2], ports.owned_by_recipe(name)), built)  # the ports it now holds
+        hit = ((*key[:2], ports.owned_by_recipe(name)), built, r)  # the ports it now holds
         cache[name] = hit
+    elif hit[2] is not r:
+        cache[name] = (hit[0], hit[1], r)
     return hit[1]
 
 

@@ -37,6 +37,75 @@ def write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
+class TextMemo:
+    """The text this process last read or wrote per file, trusted while the file's (inode, size,
+    mtime) stay as they were: a file read every tick costs one stat, and an unchanged write
+    costs nothing. The controller is the only writer of what it memoises (state/ is locked);
+    a hand edit or a deletion changes the signature and is read afresh."""
+
+    def __init__(self) -> None:
+        self._texts: dict[str, tuple[tuple[int, int, int], str]] = {}
+        self._compact: dict[str, tuple[tuple[int, int, int], str]] = {}  # write_json_if_changed's memo
+
+    @staticmethod
+    def _sig(path: Path) -> tuple[int, int, int]:
+        st = os.stat(path)
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def read_text(self, path: Path) -> str:
+        """Like Path.read_text (FileNotFoundError and all)."""
+        key = str(path)
+        sig = self._sig(path)
+        hit = self._texts.get(key)
+        if hit is not None and hit[0] == sig:
+            return hit[1]
+        text = Path(path).read_text()
+        # a write between the stat and the read leaves an old signature: the next read reads again
+        self._texts[key] = (sig, text)
+        return text
+
+    def write_if_changed(self, path: Path, text: str) -> bool:
+        try:
+            if self.read_text(path) == text:
+                return False
+        except FileNotFoundError:
+            pass
+        atomic_write_text(path, text)
+        self._texts[str(path)] = (self._sig(path), text)
+        return True
+
+    def json_differs(self, path: Path, data: object) -> bool:
+        """False when ``data`` is what this process last wrote there and the file is untouched since."""
+        import json
+
+        try:
+            sig = self._sig(path)
+        except FileNotFoundError:
+            return True
+        return self._compact.get(str(path)) != (sig, json.dumps(data, separators=(",", ":")))
+
+    def write_json_if_changed(self, path: Path, data: object, indent: int = 2) -> bool:
+        """Compared in compact form first (C-encoded, cheap); the indented text (Python-encoded,
+        not cheap) is made only when the content changed."""
+        import json
+
+        compact = json.dumps(data, separators=(",", ":"))
+        key = str(path)
+        try:
+            sig = self._sig(path)
+        except FileNotFoundError:
+            sig = None
+        if sig is not None and self._compact.get(key) == (sig, compact):
+            return False
+        written = self.write_if_changed(path, json.dumps(data, indent=indent) + "\n")
+        self._compact[key] = (self._sig(path), compact)
+        return written
+
+    def forget(self, path: Path) -> None:
+        self._texts.pop(str(path), None)
+        self._compact.pop(str(path), None)
+
+
 def append_line(path: Path, line: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -83,6 +83,8 @@ class HealthTracker:
                 if inode != st.st_ino or st.st_size < offset:
                     offset = 0  # rotated or truncated: a new file
                     life.partial.pop(launch.rank, None)
+                elif st.st_size == offset and launch.rank in life.offsets:
+                    continue  # nothing new since the last tick: not even opened
                 with open(path, "rb") as f:
                     f.seek(offset)
                     data = f.read(SCAN_LIMIT)

@@ -40,7 +40,11 @@ class NodePortAllocator:
 
     def copy(self, now: float | None = None) -> NodePortAllocator:
         """An independent copy (a tick's assignment), at ``now``."""
-        other = copy.deepcopy(self)
+        other = copy.copy(self)  # the maps are copied a level down: plain str/int/float inside
+        other._by_node = {n: dict(m) for n, m in self._by_node.items()}
+        other._by_key = {n: dict(m) for n, m in self._by_key.items()}
+        other._cursor = dict(self._cursor)
+        other._blocked = {n: dict(m) for n, m in self._blocked.items()}
         if now is not None:
             other.now = now
         return other
@@ -50,6 +54,14 @@ class NodePortAllocator:
         prefix = f"{recipe}/"
         return tuple(sorted((node, key, port) for node, keys in self._by_key.items()
                             for key, port in keys.items() if key.startswith(prefix)))
+
+    def owned_index(self) -> dict[str, tuple[tuple[str, str, int], ...]]:
+        """``owned_by_recipe`` for every recipe at once (one pass, not one per recipe)."""
+        out: dict[str, list[tuple[str, str, int]]] = {}
+        for node, keys in self._by_key.items():
+            for key, port in keys.items():
+                out.setdefault(key.split("/", 1)[0], []).append((node, key, port))
+        return {r: tuple(sorted(v)) for r, v in out.items()}
 
     def set_range(self, base: int, limit: int) -> None:
         """New ports come from [base, limit); ports already handed out stay where they are."""
@@ -193,8 +205,11 @@ class NodePortAllocator:
             # from their step's spec on the next tick
             return cls()
 
+    def dumps(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
+
     def save(self, path: Path) -> None:
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+        atomic_write_text(path, self.dumps())
 
 
 def _owned(key: str, owner: str) -> bool:

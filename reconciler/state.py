@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from reconciler.fsutil import append_line, write_if_changed
+from reconciler.fsutil import TextMemo, append_line
 from reconciler.timefmt import iso
 
 log = structlog.get_logger("reconciler")
@@ -53,9 +53,20 @@ class StateDir:
     root: Path
     read_only: bool = False  # get / plan: never move, never write
     listeners: list[Callable[[dict], None]] = field(default_factory=list)  # every event, as written
+    memo: TextMemo = field(default_factory=TextMemo, repr=False)  # files read each tick cost a stat
+    _valid: dict = field(default_factory=dict, repr=False)  # (path, check) -> the text that passed it
+    _paths: dict = field(default_factory=dict, repr=False)
 
     def recipe_dir(self, name: str) -> Path:
         return self.root / name
+
+    def path_of(self, name: str, leaf: str) -> Path:
+        """state/<name>/<leaf>, made once (the same few paths are asked for every recipe every tick)."""
+        key = (name, leaf)
+        path = self._paths.get(key)
+        if path is None:
+            path = self._paths[key] = self.root / name / leaf
+        return path
 
     # ---------------------------------------------------------------- events
     def event(self, kind: str, recipe: str | None, message: str, **fields: Any) -> None:
@@ -69,17 +80,23 @@ class StateDir:
     # ---------------------------------------------------------------- json helpers
     def read_json(self, path: Path, default: Any, valid: Callable[[Any], bool] | None = None) -> Any:
         try:
-            data = json.loads(path.read_text())
+            text = self.memo.read_text(path)
+            data = json.loads(text)
         except FileNotFoundError:
             return default
         except (OSError, ValueError) as e:  # includes a non-UTF-8 file, a directory in its place
             return self.corrupt(path, f"{type(e).__name__}: {e}", default)
-        if valid is not None and not valid(data):
-            return self.corrupt(path, "unexpected content (wrong types)", default)
+        # keyed by the check's code: a lambda made anew at each call is still the same check
+        check = (str(path), getattr(valid, "__code__", valid))
+        if valid is not None and self._valid.get(check) is not text:
+            if not valid(data):
+                return self.corrupt(path, "unexpected content (wrong types)", default)
+            self._valid[check] = text  # this very text was checked: not again each tick
         return data
 
     def corrupt(self, path: Path, why: str, default: Any) -> Any:
         """Set a broken state file aside and carry on as if it were missing."""
+        self.memo.forget(path)
         if self.read_only:
             return default
         aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
@@ -94,22 +111,31 @@ class StateDir:
         self.event("CorruptState", recipe, f"{rel}: {why}; moved aside to {aside.name} and rebuilt")
         return default
 
+    def write_text(self, path: Path, text: str) -> None:
+        """Atomic, and only when the content changed."""
+        if not self.read_only:
+            self.memo.write_if_changed(path, text)
+
     def write_json(self, path: Path, data: Any) -> None:
         # unchanged content is not rewritten: the router watches endpoints.json's mtime
         if not self.read_only:
-            write_if_changed(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+            self.memo.write_json_if_changed(path, data)
 
     # ---------------------------------------------------------------- recipes
     def status(self, name: str) -> dict:
-        return self.read_json(self.recipe_dir(name) / "status.json", {}, _is_status)
+        return self.read_json(self.path_of(name, "status.json"), {}, _is_status)
+
+    def status_changed(self, name: str, status: dict) -> bool:
+        """Whether writing ``status`` would change the file (one compact encoding when it would not)."""
+        return self.memo.json_differs(self.path_of(name, "status.json"), status)
 
     def write_status(self, name: str, status: dict) -> None:
-        self.write_json(self.recipe_dir(name) / "status.json", status)
+        self.write_json(self.path_of(name, "status.json"), status)
 
     def last_applied(self, name: str) -> str | None:
-        path = self.recipe_dir(name) / "last-applied.yaml"
+        path = self.path_of(name, "last-applied.yaml")
         try:
-            return path.read_text()
+            return self.memo.read_text(path)
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as e:
@@ -117,17 +143,17 @@ class StateDir:
 
     def write_last_applied(self, name: str, text: str) -> None:
         if not self.read_only:
-            write_if_changed(self.recipe_dir(name) / "last-applied.yaml", text)
+            self.memo.write_if_changed(self.path_of(name, "last-applied.yaml"), text)
 
     def launches(self, name: str) -> dict[str, dict]:
         """unit -> {"launches": lives started, "restarts": relaunches after a failure (what users see),
         "backoff": the backoff counter (reset once healthy for a while), "lastLaunch": time,
         "ports": node -> name -> port of the current life, "stoppedFor": why we cancelled it}."""
-        data = self.read_json(self.recipe_dir(name) / "launches.json", {}, _is_launches)
+        data = self.read_json(self.path_of(name, "launches.json"), {}, _is_launches)
         return {k: (v if isinstance(v, dict) else {"launches": int(v)}) for k, v in data.items()}
 
     def _write_launches(self, name: str, data: dict) -> None:
-        self.write_json(self.recipe_dir(name) / "launches.json", data)
+        self.write_json(self.path_of(name, "launches.json"), data)
 
     def count_launch(self, name: str, unit: str, now: float, restart: bool,
                      ports: dict[str, dict[str, int]] | None = None) -> dict:
@@ -191,7 +217,7 @@ class StateDir:
     def exit_status(self, name: str, unit: str, rank: int = 0) -> tuple[int, float] | None:
         p = self.recipe_dir(name) / "logs" / f"{unit}.{rank}.exit"
         try:
-            rc, ts = p.read_text().split()
+            rc, ts = self.memo.read_text(p).split()
             return int(rc), float(ts)
         except (OSError, ValueError):
             return None  # written atomically by the launcher; anything else is not a record

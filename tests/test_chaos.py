@@ -56,6 +56,7 @@ def _chaos(h: Harness, rng: random.Random, foreign: str, summary) -> None:
     h.start()
     _converge(h, name, workers, workers, foreign)
     times: list[float] = []
+    slowest: dict[str, float] = {}
     kinds = ["kill-step", "kill-alloc", "kill9-controller", "scale", "invalid-edit"]
     for i in range(FAULTS):
         kind = kinds[i] if i < len(kinds) else rng.choice(kinds)  # every kind at least once
@@ -80,8 +81,10 @@ def _chaos(h: Harness, rng: random.Random, foreign: str, summary) -> None:
             _converge(h, name, workers, workers, foreign)
         else:
             times.append(_converge(h, name, workers, max(before, workers), foreign))
+        slowest[kind] = max(slowest.get(kind, 0.0), times[-1])
+    per_kind = ", ".join(f"{k} {t:.1f}" for k, t in sorted(slowest.items(), key=lambda kv: -kv[1]))
     summary(f"chaos: seed {SEED}, faults {len(times)}, converged {len(times)}/{FAULTS}, "
-            f"max converge {max(times):.1f} s, violations 0")
+            f"max converge {max(times):.1f} s ({per_kind}), violations 0")
 
 
 def _converge(h: Harness, name: str, workers: int, ceiling: int, foreign: str, status: str = "Ready") -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -38,9 +40,10 @@ class StepPaths:
     srun: Path  # the srun client's own output (launch errors)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # asked for every unit on every tick
 def step_log_paths(state_dir: Path, recipe: str, unit: str, rank: int) -> StepPaths:
-    base = Path(state_dir).absolute() / recipe / "logs" / f"{unit}.{rank}"
-    return StepPaths(*(base.with_name(f"{base.name}.{ext}") for ext in ("log", "exit", "srun")))
+    base = os.path.join(os.path.abspath(state_dir), recipe, "logs", f"{unit}.{rank}")
+    return StepPaths(*(Path(f"{base}.{ext}") for ext in ("log", "exit", "srun")))
 
 
 def step_paths(state_dir: Path, unit: Unit, launch: Launch) -> StepPaths:

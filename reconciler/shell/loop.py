@@ -69,6 +69,7 @@ class Controller:
         self._wake = threading.Event()
         self._said: set[str] = set()
         self._desired_cache: dict = {}
+        self._manifest_cache: dict = {}  # path -> (stat signature, what it loaded)
         self.clock = time.time  # the loop's clock and its way to wait (a test drives both)
         self.sleep = self._wake.wait
 
@@ -98,7 +99,7 @@ class Controller:
         return ports
 
     def load_manifests(self, now: float | None = None) -> Manifests:
-        return load_manifests(self.manifests_dir, self.state, now, self.debounce, self.cluster)
+        return load_manifests(self.manifests_dir, self.state, now, self.debounce, self.cluster, self._manifest_cache)
 
     # ---------------------------------------------------------------- one read of the world
     def snapshot(self) -> Snapshot:

@@ -26,8 +26,9 @@ DEBOUNCE = 0.5  # seconds a file must be unchanged before it is applied (an edit
 
 
 def load_manifests(directory: Path, state: StateDir, now: float | None = None, debounce: float = DEBOUNCE,
-                   cluster: Cluster | None = None) -> Manifests:
-    """Read every recipe file. An invalid file keeps its recipe on the last spec applied from it
+                   cluster: Cluster | None = None, cache: dict | None = None) -> Manifests:
+    """Read every recipe file (``cache``, kept by a long-lived caller: a file whose inode, size and
+    mtime are as when it last loaded cleanly is not parsed again). An invalid file keeps its recipe on the last spec applied from it
     (state/<name>/last-applied.yaml); two files with one recipe name: the first wins. A file
     modified less than ``debounce`` seconds ago is not read yet: its recipe stays on its last
     applied spec (a new file waits), so a half-written file is never applied."""
@@ -54,7 +55,7 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
             escape = outside_link(directory, f)
             if escape:
                 raise RecipeError(path, escape.split(": ", 1)[1])
-            loaded: list[LoadedRecipe] = load_file(f, cluster)
+            loaded: list[LoadedRecipe] = _load_cached(f, cluster, cache)
         except Exception as e:  # noqa: BLE001 - one unreadable file must not stop the others
             # what this file declared when last read (or, files.json lost, what its variants say)
             applied = known.get(path) or _expanded_from(state, path)
@@ -74,7 +75,25 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
             m.recipes[name] = lr.recipe
             m.texts[name] = lr.text
             m.paths.setdefault(path, []).append(name)
+    if cache is not None:
+        for gone in set(cache) - {str(f) for f in files}:
+            del cache[gone]
     return m
+
+
+def _load_cached(f: Path, cluster: Cluster | None, cache: dict | None) -> list[LoadedRecipe]:
+    """Only clean loads are kept: a file refused for this host's state (a model directory not there
+    yet) is read again each pass, and a file edited in place has a new mtime or size."""
+    if cache is None:
+        return load_file(f, cluster)
+    st = f.stat()
+    sig = (st.st_ino, st.st_size, st.st_mtime_ns, id(cluster))
+    hit = cache.get(str(f))
+    if hit is not None and hit[0] == sig:
+        return hit[1]
+    loaded = load_file(f, cluster)
+    cache[str(f)] = (sig, loaded)
+    return loaded
 
 
 def _expanded_from(state: StateDir, path: str) -> list[str]:

@@ -6,8 +6,6 @@ and write nothing.
 
 from __future__ import annotations
 
-import time
-
 import structlog
 
 from reconciler.drivers.base import step_log_paths
@@ -25,7 +23,7 @@ log = structlog.get_logger("reconciler")
 
 def record(state: StateDir, snap: Snapshot) -> None:
     m, d, o, p = snap.manifests, snap.desired, snap.observed, snap.plan
-    now = time.time()
+    now = snap.now
     for f in snap.failed_launches:
         s = f.step
         srun = step_log_paths(state.root, s.recipe, f"{s.role}_{s.index}", s.rank).srun
@@ -40,7 +38,7 @@ def record(state: StateDir, snap: Snapshot) -> None:
     for name, text in m.texts.items():
         state.write_last_applied(name, text)
     state.write_files(m.paths)
-    snap.ports.save(state.root / "ports.json")
+    state.write_text(state.root / "ports.json", snap.ports.dumps())  # unchanged: not rewritten
     for dr in d.recipes.values():
         if dr.suspended:
             continue  # no action of any kind: its routers keep the workers they have
@@ -59,7 +57,7 @@ def record(state: StateDir, snap: Snapshot) -> None:
         if prev.get("error") != why:
             log.error("recipe held", recipe=name, error=why)
             state.event("Held", name, f"desired state cannot be computed, nothing is changed: {why}")
-        state.write_status(name, {**prev, "name": name, "phase": "Error", "error": why, "updatedAt": iso(now)})
+        write_status(state, name, {**prev, "name": name, "phase": "Error", "error": why, "updatedAt": iso(now)}, prev)
     names = set(d.recipes) | set(m.invalid)
     for name in sorted(names):
         try:
@@ -80,7 +78,7 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
     prev = state.status(name)
     st = build_status(name, d, snap.observed, p.recipes.get(name), snap.manifests.invalid.get(name), prev,
                       state.launches(name), now, state.exits(name))
-    lost = state.read_json(state.recipe_dir(name) / "allocation-lost.json", None, lambda x: isinstance(x, dict))
+    lost = state.read_json(state.path_of(name, "allocation-lost.json"), None, lambda x: isinstance(x, dict))
     if lost:
         st["lastAllocationLost"] = lost  # Slurm's state and reason for the last allocation that went away
     for cond in st["conditions"]:
@@ -88,12 +86,21 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
         if old is None or old["status"] != cond["status"]:
             state.event("Condition", name, f"{cond['type']}={cond['status']}: {cond['message']}",
                         reason=cond["reason"])
-    state.write_status(name, st)
+    write_status(state, name, st, prev)
     if d is not None:
         state.prune_launches(name, {f"{r}_{i}" for r, i in d.unit_keys} | {f"{FRONTEND}_0"})
         rp = p.recipes.get(name)
         for unit in rp.reset_backoff if rp else ():
             state.reset_backoff(name, unit)
+
+
+def write_status(state: StateDir, name: str, st: dict, prev: dict) -> None:
+    """``updatedAt`` is when the status last changed: a settled recipe's file is not rewritten."""
+    if prev.get("updatedAt"):
+        same = {**st, "updatedAt": prev["updatedAt"]}
+        if not state.status_changed(name, same):
+            return
+    state.write_status(name, st)
 
 
 def write_endpoints(state: StateDir, d: DesiredRecipe, o: Observed) -> None:

@@ -1,0 +1,128 @@
+"""The HTTP readiness probe: kept-alive connections, a server that closed one meanwhile, answers
+delimited by the connection's end, a hung worker, and the bounded pool — against real sockets."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from reconciler import probe
+from reconciler.units import Unit
+
+
+class Server:
+    """A real HTTP server on loopback that counts the connections it accepted."""
+
+    def __init__(self, protocol: str = "HTTP/1.1", close_after: bool = False, status: int = 200, delay: float = 0.0):
+        outer = self
+        self.connections = 0
+        self.in_flight = self.most_in_flight = 0
+        lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = protocol
+
+            def setup(self):
+                outer.connections += 1
+                super().setup()
+
+            def do_GET(self):
+                with lock:
+                    outer.in_flight += 1
+                    outer.most_in_flight = max(outer.most_in_flight, outer.in_flight)
+                time.sleep(delay)  # a slow /health: probes overlap
+                with lock:
+                    outer.in_flight -= 1
+                body = b'{"status": "ok"}'
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                if close_after:  # an idle timeout, without saying so in the answer
+                    self.close_connection = True
+
+            def log_message(self, *a):
+                pass
+
+        ThreadingHTTPServer.request_queue_size = 128  # all the probes may connect at once
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.srv.daemon_threads = True
+        self.port = self.srv.server_address[1]
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+@pytest.fixture(autouse=True)
+def fresh_pool():
+    probe._forget_idle(set())
+    yield
+    probe._forget_idle(set())
+
+
+def test_a_kept_alive_connection_is_reused_across_probes():
+    s = Server()
+    try:
+        assert all(probe.probe_one("127.0.0.1", s.port, "/health") for _ in range(3))
+        assert s.connections == 1
+    finally:
+        s.close()
+
+
+def test_a_connection_the_server_closed_while_idle_is_retried_once_on_a_fresh_one():
+    s = Server(close_after=True)
+    try:
+        assert probe.probe_one("127.0.0.1", s.port, "/health")
+        # closed by the server as it answered: whether or not that reached us yet, the probe holds
+        assert probe.probe_one("127.0.0.1", s.port, "/health")
+        assert s.connections == 2
+    finally:
+        s.close()
+
+
+def test_an_answer_delimited_by_the_end_of_the_connection_is_read():
+    s = Server(protocol="HTTP/1.0", status=503)
+    try:
+        assert probe._get("127.0.0.1", s.port, "/health", 1.0) == (503, b'{"status": "ok"}')
+        assert not probe._idle  # HTTP/1.0: nothing to keep
+    finally:
+        s.close()
+
+
+def test_a_worker_that_accepts_and_never_answers_is_not_ready_after_the_timeout():
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(8)
+    try:
+        t0 = time.monotonic()
+        assert probe.probe_one("127.0.0.1", lst.getsockname()[1], "/health", timeout=0.3) is False
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        lst.close()
+
+
+def test_many_units_are_probed_by_the_bounded_pool_and_gone_endpoints_are_let_go():
+    s = Server(delay=0.05)
+    refused = socket.socket()
+    refused.bind(("127.0.0.1", 0))
+    dead = refused.getsockname()[1]
+    refused.close()  # nothing listens there
+    try:
+        def unit(i: int, port: int) -> Unit:
+            return Unit(recipe="r", role="agg", index=i, ordinals=(0,), nodes=("127.0.0.1",), gpus=(),
+                        ports={"http": port}, launches=(), container=None, health_port=port, spec_hash="x")
+
+        units = [unit(i, s.port) for i in range(20)] + [unit(99, dead)]
+        got = probe.probe_units(units)
+        assert got == {**{u.key: True for u in units[:20]}, units[-1].key: False}
+        assert 1 < s.most_in_flight <= probe.CONCURRENCY  # concurrent, and bounded
+        probe.probe_units([])
+        assert not probe._idle  # nothing probed any more: nothing kept
+    finally:
+        s.close()
