@@ -130,3 +130,34 @@ def test_a_just_submitted_allocation_is_looked_at_less_and_less_often(tmp_path, 
 def test_converging_ticks_at_the_active_interval(tmp_path, monkeypatch):
     queries, ticks, waits, _ = run_for(tmp_path, monkeypatch, 1, ready=False, seconds=10.0)
     assert set(waits) == {0.5} and queries == 2 * ticks == 40  # workers starting: probe twice a second
+
+
+def test_a_settled_tick_rewrites_no_state_file_but_the_tick_counter(tmp_path, monkeypatch):
+    """Status (its updatedAt is the last change), launch records, ports, endpoints, last-applied
+    specs: unchanged content is not written again, however much time passes."""
+    monkeypatch.setattr(observe, "probe_units", lambda units: {u.key: True for u in units})
+    m = tmp_path / "manifests"
+    m.mkdir()
+    for i in range(3):
+        (m / f"r{i}.yaml").write_text(RECIPE.format(name=f"r{i}").replace("type: none", "type: builtin"))
+    clock = FakeClock()
+    c = Controller(m, tmp_path / "state", CountingDriver(clock))
+    c.debounce = 0
+    c.clock = clock
+    for _ in range(4):
+        c.tick()
+    state = tmp_path / "state"
+
+    def files() -> dict[str, tuple[int, int]]:
+        return {str(p.relative_to(state)): (p.stat().st_ino, p.stat().st_mtime_ns)
+                for p in state.rglob("*") if p.is_file()}
+
+    before = files()
+    assert {"ports.json", "r0/status.json", "r0/launches.json", "r0/endpoints.json", "r0/last-applied.yaml"} <= set(before)
+    for _ in range(5):
+        clock.t += RESYNC
+        _snap, done = c.tick()
+        assert not done
+    after = files()
+    changed = sorted(k for k in after if before.get(k) != after[k])
+    assert changed == ["controller.json"]
