@@ -133,7 +133,7 @@ def build_recipe(
     fe = None
     services: list = []
     if head is not None:
-        fe = frontend_unit(recipe, head, ports, runtime, state_dir, disc_env)
+        fe = frontend_unit(recipe, head, ports, runtime, state_dir, disc_env, units)
         job_of[(FRONTEND, 0)] = head_alloc.job_id  # type: ignore[union-attr]
         services = service_units(recipe, svc_specs, head, ports, state_dir, disc_env, _container(recipe, recipe.backend))
         for u in services:

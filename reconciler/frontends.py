@@ -9,18 +9,20 @@ own (yet): the workers serve directly and ``validate`` says so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from reconciler import dynamo_install
-from reconciler.backends.base import Runtime, _norm, cli_args
+from reconciler.backends.base import Runtime, _norm, _scalar, cli_args
 from reconciler.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
 from reconciler.units import FRONTEND, Launch, Unit, _container, container_srun_options, endpoints_path, spec_hash
 
 # flags the reconciler sets itself (the probe and `get` rely on them): frontend.port, not args
 OWNED_ARGS = {"builtin": ("host", "port"), "dynamo": ("http-port", "http-host"), "sglang-router": ("host", "port"),
-              "sgl-router": ("host", "port"), "vllm-router": ("host", "port", "worker-urls")}
+              "sgl-router": ("host", "port"), "vllm-router": ("host", "port", "worker-urls"),
+              "atomesh": ("host", "port", "backend", "worker-urls", "prefill", "decode", "pd-disaggregation")}
 
 
 def owned_arg(recipe: Recipe) -> str | None:
@@ -30,7 +32,10 @@ def owned_arg(recipe: Recipe) -> str | None:
 
 
 def frontend_unit(recipe: Recipe, head: str, ports: NodePortAllocator, runtime: Runtime, state_dir: Path,
-                  disc_env: Mapping[str, str] | None = None) -> Unit | None:
+                  disc_env: Mapping[str, str] | None = None, workers: Sequence[Unit] = ()) -> Unit | None:
+    """``workers``: the placed worker units (a static router is given their URLs at start)."""
+    if recipe.frontend.type in STATIC:
+        return STATIC[recipe.frontend.type](recipe, head, ports, runtime, workers)
     build = BUILDERS.get(recipe.frontend.type)
     return build(recipe, head, ports, runtime, state_dir, disc_env or {}) if build else None
 
@@ -108,6 +113,47 @@ def _managed_router(recipe, head, ports, runtime, module: str, pre: list[str], w
                  {"http": port, "prometheus": metrics}, runtime.config_dir)
 
 
+def atomesh(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit | None:
+    """srtctl: ``atomesh launch`` with the workers' URLs on its command line (a static router), then
+    ``--host 0.0.0.0 --port P --backend atom`` and frontend.args. It starts once a worker is Ready;
+    a worker placed later (scale-up, a new allocation) changes its command line: it is restarted.
+    Readiness: GET /workers (what srtctl checks). Rendered and tested here; AToMesh needs ROCm."""
+    urls = {m: [f"http://{u.nodes[0]}:{u.ports['http']}" for u in workers if u.role == m]
+            for m in ("prefill", "decode", "agg")}
+    if not any(urls.values()):
+        return None  # no worker placed yet: nothing to route to
+    port = _port(recipe, head, ports)
+    argv = ["atomesh", "launch"]
+    if recipe.disaggregated:
+        argv += ["--pd-disaggregation", *[x for u in urls["prefill"] for x in ("--prefill", u)],
+                 *[x for u in urls["decode"] for x in ("--decode", u)]]
+    else:
+        argv += ["--worker-urls", *urls["agg"]]
+    argv += ["--host", "0.0.0.0", "--port", str(port), "--backend", "atom", *static_router_args(recipe.frontend.args)]
+    env = {**recipe.environment, **recipe.frontend.env}
+    job_container = _container(recipe, recipe.backend)
+    container = (recipe.frontend.container_image or job_container) if job_container else None
+    unit = _unit(recipe, head, port, argv, env, container, None, config_dir=runtime.config_dir)
+    return replace(unit, health_path="/workers")
+
+
+def static_router_args(args: Mapping[str, object]) -> list[str]:
+    """srtctl's static routers: insertion order, '_' read as '-', True a bare flag, False/None
+    dropped, a list the flag once per item."""
+    out: list[str] = []
+    for key, value in args.items():
+        flag = "--" + key.lstrip("-").replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is False or value is None:
+            continue
+        else:
+            for v in value if isinstance(value, (list, tuple)) else [value]:
+                out += [flag, _scalar(v)]
+    return out
+
+
+STATIC: dict[str, Callable[..., Unit | None]] = {"atomesh": atomesh}
 BUILDERS: dict[str, Callable[..., Unit | None]] = {
     "builtin": builtin, "dynamo": dynamo, "sglang-router": sglang_router, "sgl-router": sglang_router,
     "vllm-router": vllm_router,

@@ -27,7 +27,7 @@ def render_units(recipe: Recipe, nodes: list[str] | None, state_dir: Path, pytho
                              _container(recipe, recipe.backend))
     wiring = mooncake_wiring(recipe, specs, hostnames[0], ports, runtime.config_dir, runtime.served_model_name)
     units = worker_units(recipe, endpoints, dict(enumerate(hostnames)), ports, runtime, disc_env, wiring)
-    fe = frontend_unit(recipe, hostnames[0], ports, runtime, state_dir, disc_env)
+    fe = frontend_unit(recipe, hostnames[0], ports, runtime, state_dir, disc_env, units)
     return services + units + ([fe] if fe else [])
 
 

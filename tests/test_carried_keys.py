@@ -124,7 +124,7 @@ def test_everything_that_lists_engines_reads_the_registry():
     for name, cls in ENGINES.items():
         assert f"`{Path(sys.modules[cls.__module__].__file__).name}`" in docs, name
     with pytest.raises(RecipeError) as e:
-        load_text(BASE.format(engine="atom", knobs="", role=""), "c.yaml")
+        load_text(BASE.format(engine="tilert", knobs="", role=""), "c.yaml")
     assert engine_list_text() in str(e.value)
 
 

@@ -8,6 +8,7 @@ file in ``reconciler/backends/`` plus one line in ``ENGINES``.
 
 from __future__ import annotations
 
+from reconciler.backends.atom import AtomBackend
 from reconciler.backends.base import Backend
 from reconciler.backends.mocker import MockerBackend
 from reconciler.backends.sglang import SGLangBackend
@@ -21,6 +22,7 @@ ENGINES: dict[str, type[Backend]] = {
     "trtllm": TRTLLMBackend,
     "mocker": MockerBackend,
     "tokenspeed": TokenSpeedBackend,
+    "atom": AtomBackend,
 }
 
 # srtctl engines this reconciler does not run yet: refused with "unsupported feature"

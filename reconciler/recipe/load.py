@@ -245,6 +245,10 @@ def _check_services(recipe: Recipe, path: str, where: dict, lines: dict) -> None
                           unsupported=unsupported) from None
     from reconciler.frontends import owned_arg
 
+    if recipe.frontend.type == "atomesh" and recipe.backend.type != "atom":
+        raise RecipeError(path, f"frontend.type atomesh routes ATOM workers only: use engine atom, or another "
+                                f"frontend for {recipe.backend.type}", key="frontend.type",
+                          line=_line(("frontend", "type"), where, lines))
     key = owned_arg(recipe)
     if key is not None:
         raise RecipeError(path, f"the reconciler sets --{key.lstrip('-')} itself (its probe and `get` use it): "

@@ -55,7 +55,8 @@ NESTED: dict[str, str] = {
     "dynamo.sidecar_args": "no Dynamo sidecar is started",
 }
 # frontends that need no process of their own here: ours, none, or the worker serving directly
-RUNS_FRONTEND = ("builtin", "dynamo", "sglang-router", "sgl-router", "vllm-router", "none", "vllm", "trtllm_serve")
+RUNS_FRONTEND = ("builtin", "dynamo", "sglang-router", "sgl-router", "vllm-router", "atomesh", "none", "vllm",
+                 "trtllm_serve")
 
 
 def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
@@ -77,7 +78,7 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
     fe = recipe.frontend
     if fe.type not in RUNS_FRONTEND or (fe.type == "vllm-router" and recipe.disaggregated):
         what = f"no {fe.type} frontend is started yet" + (" in front of disaggregated workers" if fe.type == "vllm-router" else "")
-        out["frontend.type"] = f"{what} (builtin, dynamo, sglang-router and aggregated vllm-router run); workers serve directly"
+        out["frontend.type"] = f"{what} (builtin, dynamo, sglang-router, atomesh and aggregated vllm-router run); workers serve directly"
         if fe.args:
             out["frontend.args"] = f"read by the {fe.type} frontend, which is not started"
         if fe.env:
