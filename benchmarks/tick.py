@@ -39,8 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reconciler.drivers.base import step_paths  # noqa: E402
+from reconciler.drivers.memory import MemoryDriver  # noqa: E402
 from reconciler.shell.loop import Controller, next_wait  # noqa: E402
-from reconciler.world import Alloc, Step  # noqa: E402
 
 RECIPE = """\
 name: {name}
@@ -54,35 +54,16 @@ RESYNC = 5.0
 HOST = "127.0.0.1"
 
 
-class BenchDriver:
-    """Allocations and steps in memory; each launched unit's port is served by the farm."""
-
-    name = "bench"
-    owner = "bench"
+class BenchDriver(MemoryDriver):
+    """Slurm in memory; each launched unit's port is served by the farm, its log written."""
 
     def __init__(self, farm: subprocess.Popen, state: Path, pending: bool = False):
-        self.farm, self.state, self.pending = farm, state, pending
-        self.allocs: dict[str, Alloc] = {}
-        self.steps: dict[str, Step] = {}
-        self.commands = self.queries = 0
+        super().__init__(owner="bench", host=HOST, alloc_state="PENDING" if pending else "RUNNING",
+                         reason="Resources" if pending else "None", queued_for=3600.0)
+        self.farm, self.state = farm, state
         self.served: set[int] = set()
-        self._ids = itertools.count(1)
 
-    def observe(self):
-        self.queries += 2
-        self.commands += 2
-        return list(self.allocs.values()), list(self.steps.values())
-
-    def submit(self, spec):
-        self.commands += 1
-        job = str(next(self._ids))
-        state, nodes = ("PENDING", ()) if self.pending else ("RUNNING", (HOST,) * spec.count)
-        self.allocs[job] = Alloc(job, spec.recipe, spec.index, spec.start, spec.count, state,
-                                 "Resources" if self.pending else "None", nodes, submitted=time.time() - 3600)
-        return job
-
-    def launch(self, job_id, unit, launch, step_name):
-        self.commands += 1
+    def on_launch(self, unit, launch):
         port = unit.health_port
         if port and port not in self.served:
             self.farm.stdin.write(f"{port}\n")
@@ -94,20 +75,6 @@ class BenchDriver:
         log = step_paths(self.state, unit, launch).log
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text("INFO starting\nINFO serving on port %d\n" % (port or 0))
-        sid = f"{job_id}.{next(self._ids)}"
-        self.steps[sid] = Step(sid, unit.recipe, unit.role, unit.index, launch.rank, unit.spec_hash, launch.nodes)
-
-    def cancel_step(self, step_id):
-        self.steps.pop(step_id, None)
-
-    def cancel_alloc(self, job_id):
-        self.allocs.pop(job_id, None)
-
-    def job_end(self, job_id):
-        return None
-
-    def reap(self):
-        pass
 
 
 class FileCounter:

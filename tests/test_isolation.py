@@ -6,49 +6,24 @@ property on the real Slurm is tests/test_e2e.py::test_corrupt_state_of_one_recip
 
 from __future__ import annotations
 
-import itertools
 import json
 
 from reconciler.shell.loop import Controller
-from reconciler.world import Alloc, Step
+from reconciler.drivers.memory import MemoryDriver
 
 RECIPE = "name: {name}\nmodel: {{path: m}}\nengine: mocker\nfrontend: {{type: none}}\nroles: {{agg: {{workers: 1, gpus: 1, restart: {{backoff_seconds: 0}}}}}}\n"
 
 
-class MemoryDriver:
-    name = "memory"
-    owner = "test"
+class PoisonDriver(MemoryDriver):
+    """Launches of the ``poison`` recipe raise ``error``."""
 
     def __init__(self, poison: str, error: Exception):
+        super().__init__(host="node0")
         self.poison, self.error = poison, error
-        self.allocs: dict[str, Alloc] = {}
-        self.steps: dict[str, Step] = {}
-        self.commands = 0
-        self._ids = itertools.count(1)
 
-    def observe(self):
-        return list(self.allocs.values()), list(self.steps.values())
-
-    def submit(self, spec):
-        job = str(next(self._ids))
-        self.allocs[job] = Alloc(job, spec.recipe, spec.index, spec.start, spec.count, "RUNNING", "None",
-                                 tuple(f"node{i}" for i in range(spec.count)))
-        return job
-
-    def launch(self, job_id, unit, launch, step_name):
+    def on_launch(self, unit, launch):
         if unit.recipe == self.poison:
             raise self.error
-        sid = f"{job_id}.{next(self._ids)}"
-        self.steps[sid] = Step(sid, unit.recipe, unit.role, unit.index, launch.rank, unit.spec_hash, launch.nodes)
-
-    def cancel_step(self, step_id):
-        self.steps.pop(step_id, None)
-
-    def cancel_alloc(self, job_id):
-        self.allocs.pop(job_id, None)
-
-    def reap(self):
-        pass
 
 
 def test_an_unexpected_error_in_one_recipe_leaves_the_others_converging(tmp_path):
@@ -56,7 +31,7 @@ def test_an_unexpected_error_in_one_recipe_leaves_the_others_converging(tmp_path
     m.mkdir()
     for name in ("good", "poison"):
         (m / f"{name}.yaml").write_text(RECIPE.format(name=name))
-    drv = MemoryDriver("poison", ValueError("embedded null byte"))
+    drv = PoisonDriver("poison", ValueError("embedded null byte"))
     c = Controller(m, tmp_path / "state", drv)
     c.debounce = 0  # files written just now are applied at once (the debounce has its own test)
     for _ in range(3):
@@ -75,7 +50,7 @@ def test_an_unexpected_error_in_one_recipe_leaves_the_others_converging(tmp_path
 
 
 def test_a_tick_that_fails_as_a_whole_is_retried_with_backoff(tmp_path):
-    class Down(MemoryDriver):
+    class Down(PoisonDriver):
         def observe(self):
             raise RuntimeError("squeue: error: slurm_load_jobs error: Unable to contact slurm controller")
 
@@ -96,7 +71,7 @@ def test_a_file_still_being_written_is_not_applied_until_it_is_still(tmp_path):
     m.mkdir()
     f = m / "good.yaml"
     f.write_text(RECIPE.format(name="good"))
-    drv = MemoryDriver("none", ValueError())
+    drv = PoisonDriver("none", ValueError())
     c = Controller(m, tmp_path / "state", drv)
     snap, done = c.tick()
     assert not done and str(f) in snap.manifests.settling  # just written: wait

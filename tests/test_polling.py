@@ -3,70 +3,23 @@
 The loop runs for one simulated minute on a fake clock (its sleeps advance the clock, no real
 waiting) against an in-memory driver that counts its queries; probes answer Ready for every
 unit that runs (the probe is not what is measured here). The real-Slurm counterpart is
-tests/test_operations.py (the reconciler's metrics count squeue calls per tick).
+tests/test_queue_wait.py (the reconciler's metrics count squeue calls per tick).
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 
 import pytest
 
 import reconciler.shell.observe as observe
+from reconciler.drivers.memory import MemoryDriver
 from reconciler.shell.loop import Controller
-from reconciler.world import Alloc, Step
 
 RECIPE = ("name: {name}\nmodel: {{path: m}}\nengine: mocker\nfrontend: {{type: none}}\n"
           "roles: {{agg: {{workers: 2, gpus: 1}}}}\n")
 MINUTE = 60.0
 RESYNC = 5.0
-
-
-class CountingDriver:
-    """Slurm in memory: ``observe`` is one job query and one step query."""
-
-    name = "memory"
-    owner = "test"
-
-    def __init__(self, clock, alloc_state: str = "RUNNING", queued_for: float = 0.0, reason: str = "None"):
-        self.clock, self.alloc_state, self.queued_for, self.reason = clock, alloc_state, queued_for, reason
-        self.allocs: dict[str, Alloc] = {}
-        self.steps: dict[str, Step] = {}
-        self.commands = 0
-        self.queries = 0
-        self._ids = itertools.count(1)
-
-    def observe(self):
-        self.queries += 2
-        self.commands += 2
-        return list(self.allocs.values()), list(self.steps.values())
-
-    def submit(self, spec):
-        self.commands += 1
-        job = str(next(self._ids))
-        running = self.alloc_state == "RUNNING"
-        self.allocs[job] = Alloc(job, spec.recipe, spec.index, spec.start, spec.count, self.alloc_state,
-                                 self.reason, tuple("localhost" for _ in range(spec.count)) if running else (),
-                                 submitted=self.clock() - self.queued_for)
-        return job
-
-    def launch(self, job_id, unit, launch, step_name):
-        self.commands += 1
-        sid = f"{job_id}.{next(self._ids)}"
-        self.steps[sid] = Step(sid, unit.recipe, unit.role, unit.index, launch.rank, unit.spec_hash, launch.nodes)
-
-    def cancel_step(self, step_id):
-        self.steps.pop(step_id, None)
-
-    def cancel_alloc(self, job_id):
-        self.allocs.pop(job_id, None)
-
-    def job_end(self, job_id):
-        return None
-
-    def reap(self):
-        pass
 
 
 class FakeClock:
@@ -85,7 +38,7 @@ def run_for(tmp_path, monkeypatch, recipes: int, ready: bool, seconds: float = M
     for i in range(recipes):
         (m / f"r{i}.yaml").write_text(RECIPE.format(name=f"r{i}"))
     clock = FakeClock()
-    drv = CountingDriver(clock, **driver_kw)
+    drv = MemoryDriver(clock=clock, **driver_kw)
     c = Controller(m, tmp_path / "state", drv)
     c.debounce = 0
     c.clock = clock
@@ -141,7 +94,7 @@ def test_a_settled_tick_rewrites_no_state_file_but_the_tick_counter(tmp_path, mo
     for i in range(3):
         (m / f"r{i}.yaml").write_text(RECIPE.format(name=f"r{i}").replace("type: none", "type: builtin"))
     clock = FakeClock()
-    c = Controller(m, tmp_path / "state", CountingDriver(clock))
+    c = Controller(m, tmp_path / "state", MemoryDriver(clock=clock))
     c.debounce = 0
     c.clock = clock
     for _ in range(4):
