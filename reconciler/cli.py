@@ -49,7 +49,8 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
                 layouts = lr.recipe.role_layouts()
                 results.append({
                     "path": str(f), "valid": True, "error": None, "name": lr.recipe.name, "layout": lr.layout,
-                    "engine": lr.recipe.backend.type, "frontend": lr.recipe.frontend.type,
+                    "engine": "/".join(dict.fromkeys(lr.recipe.backend_for(m).type for m, _ in lr.recipe.roles.items())),
+                    "frontend": lr.recipe.frontend.type,
                     "roles": {m: {"workers": l.workers, "gpus": l.gpus, "nodes": l.nodes} for m, l in layouts.items()},
                     "notes": lr.notes, "not_acted_on": lr.not_acted_on, "variant_of": lr.variant_of,
                 })

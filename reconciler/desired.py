@@ -101,7 +101,7 @@ def build_recipe(
     recipe: Recipe, allocs: list[Alloc], ports: NodePortAllocator, state_dir: Path, python: str
 ) -> DesiredRecipe:
     gen = generation(recipe)
-    endpoints = recipe.backend.allocate_endpoints()
+    endpoints = recipe.allocate_endpoints()
     live = _dedupe([a for a in allocs if a.live])
     specs, keep, placement, unplaceable = place(recipe, endpoints, live)
     runtime = runtime_for(recipe, state_dir, python)

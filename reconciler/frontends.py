@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from reconciler import dynamo_install
-from reconciler.backends.base import Runtime, _norm, _scalar, cli_args
+from reconciler.backends.base import Runtime, _norm, cli_args, static_args
 from reconciler.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
 from reconciler.units import FRONTEND, Launch, Unit, _container, container_srun_options, endpoints_path, spec_hash
@@ -22,7 +22,8 @@ from reconciler.units import FRONTEND, Launch, Unit, _container, container_srun_
 # flags the reconciler sets itself (the probe and `get` rely on them): frontend.port, not args
 OWNED_ARGS = {"builtin": ("host", "port"), "dynamo": ("http-port", "http-host"), "sglang-router": ("host", "port"),
               "sgl-router": ("host", "port"), "vllm-router": ("host", "port", "worker-urls"),
-              "atomesh": ("host", "port", "backend", "worker-urls", "prefill", "decode", "pd-disaggregation")}
+              "atomesh": ("host", "port", "backend", "worker-urls", "prefill", "decode", "pd-disaggregation"),
+              "tilert-router": ("host", "port", "vllm-url", "decode")}
 
 
 def owned_arg(recipe: Recipe) -> str | None:
@@ -129,7 +130,7 @@ def atomesh(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit | Non
                  *[x for u in urls["decode"] for x in ("--decode", u)]]
     else:
         argv += ["--worker-urls", *urls["agg"]]
-    argv += ["--host", "0.0.0.0", "--port", str(port), "--backend", "atom", *static_router_args(recipe.frontend.args)]
+    argv += ["--host", "0.0.0.0", "--port", str(port), "--backend", "atom", *static_args(recipe.frontend.args)]
     env = {**recipe.environment, **recipe.frontend.env}
     job_container = _container(recipe, recipe.backend)
     container = (recipe.frontend.container_image or job_container) if job_container else None
@@ -137,23 +138,48 @@ def atomesh(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit | Non
     return replace(unit, health_path="/workers")
 
 
-def static_router_args(args: Mapping[str, object]) -> list[str]:
-    """srtctl's static routers: insertion order, '_' read as '-', True a bare flag, False/None
-    dropped, a list the flag once per item."""
-    out: list[str] = []
-    for key, value in args.items():
-        flag = "--" + key.lstrip("-").replace("_", "-")
-        if value is True:
-            out.append(flag)
-        elif value is False or value is None:
-            continue
-        else:
-            for v in value if isinstance(value, (list, tuple)) else [value]:
-                out += [flag, _scalar(v)]
-    return out
+def tilert_router(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit | None:
+    """srtctl: ``python -m tilert.pd_vllm.pd_router --vllm-url <prefill> --decode host:ctrl:http ...
+    --host 0.0.0.0 --port P`` + frontend.args (``--decode`` once: it takes every decode worker).
+    Static, like atomesh: a worker placed later restarts it. Readiness GET /health."""
+    prefill = [u for u in workers if u.role == "prefill"]
+    decode = [u for u in workers if u.role == "decode"]
+    if not prefill or not decode:
+        return None  # srtctl starts it once every worker is up: here once the pair exists
+    port = _port(recipe, head, ports)
+    argv = [runtime.engine_python, "-m", "tilert.pd_vllm.pd_router",
+            "--vllm-url", f"http://{prefill[0].nodes[0]}:{prefill[0].ports['http']}",
+            "--decode", *[f"{u.nodes[0]}:{u.ports['ctrl']}:{u.ports['http']}" for u in decode],
+            "--host", "0.0.0.0", "--port", str(port), *static_args(recipe.frontend.args)]
+    env = {**recipe.environment, **recipe.frontend.env}
+    job_container = _container(recipe, recipe.backend)
+    container = (recipe.frontend.container_image or job_container) if job_container else None
+    return _unit(recipe, head, port, argv, env, container, None, config_dir=runtime.config_dir)
 
 
-STATIC: dict[str, Callable[..., Unit | None]] = {"atomesh": atomesh}
+def check(recipe: Recipe) -> tuple[str, str] | None:
+    """(key, message) when the frontend cannot serve this recipe's engines (srtctl's rules)."""
+    fe = recipe.frontend.type
+    if fe == "atomesh" and recipe.backend.type != "atom":
+        return "frontend.type", (f"frontend.type atomesh routes ATOM workers only: use engine atom, or another "
+                                 f"frontend for {recipe.backend.type}")
+    if fe != "tilert-router":
+        return None
+    if recipe.frontend.enable_multiple_frontends is not False:
+        return "frontend.enable_multiple_frontends", "tilert-router runs one router: set it to false (srtctl's rule)"
+    if set(m for m, _ in recipe.roles.items()) != {"prefill", "decode"} or recipe.backend_for("decode").type != "tilert":
+        return "frontend.type", "tilert-router needs roles.prefill (engine vllm) and roles.decode (engine tilert)"
+    pre = recipe.roles.get("prefill")
+    if recipe.backend_for("prefill").type != "vllm" or "TileRTConnector" not in str(
+            next((v for k, v in pre.args.items() if _norm(k) == "kv-transfer-config"), "")):
+        return "roles.prefill.args.kv-transfer-config", ("tilert-router needs a vLLM prefill whose "
+                                                         "kv-transfer-config names the TileRTConnector")
+    if (pre.workers or 1) != 1:
+        return "roles.prefill.workers", "tilert-router routes to exactly one prefill worker"
+    return None
+
+
+STATIC: dict[str, Callable[..., Unit | None]] = {"atomesh": atomesh, "tilert-router": tilert_router}
 BUILDERS: dict[str, Callable[..., Unit | None]] = {
     "builtin": builtin, "dynamo": dynamo, "sglang-router": sglang_router, "sgl-router": sglang_router,
     "vllm-router": vllm_router,

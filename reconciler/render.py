@@ -20,7 +20,7 @@ def render_units(recipe: Recipe, nodes: list[str] | None, state_dir: Path, pytho
         raise ValueError(f"the recipe needs {need} nodes, --nodes names {len(hostnames)}")
     ports = NodePortAllocator()
     runtime = runtime_for(recipe, state_dir, python or sys.executable)
-    endpoints = recipe.backend.allocate_endpoints()
+    endpoints = recipe.allocate_endpoints()
     specs = resolve(recipe)
     disc_env = discovery_env(recipe, specs, discovery_of(recipe), hostnames[0], ports, state_dir)
     services = service_units(recipe, specs, hostnames[0], ports, state_dir, disc_env,

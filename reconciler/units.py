@@ -170,16 +170,17 @@ def worker_units(
     """Units for ``endpoints`` (all of whose node ordinals must be in ``hostnames``);
     ``extra_env``: the discovery environment of a Dynamo recipe, under the recipe's own;
     ``mooncake``: the Mooncake master's wiring, over everything else."""
-    backend = recipe.backend
-    procs = backend.endpoints_to_processes(endpoints, hostnames, ports, f"{recipe.name}/")  # type: ignore[arg-type]
     by_ep: dict[tuple[str, int], list[Process]] = {}
-    for p in procs:
-        by_ep.setdefault((p.mode, p.index), []).append(p)
-    srun = backend.get_srun_config()
-    container = _container(recipe, backend)
-    container_ok = _containers_allowed(recipe, backend)
+    for mode in dict.fromkeys(ep.mode for ep in endpoints):  # each role through its own engine, one allocator
+        mine = [ep for ep in endpoints if ep.mode == mode]
+        for p in recipe.backend_for(mode).endpoints_to_processes(mine, hostnames, ports, f"{recipe.name}/"):  # type: ignore[arg-type]
+            by_ep.setdefault((p.mode, p.index), []).append(p)
     units = []
     for ep in endpoints:
+        backend = recipe.backend_for(ep.mode)
+        srun = backend.get_srun_config()
+        container = _container(recipe, backend)
+        container_ok = _containers_allowed(recipe, backend)
         ps = by_ep[(ep.mode, ep.index)]
         role = recipe.roles[ep.mode]
         files = backend.config_files(ep.mode, runtime)

@@ -5,11 +5,10 @@ from reconciler.backends.mocker import MockerBackend
 from reconciler.backends.sglang import SGLangBackend
 from reconciler.backends.trtllm import TRTLLMBackend
 from reconciler.backends.vllm import VLLMBackend, VLLMFailoverConfig
-from reconciler.backends.registry import ENGINES, NOT_YET, engine_list_text, engine_names
+from reconciler.backends.registry import ENGINES, engine_list_text, engine_names
 
 __all__ = [
     "ENGINES",
-    "NOT_YET",
     "engine_list_text",
     "engine_names",
     "Backend",

@@ -238,6 +238,22 @@ def cli_args(args: Mapping[str, Any], *, skip: frozenset[str] = frozenset(), und
     return out
 
 
+def static_args(args: Mapping[str, Any]) -> list[str]:
+    """srtctl's static routers' (and TileRT's) spelling: insertion order, ``_`` read as ``-``,
+    True a bare flag, False/None dropped, a list the flag once per item."""
+    out: list[str] = []
+    for key, value in args.items():
+        flag = "--" + key.lstrip("-").replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is False or value is None:
+            continue
+        else:
+            for v in value if isinstance(value, (list, tuple)) else [value]:
+                out += [flag, _scalar(v)]
+    return out
+
+
 def _scalar(v: Any) -> str:
     if isinstance(v, (dict, list)):
         return json.dumps(v, separators=(",", ":"), sort_keys=True)

@@ -12,6 +12,7 @@ from reconciler.backends.atom import AtomBackend
 from reconciler.backends.base import Backend
 from reconciler.backends.mocker import MockerBackend
 from reconciler.backends.sglang import SGLangBackend
+from reconciler.backends.tilert import TileRTBackend
 from reconciler.backends.tokenspeed import TokenSpeedBackend
 from reconciler.backends.trtllm import TRTLLMBackend
 from reconciler.backends.vllm import VLLMBackend
@@ -23,10 +24,8 @@ ENGINES: dict[str, type[Backend]] = {
     "mocker": MockerBackend,
     "tokenspeed": TokenSpeedBackend,
     "atom": AtomBackend,
+    "tilert": TileRTBackend,
 }
-
-# srtctl engines this reconciler does not run yet: refused with "unsupported feature"
-NOT_YET: tuple[str, ...] = tuple(t for t in ("atom", "tilert", "tokenspeed") if t not in ENGINES)
 
 
 def engine_names() -> list[str]:

@@ -223,7 +223,7 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster 
         except ValueError as e:
             raise RecipeError(path, str(e), key="dynamo.version", line=lines.get(("dynamo", "version"))) from None
     try:
-        recipe.backend.allocate_endpoints()
+        recipe.allocate_endpoints()
     except TopologyError as e:
         parts = tuple(e.key.split("."))
         raise RecipeError(path, e.message, key=v1.v1_path(parts, where), line=_line(parts, where, lines)) from None
@@ -245,10 +245,11 @@ def _check_services(recipe: Recipe, path: str, where: dict, lines: dict) -> None
                           unsupported=unsupported) from None
     from reconciler.frontends import owned_arg
 
-    if recipe.frontend.type == "atomesh" and recipe.backend.type != "atom":
-        raise RecipeError(path, f"frontend.type atomesh routes ATOM workers only: use engine atom, or another "
-                                f"frontend for {recipe.backend.type}", key="frontend.type",
-                          line=_line(("frontend", "type"), where, lines))
+    from reconciler.frontends import check as check_frontend
+
+    wrong = check_frontend(recipe)
+    if wrong is not None:
+        raise RecipeError(path, wrong[1], key=wrong[0], line=_line(tuple(wrong[0].split(".")), where, lines))
     key = owned_arg(recipe)
     if key is not None:
         raise RecipeError(path, f"the reconciler sets --{key.lstrip('-')} itself (its probe and `get` use it): "

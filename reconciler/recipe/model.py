@@ -23,7 +23,7 @@ from reconciler.recipe.carried import (  # noqa: F401 - the sections Recipe carr
     IdentityConfig, ReportingConfig, InfraConfig,
 )
 from reconciler.recipe.types import Env, EnvValue, PlacementConfig, Strict, _env_value  # noqa: F401
-from reconciler.backends import ENGINES, NOT_YET, engine_list_text
+from reconciler.backends import ENGINES, engine_list_text
 from reconciler.recipe.bounds import MAX_GPUS_PER_WORKER, MAX_NODES_PER_WORKER, MAX_WORKERS
 from reconciler.topology import MODES, Mode, RoleLayout
 
@@ -39,10 +39,10 @@ def _engine_mapping(v: Any) -> Any:
         v = {"type": v}
     if isinstance(v, dict):
         t = v.get("type")
-        if t in NOT_YET:
-            raise ValueError(f"unsupported feature: engine type '{t}' (the reconciler runs {engine_list_text()})")
         if t is None:
             raise ValueError(f"engine needs a 'type' ({engine_list_text('or')})")
+        if isinstance(t, str) and t not in ENGINES:
+            raise ValueError(f"unknown engine type {t!r}: expected {engine_list_text('or')}")
     return v
 
 
@@ -268,9 +268,7 @@ class Recipe(Strict):
                 raise ValueError("no engine: set a top-level 'engine' (or 'engine' on every role)")
             types = {e.type for e in role_engines.values()}
             if len(types) > 1:
-                raise ValueError(
-                    f"unsupported feature: mixed per-role engines ({', '.join(sorted(types))})"
-                )
+                _check_mixed(self, role_engines)
         if not self.roles.items():
             raise ValueError("no roles: declare roles.agg, or roles.prefill and roles.decode")
         has = {m for m, _ in self.roles.items()}
@@ -283,10 +281,36 @@ class Recipe(Strict):
     # ---------------------------------------------------------------- derived
     @property
     def backend(self):  # -> Backend, bound to this recipe
+        """The recipe's engine; with per-role engines, the serving role's (decode, else agg, else
+        prefill), as srtctl's ``config.backend``."""
         eng = self.engine
         if eng is None:
-            eng = next(r.engine for _, r in self.roles.items() if r.engine is not None)
+            for mode in ("decode", "agg", "prefill"):
+                role = self.roles.get(mode)
+                if role is not None and role.engine is not None:
+                    eng = role.engine
+                    break
         return eng.bind(self)
+
+    def backend_for(self, mode: str):  # -> Backend, bound to this recipe
+        """The engine that runs ``mode``: its own ``roles.<mode>.engine``, else the recipe's."""
+        role = self.roles.get(mode)
+        return role.engine.bind(self) if role is not None and role.engine is not None else self.backend
+
+    @property
+    def mixed_engines(self) -> bool:
+        return len({self.backend_for(m).type for m, _ in self.roles.items()}) > 1
+
+    def allocate_endpoints(self) -> list:
+        """Logical workers over node ordinals. Per-role engines of different types: each engine
+        checks the recipe its way (each checks only its own roles), the layout is the generic one."""
+        if not self.mixed_engines:
+            return self.backend.allocate_endpoints()
+        out = None
+        for mode, _ in self.roles.items():
+            eps = self.backend_for(mode).allocate_endpoints()
+            out = eps if out is None else out
+        return out
 
     @property
     def disaggregated(self) -> bool:
@@ -329,3 +353,15 @@ class Recipe(Strict):
                 nodes = math.ceil(workers * gpus / gpn) if packed else workers * math.ceil(gpus / gpn)
             out[mode] = RoleLayout(mode, nodes, workers, gpus, colocate)
         return out
+
+
+def _check_mixed(recipe: Recipe, engines: dict) -> None:
+    """srtctl's rules for per-role engines of different types."""
+    types = ", ".join(f"{m}={e.type}" for m, e in engines.items())
+    if recipe.frontend.type == "dynamo":
+        raise ValueError(f"per-role engines of different types ({types}) do not support the Dynamo frontend "
+                         "(srtctl's rule): choose a static router")
+    for m, e in engines.items():
+        if getattr(e, "mooncake_kv_store", None) is not None or getattr(e, "failover", None) is not None:
+            raise ValueError(f"roles.{m}.engine: per-role engines of different types support neither an implicit "
+                             "Mooncake store nor failover")

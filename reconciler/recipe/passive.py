@@ -55,8 +55,8 @@ NESTED: dict[str, str] = {
     "dynamo.sidecar_args": "no Dynamo sidecar is started",
 }
 # frontends that need no process of their own here: ours, none, or the worker serving directly
-RUNS_FRONTEND = ("builtin", "dynamo", "sglang-router", "sgl-router", "vllm-router", "atomesh", "none", "vllm",
-                 "trtllm_serve")
+RUNS_FRONTEND = ("builtin", "dynamo", "sglang-router", "sgl-router", "vllm-router", "atomesh", "tilert-router", "none",
+                 "vllm", "trtllm_serve")
 
 
 def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
@@ -78,7 +78,7 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
     fe = recipe.frontend
     if fe.type not in RUNS_FRONTEND or (fe.type == "vllm-router" and recipe.disaggregated):
         what = f"no {fe.type} frontend is started yet" + (" in front of disaggregated workers" if fe.type == "vllm-router" else "")
-        out["frontend.type"] = f"{what} (builtin, dynamo, sglang-router, atomesh and aggregated vllm-router run); workers serve directly"
+        out["frontend.type"] = f"{what} (builtin, dynamo, sglang-router, atomesh, tilert-router and aggregated vllm-router run); workers serve directly"
         if fe.args:
             out["frontend.args"] = f"read by the {fe.type} frontend, which is not started"
         if fe.env:
@@ -121,8 +121,8 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
             out[f"services.{i}.placement.node"] = "no dedicated infra node is reserved: it runs on the head node"
         if "build_timeout_seconds" in svc.model_fields_set:
             out[f"services.{i}.build_timeout_seconds"] = "services are not built from source"
-    if fe.type != "dynamo" and _is_set(recipe, ["frontend", "container_image"]):
-        out["frontend.container_image"] = "only the Dynamo frontend runs in a container here"
+    if fe.type not in ("dynamo", "atomesh", "tilert-router") and _is_set(recipe, ["frontend", "container_image"]):
+        out["frontend.container_image"] = "only the Dynamo, AToMesh and TileRT routers run in their own container here"
     if fe.type != "dynamo" and _is_set(recipe, ["infra", "nats_max_payload_mb"]):
         out["infra.nats_max_payload_mb"] = "no NATS runs without the Dynamo frontend"
     if fe.type != "dynamo" and _is_set(recipe, ["dynamo", "event_plane"]):
