@@ -91,7 +91,7 @@ class ClusterConfig(Strict):
 ACTED_ON = frozenset({
     "default_account", "default_partition", "default_time_limit", "gpus_per_node", "default_gpu_type",
     "default_sbatch_directives", "model_paths", "containers", "default_mounts",
-    "host_runtime", "default_srun_options", "preflight", "discovery",
+    "host_runtime", "default_srun_options", "preflight", "discovery", "visible_devices_env",
 })
 
 
@@ -177,6 +177,11 @@ def apply(data: dict[str, Any], cluster: Cluster | None) -> tuple[dict[str, Any]
                        ("container_mounts", c.default_mounts)):
         if extra and isinstance(d.get(key, {}), dict):
             d[key] = {**extra, **d.get(key, {})}
+    if "visible_devices_env" in c.model_fields_set:
+        rec = d.setdefault("reconcile", {})
+        if isinstance(rec, dict) and "visible_devices_env" not in rec:
+            rec["visible_devices_env"] = c.visible_devices_env
+            notes.append(f"reconcile.visible_devices_env from the cluster config: {c.visible_devices_env}")
     if c.host_runtime is not None:
         rec = d.setdefault("reconcile", {})
         if isinstance(rec, dict):

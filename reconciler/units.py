@@ -199,7 +199,7 @@ def worker_units(
             env.update(backend.get_environment_for_mode(ep.mode))
             env.update(backend.get_process_environment(p))
             if backend.should_set_visible_devices() and ep.partial_node:
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ep.gpus))
+                env[recipe.reconcile.visible_devices_env] = ",".join(map(str, ep.gpus))
             if mooncake is not None:
                 env = mooncake.stamp(ep.mode, p.node, env)
             argv = pre + backend.build_worker_command(p, role_runtime)

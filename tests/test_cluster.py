@@ -101,6 +101,18 @@ def test_host_runtime_runs_engines_without_containers_from_the_given_python(tmp_
     assert row["env"]["PATH"] == "/opt/dyn/bin:/usr/bin" and row["env"]["A"] == "1"
 
 
+def test_visible_devices_env_names_the_variable_that_pins_a_workers_gpus(tmp_path):
+    """ROCm clusters (ATOM, TileRT images) set ROCR_VISIBLE_DEVICES; a recipe's own setting wins."""
+    c = _cfg(tmp_path, "visible_devices_env: ROCR_VISIBLE_DEVICES\ngpus_per_node: 8\n")
+    (row,) = as_rows(workers(render_units(load_text(RECIPE % "/m", "r.yaml", c, preflight=False).recipe, None,
+                                          tmp_path / "st")))
+    assert row["env"]["ROCR_VISIBLE_DEVICES"] == "0,1,2,3" and "CUDA_VISIBLE_DEVICES" not in row["env"]
+    own = RECIPE % "/m" + "reconcile: {visible_devices_env: HIP_VISIBLE_DEVICES}\n"
+    (row,) = as_rows(workers(render_units(load_text(own, "r.yaml", c, preflight=False).recipe, None, tmp_path / "st")))
+    assert row["env"]["HIP_VISIBLE_DEVICES"] == "0,1,2,3" and "ROCR_VISIBLE_DEVICES" not in row["env"]
+    assert "visible_devices_env" not in c.carried()
+
+
 def test_the_cli_takes_the_cluster_config_and_refuses_a_bad_one_without_a_traceback(tmp_path):
     (tmp_path / "models").mkdir()
     (tmp_path / "srtslurm.yaml").write_text(f"default_partition: batch\nmodel_paths: {{m: {tmp_path / 'models'}}}\n"

@@ -204,6 +204,9 @@ class ReconcileConfig(Strict):
     # how Dynamo components find each other: etcd (srtctl's way) or files in a shared directory
     discovery: Literal["etcd", "file"] | None = None
     discovery_dir: str | None = None  # file discovery: a directory every node of the recipe sees
+    # the variable that limits a worker to its GPUs (ROCm: ROCR_VISIBLE_DEVICES); srtctl's cluster
+    # config key visible_devices_env sets it
+    visible_devices_env: str = Field("CUDA_VISIBLE_DEVICES", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 # Top-level sections the reconciler reads; everything else is carried for srtctl.
