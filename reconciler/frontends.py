@@ -160,9 +160,10 @@ def tilert_router(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit
 def check(recipe: Recipe) -> tuple[str, str] | None:
     """(key, message) when the frontend cannot serve this recipe's engines (srtctl's rules)."""
     fe = recipe.frontend.type
-    if fe == "atomesh" and recipe.backend.type != "atom":
-        return "frontend.type", (f"frontend.type atomesh routes ATOM workers only: use engine atom, or another "
-                                 f"frontend for {recipe.backend.type}")
+    others = sorted({recipe.backend_for(m).type for m, _ in recipe.roles.items()} - {"atom"})
+    if fe == "atomesh" and others:
+        return "frontend.type", (f"frontend.type atomesh routes ATOM workers only: use engine atom on every role, "
+                                 f"or another frontend for {', '.join(others)}")
     if fe != "tilert-router":
         return None
     if recipe.frontend.enable_multiple_frontends is not False:

@@ -55,7 +55,11 @@ class TextMemo:
     def read_text(self, path: Path) -> str:
         """Like Path.read_text (FileNotFoundError and all)."""
         key = str(path)
-        sig = self._sig(path)
+        try:
+            sig = self._sig(path)
+        except FileNotFoundError:
+            self.forget(path)  # gone: so is what we knew of it
+            raise
         hit = self._texts.get(key)
         if hit is not None and hit[0] == sig:
             return hit[1]
@@ -81,6 +85,7 @@ class TextMemo:
         try:
             sig = self._sig(path)
         except FileNotFoundError:
+            self.forget(path)
             return True
         return self._compact.get(str(path)) != (sig, json.dumps(data, separators=(",", ":")))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from reconciler.drivers.base import step_log_paths
 from reconciler.units import Unit
 
 SCAN_LIMIT = 1 << 20  # bytes of new log read per worker and tick
+# a log whose size did not change is not opened again for this long: on NFS a stat can come from
+# the attribute cache, only an open revalidates (the node writing the log is another host)
+REOPEN_SECONDS = 10.0
 
 Key = tuple[str, str, int]
 
@@ -31,6 +35,7 @@ class Life:
     log_ready: bool = False  # a ``log`` readiness probe's pattern matched in this life
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (inode, offset)
     partial: dict[int, bytes] = field(default_factory=dict)  # rank -> unterminated last line
+    opened: dict[int, float] = field(default_factory=dict)  # rank -> when its log was last opened
 
 
 class HealthTracker:
@@ -83,14 +88,16 @@ class HealthTracker:
                 if inode != st.st_ino or st.st_size < offset:
                     offset = 0  # rotated or truncated: a new file
                     life.partial.pop(launch.rank, None)
-                elif st.st_size == offset and launch.rank in life.offsets:
-                    continue  # nothing new since the last tick: not even opened
+                elif st.st_size == offset and launch.rank in life.offsets and \
+                        time.monotonic() - life.opened.get(launch.rank, 0.0) < REOPEN_SECONDS:
+                    continue  # nothing new since the last tick: not opened (but see REOPEN_SECONDS)
                 with open(path, "rb") as f:
                     f.seek(offset)
                     data = f.read(SCAN_LIMIT)
             except OSError:
                 continue
             life.offsets[launch.rank] = (st.st_ino, offset + len(data))
+            life.opened[launch.rank] = time.monotonic()
             data = life.partial.pop(launch.rank, b"") + data
             lines = data.split(b"\n")
             life.partial[launch.rank] = lines.pop()[-4096:]  # keep an incomplete last line for next time

@@ -7,9 +7,10 @@ the port accepts a connection. ``file``: the path exists and is not empty. ``log
 read by the health tracker (it follows the step's log), ``started`` needs nothing.
 
 Cost, since a settled tick probes every unit: HTTP probes reuse a kept-alive connection per
-(host, port) (a server that closed it meanwhile is retried once on a fresh one), and one
-tick's probes are pulled from one queue by a bounded set of threads (``CONCURRENCY``), not a
-future each — a hung worker holds one thread for ``TIMEOUT``, never the tick.
+(host, port) for up to ``REUSE_SECONDS`` (then a fresh connect tests the listener too; a
+server that closed it meanwhile is retried once on a fresh one), and one tick's probes are
+pulled from one queue by a bounded set of threads (``CONCURRENCY``), not a future each — a
+hung worker holds one thread for ``TIMEOUT`` (a real deadline, however it trickles bytes).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import select
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,11 +28,17 @@ import httptools
 
 from reconciler.units import Unit
 
-TIMEOUT = 1.0
-CONCURRENCY = 8  # probes in flight at once (a hung worker holds one for TIMEOUT)
+TIMEOUT = 1.0  # per probe, connect to last byte
+CONCURRENCY = 32  # probes in flight at once (an unreachable worker holds one for TIMEOUT)
 BODY_LIMIT = 65536
+REUSE_SECONDS = 30.0  # a kept connection is replaced at least this often: the listener is tested too
 _pool = ThreadPoolExecutor(max_workers=CONCURRENCY, thread_name_prefix="probe")
-_idle: dict[tuple[str, int], socket.socket] = {}  # kept-alive connections, one per endpoint
+# kept-alive connections, one per endpoint: (socket, when it was connected)
+_idle: dict[tuple[str, int], tuple[socket.socket, float]] = {}
+# a probe is no security boundary: what http.client accepted is accepted (bare LF, odd framing)
+_LENIENT = dict(lenient_headers=True, lenient_optional_cr_before_lf=True, lenient_optional_lf_after_cr=True,
+                lenient_data_after_close=True, lenient_optional_crlf_after_chunk=True,
+                lenient_spaces_after_chunk_size=True)
 
 
 def _keep_limit() -> int:
@@ -42,17 +50,23 @@ def _keep_limit() -> int:
 class _Answer:
     """httptools callbacks: the status, the body (bounded) and whether the message is complete."""
 
-    __slots__ = ("body", "size", "headers_done", "complete", "keep", "parser")
+    __slots__ = ("body", "size", "headers_done", "complete", "keep", "framed", "parser")
 
     def __init__(self) -> None:
         self.body: list[bytes] = []
         self.size = 0
-        self.headers_done = self.complete = self.keep = False
+        self.headers_done = self.complete = self.keep = self.framed = False
         self.parser = httptools.HttpResponseParser(self)
+        if hasattr(self.parser, "set_dangerous_leniencies"):
+            self.parser.set_dangerous_leniencies(**_LENIENT)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self.framed = True  # its end is known: a connection closed before it is a broken answer
 
     def on_headers_complete(self) -> None:
         self.headers_done = True
-        self.keep = self.parser.should_keep_alive()  # (after the message it always reads False)
+        self.keep = self.parser.should_keep_alive()  # read with the headers: what the server said
 
     def on_body(self, chunk: bytes) -> None:
         if self.size < BODY_LIMIT:
@@ -64,46 +78,71 @@ class _Answer:
 
 
 def _exchange(sock: socket.socket, request: bytes, deadline: float) -> tuple[int, bytes, bool]:
-    """One GET on ``sock``: (status, body, the connection may be reused)."""
+    """One GET on ``sock``: (status, body, the connection may be reused). ``deadline`` holds
+    however the server trickles its answer."""
     answer = _Answer()
     parser = answer.parser
     sock.settimeout(max(0.01, deadline - time.monotonic()))
     sock.sendall(request)
     while not answer.complete:
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no whole answer within the probe's timeout")
+        sock.settimeout(left)
         data = sock.recv(65536)
         if not data:
-            if answer.headers_done:  # a body delimited by the end of the connection
+            if answer.headers_done and not answer.framed:  # a body delimited by the end of the connection
                 return parser.get_status_code(), b"".join(answer.body), False
-            raise ConnectionResetError("closed before answering")  # on a kept-alive connection: retried
+            raise ConnectionResetError("closed before a whole answer")  # on a kept-alive connection: retried
         parser.feed_data(data)
         if answer.size > BODY_LIMIT:
             return parser.get_status_code(), b"".join(answer.body), False  # the rest is not read: not reusable
     return parser.get_status_code(), b"".join(answer.body), answer.keep
 
 
+def _reusable(key: tuple[str, int]) -> tuple[socket.socket, float] | None:
+    """A kept connection that is young enough and has nothing waiting on it (a server that closed
+    it, or said something unasked, e.g. 408 on idle): otherwise closed, and None."""
+    kept = _idle.pop(key, None)
+    if kept is None:
+        return None
+    sock, since = kept
+    try:
+        stale = time.monotonic() - since > REUSE_SECONDS or bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        stale = True
+    if stale:
+        sock.close()
+        return None
+    return kept
+
+
 def _get(host: str, port: int, path: str, timeout: float) -> tuple[int, bytes]:
     key = (host, port)
-    request = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: reconciler-probe\r\n\r\n".encode()
+    where = f"[{host}]" if ":" in host else host  # an IPv6 literal
+    request = f"GET {path or '/'} HTTP/1.1\r\nHost: {where}:{port}\r\nUser-Agent: reconciler-probe\r\n\r\n".encode()
     deadline = time.monotonic() + timeout
-    sock = _idle.pop(key, None)
-    if sock is not None:
+    kept = _reusable(key)
+    sock = since = None
+    if kept is not None:
+        sock, since = kept
         try:
             status, body, keep = _exchange(sock, request, deadline)
         except (ConnectionResetError, BrokenPipeError):
-            sock.close()  # the server closed it while idle: once more, on a fresh connection
+            sock.close()  # the server closed it meanwhile: once more, on a fresh connection
             sock = None
         except BaseException:
             sock.close()
             raise
     if sock is None:
         sock = socket.create_connection(key, timeout=timeout)
+        since = time.monotonic()
         try:
             status, body, keep = _exchange(sock, request, deadline)
         except BaseException:
             sock.close()
             raise
-    if not (keep and len(_idle) < _keep_limit() and _idle.setdefault(key, sock) is sock):
+    if not (keep and len(_idle) < _keep_limit() and _idle.setdefault(key, (sock, since))[0] is sock):
         sock.close()  # not reusable, too many kept, or another thread kept one for this endpoint
     return status, body
 
@@ -177,6 +216,6 @@ def probe_units(units: Iterable[Unit]) -> dict[tuple[str, str, int], bool]:
 def _forget_idle(probed: set[tuple[str, int]]) -> None:
     """Connections to endpoints no longer probed (a worker gone) are closed."""
     for key in [k for k in _idle if k not in probed]:
-        conn = _idle.pop(key, None)
-        if conn is not None:
-            conn.close()
+        kept = _idle.pop(key, None)
+        if kept is not None:
+            kept[0].close()

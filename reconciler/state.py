@@ -217,7 +217,9 @@ class StateDir:
     def exit_status(self, name: str, unit: str, rank: int = 0) -> tuple[int, float] | None:
         p = self.recipe_dir(name) / "logs" / f"{unit}.{rank}.exit"
         try:
-            rc, ts = self.memo.read_text(p).split()
+            # opened each time, never from the memo: the launcher writes it on a compute node, and on
+            # NFS only an open revalidates (a stat may be answered from the attribute cache)
+            rc, ts = p.read_text().split()
             return int(rc), float(ts)
         except (OSError, ValueError):
             return None  # written atomically by the launcher; anything else is not a record

@@ -103,3 +103,11 @@ def test_refused_with_the_key_that_is_wrong(change, key, words):
     with pytest.raises(RecipeError) as e:
         load_text(text(**change), "atom.yaml", preflight=False)
     assert e.value.key == key and words in str(e.value), str(e.value)
+
+
+def test_atomesh_in_front_of_a_vllm_prefill_and_atom_decode_is_refused():
+    mixed = text(engine="atom").replace("engine: atom\n", "").replace(
+        "  prefill:\n", "  prefill:\n    engine: vllm\n").replace("  decode: {", "  decode: {engine: atom, ")
+    with pytest.raises(RecipeError) as e:
+        load_text(mixed, "atom.yaml", preflight=False)
+    assert e.value.key == "frontend.type" and "every role" in str(e.value) and "vllm" in str(e.value)

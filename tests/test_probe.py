@@ -126,3 +126,94 @@ def test_many_units_are_probed_by_the_bounded_pool_and_gone_endpoints_are_let_go
         assert not probe._idle  # nothing probed any more: nothing kept
     finally:
         s.close()
+
+
+class RawServer:
+    """Answers each connection with ``reply(conn)`` from a thread: for odd servers."""
+
+    def __init__(self, reply):
+        self.lst = socket.socket()
+        self.lst.bind(("127.0.0.1", 0))
+        self.lst.listen(16)
+        self.port = self.lst.getsockname()[1]
+        self.connections = 0
+
+        def serve():
+            while True:
+                try:
+                    conn, _ = self.lst.accept()
+                except OSError:
+                    return
+                self.connections += 1
+                threading.Thread(target=reply, args=(conn,), daemon=True).start()
+
+        threading.Thread(target=serve, daemon=True).start()
+
+    def close(self):
+        self.lst.close()
+
+
+def test_a_server_that_trickles_its_answer_is_cut_at_the_deadline():
+    def trickle(conn):
+        conn.recv(4096)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        try:
+            for _ in range(400):
+                conn.sendall(b"1\r\nx\r\n")
+                time.sleep(0.01)
+        except OSError:
+            pass
+        conn.close()
+
+    s = RawServer(trickle)
+    try:
+        t0 = time.monotonic()
+        assert probe.probe_one("127.0.0.1", s.port, "/health", timeout=0.5) is False
+        assert time.monotonic() - t0 < 1.5
+    finally:
+        s.close()
+
+
+def test_a_lax_server_bare_lf_and_both_framings_still_answers_ready():
+    def lax(conn):
+        conn.recv(4096)
+        conn.sendall(b"HTTP/1.1 200 OK\nContent-Length: 2\nConnection: close\n\nok")
+        conn.close()
+
+    s = RawServer(lax)
+    try:
+        assert probe.probe_one("127.0.0.1", s.port, "/health")
+    finally:
+        s.close()
+
+
+def test_a_connection_the_server_spoke_on_while_idle_is_not_read_as_the_answer(monkeypatch):
+    def answer_then_408(conn):
+        conn.recv(4096)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        time.sleep(0.05)
+        conn.sendall(b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        conn.close()
+
+    s = RawServer(answer_then_408)
+    try:
+        assert probe.probe_one("127.0.0.1", s.port, "/health")
+        kept = probe._idle[("127.0.0.1", s.port)][0]
+        import select
+
+        select.select([kept], [], [], 5)  # the 408 has arrived on the idle connection
+        assert probe.probe_one("127.0.0.1", s.port, "/health")  # a fresh connection, not the 408
+        assert s.connections == 2
+    finally:
+        s.close()
+
+
+def test_a_kept_connection_is_renewed_so_a_listener_that_stopped_accepting_is_seen(monkeypatch):
+    s = Server()
+    try:
+        assert probe.probe_one("127.0.0.1", s.port, "/health")
+        monkeypatch.setattr(probe, "REUSE_SECONDS", 0.0)
+        s.srv.socket.close()  # the listener is gone; the kept connection would still answer
+        assert probe.probe_one("127.0.0.1", s.port, "/health") is False
+    finally:
+        s.srv.shutdown()

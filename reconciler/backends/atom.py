@@ -40,7 +40,8 @@ class AtomBackend(Backend):
         fe = self.recipe.frontend.type
         if fe != "atomesh":
             raise TopologyError("frontend.type", f"engine atom requires frontend.type: atomesh (found {fe!r})")
-        for mode, role in self.recipe.roles.items():
+        for mode in self.own_modes():
+            role = self.recipe.roles.get(mode)
             managed = sorted(k for k in role.args if _norm(k) in MANAGED)
             if managed:
                 raise TopologyError(f"roles.{mode}.args.{managed[0]}", "set by the reconciler for ATOM (model, host, "
@@ -50,7 +51,7 @@ class AtomBackend(Backend):
                 raise TopologyError(f"roles.{mode}.args.{EXTRA_CONNECTORS}", "expected a list of connector mappings")
         endpoints = super().allocate_endpoints()
         for ep in endpoints:
-            if len(ep.nodes) > 1:
+            if ep.mode in self.own_modes() and len(ep.nodes) > 1:
                 raise TopologyError(f"roles.{ep.mode}", f"ATOM needs each logical worker on one Slurm node; "
                                     f"{ep.name} spans {len(ep.nodes)} (fewer GPUs per worker, or more per node)")
         return endpoints

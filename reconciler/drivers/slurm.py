@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 import subprocess
 import time
 from collections import Counter
@@ -17,6 +18,8 @@ SEP = "\x1f"  # unit separator: cannot appear in names we create, unlikely in an
 JOB_FIELDS = ["JobId", "Name", "State", "Reason", "NodeList", "NumNodes", "Comment", "TimeLeft", "SubmitTime"]
 CORE_FIELDS = 7  # a line without TimeLeft and SubmitTime (an older squeue) still parses
 TIMEOUT = 60
+# squeue prints times as the user's SLURM_TIME_FORMAT says (%s, relative...): ours parses ISO
+SLURM_ENV = {**os.environ, "SLURM_TIME_FORMAT": "standard"}
 
 
 class SlurmDriver:
@@ -35,7 +38,8 @@ class SlurmDriver:
         self.commands += 1
         self.tally[(argv[0], False)] += 1  # until it answers
         try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
+                               env=SLURM_ENV)
         except FileNotFoundError:
             raise DriverError(f"{argv[0]} not found on PATH: is this a Slurm login node? (or use --driver local)") from None
         except subprocess.TimeoutExpired:
