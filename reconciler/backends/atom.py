@@ -40,7 +40,7 @@ class AtomBackend(Backend):
         fe = self.recipe.frontend.type
         if fe != "atomesh":
             raise TopologyError("frontend.type", f"engine atom requires frontend.type: atomesh (found {fe!r})")
-        for mode in self.own_modes():
+        for mode in self._own_modes():
             role = self.recipe.roles.get(mode)
             managed = sorted(k for k in role.args if _norm(k) in MANAGED)
             if managed:
@@ -51,7 +51,7 @@ class AtomBackend(Backend):
                 raise TopologyError(f"roles.{mode}.args.{EXTRA_CONNECTORS}", "expected a list of connector mappings")
         endpoints = super().allocate_endpoints()
         for ep in endpoints:
-            if ep.mode in self.own_modes() and len(ep.nodes) > 1:
+            if ep.mode in self._own_modes() and len(ep.nodes) > 1:
                 raise TopologyError(f"roles.{ep.mode}", f"ATOM needs each logical worker on one Slurm node; "
                                     f"{ep.name} spans {len(ep.nodes)} (fewer GPUs per worker, or more per node)")
         return endpoints

@@ -111,7 +111,7 @@ class Backend:
 
     supported_modes: ClassVar[tuple[Mode, ...]] = MODES
 
-    def own_modes(self) -> list[Mode]:
+    def _own_modes(self) -> list[Mode]:
         """The recipe's roles this engine runs (per-role engines of several types: only its own)."""
         r = self.recipe
         return [m for m, _ in r.roles.items() if r.backend_for(m).type == self.type]

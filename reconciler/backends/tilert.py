@@ -30,7 +30,7 @@ class TileRTBackend(Backend):
     served_model_name: str | None = None
 
     def allocate_endpoints(self) -> list[Endpoint]:
-        for mode in self.own_modes():
+        for mode in self._own_modes():
             args = self.recipe.roles.get(mode).args
             owned = sorted(k for k in args if _norm(k) in OWNED)
             if owned:
@@ -38,7 +38,7 @@ class TileRTBackend(Backend):
                                     "http-port, ctrl-port): remove it")
         endpoints = super().allocate_endpoints()
         for ep in endpoints:
-            if ep.mode in self.own_modes() and (ep.mode != "decode" or len(ep.nodes) > 1):
+            if ep.mode in self._own_modes() and (ep.mode != "decode" or len(ep.nodes) > 1):
                 raise TopologyError(f"roles.{ep.mode}", "TileRT supports single-node decode workers only (the "
                                     "prefill role runs its own engine: roles.prefill.engine: vllm)")
         return endpoints

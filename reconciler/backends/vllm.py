@@ -160,7 +160,7 @@ class VLLMBackend(Backend):
         return argv + cli_args(args)
 
     def allocate_endpoints(self):
-        for mode in self.own_modes():
+        for mode in self._own_modes():
             self._parallel(mode)  # a parallel size that is not a number is the recipe's error, at load
         return super().allocate_endpoints()
 
