@@ -29,7 +29,7 @@ import httptools
 from reconciler.units import Unit
 
 TIMEOUT = 1.0  # per probe, connect to last byte
-CONCURRENCY = 32  # probes in flight at once (an unreachable worker holds one for TIMEOUT)
+CONCURRENCY = 16  # probes in flight at once (an unreachable worker holds one for TIMEOUT)
 BODY_LIMIT = 65536
 REUSE_SECONDS = 30.0  # a kept connection is replaced at least this often: the listener is tested too
 _pool = ThreadPoolExecutor(max_workers=CONCURRENCY, thread_name_prefix="probe")
