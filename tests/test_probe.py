@@ -3,6 +3,8 @@ delimited by the connection's end, a hung worker, and the bounded pool — again
 
 from __future__ import annotations
 
+import contextlib
+import select
 import socket
 import threading
 import time
@@ -153,6 +155,15 @@ class RawServer:
         self.lst.close()
 
 
+@contextlib.contextmanager
+def raw_server(reply):
+    s = RawServer(reply)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
 def test_a_server_that_trickles_its_answer_is_cut_at_the_deadline():
     def trickle(conn):
         conn.recv(4096)
@@ -165,13 +176,10 @@ def test_a_server_that_trickles_its_answer_is_cut_at_the_deadline():
             pass
         conn.close()
 
-    s = RawServer(trickle)
-    try:
+    with raw_server(trickle) as s:
         t0 = time.monotonic()
         assert probe.probe_one("127.0.0.1", s.port, "/health", timeout=0.5) is False
         assert time.monotonic() - t0 < 1.5
-    finally:
-        s.close()
 
 
 def test_a_lax_server_bare_lf_and_both_framings_still_answers_ready():
@@ -180,14 +188,11 @@ def test_a_lax_server_bare_lf_and_both_framings_still_answers_ready():
         conn.sendall(b"HTTP/1.1 200 OK\nContent-Length: 2\nConnection: close\n\nok")
         conn.close()
 
-    s = RawServer(lax)
-    try:
+    with raw_server(lax) as s:
         assert probe.probe_one("127.0.0.1", s.port, "/health")
-    finally:
-        s.close()
 
 
-def test_a_connection_the_server_spoke_on_while_idle_is_not_read_as_the_answer(monkeypatch):
+def test_a_connection_the_server_spoke_on_while_idle_is_not_read_as_the_answer():
     def answer_then_408(conn):
         conn.recv(4096)
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
@@ -195,17 +200,12 @@ def test_a_connection_the_server_spoke_on_while_idle_is_not_read_as_the_answer(m
         conn.sendall(b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         conn.close()
 
-    s = RawServer(answer_then_408)
-    try:
+    with raw_server(answer_then_408) as s:
         assert probe.probe_one("127.0.0.1", s.port, "/health")
         kept = probe._idle[("127.0.0.1", s.port)][0]
-        import select
-
         select.select([kept], [], [], 5)  # the 408 has arrived on the idle connection
         assert probe.probe_one("127.0.0.1", s.port, "/health")  # a fresh connection, not the 408
         assert s.connections == 2
-    finally:
-        s.close()
 
 
 def test_a_kept_connection_is_renewed_so_a_listener_that_stopped_accepting_is_seen(monkeypatch):
