@@ -27,11 +27,12 @@ DEBOUNCE = 0.5  # seconds a file must be unchanged before it is applied (an edit
 
 def load_manifests(directory: Path, state: StateDir, now: float | None = None, debounce: float = DEBOUNCE,
                    cluster: Cluster | None = None, cache: dict | None = None) -> Manifests:
-    """Read every recipe file (``cache``, kept by a long-lived caller: a file whose inode, size and
-    mtime are as when it last loaded cleanly is not parsed again). An invalid file keeps its recipe on the last spec applied from it
+    """Read every recipe file. An invalid file keeps its recipe on the last spec applied from it
     (state/<name>/last-applied.yaml); two files with one recipe name: the first wins. A file
     modified less than ``debounce`` seconds ago is not read yet: its recipe stays on its last
-    applied spec (a new file waits), so a half-written file is never applied."""
+    applied spec (a new file waits), so a half-written file is never applied. ``cache`` (kept by
+    a long-lived caller): a file whose inode, size and mtime are as when it last loaded cleanly
+    is not parsed again."""
     m = Manifests()
     known = state.files()
     files = iter_recipe_files([directory]) if directory.is_dir() else []
