@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -80,8 +81,6 @@ class TextMemo:
 
     def json_differs(self, path: Path, data: object) -> bool:
         """False when ``data`` is what this process last wrote there and the file is untouched since."""
-        import json
-
         try:
             sig = self._sig(path)
         except FileNotFoundError:
@@ -92,8 +91,6 @@ class TextMemo:
     def write_json_if_changed(self, path: Path, data: object, indent: int = 2) -> bool:
         """Compared in compact form first (C-encoded, cheap); the indented text (Python-encoded,
         not cheap) is made only when the content changed."""
-        import json
-
         compact = json.dumps(data, separators=(",", ":"))
         key = str(path)
         try:
