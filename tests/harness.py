@@ -34,10 +34,12 @@ def scancel(job_or_step: str) -> None:
 
 def _port_ranges() -> itertools.cycle:
     """This process's 100-port ranges: under pytest-xdist each worker cycles through its own slice
-    of 21000-31800, so two tests running at once never share a port range."""
+    of 21000-31800 (or $RECONCILER_TEST_PORTS), so two tests running at once never share a port range."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     n = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
-    starts = list(range(21000, 31800, 100))
+    # RECONCILER_TEST_PORTS=LO-HI narrows the span, so two test runs on one machine can keep apart
+    lo, _, hi = os.environ.get("RECONCILER_TEST_PORTS", "21000-31800").partition("-")
+    starts = list(range(int(lo), int(hi), 100))
     mine = starts[int(worker.removeprefix("gw") or 0) % n::n]
     return itertools.cycle(mine)
 
