@@ -25,7 +25,8 @@ from reconciler.frontends import frontend_unit
 from reconciler.services import discovery_of, resolve
 from reconciler.services.units import ADDRESSED_KINDS, discovery_env, mooncake_wiring, service_units
 from reconciler.units import FRONTEND, _container, runtime_for, worker_units
-from reconciler.world import Alloc, AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy
+from reconciler.core.slots import choose_slots, surge_flips
+from reconciler.world import Alloc, AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy, Step
 
 
 # the frontend and the services: cheap to restart, and every request goes through them
@@ -64,10 +65,11 @@ def build(
     for name, r in recipes.items():
         allocs = observed.allocs_of(name)
         try:
+            steps = observed.steps_of(name)
             if cache is None:
-                out[name] = build_recipe(r, allocs, ports, state_dir, python)
+                out[name] = build_recipe(r, allocs, ports, state_dir, python, steps)
             else:
-                out[name] = _cached(cache, r, allocs, ports, state_dir, python, owned.get(name, ()))
+                out[name] = _cached(cache, r, allocs, steps, ports, state_dir, python, owned.get(name, ()))
             if name in suspended or r.reconcile.suspend:
                 out[name] = replace(out[name], suspended=True)  # fully computed, never acted on
         except PortsExhausted as e:
@@ -80,17 +82,19 @@ def build(
     return Desired(out, manifests_seen, held, allow_empty)
 
 
-def _cached(cache: dict, r: Recipe, allocs: list[Alloc], ports: NodePortAllocator, state_dir: Path,
-            python: str, owned: tuple) -> DesiredRecipe:
-    """The cached build while its spec, allocations and ports (``owned``: what it holds now) are unchanged."""
+def _cached(cache: dict, r: Recipe, allocs: list[Alloc], steps: list[Step], ports: NodePortAllocator,
+            state_dir: Path, python: str, owned: tuple) -> DesiredRecipe:
+    """The cached build while its spec, allocations, ports (``owned``: what it holds now) and the
+    life slots and specs its steps run (which pick each worker's slot) are unchanged."""
     name = r.name
     hit = cache.get(name)
     # the same spec object as last time (the manifest cache hands out the same one): same generation
     gen = hit[0][0] if hit is not None and hit[2] is r else generation(r)
-    key = (gen, tuple(sorted((a.job_id, a.index, a.start, a.count, a.state, a.nodes) for a in allocs)), owned)
+    lives = frozenset((s.role, s.index, s.slot, s.job_id, s.spec_hash) for s in steps)
+    key = (gen, tuple(sorted((a.job_id, a.index, a.start, a.count, a.state, a.nodes) for a in allocs)), lives, owned)
     if hit is None or hit[0] != key:
-        built = build_recipe(r, allocs, ports, state_dir, python)
-        hit = ((*key[:2], ports.owned_by_recipe(name)), built, r)  # the ports it now holds
+        built = build_recipe(r, allocs, ports, state_dir, python, steps)
+        hit = ((*key[:3], ports.owned_by_recipe(name)), built, r)  # the ports it now holds
         cache[name] = hit
     elif hit[2] is not r:
         cache[name] = (hit[0], hit[1], r)
@@ -98,9 +102,13 @@ def _cached(cache: dict, r: Recipe, allocs: list[Alloc], ports: NodePortAllocato
 
 
 def build_recipe(
-    recipe: Recipe, allocs: list[Alloc], ports: NodePortAllocator, state_dir: Path, python: str
+    recipe: Recipe, allocs: list[Alloc], ports: NodePortAllocator, state_dir: Path, python: str,
+    steps: list[Step] | None = None,
 ) -> DesiredRecipe:
+    """``steps``: the recipe's observed steps; they tell each worker's life slot (``core.slots``)."""
+    steps = steps or []
     gen = generation(recipe)
+    rollout = recipe.reconcile.rollout
     endpoints = recipe.allocate_endpoints()
     live = _dedupe([a for a in allocs if a.live])
     specs, keep, placement, unplaceable = place(recipe, endpoints, live)
@@ -129,7 +137,7 @@ def build_recipe(
         waiting += [(ep.mode, ep.index) for ep in placed]
         placed = []
     wiring = mooncake_wiring(recipe, svc_specs, head, ports, runtime.config_dir, runtime.served_model_name)
-    units = worker_units(recipe, placed, hostnames, ports, runtime, disc_env, wiring) if placed else []
+    units, previous = _worker_lives(recipe, placed, hostnames, ports, runtime, disc_env, wiring, steps, job_of)
     fe = None
     services: list = []
     if head is not None:
@@ -154,7 +162,31 @@ def build_recipe(
                  **{r: FAST_RESTART for r in (FRONTEND, *(s.role for s in svc_specs))}},
         startup_grace=recipe.health_check.max_attempts * recipe.health_check.interval_seconds,
         liveness_failures=recipe.reconcile.liveness_failures, services=tuple(services), gates=gates,
+        max_surge=rollout.max_surge, surge_pickup_seconds=rollout.pickup_seconds,
+        surge_drain_seconds=rollout.drain_seconds, previous=previous,
     )
+
+
+def _worker_lives(recipe: Recipe, placed: list[Endpoint], hostnames: dict[int, str], ports: NodePortAllocator,
+                  runtime, disc_env, wiring, steps: list[Step], job_of: dict) -> tuple[list, dict]:
+    """The workers' units, each in the life slot ``core.slots`` picks; and for those whose new life
+    surges into the other slot, the old life (the unit in its old slot: ports, URL) as ``previous``."""
+    if not placed:
+        return [], {}
+    steps = [s for s in steps if recipe.roles.get(s.role) is not None]
+    owners = ports.owners() if any((ep.mode, ep.index) not in {(s.role, s.index) for s in steps} for ep in placed) \
+        else set()
+    held = {(ep.mode, ep.index): (f"{recipe.name}/{ep.name}" in owners, f"{recipe.name}/{ep.name}@b" in owners)
+            for ep in placed}
+    slot = choose_slots([(ep.mode, ep.index) for ep in placed], steps, job_of, held)
+    placed = [replace(ep, slot=slot[(ep.mode, ep.index)]) for ep in placed]
+    units = worker_units(recipe, placed, hostnames, ports, runtime, disc_env, wiring)
+    flips = surge_flips(units, steps, job_of, recipe.reconcile.rollout.max_surge)
+    if not flips:
+        return units, {}
+    old = {(u.role, u.index): u for u in units}
+    placed = [replace(ep, slot=1 - ep.slot) if (ep.mode, ep.index) in flips else ep for ep in placed]
+    return worker_units(recipe, placed, hostnames, ports, runtime, disc_env, wiring), {k: old[k] for k in flips}
 
 
 def _dedupe(allocs: list[Alloc]) -> list[Alloc]:

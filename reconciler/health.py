@@ -81,7 +81,7 @@ class HealthTracker:
             return
         patterns = [re.compile(p) for p in unit.fatal_patterns]
         for launch in unit.launches:
-            path = step_log_paths(self.state_root, unit.recipe, unit.name, launch.rank).log
+            path = step_log_paths(self.state_root, unit.recipe, unit.life, launch.rank).log
             try:
                 st = os.stat(path)
                 inode, offset = life.offsets.get(launch.rank, (st.st_ino, 0))

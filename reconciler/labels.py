@@ -30,7 +30,7 @@ _NAME = r"[A-Za-z0-9][A-Za-z0-9_.~-]*"
 TAG_MAX = 48
 _JOB = re.compile(rf"^rcl:(?P<owner>[a-z0-9-]+):(?P<recipe>{_NAME}):a(?P<index>\d+)$")
 _STEP = re.compile(
-    rf"^rcl:(?P<owner>[a-z0-9-]+):(?P<recipe>{_NAME}):(?P<role>[a-z][a-z0-9-]*):(?P<index>\d+):(?P<rank>\d+):(?P<hash>[0-9a-f]+)$"
+    rf"^rcl:(?P<owner>[a-z0-9-]+):(?P<recipe>{_NAME}):(?P<role>[a-z][a-z0-9-]*):(?P<index>\d+)(?P<slot>b?):(?P<rank>\d+):(?P<hash>[0-9a-f]+)$"
 )
 _COMMENT = re.compile(
     r"\breconciler/v1 owner=(?P<owner>\S+) recipe=(?P<recipe>\S+) alloc=(?P<index>\d+) start=(?P<start>\d+)"
@@ -53,6 +53,7 @@ class StepLabel:
     index: int
     rank: int
     spec_hash: str
+    slot: int = 0  # which of the unit's two life slots (ports, log files) this step runs in
 
 
 def default_owner(state_dir: Path) -> str:
@@ -95,8 +96,9 @@ def parse_job(name: str, comment: str, owner: str) -> JobLabel | None:
     return JobLabel(c["recipe"], int(n["index"]), int(c["start"]), int(c["count"]))
 
 
-def step_name(owner: str, recipe: str, role: str, index: int, rank: int, spec_hash: str) -> str:
-    return f"{MARKER}:{owner}:{recipe_tag(recipe)}:{role}:{index}:{rank}:{spec_hash}"
+def step_name(owner: str, recipe: str, role: str, index: int, rank: int, spec_hash: str, slot: int = 0) -> str:
+    # slot 0 is written as before ("...:3:0:hash"), so steps labelled by older versions stay ours
+    return f"{MARKER}:{owner}:{recipe_tag(recipe)}:{role}:{index}{'b' if slot else ''}:{rank}:{spec_hash}"
 
 
 def parse_step(name: str, owner: str, recipes: dict[str, str] | None = None) -> StepLabel | None:
@@ -108,7 +110,7 @@ def parse_step(name: str, owner: str, recipes: dict[str, str] | None = None) -> 
     if "~" in recipe and recipes is not None:
         # an abbreviation no allocation of this read explains: never guess (it would look deleted)
         return None
-    return StepLabel(recipe, m["role"], int(m["index"]), int(m["rank"]), m["hash"])
+    return StepLabel(recipe, m["role"], int(m["index"]), int(m["rank"]), m["hash"], 1 if m["slot"] else 0)
 
 
 def tags(recipes: list[str] | set[str]) -> dict[str, str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from reconciler.drivers.base import step_log_paths
 from reconciler.errors import ReconcilerError
 from reconciler.timefmt import iso
-from reconciler.units import SERVICE_PREFIX
+from reconciler.units import SERVICE_PREFIX, life_name
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -104,22 +104,32 @@ def log_path(state: Path, recipe: str, role: str, index: int, rank: int = 0, pre
     unit = f"{role}_{index}"
     if unit not in units and f"{SERVICE_PREFIX}{role}_{index}" in units:
         unit = f"{SERVICE_PREFIX}{role}_{index}"  # `logs NAME etcd` means the etcd service
-    log = step_log_paths(state, recipe, unit, rank).log
+    # a unit's lives alternate between two slots (a surge life runs beside the old one): the
+    # current life is the slot written last, the previous one its rotated log or the other slot
+    lives = sorted((step_log_paths(state, recipe, life_name(unit, s), rank).log for s in (0, 1)), key=_mtime, reverse=True)
+    log = lives[0]
     if unit not in units or not (log.exists() or log.with_name(log.name + ".1").exists()):
         have = ", ".join(sorted(units)) or "none yet"
         raise ReconcilerError(f"no log for {recipe} {unit} (rank {rank}) in {log.parent}; units with logs: {have}")
     if previous:
-        prev = log.with_name(log.name + ".1")
-        if not prev.exists():
+        prev = max((p for p in (log.with_name(log.name + ".1"), lives[1]) if p.exists()), key=_mtime, default=None)
+        if prev is None:
             raise ReconcilerError(f"{recipe} {unit} has no previous life's log (it was launched once)")
         return prev
     return log
 
 
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:
+        return -1.0
+
+
 def known_units(state: Path, recipe: str) -> set[str]:
     d = Path(state).absolute() / recipe / "logs"
     try:
-        return {p.name.split(".")[0] for p in d.iterdir() if ".log" in p.name}
+        return {p.name.split(".")[0].removesuffix("@b") for p in d.iterdir() if ".log" in p.name}
     except FileNotFoundError:
         return set()
 

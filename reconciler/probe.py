@@ -197,8 +197,9 @@ def _probe(u: Unit) -> bool:
     return probe_one(u.nodes[0], u.health_port, u.health_path, status=int(u.probe_arg or 200))
 
 
-def probe_units(units: Iterable[Unit]) -> dict[tuple[str, str, int], bool]:
-    """Ready per unit key, for every unit probed here (``log`` units are the tracker's)."""
+def probe_units(units: Iterable[Unit], forget_idle: bool = True) -> dict[tuple[str, str, int], bool]:
+    """Ready per unit key, for every unit probed here (``log`` units are the tracker's).
+    ``forget_idle``: drop kept connections to anything not probed now (the tick's main probe)."""
     todo = [u for u in units if u.probe != "log" and (u.health_port or u.probe in ("started", "file"))]
     out: dict[tuple[str, str, int], bool] = {}
     queue = iter(todo)  # shared by the threads; next() on it is atomic under the GIL
@@ -209,7 +210,8 @@ def probe_units(units: Iterable[Unit]) -> dict[tuple[str, str, int], bool]:
 
     for f in [_pool.submit(drain) for _ in range(min(CONCURRENCY, len(todo)))]:
         f.result()
-    _forget_idle({(u.nodes[0], u.health_port) for u in todo if u.health_port})
+    if forget_idle:
+        _forget_idle({(u.nodes[0], u.health_port) for u in todo if u.health_port})
     return out
 
 

@@ -49,10 +49,16 @@ class Endpoint:
     nodes: tuple[int, ...]  # node ordinals, leader first
     gpus: tuple[int, ...]  # GPU indices used on each of its nodes
     gpus_per_node: int
+    slot: int = 0  # the life slot its ports belong to (units.life_name): a surge life takes the other
 
     @property
     def name(self) -> str:
         return f"{self.mode}_{self.index}"
+
+    @property
+    def life(self) -> str:
+        """The port owner's unit part: the name, or ``<name>@b`` in slot 1."""
+        return f"{self.name}@b" if self.slot else self.name
 
     @property
     def total_gpus(self) -> int:

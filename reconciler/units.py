@@ -74,6 +74,7 @@ class Unit:
     critical: bool = False
     worker_api: str = ""  # a frontend whose worker set the shell keeps in step with readiness: "sglang-router"
     scheme: str = "http"  # how a router reaches it: http, or grpc (Backend.is_grpc_mode)
+    slot: int = 0  # which of its two life slots (ports, log files): a surge life takes the other one
 
     @property
     def is_service(self) -> bool:
@@ -84,12 +85,23 @@ class Unit:
         return f"{self.role}_{self.index}"
 
     @property
+    def life(self) -> str:
+        return life_name(self.name, self.slot)
+
+    @property
     def key(self) -> tuple[str, str, int]:
         return (self.recipe, self.role, self.index)
 
     @property
     def url(self) -> str | None:
         return f"{self.scheme}://{self.nodes[0]}:{self.health_port}" if self.health_port else None
+
+
+def life_name(unit: str, slot: int) -> str:
+    """A unit has two life slots, so that a surge life can run beside the old one: slot 0 is the
+    unit's own name (as before slots existed), slot 1 ``<name>@b``. Its ports are owned by
+    ``<recipe>/<life>``, and its logs and exit records are ``logs/<life>.<rank>.*``."""
+    return f"{unit}@b" if slot else unit
 
 
 def spec_hash(
@@ -222,7 +234,7 @@ def worker_units(
         units.append(Unit(
             recipe=recipe.name, role=ep.mode, index=ep.index, ordinals=ep.nodes, nodes=hosts, gpus=ep.gpus,
             ports=dict(ps[0].ports), launches=launches_t, container=role_container, files=files,
-            health_port=ps[0].ports.get(probe.port_name), health_path=probe.path,
+            health_port=ps[0].ports.get(probe.port_name), health_path=probe.path, slot=ep.slot,
             metrics_path=backend.prometheus_metrics_path, fatal_patterns=patterns, probe=probe.kind,
             srun_options=srun_opts, spec_hash=spec_hash(launches_t, role_container, files, srun_opts),
             scheme="grpc" if backend.is_grpc_mode() else "http",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from collections.abc import Mapping
 
-from reconciler.units import Unit
+from reconciler.units import Unit, life_name
 
 LIVE_JOB_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING"})
 
@@ -55,6 +55,12 @@ class Step:
     nodes: tuple[str, ...] = ()
     pending: bool = False  # launched by us but not yet visible in squeue
     terminating: bool = False  # we cancelled it moments ago; it is still shutting down
+    slot: int = 0  # the unit's life slot: a surge life runs beside the old one in the other slot
+
+    @property
+    def life(self) -> str:
+        """The life's name: its log and exit files and its port owner (``units.life_name``)."""
+        return life_name(f"{self.role}_{self.index}", self.slot)
 
     @property
     def cancellable(self) -> bool:
@@ -123,6 +129,7 @@ class Observed:
     ready: Mapping[tuple[str, str, int], bool] = field(default_factory=dict)  # unit key -> health probe ok
     health: Mapping[tuple[str, str, int], UnitHealth] = field(default_factory=dict)
     action_failures: Mapping[str, ActionFailures] = field(default_factory=dict)  # recipe -> its failed actions
+    previous_ready: Mapping[tuple[str, str, int], bool] = field(default_factory=dict)  # unit key -> its old life's probe
 
     @cached_property
     def _index(self) -> dict[str, tuple[list[Alloc], list[Step]]]:
@@ -191,6 +198,14 @@ class DesiredRecipe:
     services: tuple[Unit, ...] = ()  # service instances placed on the head allocation
     # service roles that must be Ready before anything of a later phase starts: phase -> roles
     gates: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    max_surge: int = 0  # extra lives per role during a rollout (reconcile.rollout.max_surge)
+    # a surge life that is Ready stays beside the old one this long before the old leaves the
+    # routers (they pick up new workers), then the old one drains this long before it is stopped
+    surge_pickup_seconds: float = 2.0
+    surge_drain_seconds: float = 3.0
+    # (role, index) -> the old life a surge life replaces: its ports, URL and health port (the
+    # unit in the old slot), so that it is probed and routed until the new one takes over
+    previous: Mapping[tuple[str, int], Unit] = field(default_factory=dict)
 
     def policy(self, role: str) -> RestartPolicy:
         return self.restart.get(role, RestartPolicy())

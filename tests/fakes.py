@@ -10,7 +10,7 @@ from reconciler.desired import build
 from reconciler.core.plan import CancelAlloc, CancelStep, LaunchStep, Plan, SubmitAlloc, plan
 from reconciler.ports import NodePortAllocator
 from reconciler.recipe.load import load_text
-from reconciler.world import Alloc, Desired, Observed, Step
+from reconciler.world import Alloc, Desired, Observed, Step, UnitHealth
 
 STATE = Path("/state")
 
@@ -33,9 +33,24 @@ class FakeCluster:
     _steps: dict = field(default_factory=dict)
     node_names: str = "n{}"
 
-    def observed(self) -> Observed:
-        ready = {s.unit_key: True for s in self.steps.values() if s.unit_key not in self.unready}
-        return Observed(tuple(self.allocs.values()), tuple(self.steps.values()), ready, dict(self.health))
+    def observed(self, desired: Desired | None = None) -> Observed:
+        """Every step answers its probe unless its unit key (or (unit key, slot)) is in ``unready``.
+        With ``desired``, a unit is Ready when a step runs in its desired slot, and a surging
+        worker's old life when one runs in the old slot; a Ready unit without a given health has
+        been Ready for long (its successor's hand-over is due)."""
+        def up(s: Step) -> bool:
+            return s.unit_key not in self.unready and (s.unit_key, s.slot) not in self.unready
+
+        if desired is None:
+            ready = {s.unit_key: True for s in self.steps.values() if up(s)}
+            return Observed(tuple(self.allocs.values()), tuple(self.steps.values()), ready, dict(self.health))
+        slot = {u.key: u.slot for d in desired.recipes.values() for u in d.all_units}
+        old = {u.key: u.slot for d in desired.recipes.values() for u in d.previous.values()}
+        ready = {s.unit_key: True for s in self.steps.values() if up(s) and slot.get(s.unit_key, 0) == s.slot}
+        prev = {s.unit_key: True for s in self.steps.values() if up(s) and old.get(s.unit_key) == s.slot}
+        health = {k: UnitHealth(launches=1, was_ready=True, ready_since=-1e6) for k in ready} | self.health
+        return Observed(tuple(self.allocs.values()), tuple(self.steps.values()), ready, health,
+                        previous_ready=prev)
 
     def desired(self, recipes: dict, manifests_seen: int | None = None, allow_empty: bool = False) -> Desired:
         seen = len(recipes) if manifests_seen is None else manifests_seen
@@ -45,7 +60,7 @@ class FakeCluster:
     def plan(self, recipes: dict, allow_empty: bool = False, manifests_seen: int | None = None,
              now: float = 0.0) -> Plan:
         desired = self.desired(recipes, manifests_seen, allow_empty)
-        return plan(desired, self.observed(), now)
+        return plan(desired, self.observed(desired), now)
 
     def apply(self, p: Plan) -> None:
         for a in p.actions:
@@ -60,7 +75,8 @@ class FakeCluster:
                 self._steps[a.job_id] = n + 1
                 u = a.unit
                 sid = f"{a.job_id}.{n}"
-                self.steps[sid] = Step(sid, u.recipe, u.role, u.index, a.launch.rank, u.spec_hash, a.launch.nodes)
+                self.steps[sid] = Step(sid, u.recipe, u.role, u.index, a.launch.rank, u.spec_hash, a.launch.nodes,
+                                       slot=u.slot)
             elif isinstance(a, CancelStep):
                 self.steps.pop(a.step_id, None)
             elif isinstance(a, CancelAlloc):

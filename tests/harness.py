@@ -47,6 +47,13 @@ def _port_ranges() -> itertools.cycle:
 _ranges = _port_ranges()
 
 
+def _newer(a: str, b: str) -> bool:
+    """Whether step (or pid) ``a`` is newer than ``b``."""
+    def num(s: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in s.replace("_", ".").split(".") if x.isdigit())
+    return num(a) > num(b)
+
+
 class Harness:
     def __init__(self, tmp: Path, driver: str):
         self.tmp = tmp
@@ -125,16 +132,24 @@ class Harness:
 
     # ---------------------------------------------------------------- the cluster, read directly
     def steps(self, recipe: str) -> dict[str, tuple[str, str]]:
-        """unit name -> (step id, node) of the recipe's live steps, from the cluster itself."""
-        out = {}
+        """unit name -> (step id, node) of the recipe's live steps, from the cluster itself. A unit
+        has two life slots (a surge life runs beside the old one): then its newest step is given."""
+        out: dict[str, tuple[str, str]] = {}
+        slot_of: dict[str, str] = {}
+
+        def put(unit: str, slot: str, sid: str, node: str) -> None:
+            if unit in out:
+                assert slot_of[unit] != slot, f"duplicate step for {unit}: {out[unit]} and {sid}"
+                if _newer(out[unit][0], sid):
+                    return
+            out[unit], slot_of[unit] = (sid, node), slot
+
         if self.driver == "slurm":
             for line in sh("squeue", "-h", "-s", "-o", "%i|%j|%N").splitlines():
                 sid, name, node = line.split("|")
                 parts = name.split(":")
                 if len(parts) == 7 and parts[0] == "rcl" and parts[1] == self.owner and parts[2] == labels.recipe_tag(recipe):
-                    key = f"{parts[3]}_{parts[4]}"
-                    assert key not in out, f"duplicate step for {key}: {out[key]} and {sid}"
-                    out[key] = (sid, node)
+                    put(f"{parts[3]}_{parts[4].rstrip('b')}", parts[4][-1], sid, node)
         else:
             for pid in os.listdir("/proc"):
                 if not pid.isdigit():
@@ -147,9 +162,19 @@ class Harness:
                     status = Path(cmd[4].decode())
                     if status.parent.parent.name == recipe and status.is_relative_to(self.state.absolute()):
                         unit = status.name.split(".")[0]
-                        assert unit not in out, f"duplicate process for {unit}"
-                        out[unit] = (pid, "localhost")
+                        put(unit.removesuffix("@b"), unit[-1], pid, "localhost")
         return out
+
+    def lives(self, recipe: str) -> list[tuple[str, int, str]]:
+        """(unit, slot, step id) of every live step of the recipe, on Slurm: both lives of a
+        surging worker are listed."""
+        out = []
+        for line in sh("squeue", "-h", "-s", "-o", "%i|%j").splitlines():
+            sid, name = line.split("|")
+            parts = name.split(":")
+            if len(parts) == 7 and parts[:3] == ["rcl", self.owner, labels.recipe_tag(recipe)]:
+                out.append((f"{parts[3]}_{parts[4].rstrip('b')}", int(parts[4].endswith("b")), sid))
+        return sorted(out)
 
     def jobs(self, recipe: str) -> list[str]:
         if self.driver == "slurm":

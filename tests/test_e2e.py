@@ -231,10 +231,11 @@ def test_a_launch_slurm_rejects_is_reported_not_hidden(tmp_path):
         h.cleanup()
 
 
-def test_rollout_replaces_one_at_a_time_and_is_not_a_restart(h):
+def test_rollout_without_surge_replaces_one_at_a_time_and_is_not_a_restart(h):
     name = h.name("roll")
     f = h.manifests / f"{name}.yaml"
-    text = KEEP.format(name=name).replace("workers: 1, gpus: 1", "workers: 2, gpus: 1")
+    text = KEEP.format(name=name).replace("workers: 1, gpus: 1", "workers: 2, gpus: 1") + \
+        "reconcile: {rollout: {max_surge: 0, max_unavailable: 1}}\n"
     f.write_text(text)
     h.start()
     before = h.wait_steps(name, {"agg_0", "agg_1"})

@@ -158,11 +158,11 @@ def test_foreign_jobs_are_never_seen_by_plan():
     assert [(s.step_id, s.role, s.index) for s in steps] == [("9.3", "agg", 1)]
 
 
-def test_spec_change_rolls_one_worker_at_a_time_gated_on_ready():
+def test_spec_change_without_surge_rolls_one_worker_at_a_time_gated_on_ready():
     c = FakeCluster()
-    c.converge(agg(3))
-    new = agg(3, extra="reconcile: {}\n").copy()
-    new = {"r": recipe((AGG % {"workers": 3, "gpus": 1, "frontend": "none", "extra": ""}).replace(
+    no_surge = "reconcile: {rollout: {max_surge: 0, max_unavailable: 1}}"
+    c.converge(agg(3, extra=no_surge))
+    new = {"r": recipe((AGG % {"workers": 3, "gpus": 1, "frontend": "none", "extra": no_surge}).replace(
         "engine: mocker", "engine: {type: mocker, speedup_ratio: 7}"), "r")}
     p = c.plan(new)
     assert kinds(p) == ["CancelStep"] and p.actions[0].unit == "agg_0"
@@ -395,8 +395,10 @@ def test_worker_not_ready_within_startup_grace_is_stopped():
 
 def test_rollout_replacements_skip_the_restart_policy():
     c = FakeCluster()
-    c.converge(agg(1, extra=RESTART))
-    changed = agg(1, extra=RESTART + "environment: {X: '1'}\n")
+    no_surge = "reconcile: {liveness_failures: 2, rollout: {max_surge: 0, max_unavailable: 1}}\n"
+    base = RESTART.replace("reconcile: {liveness_failures: 2}\n", no_surge)
+    c.converge(agg(1, extra=base))
+    changed = agg(1, extra=base + "environment: {X: '1'}\n")
     p = c.plan(changed)
     assert kinds(p) == ["CancelStep"] and p.actions[0].replace
 
@@ -429,8 +431,9 @@ def test_a_step_we_just_cancelled_is_not_cancelled_again_and_blocks_its_relaunch
     import dataclasses
 
     c = FakeCluster()
-    c.converge(agg(1))
-    changed = agg(1, extra="environment: {X: '1'}\n")
+    no_surge = "reconcile: {rollout: {max_surge: 0, max_unavailable: 1}}\n"
+    c.converge(agg(1, extra=no_surge))
+    changed = agg(1, extra=no_surge + "environment: {X: '1'}\n")
     p = c.plan(changed)
     assert kinds(p) == ["CancelStep"]
     (sid,) = list(c.steps)

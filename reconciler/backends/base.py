@@ -86,7 +86,7 @@ class Backend:
         out: list[Process] = []
         for ep in endpoints:
             hosts = tuple(hostnames[n] for n in ep.nodes)
-            owner = f"{owner_prefix}{ep.name}"
+            owner = f"{owner_prefix}{ep.life}"
             # ports the endpoint needs once, on its leader, shared by every rank; rendezvous
             # ports only when it spans nodes
             names = self.endpoint_port_names(ep) + (self.leader_port_names(ep.mode) if len(hosts) > 1 else ())

@@ -81,7 +81,7 @@ class TRTLLMBackend(Backend):
         out = []
         for ep in endpoints:
             hosts = tuple(hostnames[n] for n in ep.nodes)
-            owner = f"{owner_prefix}{ep.name}"
+            owner = f"{owner_prefix}{ep.life}"
             p = {name: ports.allocate(hosts[0], owner, name) for name in self.port_names(ep.mode)}
             out.append(Process(ep, hosts[0], 0, hosts[0], hosts, p))
         return out

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from reconciler.ports import NodePortAllocator
+from reconciler.units import life_name
 from reconciler.world import Desired, Observed
 
 BLOCK_SECONDS = 3600.0
@@ -59,9 +60,10 @@ def reassign_after_bind_failures(
 def release_unused(ports: NodePortAllocator, desired: Desired, observed: Observed, refused_prune: bool) -> tuple[str, ...]:
     if refused_prune:
         return ()
-    live = {f"{u.recipe}/{u.name}" for d in desired.recipes.values() for u in d.all_units}
-    live |= {f"{d.name}/{role}_{i}" for d in desired.recipes.values() for (role, i) in d.waiting}
-    live |= {f"{s.recipe}/{s.role}_{s.index}" for s in observed.steps}
+    live = {f"{u.recipe}/{u.life}" for d in desired.recipes.values() for u in (*d.all_units, *d.previous.values())}
+    live |= {f"{d.name}/{life_name(f'{role}_{i}', slot)}" for d in desired.recipes.values() for (role, i) in d.waiting
+             for slot in (0, 1)}
+    live |= {f"{s.recipe}/{s.life}" for s in observed.steps}
     live |= {o for o in ports.owners() if o.split("/", 1)[0] in desired.held}  # held: what it runs keeps its ports
     gone = tuple(sorted(ports.owners() - live))
     for owner in gone:

@@ -47,7 +47,7 @@ def step_log_paths(state_dir: Path, recipe: str, unit: str, rank: int) -> StepPa
 
 
 def step_paths(state_dir: Path, unit: Unit, launch: Launch) -> StepPaths:
-    return step_log_paths(state_dir, unit.recipe, unit.name, launch.rank)
+    return step_log_paths(state_dir, unit.recipe, unit.life, launch.rank)
 
 
 def wrapped_argv(launch: Launch, status: Path, step_name: str) -> list[str]:

@@ -118,7 +118,7 @@ class LocalDriver:
         for step_id, (_pid, name, _start) in procs.items():
             lab = labels.parse_step(name, self.owner, recipes)
             if lab:
-                steps.append(Step(step_id, lab.recipe, lab.role, lab.index, lab.rank, lab.spec_hash, (self.host,)))
+                steps.append(Step(step_id, lab.recipe, lab.role, lab.index, lab.rank, lab.spec_hash, (self.host,), slot=lab.slot))
         return allocs, steps
 
     def _escalate(self, procs: dict[str, tuple[int, str, str]]) -> None:

@@ -47,7 +47,8 @@ class MemoryDriver:
         self.commands += 1
         self.on_launch(unit, launch)
         sid = f"{job_id}.{next(self._ids)}"
-        self.steps[sid] = Step(sid, unit.recipe, unit.role, unit.index, launch.rank, unit.spec_hash, launch.nodes)
+        self.steps[sid] = Step(sid, unit.recipe, unit.role, unit.index, launch.rank, unit.spec_hash, launch.nodes,
+                                    slot=unit.slot)
 
     def on_launch(self, unit: Unit, launch: Launch) -> None:
         """Before the step exists (raise to make the launch fail)."""

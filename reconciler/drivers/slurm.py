@@ -203,6 +203,7 @@ def parse_steps(text: str, owner: str, recipes: dict[str, str] | None = None) ->
         lab = labels.parse_step(name, owner, recipes)
         if lab is None:
             continue
-        out.append(Step(step_id, lab.recipe, lab.role, lab.index, lab.rank, lab.spec_hash, tuple(hostlist.expand(nodelist))))
+        out.append(Step(step_id, lab.recipe, lab.role, lab.index, lab.rank, lab.spec_hash, tuple(hostlist.expand(nodelist)),
+                        slot=lab.slot))
     return out
 

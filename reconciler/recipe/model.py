@@ -189,7 +189,20 @@ class HealthCheckConfig(Strict):
 
 
 class RolloutConfig(Strict):
-    max_unavailable: int = Field(1, ge=1)
+    """A spec change replaces workers: ``max_surge`` new lives start beside the old ones (on their
+    own ports) and an old one stops once its successor is Ready and routed; with ``max_surge: 0``
+    the old one stops first, ``max_unavailable`` at a time."""
+
+    max_surge: int = Field(1, ge=0, le=64)
+    max_unavailable: int = Field(0, ge=0)
+    pickup_seconds: float = Field(2.0, ge=0, le=600)  # a Ready surge life is routed this long before the old leaves
+    drain_seconds: float = Field(3.0, ge=0, le=3600)  # the old life, out of the routers, finishes its requests
+
+    @model_validator(mode="after")
+    def _progress(self) -> "RolloutConfig":
+        if self.max_surge == 0 and self.max_unavailable == 0:
+            raise ValueError("max_surge and max_unavailable cannot both be 0: a rollout could never progress")
+        return self
 
 
 class ReconcileConfig(Strict):

@@ -67,7 +67,8 @@ class Executor:
         if isinstance(a, CancelStep):
             self.driver.cancel_step(a.step_id)
             self.observer.cancelling(a.step_id, time.time())
-            self.state.mark_stopped(a.recipe, a.unit, a.reason.value)
+            if a.reason.ends_unit:  # an old life leaving beside its running successor is not the unit's end
+                self.state.mark_stopped(a.recipe, a.unit, a.reason.value)
         elif isinstance(a, CancelAlloc):
             self.driver.cancel_alloc(a.job_id)
         elif isinstance(a, SubmitAlloc):
@@ -78,7 +79,7 @@ class Executor:
                 write_if_changed(Path(path), content)
             if u.probe == "file" and l.rank == 0:
                 Path(u.probe_arg).unlink(missing_ok=True)  # a marker of the last life must not make this one Ready
-            name = labels.step_name(self.driver.owner, u.recipe, u.role, u.index, l.rank, u.spec_hash)
+            name = labels.step_name(self.driver.owner, u.recipe, u.role, u.index, l.rank, u.spec_hash, u.slot)
             handle = self.driver.launch(a.job_id, u, l, name)
             now = time.time()
             if l.rank == 0:
@@ -86,6 +87,6 @@ class Executor:
                                         ports={u.nodes[0]: dict(u.ports)} if u.ports else {})
                 self.observer.tracker.new_life(u.key)
             if handle is not None:
-                pseudo = Step(f"{a.job_id}.pending-{u.name}-{l.rank}", u.recipe, u.role, u.index, l.rank,
-                              u.spec_hash, l.nodes, pending=True)
+                pseudo = Step(f"{a.job_id}.pending-{u.life}-{l.rank}", u.recipe, u.role, u.index, l.rank,
+                              u.spec_hash, l.nodes, pending=True, slot=u.slot)
                 self.observer.launched(pseudo, handle, now)

@@ -117,7 +117,8 @@ class Controller:
                                 self._desired_cache, self.allow_empty, hold=unusable,
                                 suspended=suspended_names(self.state.root))
         ready, health = self.observer.health(desired, facts.steps, now)
-        observed = Observed(facts.allocs, facts.steps, ready, health, dict(self.executor.failures))
+        observed = Observed(facts.allocs, facts.steps, ready, health, dict(self.executor.failures),
+                            self.observer.previous_ready(desired, facts.steps))
         p = plan(desired, observed, now)
         release_unused(ports, desired, observed, p.refused_prune)
         return Snapshot(m, desired, observed, p, ports, reassigned, facts.failed_launches, now)

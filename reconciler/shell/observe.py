@@ -61,7 +61,7 @@ class Observer:
         self.cancelled[step_id] = now
 
     def _bind_failures(self, steps: tuple[Step, ...], ports: NodePortAllocator) -> dict:
-        running = {f"{s.recipe}/{s.role}_{s.index}" for s in steps}
+        running = {f"{s.recipe}/{s.life}" for s in steps}
         read, self._logs_read = self._logs_read, {}
         out: dict[str, dict[str, dict[str, int]]] = {}
         records: dict[str, dict] = {}
@@ -79,7 +79,7 @@ class Observer:
                 if hit:
                     if recipe not in records:
                         records[recipe] = self.state.launches(recipe)
-                    used = records[recipe].get(unit, {}).get("ports")
+                    used = records[recipe].get(unit.split("@", 1)[0], {}).get("ports")  # a life records under its unit
                     if used:
                         out[owner] = used
                     break
@@ -103,9 +103,11 @@ class Observer:
                     ready[u.key] = self.tracker.life(u.key).log_ready
                 self.tracker.probed(u.key, bool(ready.get(u.key)), now)
                 missing = None
+                if (u.role, u.index) in desired.recipes[u.recipe].previous and rec.get("launches"):
+                    last_exit = self.state.exit_status(u.recipe, u.life)  # did a surge life end already?
             else:
                 missing = self.tracker.seen_missing(u.key, now) if rec.get("launches") else None
-                last_exit = self.state.exit_status(u.recipe, u.name) if rec.get("launches") else None
+                last_exit = self.state.exit_status(u.recipe, u.life) if rec.get("launches") else None
             life = self.tracker.life(u.key)
             # "replace": the record of an earlier version for a rollout stop
             stopped_for = rec.get("stoppedFor") or (StopReason.SPEC_CHANGED.value if rec.get("replace") else None)
@@ -116,6 +118,13 @@ class Observer:
                 watched_since=life.watched_since,
             )
         return ready, out
+
+
+    def previous_ready(self, desired: Desired, steps: tuple[Step, ...]) -> dict[Key, bool]:
+        """Probe the old lives that surge lives will replace (still running in their old slot)."""
+        live = {(s.recipe, s.role, s.index, s.slot) for s in steps if not s.pending}
+        old = [u for d in desired.recipes.values() for u in d.previous.values() if (*u.key, u.slot) in live]
+        return probe_units(old, forget_idle=False) if old else {}
 
 
 @dataclass

@@ -26,7 +26,7 @@ def record(state: StateDir, snap: Snapshot) -> None:
     now = snap.now
     for f in snap.failed_launches:
         s = f.step
-        srun = step_log_paths(state.root, s.recipe, f"{s.role}_{s.index}", s.rank).srun
+        srun = step_log_paths(state.root, s.recipe, s.life, s.rank).srun
         msg = f"{s.role}_{s.index} rank {s.rank}: launcher exited {f.exited}: {tail(srun)}"
         log.error("launch failed", recipe=s.recipe, unit=f"{s.role}_{s.index}", exit=f.exited)
         state.event("LaunchFailed", s.recipe, msg)
@@ -43,10 +43,10 @@ def record(state: StateDir, snap: Snapshot) -> None:
         if dr.suspended:
             continue  # no action of any kind: its routers keep the workers they have
         try:
-            write_endpoints(state, dr, o)
+            write_endpoints(state, dr, o, now)
         except OSError as e:
             log.error("cannot write the router's endpoints", recipe=dr.name, error=str(e))
-        for c in router_sync.sync(dr, o):
+        for c in router_sync.sync(dr, o, at=now):
             state.event("RouterWorkers", dr.name, f"{c.verb} {c.url} {'to' if c.verb == 'add' else 'from'} the router")
     if not p.refused_prune:
         for name in suspended_names(state.root) - set(d.recipes) - set(m.invalid) - set(d.held):
@@ -103,12 +103,12 @@ def write_status(state: StateDir, name: str, st: dict, prev: dict) -> None:
     state.write_status(name, st)
 
 
-def write_endpoints(state: StateDir, d: DesiredRecipe, o: Observed) -> None:
+def write_endpoints(state: StateDir, d: DesiredRecipe, o: Observed, now: float) -> None:
     if d.frontend is None:
         return  # only the builtin router reads an endpoints file
     workers = [
         {"url": u.url, "role": u.role, "name": u.name, "node": u.nodes[0]}
         for u in d.units if o.ready.get(u.key)
-    ]
+    ] + [{"url": u.url, "role": u.role, "name": u.life, "node": u.nodes[0]} for u in router_sync.old_lives(d, o, now)]
     state.write_json(endpoints_path(state.root, d.name), {"recipe": d.name, "workers": workers})
 

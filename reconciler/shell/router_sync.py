@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from reconciler.core.plan.rollout import old_life_routed
 from reconciler.world import DesiredRecipe, Observed
 
 log = structlog.get_logger()
@@ -39,11 +40,19 @@ def serving(d: DesiredRecipe, o: Observed, u) -> bool:
     return bool(h and h.was_ready and h.missing_since is None and 0 < h.probe_failures < d.liveness_failures)
 
 
-def wanted(d: DesiredRecipe, o: Observed) -> dict[str, dict]:
-    """url -> the body that registers it, for every serving worker."""
+def old_lives(d: DesiredRecipe, o: Observed, at: float) -> list:
+    """Old lives of surging workers that still take requests: Ready, and their successor not yet
+    Ready for long enough (``core/plan/rollout.old_life_routed``)."""
+    return [u for key, u in sorted(d.previous.items()) if o.previous_ready.get(u.key)
+            and old_life_routed(d, bool(o.ready.get(u.key)), o.health.get(u.key), at)]
+
+
+def wanted(d: DesiredRecipe, o: Observed, at: float | None = None) -> dict[str, dict]:
+    """url -> the body that registers it, for every serving worker (and old life still routed)."""
     out = {}
-    for u in d.units:
-        if not u.url or not serving(d, o, u):
+    old = old_lives(d, o, time.time() if at is None else at)
+    for u in [*d.units, *old]:
+        if not u.url or (u not in old and not serving(d, o, u)):
             continue
         body: dict = {"url": u.url}
         if u.role in ("prefill", "decode"):  # a disaggregated recipe: the router runs --pd-disaggregation
@@ -66,7 +75,8 @@ _pending: dict[str, float] = {}
 PENDING_TTL = 10.0
 
 
-def sync(d: DesiredRecipe, o: Observed, now: float | None = None) -> list[Change]:
+def sync(d: DesiredRecipe, o: Observed, now: float | None = None, at: float | None = None) -> list[Change]:
+    """``now``: a monotonic clock (re-POST spacing); ``at``: the tick's time (surge hand-over)."""
     fe = d.frontend
     if fe is None or fe.worker_api not in WORKER_APIS or not o.ready.get(fe.key):
         return []
@@ -82,7 +92,7 @@ def sync(d: DesiredRecipe, o: Observed, now: float | None = None) -> list[Change
         return []
     for url in have:
         _pending.pop(url, None)
-    add, remove = diff(wanted(d, o), have)
+    add, remove = diff(wanted(d, o, at), have)
     now = time.monotonic() if now is None else now
     done = []
     for body in add:

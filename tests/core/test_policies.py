@@ -220,6 +220,7 @@ def test_backoff_reset_after_the_healthy_period():
 
 
 def test_stop_reasons_are_a_closed_set_and_only_a_rollout_is_on_purpose():
-    assert {r for r in StopReason if r.on_purpose} == {StopReason.SPEC_CHANGED}
+    assert {r for r in StopReason if r.on_purpose} == {StopReason.SPEC_CHANGED, StopReason.SUPERSEDED}
+    assert {r for r in StopReason if not r.ends_unit} == {StopReason.SUPERSEDED}
     assert {r for r in PlaceReason if r.restart} == {PlaceReason.RELAUNCH}
     assert WaitReason("restart backoff") is WaitReason.BACKOFF

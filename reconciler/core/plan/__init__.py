@@ -21,7 +21,9 @@ running, broken, outdated, waiting, extra, duplicates), and decide, in this orde
 8. ``placement.compute_placements`` — units never launched go onto their allocation.
 9. ``relaunch.compute_relaunch`` — units that had lives come back in place, through the
    restart policy (never / on-failure / always, max_restarts, exponential backoff).
-10. ``rollout.compute_rollout`` — older specs are replaced, max_unavailable at a time.
+10. ``rollout.compute_rollout`` — older specs are replaced: with surge (a new life beside the
+    old one, max_surge per role; the old stops once the new is Ready and routed), else
+    max_unavailable at a time.
 11. ``relaunch.compute_backoff_reset`` — healthy long enough: the backoff starts afresh.
 12. ``action_backoff.compute_action_backoff`` — a recipe whose actions failed waits.
 13. ``requeue.requeue_after`` — the earliest moment anything would change on its own
@@ -119,21 +121,21 @@ def converge(d: DesiredRecipe, observed: Observed, now: float) -> tuple[RecipePl
     held_back = held_svc | held_fe
     place = compute_placements(d, c, held_back)
     relaunch, later, w_relaunch = compute_relaunch(d, c, held_back, now)
-    replace, w_roll = compute_rollout(d, c)
+    replace, surge, w_roll, dl_roll = compute_rollout(d, c, now)
     reset, next_reset = compute_backoff_reset(d, c, now)
     pending = Wait(WaitReason.ALLOCATION_PENDING, d.pending_reason)
     waiting = {f"{r}_{i}": pending for r, i in c.waiting}
     for part in (w_stop, w_front, w_svc, w_relaunch, w_roll, unplaceable(d)):
         waiting.update(part)
     rp = RecipePlan(
-        d.name, submit=submit, release=release, place=place + relaunch, stop=stops, replace=replace,
+        d.name, submit=submit, release=release, place=place + relaunch + surge, stop=stops, replace=replace,
         relaunch_later=later, waiting=waiting, counts=counts(d, c), reset_backoff=reset,
     )
     starting = [v for v in c.running + c.broken + c.outdated if not v.ready]
     # waiting on Slurm's queue is not motion: a pending allocation has its own, slower, recheck
     moving = bool(starting or any(w.reason is WaitReason.TERMINATING for w in waiting.values()))
     recheck = pending_recheck(observed.allocs_of(d.name), now) if c.waiting else None
-    deadlines = [*later.values(), next_reset, recheck, *(startup_deadline(d, v) for v in c.running)]
+    deadlines = [*later.values(), next_reset, recheck, *dl_roll, *(startup_deadline(d, v) for v in c.running)]
     return rp, moving, deadlines
 
 

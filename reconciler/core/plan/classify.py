@@ -52,6 +52,7 @@ class UnitView:
     old: tuple[Step, ...]  # steps running an older spec or on another allocation
     health: UnitHealth | None
     ready: bool
+    old_ready: bool = False  # a surging worker's old life (its previous slot) answers its probe
 
     @property
     def key(self) -> UnitKey:
@@ -132,7 +133,9 @@ def classify(d: DesiredRecipe, observed: Observed, dropped_jobs: frozenset[str])
         current = tuple(sorted((s for s in steps if s.spec_hash == unit.spec_hash and s.job_id == job),
                                key=step_order))
         old = tuple(sorted((s for s in steps if s not in current), key=step_order))
-        view = UnitView(unit, job, current, old, observed.health.get(unit.key), bool(observed.ready.get(unit.key)))
+        view = UnitView(unit, job, current, old, observed.health.get(unit.key), bool(observed.ready.get(unit.key)),
+                        bool(observed.previous_ready.get(unit.key)) if key in d.previous else bool(
+                            observed.ready.get(unit.key)))
         if not steps:
             sets["missing"].append(view)
         elif old:

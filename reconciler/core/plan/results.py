@@ -29,10 +29,16 @@ class StopReason(str, Enum):
     LIVENESS = "liveness probes failed"
     STARTUP_TIMEOUT = "not Ready within the startup grace"
     SPEC_CHANGED = "spec changed: replacing"
+    SUPERSEDED = "its successor is Ready and routed: the old life stops"
 
     @property
     def on_purpose(self) -> bool:
-        return self is StopReason.SPEC_CHANGED
+        return self in (StopReason.SPEC_CHANGED, StopReason.SUPERSEDED)
+
+    @property
+    def ends_unit(self) -> bool:
+        """Whether the unit itself stops (not only an old life of it, while the new one runs)."""
+        return self is not StopReason.SUPERSEDED
 
 
 class PlaceReason(str, Enum):
@@ -59,6 +65,8 @@ class WaitReason(str, Enum):
     NEEDS_READY_FRONTEND = "an after_frontend service waits for the frontend to be Ready"
     UNPLACEABLE = "its nodes straddle an existing allocation"
     TERMINATING = "its old step is still shutting down"
+    SURGE_STARTING = "its new life starts beside the old one"
+    SURGE_HANDOVER = "its new life is Ready: the old one leaves the routers, then stops"
     ACTION_BACKOFF = "an action failed: the recipe backs off"
 
 

@@ -1,36 +1,105 @@
-"""compute_rollout: workers on an older spec are replaced, ``max_unavailable`` at a time.
+"""compute_rollout: workers on an older spec are replaced — with surge, or ``max_unavailable`` at a time.
 
-The old step is cancelled now and its successor launched once it is gone (it needs the
-same ports). A worker that is not Ready is replaced at once — it serves nothing; a Ready
-one only while fewer than ``max_unavailable`` workers are unavailable (waiting for an
-allocation, starting, backing off, or being replaced).
+With ``max_surge`` > 0 (the default, 1) a worker's new life starts in its other life slot
+(its own ports and logs, ``core/slots.py``) while the old one keeps serving; at most
+``max_surge`` such extra lives per role at once. The old life leaves the routers once the
+new one has been Ready for ``surge_pickup_seconds`` (``old_life_routed``), and is stopped
+``surge_drain_seconds`` later, when its requests are done. So a one-worker role changes
+with no failed request. An old life that is not Ready serves nothing: it is stopped at
+once and its successor started beside it, with no surge budget spent.
+
+Without surge (``max_surge: 0``; always for the frontend and services, whose ports are
+their address) the old step is cancelled now and its successor launched once it is gone
+(it needs the same ports): a not-Ready worker at once, a Ready one only while fewer than
+``max_unavailable`` workers are unavailable.
 """
 
 from __future__ import annotations
 
-from reconciler.core.plan.classify import Classified
-from reconciler.core.plan.results import CancelStep, StopReason, Wait, WaitReason
+from collections import Counter
+
+from reconciler.core.plan.classify import Classified, UnitView
+from reconciler.core.plan.relaunch import launches_for
+from reconciler.core.plan.results import CancelStep, LaunchStep, PlaceReason, StopReason, Wait, WaitReason
 from reconciler.units import is_service_role
-from reconciler.world import DesiredRecipe
+from reconciler.world import DesiredRecipe, UnitHealth
 
 
 def unavailable_workers(c: Classified) -> int:
     return sum(1 for v in c.units if v.is_worker and not v.ready) + sum(1 for r, _ in c.waiting if not is_service_role(r))
 
 
-def compute_rollout(d: DesiredRecipe, c: Classified) -> tuple[tuple[CancelStep, ...], dict[str, Wait]]:
+def surges(d: DesiredRecipe, v: UnitView) -> bool:
+    """The unit's new life runs beside its old one (in the other slot) rather than after it."""
+    return d.max_surge > 0 and v.is_worker and bool(v.old) and all(s.slot != v.unit.slot for s in v.old)
+
+
+def old_life_routed(d: DesiredRecipe, new_ready: bool, h: UnitHealth | None, now: float) -> bool:
+    """Whether a surging worker's old life is still given requests: until its successor has been
+    Ready for ``surge_pickup_seconds`` (the routers have picked the new one up by then)."""
+    return not (new_ready and h is not None and h.ready_since is not None
+                and now >= h.ready_since + d.surge_pickup_seconds)
+
+
+def compute_rollout(
+    d: DesiredRecipe, c: Classified, now: float
+) -> tuple[tuple[CancelStep, ...], tuple[LaunchStep, ...], dict[str, Wait], list[float]]:
+    """(old steps to cancel, surge lives to launch, who waits and why, when to look again)."""
     budget = d.max_unavailable - unavailable_workers(c)
+    extra = Counter(v.unit.role for v in c.outdated if surges(d, v) and v.current)  # surge lives running
     replace: list[CancelStep] = []
+    place: list[LaunchStep] = []
     waiting: dict[str, Wait] = {}
+    deadlines: list[float] = []
     for v in c.outdated:
         stale = [s for s in v.old if s.cancellable]
         if not stale:
             waiting[v.name] = Wait(WaitReason.TERMINATING)
             continue
-        if v.ready:
+        if surges(d, v):
+            _surge(d, v, stale, now, extra, replace, place, waiting, deadlines)
+            continue
+        if v.ready and v.is_worker:
             if budget <= 0:
                 waiting[v.name] = Wait(WaitReason.ROLLOUT_BUDGET, f"max_unavailable {d.max_unavailable}")
                 continue
             budget -= 1
         replace += [CancelStep(s.step_id, d.name, v.name, StopReason.SPEC_CHANGED) for s in stale]
-    return tuple(replace), waiting
+    return tuple(replace), tuple(place), waiting, deadlines
+
+
+def _surge(d: DesiredRecipe, v: UnitView, stale: list, now: float, extra: Counter, replace: list,
+           place: list, waiting: dict, deadlines: list) -> None:
+    role = v.unit.role
+    if v.current:  # the new life runs (or is being launched)
+        h = v.health
+        if not (v.ready and h is not None and h.ready_since is not None):
+            waiting[v.name] = Wait(WaitReason.SURGE_STARTING, f"slot {'ab'[v.unit.slot]}")
+            return
+        done = h.ready_since + d.surge_pickup_seconds + d.surge_drain_seconds
+        if now >= done:
+            replace += [CancelStep(s.step_id, d.name, v.name, StopReason.SUPERSEDED) for s in stale]
+        else:
+            routed = old_life_routed(d, v.ready, h, now)
+            waiting[v.name] = Wait(WaitReason.SURGE_HANDOVER, "the old life is routed beside the new one" if routed
+                                   else "the old life drains its requests", done)
+            deadlines.append(done if not routed else h.ready_since + d.surge_pickup_seconds)
+        return
+    if not v.old_ready:
+        # the old life serves nothing: it goes now, and its successor starts beside it at once
+        replace += [CancelStep(s.step_id, d.name, v.name, StopReason.SPEC_CHANGED) for s in stale]
+        place += launches_for(d, v, PlaceReason.REPLACEMENT)
+        return
+    h = v.health
+    if h is not None and h.last_exit is not None and h.last_exit[1] >= (h.last_launch or 0.0) - 1:
+        # the surge life launched last has ended already: not again before the backoff
+        retry = h.last_exit[1] + d.policy(role).backoff_seconds
+        if now < retry:
+            waiting[v.name] = Wait(WaitReason.BACKOFF, f"its surge life exited with code {h.last_exit[0]}", retry)
+            deadlines.append(retry)
+            return
+    if extra[role] >= d.max_surge:
+        waiting[v.name] = Wait(WaitReason.ROLLOUT_BUDGET, f"max_surge {d.max_surge}")
+        return
+    extra[role] += 1
+    place += launches_for(d, v, PlaceReason.REPLACEMENT)

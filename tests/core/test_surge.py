@@ -1,0 +1,157 @@
+"""Rollouts with surge: the new life starts beside the old one, in the other life slot, and the
+old one stops only once the new one has been Ready and routed (core/plan/rollout.py, core/slots.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fakes import FakeCluster, recipe
+from reconciler.core.plan import CancelStep, LaunchStep, PlaceReason, StopReason, WaitReason
+from reconciler.core.slots import choose_slots, surge_flips
+from reconciler.world import Step, UnitHealth
+
+TEXT = """\
+name: r
+model: {path: /m}
+resources: {gpus_per_node: 8}
+engine: {type: mocker, speedup_ratio: %(speed)d}
+frontend: {type: none}
+roles:
+  agg: {workers: %(workers)d, gpus: 1}
+reconcile: {rollout: {max_surge: %(surge)d, max_unavailable: 0}}
+"""
+
+
+def spec(workers=3, speed=10, surge=1):
+    return {"r": recipe(TEXT % {"workers": workers, "speed": speed, "surge": surge})}
+
+
+def launches(p):
+    return sorted((a.unit.name, a.unit.slot, a.reason) for a in p.actions if isinstance(a, LaunchStep))
+
+
+def cancels(p):
+    return sorted((a.unit, a.reason) for a in p.actions if isinstance(a, CancelStep))
+
+
+def test_the_new_life_starts_beside_the_old_one_and_the_old_stops_after_the_hand_over():
+    c = FakeCluster()
+    c.converge(spec(1))
+    old = next(iter(c.steps.values()))
+    assert old.slot == 0
+    p = c.plan(spec(1, speed=7))
+    assert launches(p) == [("agg_0", 1, PlaceReason.REPLACEMENT)] and cancels(p) == []
+    c.apply(p)
+    c.unready.add((old.unit_key, 1))  # the new life starts
+    p = c.plan(spec(1, speed=7))
+    assert not p.actions and p.recipes["r"].waiting["agg_0"].reason is WaitReason.SURGE_STARTING
+    c.unready.clear()
+    # Ready since t=100: routed beside the old one until 102, the old one drains until 105
+    c.health[old.unit_key] = UnitHealth(launches=2, was_ready=True, ready_since=100.0)
+    for now, want in ((101.0, "routed"), (103.0, "drains")):
+        p = c.plan(spec(1, speed=7), now=now)
+        w = p.recipes["r"].waiting["agg_0"]
+        assert not p.actions and w.reason is WaitReason.SURGE_HANDOVER and want in w.detail
+    assert p.requeue_after == pytest.approx(2.0)
+    p = c.plan(spec(1, speed=7), now=105.0)
+    assert cancels(p) == [("agg_0", StopReason.SUPERSEDED)] and p.actions[0].step_id == old.step_id
+    c.apply(p)
+    assert not c.plan(spec(1, speed=7), now=106.0).actions
+    assert [s.slot for s in c.steps.values()] == [1]
+
+
+@pytest.mark.parametrize("surge, at_once", [(1, 1), (2, 2), (5, 3)])
+def test_never_more_than_max_surge_extra_lives_per_role(surge, at_once):
+    c = FakeCluster()
+    c.converge(spec(3, surge=surge))
+    p = c.plan(spec(3, speed=7, surge=surge))
+    assert len(launches(p)) == at_once and cancels(p) == []
+    waits = [w.reason for w in p.recipes["r"].waiting.values()]
+    assert waits == [WaitReason.ROLLOUT_BUDGET] * (3 - at_once)
+
+
+def test_a_rollout_with_surge_converges_with_every_worker_on_the_new_spec_and_never_fewer_ready():
+    c = FakeCluster()
+    c.converge(spec(3))
+    new = spec(3, speed=7)
+    for _ in range(40):
+        p = c.plan(new, now=1000.0)
+        if not p.actions:
+            break
+        c.apply(p)
+        live = {s.unit_key for s in c.steps.values()}
+        assert len(live) == 3 and len(c.steps) <= 4  # desired + max_surge, and never a worker without a life
+    want = {u.spec_hash for u in c.desired(new).recipes["r"].units}
+    assert {s.spec_hash for s in c.steps.values()} == want and len(c.steps) == 3
+
+
+def test_an_old_life_that_is_not_ready_is_stopped_at_once_and_its_successor_started_beside_it():
+    c = FakeCluster()
+    c.converge(spec(2))
+    sick = next(s for s in c.steps.values() if s.index == 1)
+    c.unready.add((sick.unit_key, 0))
+    p = c.plan(spec(2, speed=7))
+    assert ("agg_1", StopReason.SPEC_CHANGED) in cancels(p)
+    assert ("agg_1", 1, PlaceReason.REPLACEMENT) in launches(p)
+    assert ("agg_0", 1, PlaceReason.REPLACEMENT) in launches(p)  # the sick one spent no surge budget
+
+
+def test_a_surge_life_that_died_is_tried_again_after_the_backoff():
+    c = FakeCluster()
+    c.converge(spec(1))
+    c.apply(c.plan(spec(1, speed=7)))
+    new = next(s for s in c.steps.values() if s.slot == 1)
+    del c.steps[new.step_id]  # it crashed
+    c.health[new.unit_key] = UnitHealth(launches=2, last_launch=50.0, last_exit=(1, 52.0))
+    p = c.plan(spec(1, speed=7), now=55.0)
+    w = p.recipes["r"].waiting["agg_0"]
+    assert not p.actions and w.reason is WaitReason.BACKOFF and w.until == 62.0
+    assert launches(c.plan(spec(1, speed=7), now=62.0)) == [("agg_0", 1, PlaceReason.REPLACEMENT)]
+
+
+def test_without_surge_the_old_step_goes_first_and_the_successor_keeps_its_slot():
+    no = {"r": recipe((TEXT % {"workers": 1, "speed": 7, "surge": 0}).replace("max_unavailable: 0", "max_unavailable: 1"))}
+    c2 = FakeCluster()
+    c2.converge({"r": recipe((TEXT % {"workers": 1, "speed": 10, "surge": 0}).replace(
+        "max_unavailable: 0", "max_unavailable: 1"))})
+    p = c2.plan(no)
+    assert cancels(p) == [("agg_0", StopReason.SPEC_CHANGED)] and launches(p) == []
+    c2.converge(no)
+    assert [s.slot for s in c2.steps.values()] == [0]
+
+
+def test_max_surge_and_max_unavailable_cannot_both_be_zero():
+    from reconciler.errors import ReconcilerError
+
+    with pytest.raises(ReconcilerError, match="max_surge and max_unavailable cannot both be 0"):
+        spec(1, surge=0)
+
+
+def _step(sid, index=0, slot=0, h="aaa", role="agg"):
+    return Step(sid, "r", role, index, 0, h, ("n1",), pending="pending" in sid, slot=slot)
+
+
+@pytest.mark.parametrize("steps, held, want", [
+    ([], (False, False), 0),  # never launched
+    ([], (False, True), 1),  # between lives, its ports are in slot 1
+    ([_step("7.1", slot=1)], (False, False), 1),  # its life runs in slot 1
+    ([_step("7.1", slot=0), _step("7.4", slot=1)], (True, True), 1),  # mid-surge: the newest
+    ([_step("7.1", slot=0), _step("7.pending-agg_0-0", slot=1)], (True, False), 1),  # a launch in flight
+    ([_step("6.3", slot=0)], (True, False), 1),  # moving off another allocation: beside it
+])
+def test_choose_slots(steps, held, want):
+    assert choose_slots([("agg", 0)], steps, {("agg", 0): "7"}, {("agg", 0): held}) == {("agg", 0): want}
+
+
+def test_surge_flips_only_workers_whose_steps_all_run_an_older_spec_with_the_other_slot_free():
+    from reconciler.units import Unit
+
+    def unit(index, h, slot=0):
+        return Unit("r", "agg", index, (0,), ("n1",), (), {}, (), None, spec_hash=h, slot=slot)
+
+    steps = [_step("7.1", 0, 0, "old"), _step("7.2", 1, 0, "new"), _step("7.3", 2, 0, "old"),
+             _step("7.4", 2, 1, "new")]
+    units = [unit(0, "new"), unit(1, "new"), unit(2, "old")]
+    job = {("agg", i): "7" for i in range(3)}
+    assert surge_flips(units, steps, job, 1) == {("agg", 0)}
+    assert surge_flips(units, steps, job, 0) == set()
