@@ -25,7 +25,7 @@ from reconciler.frontends import frontend_unit
 from reconciler.services import discovery_of, resolve
 from reconciler.services.units import ADDRESSED_KINDS, discovery_env, mooncake_wiring, service_units
 from reconciler.units import FRONTEND, _container, runtime_for, worker_units
-from reconciler.core.slots import choose_slots, surge_flips
+from reconciler.core.slots import choose_slots, in_slot, layout_gpus, mirror_fits, surge_flips
 from reconciler.world import Alloc, AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy, Step
 
 
@@ -112,6 +112,7 @@ def build_recipe(
     endpoints = recipe.allocate_endpoints()
     live = _dedupe([a for a in allocs if a.live])
     specs, keep, placement, unplaceable = place(recipe, endpoints, live)
+    spec_gpus = {s.index: s.gpus_per_node for s in specs}
     runtime = runtime_for(recipe, state_dir, python)
     placed: list[Endpoint] = []
     hostnames: dict[int, str] = {}
@@ -137,7 +138,9 @@ def build_recipe(
         waiting += [(ep.mode, ep.index) for ep in placed]
         placed = []
     wiring = mooncake_wiring(recipe, svc_specs, head, ports, runtime.config_dir, runtime.served_model_name)
-    units, previous = _worker_lives(recipe, placed, hostnames, ports, runtime, disc_env, wiring, steps, job_of)
+    held_gpus = {k: spec_gpus.get(a.index, 0) for k, a in placement.items()}
+    units, previous, no_room = _worker_lives(recipe, placed, hostnames, ports, runtime, disc_env, wiring, steps,
+                                             job_of, held_gpus)
     fe = None
     services: list = []
     if head is not None:
@@ -163,30 +166,43 @@ def build_recipe(
         startup_grace=recipe.health_check.max_attempts * recipe.health_check.interval_seconds,
         liveness_failures=recipe.reconcile.liveness_failures, services=tuple(services), gates=gates,
         max_surge=rollout.max_surge, surge_pickup_seconds=rollout.pickup_seconds,
-        surge_drain_seconds=rollout.drain_seconds, previous=previous,
+        surge_drain_seconds=rollout.drain_seconds, previous=previous, no_room=no_room,
     )
 
 
 def _worker_lives(recipe: Recipe, placed: list[Endpoint], hostnames: dict[int, str], ports: NodePortAllocator,
-                  runtime, disc_env, wiring, steps: list[Step], job_of: dict) -> tuple[list, dict]:
-    """The workers' units, each in the life slot ``core.slots`` picks; and for those whose new life
-    surges into the other slot, the old life (the unit in its old slot: ports, URL) as ``previous``."""
+                  runtime, disc_env, wiring, steps: list[Step], job_of: dict, held_gpus: Mapping) -> tuple:
+    """The workers' units, each in the life slot ``core.slots`` picks; for those whose new life
+    surges into the other slot, the old life (the unit in its old slot: ports, URL) as ``previous``;
+    and the names of those that would surge but whose allocation has no GPUs for it (``no_room``)."""
     if not placed:
-        return [], {}
+        return [], {}, frozenset()
+    layout = layout_gpus(recipe.allocate_endpoints())
+
+    def gpu_engine(ep: Endpoint) -> bool:
+        return recipe.backend_for(ep.mode).needs_gpus()
+
     steps = [s for s in steps if recipe.roles.get(s.role) is not None]
     owners = ports.owners() if any((ep.mode, ep.index) not in {(s.role, s.index) for s in steps} for ep in placed) \
         else set()
     held = {(ep.mode, ep.index): (f"{recipe.name}/{ep.name}" in owners, f"{recipe.name}/{ep.name}@b" in owners)
             for ep in placed}
     slot = choose_slots([(ep.mode, ep.index) for ep in placed], steps, job_of, held)
-    placed = [replace(ep, slot=slot[(ep.mode, ep.index)]) for ep in placed]
-    units = worker_units(recipe, placed, hostnames, ports, runtime, disc_env, wiring)
+    lives = [in_slot(ep, slot[(ep.mode, ep.index)], gpu_engine(ep), layout) for ep in placed]
+    units = worker_units(recipe, lives, hostnames, ports, runtime, disc_env, wiring)
     flips = surge_flips(units, steps, job_of, recipe.reconcile.rollout.max_surge)
+    by_key = {(ep.mode, ep.index): ep for ep in placed}
+    # a surge into slot 1 needs the mirror GPUs (slot 0 is the layout's own)
+    no_room = {k for k in flips if slot[k] == 0
+               and not mirror_fits(by_key[k], gpu_engine(by_key[k]), layout, held_gpus.get(k, 0))}
+    flips -= no_room
     if not flips:
-        return units, {}
+        return units, {}, frozenset(f"{r}_{i}" for r, i in no_room)
     old = {(u.role, u.index): u for u in units}
-    placed = [replace(ep, slot=1 - ep.slot) if (ep.mode, ep.index) in flips else ep for ep in placed]
-    return worker_units(recipe, placed, hostnames, ports, runtime, disc_env, wiring), {k: old[k] for k in flips}
+    lives = [in_slot(ep, 1 - slot[(ep.mode, ep.index)], gpu_engine(ep), layout) if (ep.mode, ep.index) in flips
+             else live for ep, live in zip(placed, lives)]
+    return (worker_units(recipe, lives, hostnames, ports, runtime, disc_env, wiring), {k: old[k] for k in flips},
+            frozenset(f"{r}_{i}" for r, i in no_room))
 
 
 def _dedupe(allocs: list[Alloc]) -> list[Alloc]:
@@ -227,6 +243,7 @@ def place(
         for o in ep.nodes:
             gpus_on[o] = max(gpus_on.get(o, 0), max(ep.gpus) + 1 if ep.gpus else 0)
     chunk = recipe.reconcile.nodes_per_allocation
+    surge = 2 if recipe.reconcile.rollout.surge_gpus else 1  # room for each worker's surge life (mirror GPUs)
     groups: list[list[Endpoint]] = []
     for ep in sorted(uncovered, key=lambda e: (e.nodes[0], e.mode, e.index)):
         if groups:
@@ -247,7 +264,7 @@ def place(
         start = min(e.nodes[0] for e in g)
         count = max(e.nodes[-1] for e in g) - start + 1
         gpus = max(gpus_on.get(o, 0) for o in range(start, start + count))
-        new_specs.append(_spec(recipe, next_index, start, count, min(gpus, gpn)))
+        new_specs.append(_spec(recipe, next_index, start, count, min(gpus * surge, gpn)))
         wanted = Alloc("", recipe.name, next_index, start, count, "WANTED")  # not submitted yet: never running
         for e in g:
             placement[(e.mode, e.index)] = wanted
@@ -255,7 +272,7 @@ def place(
     keep = [a.job_id for a in live if used_by[a.job_id]]
     kept_specs = [
         _spec(recipe, a.index, a.start, a.count,
-              min(gpn, max((gpus_on.get(o, 0) for o in range(a.start, a.start + a.count)), default=0)))
+              min(gpn, surge * max((gpus_on.get(o, 0) for o in range(a.start, a.start + a.count)), default=0)))
         for a in live if used_by[a.job_id]
     ]
     return kept_specs + new_specs, keep, placement, unplaceable

@@ -206,6 +206,8 @@ class DesiredRecipe:
     # (role, index) -> the old life a surge life replaces: its ports, URL and health port (the
     # unit in the old slot), so that it is probed and routed until the new one takes over
     previous: Mapping[tuple[str, int], Unit] = field(default_factory=dict)
+    # workers that would surge but whose allocation holds no GPUs for a second life: rolled in place
+    no_room: frozenset[str] = frozenset()
 
     def policy(self, role: str) -> RestartPolicy:
         return self.restart.get(role, RestartPolicy())

@@ -70,6 +70,11 @@ class Backend:
         except AttributeError:
             raise RuntimeError(f"{type(self).__name__} used before bind(recipe)") from None
 
+    def needs_gpus(self) -> bool:
+        """Whether its processes use the GPUs they are given: a surge life then needs GPUs of its
+        own (``core/slots.surge_gpus``); a GPU-less engine's may share the old life's."""
+        return True
+
     # ---------------------------------------------------------------- required
     def allocate_endpoints(self) -> list[Endpoint]:
         """Logical worker allocation over node ordinals and GPUs."""

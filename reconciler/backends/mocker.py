@@ -66,6 +66,9 @@ class MockerBackend(Backend):
     def _dynamo(self) -> bool:
         return self.recipe.frontend.type == "dynamo"
 
+    def needs_gpus(self) -> bool:
+        return False  # a surge life may run on the old life's (fake) GPUs
+
     def port_names(self, mode: Mode) -> tuple[str, ...]:
         return ("system",) if self._dynamo else ("http",)
 

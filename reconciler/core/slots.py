@@ -12,12 +12,21 @@ labels carry it), never remembered:
 Then, once the units are built, ``surge_flips`` names the workers whose steps on their
 allocation all run an older spec: with ``max_surge`` > 0 their new life takes the other
 slot (when no step holds it), and the old one stays until the new one is Ready.
+
+GPUs: a life in slot 1 of an engine that uses its GPUs runs on the *mirror* of its slot-0
+GPUs on each node (shifted past every GPU the recipe's layout uses there), so both lives
+of a worker never share a GPU and the assignment is the same every tick. The mirror must
+fit in the GPUs the allocation holds (``reconcile.rollout.surge_gpus`` reserves them);
+where it does not, the worker is rolled in place (``no_room``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from dataclasses import replace
+
+from reconciler.topology import Endpoint
 from reconciler.units import Unit
 from reconciler.world import Step
 
@@ -73,3 +82,30 @@ def surge_flips(units: Iterable[Unit], steps: Iterable[Step], job_of: Mapping[Ke
             continue  # the other slot is taken (a surge life, or an old life still going)
         out.add(key)
     return out
+
+
+def layout_gpus(endpoints: Iterable[Endpoint]) -> dict[int, int]:
+    """node ordinal -> GPUs the recipe's layout uses there (the highest index + 1)."""
+    used: dict[int, int] = {}
+    for ep in endpoints:
+        for o in ep.nodes:
+            used[o] = max(used.get(o, 0), max(ep.gpus) + 1 if ep.gpus else 0)
+    return used
+
+
+def in_slot(ep: Endpoint, slot: int, needs_gpus: bool, used: Mapping[int, int]) -> Endpoint:
+    """The endpoint as its life in ``slot`` runs it: slot 1 of a GPU engine on the mirror GPUs."""
+    if not slot:
+        return replace(ep, slot=0)
+    if not needs_gpus or not ep.gpus:
+        return replace(ep, slot=1)
+    shift = max(used.get(o, 0) for o in ep.nodes)
+    return replace(ep, slot=1, gpus=tuple(g + shift for g in ep.gpus))
+
+
+def mirror_fits(ep: Endpoint, needs_gpus: bool, used: Mapping[int, int], held: int) -> bool:
+    """Whether the slot-1 life fits in the ``held`` GPUs per node of its allocation."""
+    if not needs_gpus or not ep.gpus:
+        return True
+    shift = max(used.get(o, 0) for o in ep.nodes)
+    return max(ep.gpus) + shift < held

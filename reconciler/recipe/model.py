@@ -197,6 +197,9 @@ class RolloutConfig(Strict):
     max_unavailable: int = Field(0, ge=0)
     pickup_seconds: float = Field(2.0, ge=0, le=600)  # a Ready surge life is routed this long before the old leaves
     drain_seconds: float = Field(3.0, ge=0, le=3600)  # the old life, out of the routers, finishes its requests
+    # allocations hold twice the GPUs the workers use on a node (up to the node's), so that a GPU
+    # engine's surge life has GPUs of its own; without it such workers are rolled in place
+    surge_gpus: bool = False
 
     @model_validator(mode="after")
     def _progress(self) -> "RolloutConfig":

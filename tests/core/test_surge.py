@@ -155,3 +155,49 @@ def test_surge_flips_only_workers_whose_steps_all_run_an_older_spec_with_the_oth
     job = {("agg", i): "7" for i in range(3)}
     assert surge_flips(units, steps, job, 1) == {("agg", 0)}
     assert surge_flips(units, steps, job, 0) == set()
+
+
+GPU = """\
+name: g
+model: {path: /m}
+resources: {gpus_per_node: 8}
+engine: sglang
+frontend: {type: none}
+roles:
+  agg: {workers: 1, gpus: 4, args: {mem-fraction-static: %(mem)s}}
+reconcile: {rollout: {surge_gpus: %(room)s}}
+"""
+
+
+def gpu_spec(mem="0.8", room="false"):
+    return {"g": recipe(GPU % {"mem": mem, "room": room}, "g")}
+
+
+def visible(unit):
+    return dict(unit.launches[0].env).get("CUDA_VISIBLE_DEVICES")
+
+
+def test_a_gpu_engine_surges_onto_the_mirror_gpus_when_its_allocation_holds_them():
+    c = FakeCluster()
+    p = c.plan(gpu_spec(room="true"))
+    assert p.actions[0].spec.gpus_per_node == 8  # the workers use 4: room for their surge lives
+    c.converge(gpu_spec(room="true"))
+    p = c.plan(gpu_spec(mem="0.7", room="true"))
+    (launch,) = [a for a in p.actions if isinstance(a, LaunchStep)]
+    assert launch.unit.slot == 1 and visible(launch.unit) == "4,5,6,7" and cancels(p) == []
+    c.converge(gpu_spec(mem="0.7", room="true"), now=1000.0)
+    (life,) = c.desired(gpu_spec(mem="0.7", room="true")).recipes["g"].units
+    assert life.slot == 1 and visible(life) == "4,5,6,7"  # stays there: no second rollout
+    assert not c.plan(gpu_spec(mem="0.7", room="true"), now=1000.0).actions
+
+
+def test_a_gpu_engine_without_room_for_a_second_life_is_rolled_in_place():
+    c = FakeCluster()
+    c.converge(gpu_spec())
+    assert next(iter(c.allocs.values())).count == 1
+    p = c.plan(gpu_spec(mem="0.7"))
+    assert cancels(p) == [("agg_0", StopReason.SPEC_CHANGED)] and launches(p) == []
+    assert c.desired(gpu_spec(mem="0.7")).recipes["g"].no_room == frozenset({"agg_0"})
+    c.converge(gpu_spec(mem="0.7"))
+    (life,) = c.desired(gpu_spec(mem="0.7")).recipes["g"].units
+    assert life.slot == 0 and visible(life) == "0,1,2,3"

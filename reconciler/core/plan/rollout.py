@@ -11,7 +11,8 @@ once and its successor started beside it, with no surge budget spent.
 Without surge (``max_surge: 0``; always for the frontend and services, whose ports are
 their address) the old step is cancelled now and its successor launched once it is gone
 (it needs the same ports): a not-Ready worker at once, a Ready one only while fewer than
-``max_unavailable`` workers are unavailable.
+``max_unavailable`` workers are unavailable. A GPU engine's worker whose allocation holds
+no GPUs for a second life (``DesiredRecipe.no_room``) is rolled so, one at a time.
 """
 
 from __future__ import annotations
@@ -60,8 +61,11 @@ def compute_rollout(
             _surge(d, v, stale, now, extra, replace, place, waiting, deadlines)
             continue
         if v.ready and v.is_worker:
-            if budget <= 0:
-                waiting[v.name] = Wait(WaitReason.ROLLOUT_BUDGET, f"max_unavailable {d.max_unavailable}")
+            # no GPUs for a surge life: in place, one at a time even when max_unavailable is 0
+            room = budget + (1 if v.name in d.no_room and d.max_unavailable == 0 else 0)
+            if room <= 0:
+                why = "no GPUs for a surge life (reconcile.rollout.surge_gpus)" if v.name in d.no_room else ""
+                waiting[v.name] = Wait(WaitReason.ROLLOUT_BUDGET, why or f"max_unavailable {d.max_unavailable}")
                 continue
             budget -= 1
         replace += [CancelStep(s.step_id, d.name, v.name, StopReason.SPEC_CHANGED) for s in stale]
