@@ -24,8 +24,10 @@ from reconciler.topology import Endpoint
 from reconciler.frontends import frontend_unit
 from reconciler.services import discovery_of, resolve
 from reconciler.services.units import ADDRESSED_KINDS, discovery_env, mooncake_wiring, service_units
-from reconciler.units import FRONTEND, _container, runtime_for, worker_units
-from reconciler.core.slots import choose_slots, in_slot, layout_gpus, mirror_fits, surge_flips
+from reconciler.units import FRONTEND, _container, runtime_for
+from reconciler.core.succession import generations
+from reconciler.timefmt import slurm_seconds
+from reconciler.lives import frontend_life, worker_lives
 from reconciler.world import Alloc, AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy, Step
 
 
@@ -110,8 +112,11 @@ def build_recipe(
     gen = generation(recipe)
     rollout = recipe.reconcile.rollout
     endpoints = recipe.allocate_endpoints()
-    live = _dedupe([a for a in allocs if a.live])
+    live, successors, retiring = generations([a for a in allocs if a.live], steps)
     specs, keep, placement, unplaceable = place(recipe, endpoints, live)
+    kept = {a.index for a in live if a.job_id in keep}
+    # a successor (hand-over) is kept beside the job it follows; an older job until its last step is gone
+    keep += [j for i in sorted(kept) for j in successors.get(i, ())] + retiring
     spec_gpus = {s.index: s.gpus_per_node for s in specs}
     runtime = runtime_for(recipe, state_dir, python)
     placed: list[Endpoint] = []
@@ -139,13 +144,16 @@ def build_recipe(
         placed = []
     wiring = mooncake_wiring(recipe, svc_specs, head, ports, runtime.config_dir, runtime.served_model_name)
     held_gpus = {k: spec_gpus.get(a.index, 0) for k, a in placement.items()}
-    units, previous, no_room = _worker_lives(recipe, placed, hostnames, ports, runtime, disc_env, wiring, steps,
-                                             job_of, held_gpus)
+    units, previous, no_room = worker_lives(recipe, placed, hostnames, ports, runtime, disc_env, wiring, steps,
+                                            job_of, held_gpus)
     fe = None
     services: list = []
     if head is not None:
-        fe = frontend_unit(recipe, head, ports, runtime, state_dir, disc_env, units)
         job_of[(FRONTEND, 0)] = head_alloc.job_id  # type: ignore[union-attr]
+        fe, old_fe = frontend_life(lambda slot: frontend_unit(recipe, head, ports, runtime, state_dir, disc_env, units,
+                                                              slot), steps, job_of, rollout.max_surge)
+        if old_fe is not None:
+            previous = {**previous, (FRONTEND, 0): old_fe}
         services = service_units(recipe, svc_specs, head, ports, state_dir, disc_env, _container(recipe, recipe.backend))
         for u in services:
             job_of[(u.role, 0)] = head_alloc.job_id  # type: ignore[union-attr]
@@ -167,55 +175,8 @@ def build_recipe(
         liveness_failures=recipe.reconcile.liveness_failures, services=tuple(services), gates=gates,
         max_surge=rollout.max_surge, surge_pickup_seconds=rollout.pickup_seconds,
         surge_drain_seconds=rollout.drain_seconds, previous=previous, no_room=no_room,
+        handover_seconds=recipe.reconcile.handover_seconds, time_limit_seconds=slurm_seconds(recipe.slurm.time_limit),
     )
-
-
-def _worker_lives(recipe: Recipe, placed: list[Endpoint], hostnames: dict[int, str], ports: NodePortAllocator,
-                  runtime, disc_env, wiring, steps: list[Step], job_of: dict, held_gpus: Mapping) -> tuple:
-    """The workers' units, each in the life slot ``core.slots`` picks; for those whose new life
-    surges into the other slot, the old life (the unit in its old slot: ports, URL) as ``previous``;
-    and the names of those that would surge but whose allocation has no GPUs for it (``no_room``)."""
-    if not placed:
-        return [], {}, frozenset()
-    layout = layout_gpus(recipe.allocate_endpoints())
-
-    def gpu_engine(ep: Endpoint) -> bool:
-        return recipe.backend_for(ep.mode).needs_gpus()
-
-    steps = [s for s in steps if recipe.roles.get(s.role) is not None]
-    owners = ports.owners() if any((ep.mode, ep.index) not in {(s.role, s.index) for s in steps} for ep in placed) \
-        else set()
-    held = {(ep.mode, ep.index): (f"{recipe.name}/{ep.name}" in owners, f"{recipe.name}/{ep.name}@b" in owners)
-            for ep in placed}
-    slot = choose_slots([(ep.mode, ep.index) for ep in placed], steps, job_of, held)
-    lives = [in_slot(ep, slot[(ep.mode, ep.index)], gpu_engine(ep), layout) for ep in placed]
-    units = worker_units(recipe, lives, hostnames, ports, runtime, disc_env, wiring)
-    flips = surge_flips(units, steps, job_of, recipe.reconcile.rollout.max_surge)
-    by_key = {(ep.mode, ep.index): ep for ep in placed}
-    # a surge into slot 1 needs the mirror GPUs (slot 0 is the layout's own)
-    no_room = {k for k in flips if slot[k] == 0
-               and not mirror_fits(by_key[k], gpu_engine(by_key[k]), layout, held_gpus.get(k, 0))}
-    flips -= no_room
-    if not flips:
-        return units, {}, frozenset(f"{r}_{i}" for r, i in no_room)
-    old = {(u.role, u.index): u for u in units}
-    lives = [in_slot(ep, 1 - slot[(ep.mode, ep.index)], gpu_engine(ep), layout) if (ep.mode, ep.index) in flips
-             else live for ep, live in zip(placed, lives)]
-    return (worker_units(recipe, lives, hostnames, ports, runtime, disc_env, wiring), {k: old[k] for k in flips},
-            frozenset(f"{r}_{i}" for r, i in no_room))
-
-
-def _dedupe(allocs: list[Alloc]) -> list[Alloc]:
-    """Two live jobs with one index (a crash between sbatch and bookkeeping): keep the older."""
-    best: dict[int, Alloc] = {}
-    for a in sorted(allocs, key=lambda a: _job_sort(a.job_id)):
-        best.setdefault(a.index, a)
-    return sorted(best.values(), key=lambda a: a.index)
-
-
-def _job_sort(job_id: str) -> tuple[int, str]:
-    head = job_id.split("_")[0]
-    return (int(head), job_id) if head.isdigit() else (1 << 62, job_id)
 
 
 def place(

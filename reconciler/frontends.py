@@ -20,7 +20,7 @@ from reconciler.recipe.model import Recipe
 from reconciler.units import FRONTEND, Launch, Unit, _container, container_srun_options, endpoints_path, spec_hash
 
 # flags the reconciler sets itself (the probe and `get` rely on them): frontend.port, not args
-OWNED_ARGS = {"builtin": ("host", "port"), "dynamo": ("http-port", "http-host"), "sglang-router": ("host", "port"),
+OWNED_ARGS = {"builtin": ("host", "port", "life"), "dynamo": ("http-port", "http-host"), "sglang-router": ("host", "port"),
               "sgl-router": ("host", "port"), "vllm-router": ("host", "port", "worker-urls"),
               "atomesh": ("host", "port", "backend", "worker-urls", "prefill", "decode", "pd-disaggregation"),
               "tilert-router": ("host", "port", "vllm-url", "decode")}
@@ -33,8 +33,11 @@ def owned_arg(recipe: Recipe) -> str | None:
 
 
 def frontend_unit(recipe: Recipe, head: str, ports: NodePortAllocator, runtime: Runtime, state_dir: Path,
-                  disc_env: Mapping[str, str] | None = None, workers: Sequence[Unit] = ()) -> Unit | None:
-    """``workers``: the placed worker units (a static router is given their URLs at start)."""
+                  disc_env: Mapping[str, str] | None = None, workers: Sequence[Unit] = (), slot: int = 0) -> Unit | None:
+    """``workers``: the placed worker units (a static router is given their URLs at start);
+    ``slot``: the life slot (only the built-in router has a second life beside the first)."""
+    if recipe.frontend.type == "builtin":
+        return builtin(recipe, head, ports, runtime, state_dir, disc_env or {}, slot)
     if recipe.frontend.type in STATIC:
         return STATIC[recipe.frontend.type](recipe, head, ports, runtime, workers)
     build = BUILDERS.get(recipe.frontend.type)
@@ -63,13 +66,18 @@ def _unit(recipe: Recipe, head: str, port: int, argv: list[str], env: dict[str, 
     )
 
 
-def builtin(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
+def builtin(recipe, head, ports, runtime, state_dir, disc_env, slot: int = 0) -> Unit:
+    """Its two lives share the port (SO_REUSEPORT; the newest takes the new connections), so a
+    new router starts beside the old one on the same address; each answers the health probe
+    of its own life only (``/health?life=a|b``)."""
     port = _port(recipe, head, ports)
     argv = [runtime.python, "-m", "reconciler.router", "--host", "0.0.0.0", "--port", str(port),
             "--endpoints-file", str(endpoints_path(state_dir, recipe.name)), "--model-name", runtime.served_model_name]
+    argv += ["--life", "b"] if slot else []  # slot a is the router as it was before lives existed
     argv += cli_args(dict(recipe.frontend.args))
     env = {**recipe.environment, **recipe.frontend.env, "PYTHONUNBUFFERED": "1"}
-    return _unit(recipe, head, port, argv, env, None, "/metrics")
+    u = _unit(recipe, head, port, argv, env, None, "/metrics")
+    return replace(u, slot=slot, shares_port=True, health_path=f"/health?life={'ab'[slot]}")
 
 
 def dynamo(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:

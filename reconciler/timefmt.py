@@ -7,3 +7,30 @@ import time
 
 def iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def slurm_seconds(text: str | None) -> float | None:
+    """A Slurm duration in seconds (a time limit as sbatch reads it, or squeue's TimeLeft):
+    ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``; None for
+    UNLIMITED / INFINITE / NOT_SET / INVALID / nothing."""
+    if not text:
+        return None
+    text = text.strip()
+    days, _, rest = text.rpartition("-")
+    parts = rest.split(":")
+    try:
+        nums = [int(p) for p in parts]
+        d = int(days) if days else 0
+    except ValueError:
+        return None
+    if days:
+        h, m, s = (nums + [0, 0])[:3]
+    elif len(nums) == 3:
+        h, m, s = nums
+    elif len(nums) == 2:
+        h, (m, s) = 0, nums
+    elif len(nums) == 1:
+        h, m, s = 0, nums[0], 0
+    else:
+        return None
+    return float(((d * 24 + h) * 60 + m) * 60 + s)

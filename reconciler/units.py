@@ -75,6 +75,7 @@ class Unit:
     worker_api: str = ""  # a frontend whose worker set the shell keeps in step with readiness: "sglang-router"
     scheme: str = "http"  # how a router reaches it: http, or grpc (Backend.is_grpc_mode)
     slot: int = 0  # which of its two life slots (ports, log files): a surge life takes the other one
+    shares_port: bool = False  # a frontend whose two lives can listen on one port (the built-in router)
 
     @property
     def is_service(self) -> bool:
@@ -87,6 +88,12 @@ class Unit:
     @property
     def life(self) -> str:
         return life_name(self.name, self.slot)
+
+    @property
+    def port_owner(self) -> str:
+        """Who holds its ports in the registry: its life (a worker's lives have ports of their own),
+        or its name when its lives share one address (the built-in router)."""
+        return f"{self.recipe}/{self.name if self.shares_port else self.life}"
 
     @property
     def key(self) -> tuple[str, str, int]:

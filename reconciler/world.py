@@ -208,6 +208,8 @@ class DesiredRecipe:
     previous: Mapping[tuple[str, int], Unit] = field(default_factory=dict)
     # workers that would surge but whose allocation holds no GPUs for a second life: rolled in place
     no_room: frozenset[str] = frozenset()
+    handover_seconds: float | None = None  # reconcile.handover_seconds (None: from launch-to-Ready)
+    time_limit_seconds: float | None = None  # the allocations' Slurm time limit, when there is one
 
     def policy(self, role: str) -> RestartPolicy:
         return self.restart.get(role, RestartPolicy())

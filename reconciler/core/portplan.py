@@ -60,7 +60,7 @@ def reassign_after_bind_failures(
 def release_unused(ports: NodePortAllocator, desired: Desired, observed: Observed, refused_prune: bool) -> tuple[str, ...]:
     if refused_prune:
         return ()
-    live = {f"{u.recipe}/{u.life}" for d in desired.recipes.values() for u in (*d.all_units, *d.previous.values())}
+    live = {u.port_owner for d in desired.recipes.values() for u in (*d.all_units, *d.previous.values())}
     live |= {f"{d.name}/{life_name(f'{role}_{i}', slot)}" for d in desired.recipes.values() for (role, i) in d.waiting
              for slot in (0, 1)}
     live |= {f"{s.recipe}/{s.life}" for s in observed.steps}

@@ -14,10 +14,12 @@ allocation all run an older spec: with ``max_surge`` > 0 their new life takes th
 slot (when no step holds it), and the old one stays until the new one is Ready.
 
 GPUs: a life in slot 1 of an engine that uses its GPUs runs on the *mirror* of its slot-0
-GPUs on each node (shifted past every GPU the recipe's layout uses there), so both lives
-of a worker never share a GPU and the assignment is the same every tick. The mirror must
-fit in the GPUs the allocation holds (``reconcile.rollout.surge_gpus`` reserves them);
-where it does not, the worker is rolled in place (``no_room``).
+GPUs on each node (shifted past every GPU the recipe's layout uses there) when its
+allocation holds them (``reconcile.rollout.surge_gpus``), so both lives of a worker
+never share a GPU; the rule depends only on the allocation's size, so the assignment is
+the same every tick. Where the two slots' GPUs would overlap on one allocation, the
+worker is rolled in place instead (``desired.py``: ``no_room``). A life on a successor
+allocation (a hand-over) has that allocation's GPUs to itself in either slot.
 """
 
 from __future__ import annotations
@@ -93,19 +95,12 @@ def layout_gpus(endpoints: Iterable[Endpoint]) -> dict[int, int]:
     return used
 
 
-def in_slot(ep: Endpoint, slot: int, needs_gpus: bool, used: Mapping[int, int]) -> Endpoint:
-    """The endpoint as its life in ``slot`` runs it: slot 1 of a GPU engine on the mirror GPUs."""
-    if not slot:
-        return replace(ep, slot=0)
-    if not needs_gpus or not ep.gpus:
+def in_slot(ep: Endpoint, slot: int, needs_gpus: bool, used: Mapping[int, int], held: int) -> Endpoint:
+    """The endpoint as its life in ``slot`` runs it: slot 1 of a GPU engine on the mirror GPUs
+    when its allocation holds ``held`` GPUs per node, enough for them."""
+    if not slot or not needs_gpus or not ep.gpus:
+        return replace(ep, slot=slot)
+    shift = max(used.get(o, 0) for o in ep.nodes)
+    if max(ep.gpus) + shift >= held:
         return replace(ep, slot=1)
-    shift = max(used.get(o, 0) for o in ep.nodes)
     return replace(ep, slot=1, gpus=tuple(g + shift for g in ep.gpus))
-
-
-def mirror_fits(ep: Endpoint, needs_gpus: bool, used: Mapping[int, int], held: int) -> bool:
-    """Whether the slot-1 life fits in the ``held`` GPUs per node of its allocation."""
-    if not needs_gpus or not ep.gpus:
-        return True
-    shift = max(used.get(o, 0) for o in ep.nodes)
-    return max(ep.gpus) + shift < held

@@ -214,6 +214,9 @@ class ReconcileConfig(Strict):
     suspend: bool = False
     rollout: RolloutConfig = RolloutConfig()
     nodes_per_allocation: int | None = Field(None, ge=1)
+    # a successor allocation is submitted when a running one has less than this left (None: the
+    # workers' launch-to-Ready + 60 s, at least 120 s; at most half the time limit either way)
+    handover_seconds: float | None = Field(None, gt=0)
     container_runtime: Literal["pyxis", "none"] = "pyxis"
     engine_python: str = "python3"  # the interpreter that runs dynamo.* and the engines' modules
     liveness_failures: int = Field(3, ge=1)

@@ -74,8 +74,9 @@ class Pool:
 
 class Router:
     def __init__(self, endpoints_file: Path, model_name: str | None = None, poll: float = 0.25,
-                 request_timeout: float = 30.0):
+                 request_timeout: float = 30.0, life: str = "a"):
         self.endpoints_file = Path(endpoints_file)
+        self.life = life
         self.request_timeout = request_timeout
         self.model_name = model_name
         self.poll = poll
@@ -158,6 +159,10 @@ class Router:
         return False, "no workers"
 
     async def health(self, request: web.Request) -> web.Response:
+        life = request.query.get("life")
+        if life is not None and life != self.life:
+            # the other life shares this port: the probe of that life must not read this one as Ready
+            return web.json_response({"status": "other life", "life": self.life}, status=404)
         ok, how = self.routable()
         return web.json_response({"status": "ok", "routing": how, "workers": self.pool.roles()})
 

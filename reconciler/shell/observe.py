@@ -61,7 +61,7 @@ class Observer:
         self.cancelled[step_id] = now
 
     def _bind_failures(self, steps: tuple[Step, ...], ports: NodePortAllocator) -> dict:
-        running = {f"{s.recipe}/{s.life}" for s in steps}
+        running = {f"{s.recipe}/{s.life}" for s in steps} | {f"{s.recipe}/{s.role}_{s.index}" for s in steps}
         read, self._logs_read = self._logs_read, {}
         out: dict[str, dict[str, dict[str, int]]] = {}
         records: dict[str, dict] = {}

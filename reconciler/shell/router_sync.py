@@ -43,7 +43,7 @@ def serving(d: DesiredRecipe, o: Observed, u) -> bool:
 def old_lives(d: DesiredRecipe, o: Observed, at: float) -> list:
     """Old lives of surging workers that still take requests: Ready, and their successor not yet
     Ready for long enough (``core/plan/rollout.old_life_routed``)."""
-    return [u for key, u in sorted(d.previous.items()) if o.previous_ready.get(u.key)
+    return [u for key, u in sorted(d.previous.items()) if not u.shares_port and o.previous_ready.get(u.key)
             and old_life_routed(d, bool(o.ready.get(u.key)), o.health.get(u.key), at)]
 
 

@@ -11,7 +11,8 @@ Per recipe, first the recipe as a whole:
 Then, for a recipe being converged, classify what it has (``classify.classify``: missing,
 running, broken, outdated, waiting, extra, duplicates), and decide, in this order:
 
-5. ``allocations.compute_allocations`` — submit what is needed, release what is not.
+5. ``allocations.compute_allocations`` — submit what is needed, release what is not;
+   ``allocations.compute_handover`` — a successor before a running job's time runs out.
 6. ``stop.compute_stop`` — extra steps (scale-down victims, a frontend no longer managed,
    steps on a released allocation), duplicates, the ranks left of a broken multi-node
    worker, and liveness (fatal log line, failed probes after Ready, startup grace).
@@ -37,7 +38,7 @@ from __future__ import annotations
 from collections import Counter
 
 from reconciler.core.plan.action_backoff import compute_action_backoff
-from reconciler.core.plan.allocations import compute_allocations, release_all
+from reconciler.core.plan.allocations import compute_allocations, compute_handover, release_all
 from reconciler.core.plan.classify import Classified, classify, step_order
 from reconciler.core.plan.placement import compute_frontend, compute_placements, compute_services, unplaceable
 from reconciler.core.plan.relaunch import compute_backoff_reset, compute_relaunch, restart_gate
@@ -114,6 +115,7 @@ def teardown(name: str, observed: Observed, reason: StopReason) -> RecipePlan:
 
 def converge(d: DesiredRecipe, observed: Observed, now: float) -> tuple[RecipePlan, bool, list[float | None]]:
     submit, release = compute_allocations(d, observed)
+    successors, next_handover = compute_handover(d, observed, now)
     c = classify(d, observed, frozenset(a.job_id for a in release))
     stops, w_stop = compute_stop(d, c, now)
     held_svc, w_svc = compute_services(d, c)
@@ -128,14 +130,15 @@ def converge(d: DesiredRecipe, observed: Observed, now: float) -> tuple[RecipePl
     for part in (w_stop, w_front, w_svc, w_relaunch, w_roll, unplaceable(d)):
         waiting.update(part)
     rp = RecipePlan(
-        d.name, submit=submit, release=release, place=place + relaunch + surge, stop=stops, replace=replace,
+        d.name, submit=submit + successors, release=release, place=place + relaunch + surge, stop=stops,
+        replace=replace,
         relaunch_later=later, waiting=waiting, counts=counts(d, c), reset_backoff=reset,
     )
     starting = [v for v in c.running + c.broken + c.outdated if not v.ready]
     # waiting on Slurm's queue is not motion: a pending allocation has its own, slower, recheck
     moving = bool(starting or any(w.reason is WaitReason.TERMINATING for w in waiting.values()))
     recheck = pending_recheck(observed.allocs_of(d.name), now) if c.waiting else None
-    deadlines = [*later.values(), next_reset, recheck, *dl_roll, *(startup_deadline(d, v) for v in c.running)]
+    deadlines = [*later.values(), next_reset, recheck, next_handover, *dl_roll, *(startup_deadline(d, v) for v in c.running)]
     return rp, moving, deadlines
 
 

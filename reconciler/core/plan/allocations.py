@@ -1,9 +1,22 @@
-"""compute_allocations: submit what a recipe needs and does not have; release what it no longer needs."""
+"""compute_allocations: submit what a recipe needs and does not have; release what it no longer needs.
+
+compute_handover: a running allocation whose time left (squeue's TimeLeft) falls below the
+hand-over time gets a successor at the same index, submitted now; once the successor runs,
+the workers move onto it with the rollout's surge rules (``core/succession.py``) and the old
+job is released when its last step is gone — before Slurm ends it. The hand-over time is
+``reconcile.handover_seconds``, else the longest launch-to-Ready seen for the recipe's
+workers + 60 s, at least 120 s; either way at most half the time limit, so that a successor
+is never due the moment it starts.
+"""
 
 from __future__ import annotations
 
 from reconciler.core.plan.results import CancelAlloc, StopReason, SubmitAlloc
+from reconciler.timefmt import slurm_seconds
 from reconciler.world import Alloc, DesiredRecipe, Observed
+
+HANDOVER_FLOOR = 120.0
+HANDOVER_MARGIN = 60.0
 
 
 def compute_allocations(d: DesiredRecipe, observed: Observed) -> tuple[tuple[SubmitAlloc, ...], tuple[CancelAlloc, ...]]:
@@ -16,6 +29,41 @@ def compute_allocations(d: DesiredRecipe, observed: Observed) -> tuple[tuple[Sub
     submit = tuple(SubmitAlloc(spec) for spec in d.allocs if spec.index not in have)
     release = tuple(CancelAlloc(a.job_id, d.name, a.index) for a in live if a.job_id not in keep)
     return submit, release
+
+
+def handover_seconds(d: DesiredRecipe, observed: Observed) -> float:
+    if d.handover_seconds is not None:
+        want = d.handover_seconds
+    else:
+        took = [h.ready_since - h.last_launch for u in d.units if (h := observed.health.get(u.key)) is not None
+                and h.ready_since is not None and h.last_launch is not None and h.watched_since is not None
+                and h.watched_since - h.last_launch < 30]  # a launch this process saw through to Ready
+        want = max(HANDOVER_FLOOR, max(took, default=0.0) + HANDOVER_MARGIN)
+    return min(want, d.time_limit_seconds / 2) if d.time_limit_seconds else want
+
+
+def compute_handover(d: DesiredRecipe, observed: Observed, now: float) -> tuple[tuple[SubmitAlloc, ...], float | None]:
+    """(successors to submit now, when the next one is due)."""
+    jobs: dict[int, list[Alloc]] = {}
+    for a in observed.allocs_of(d.name):
+        if a.live:
+            jobs.setdefault(a.index, []).append(a)
+    limit = handover_seconds(d, observed)
+    submit: list[SubmitAlloc] = []
+    due: float | None = None
+    for spec in d.allocs:
+        held = jobs.get(spec.index, [])
+        if len(held) != 1 or not held[0].running or held[0].job_id not in d.keep_allocs:
+            continue  # none yet (submitted as missing), or a successor already exists
+        left = slurm_seconds(held[0].time_left)
+        if left is None:
+            continue
+        if left <= limit:
+            submit.append(SubmitAlloc(spec, f"successor of job {held[0].job_id}: {held[0].time_left} left, "
+                                            f"hand-over at {limit:.0f}s"))
+        else:
+            due = min(due, now + left - limit) if due is not None else now + left - limit
+    return tuple(submit), due
 
 
 def release_all(name: str, allocs: list[Alloc], reason: StopReason) -> tuple[CancelAlloc, ...]:

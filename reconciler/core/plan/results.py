@@ -83,6 +83,7 @@ class RecipeState(str, Enum):
 @dataclass(frozen=True)
 class SubmitAlloc:
     spec: AllocSpec
+    handover: str = ""  # a successor before the time limit: why (else: the index has no job)
 
     @property
     def recipe(self) -> str:
@@ -90,8 +91,8 @@ class SubmitAlloc:
 
     def describe(self) -> str:
         s = self.spec
-        return (f"submit allocation {s.recipe}/a{s.index}: {s.count} node(s) x {s.gpus_per_node} GPU(s) "
-                f"(needed for nodes {s.start}-{s.start + s.count - 1})")
+        why = self.handover or f"needed for nodes {s.start}-{s.start + s.count - 1}"
+        return f"submit allocation {s.recipe}/a{s.index}: {s.count} node(s) x {s.gpus_per_node} GPU(s) ({why})"
 
 
 @dataclass(frozen=True)

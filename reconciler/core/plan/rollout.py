@@ -32,7 +32,8 @@ def unavailable_workers(c: Classified) -> int:
 
 def surges(d: DesiredRecipe, v: UnitView) -> bool:
     """The unit's new life runs beside its old one (in the other slot) rather than after it."""
-    return d.max_surge > 0 and v.is_worker and bool(v.old) and all(s.slot != v.unit.slot for s in v.old)
+    return (d.max_surge > 0 and (v.is_worker or v.unit.shares_port) and bool(v.old)
+            and all(s.slot != v.unit.slot for s in v.old))
 
 
 def old_life_routed(d: DesiredRecipe, new_ready: bool, h: UnitHealth | None, now: float) -> bool:

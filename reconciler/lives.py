@@ -1,0 +1,100 @@
+"""Each worker's life for this tick: its slot, its GPUs in that slot, and the old life a surge replaces.
+
+The pure rules are in ``core/slots.py``; this module applies them while building the
+units (``units.worker_units``), which hands out ports from the tick's assignment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from reconciler.core.slots import choose_slots, in_slot, layout_gpus, surge_flips
+from reconciler.ports import NodePortAllocator
+from reconciler.recipe.model import Recipe
+from reconciler.topology import Endpoint
+from reconciler.units import Unit, life_name, worker_units
+from reconciler.world import Step
+
+
+def worker_lives(recipe: Recipe, placed: list[Endpoint], hostnames: dict[int, str], ports: NodePortAllocator,
+                  runtime, disc_env, wiring, steps: list[Step], job_of: dict, held_gpus: Mapping) -> tuple:
+    """The workers' units, each in the life slot ``core.slots`` picks; for those whose new life
+    surges into the other slot, the old life (the unit in its old slot: ports, URL) as ``previous``;
+    and the names of those that would surge but whose allocation has no GPUs for it (``no_room``)."""
+    if not placed:
+        return [], {}, frozenset()
+    layout = layout_gpus(recipe.allocate_endpoints())
+
+    def gpu_engine(ep: Endpoint) -> bool:
+        return recipe.backend_for(ep.mode).needs_gpus()
+
+    steps = [s for s in steps if recipe.roles.get(s.role) is not None]
+    owners = ports.owners() if any((ep.mode, ep.index) not in {(s.role, s.index) for s in steps} for ep in placed) \
+        else set()
+    held = {(ep.mode, ep.index): (f"{recipe.name}/{ep.name}" in owners, f"{recipe.name}/{ep.name}@b" in owners)
+            for ep in placed}
+    slot = choose_slots([(ep.mode, ep.index) for ep in placed], steps, job_of, held)
+    def life(ep: Endpoint, s: int) -> Endpoint:
+        return in_slot(ep, s, gpu_engine(ep), layout, held_gpus.get((ep.mode, ep.index), 0))
+
+    lives = [life(ep, slot[(ep.mode, ep.index)]) for ep in placed]
+    units = worker_units(recipe, lives, hostnames, ports, runtime, disc_env, wiring)
+    flips = surge_flips(units, steps, job_of, recipe.reconcile.rollout.max_surge)
+    by_key = {(ep.mode, ep.index): ep for ep in placed}
+    # two lives of a worker on one allocation must not share a GPU
+    no_room = {k for k in flips if set(life(by_key[k], slot[k]).gpus) & set(life(by_key[k], 1 - slot[k]).gpus)
+               and gpu_engine(by_key[k])}
+    flips -= no_room
+    previous: dict[tuple[str, int], Unit] = {}
+    if flips:
+        old = {(u.role, u.index): u for u in units}
+        previous = {k: old[k] for k in flips}
+        lives = [life(ep, 1 - slot[(ep.mode, ep.index)]) if (ep.mode, ep.index) in flips else live
+                 for ep, live in zip(placed, lives)]
+        units = worker_units(recipe, lives, hostnames, ports, runtime, disc_env, wiring)
+    previous |= moving_from(recipe.name, units, steps, job_of, ports, recipe.reconcile.rollout.max_surge)
+    return units, previous, frozenset(f"{r}_{i}" for r, i in no_room)
+
+
+def moving_from(recipe: str, units: list[Unit], steps: list[Step], job_of: Mapping, ports: NodePortAllocator,
+                max_surge: int) -> dict[tuple[str, int], Unit]:
+    """Old lives on another allocation (a hand-over) of workers whose new life is on theirs: each
+    as its unit with the old life's node, slot and ports, to be probed and routed until the new
+    one takes over. Ports come from the registry (the old slot's owner), the node from the step."""
+    if max_surge <= 0:
+        return {}
+    out: dict[tuple[str, int], Unit] = {}
+    for u in units:
+        key = (u.role, u.index)
+        away = [s for s in steps if (s.role, s.index) == key and s.job_id != job_of.get(key) and s.slot != u.slot
+                and s.rank == 0 and s.nodes]
+        if not away:
+            continue
+        s = max(away, key=lambda s: s.step_id)
+        held = ports.held_by(f"{recipe}/{life_name(u.name, s.slot)}").get(s.nodes[0], {})
+        probe_port = next((n for n, p in u.ports.items() if p == u.health_port), None)
+        if probe_port is None or probe_port not in held:
+            continue  # nothing known to probe: the old life is treated as not serving
+        out[key] = replace(u, slot=s.slot, nodes=(s.nodes[0], *u.nodes[1:]), ports=held, health_port=held[probe_port])
+    return out
+
+
+def frontend_life(build: Callable[[int], Unit | None], steps: list[Step], job_of: Mapping, max_surge: int,
+                  ) -> tuple[Unit | None, Unit | None]:
+    """The frontend in its life slot, and its old life when a new one starts beside it (only a
+    frontend whose lives share the port: its address stays). ``build(slot)`` makes the unit."""
+    fe = build(0)
+    if fe is None or not fe.shares_port:
+        return fe, None
+    key = (fe.role, 0)
+    mine = [s for s in steps if (s.role, s.index) == key]
+    slot = choose_slots([key], mine, job_of, {key: (True, False)})[key]
+    fe = build(slot) if slot else fe
+    if fe is None or max_surge <= 0:
+        return fe, None
+    if surge_flips([fe], mine, job_of, max_surge):
+        return build(1 - slot), fe
+    if any(s.job_id != job_of.get(key) and s.slot != slot for s in mine):
+        return fe, build(1 - slot)  # moving to a successor allocation: the old life, on the same node and port
+    return fe, None

@@ -1,0 +1,130 @@
+"""Hand-over before the time limit: a successor allocation at the same index, the workers moved
+onto it with surge, the old job released before Slurm ends it (plan/allocations.py:compute_handover,
+core/succession.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fakes import FakeCluster, recipe
+from reconciler.core.plan import CancelAlloc, LaunchStep, SubmitAlloc
+from reconciler.core.succession import generations
+from reconciler.world import Alloc, Step, UnitHealth
+
+TEXT = """\
+name: r
+model: {path: /m}
+resources: {gpus_per_node: 8}
+engine: mocker
+frontend: {type: %(frontend)s}
+roles:
+  agg: {workers: 2, gpus: 1}
+slurm: {time_limit: "%(limit)s"}
+reconcile: {%(handover)s}
+"""
+
+
+def spec(limit="10", handover="handover_seconds: 120", frontend="none"):
+    return {"r": recipe(TEXT % {"limit": limit, "handover": handover, "frontend": frontend})}
+
+
+def left(c: FakeCluster, text: str) -> Alloc:
+    (job,) = [j for j, a in c.allocs.items()]
+    c.allocs[job] = dataclasses.replace(c.allocs[job], time_left=text)
+    return c.allocs[job]
+
+
+def submits(p):
+    return [a for a in p.actions if isinstance(a, SubmitAlloc)]
+
+
+def test_a_successor_is_submitted_when_the_time_left_falls_below_the_hand_over_time():
+    c = FakeCluster()
+    c.converge(spec())
+    left(c, "5:00")
+    p = c.plan(spec(), now=1000.0)
+    assert not p.actions and p.requeue_after == pytest.approx(180.0)  # 300 s left, hand-over at 120
+    old = left(c, "1:59")
+    (s,) = submits(c.plan(spec(), now=1000.0))
+    assert s.spec.index == 0 and f"successor of job {old.job_id}" in s.describe()
+
+
+def test_the_workers_move_onto_the_successor_with_surge_and_the_old_job_is_released():
+    c = FakeCluster()
+    c.converge(spec(frontend="builtin"))
+    old = left(c, "1:00")
+    c.apply(c.plan(spec(frontend="builtin"), now=1000.0))  # the successor, granted at once
+    new = next(j for j in c.allocs if j != old.job_id)
+    p = c.plan(spec(frontend="builtin"), now=1000.0)
+    moved = [a for a in p.actions if isinstance(a, LaunchStep)]
+    assert {(a.job_id, a.unit.name) for a in moved} >= {(new, "agg_0")}  # the new life, on the successor
+    assert not any(isinstance(a, CancelAlloc) for a in p.actions)  # the old job still serves
+    lives_max = 0
+    for _ in range(40):
+        p = c.plan(spec(frontend="builtin"), now=1000.0)
+        if not p.actions:
+            break
+        c.apply(p)
+        workers = [s for s in c.steps.values() if s.role == "agg"]
+        lives_max = max(lives_max, len(workers))
+        assert {s.index for s in workers} == {0, 1}  # never a worker without a life
+    assert list(c.allocs) == [new] and {s.job_id for s in c.steps.values()} == {new}
+    assert lives_max <= 3  # desired + max_surge
+
+
+def test_a_successor_waiting_in_the_queue_leaves_everything_where_it_is():
+    c = FakeCluster()
+    c.converge(spec())
+    left(c, "1:00")
+    c.pending = True
+    c.apply(c.plan(spec(), now=1000.0))
+    assert len(c.allocs) == 2
+    p = c.plan(spec(), now=1000.0)
+    assert not p.actions  # no second successor, nothing moves, nothing is released
+
+
+def test_the_hand_over_time_is_at_most_half_the_time_limit():
+    c = FakeCluster()
+    c.converge(spec(limit="2", handover="handover_seconds: 300"))
+    left(c, "1:30")
+    assert not submits(c.plan(spec(limit="2", handover="handover_seconds: 300")))
+    left(c, "0:59")
+    assert submits(c.plan(spec(limit="2", handover="handover_seconds: 300")))
+
+
+def test_the_default_hand_over_time_is_the_launch_to_ready_time_plus_a_minute_at_least_two():
+    c = FakeCluster()
+    c.converge(spec(handover=""))
+    left(c, "1:59")
+    assert submits(c.plan(spec(handover="")))  # nothing measured: 120 s
+    left(c, "3:00")
+    assert not submits(c.plan(spec(handover="")))
+    c.health[("r", "agg", 0)] = UnitHealth(launches=1, last_launch=0.0, ready_since=150.0, was_ready=True,
+                                           watched_since=1.0)
+    assert submits(c.plan(spec(handover="")))  # 150 s to Ready + 60 s > 180 s left
+
+
+def test_no_time_limit_means_no_hand_over():
+    c = FakeCluster()
+    c.converge(spec(limit="UNLIMITED"))
+    left(c, "UNLIMITED")
+    assert not c.plan(spec(limit="UNLIMITED")).actions
+
+
+def _alloc(job, index=0, state="RUNNING"):
+    return Alloc(job, "r", index, 0, 1, state, nodes=("n",) if state == "RUNNING" else ())
+
+
+@pytest.mark.parametrize("jobs, busy, current, successors, retiring", [
+    ([_alloc("5")], [], "5", {}, []),
+    ([_alloc("5"), _alloc("9", state="PENDING")], [], "5", {0: ["9"]}, []),
+    ([_alloc("5"), _alloc("9")], ["5"], "9", {}, ["5"]),  # moving: the old job until its steps are gone
+    ([_alloc("5"), _alloc("9")], [], "9", {}, []),  # moved: the old job goes
+    ([_alloc("5", state="PENDING"), _alloc("9", state="PENDING")], [], "5", {0: ["9"]}, []),
+])
+def test_generations(jobs, busy, current, successors, retiring):
+    steps = [Step(f"{j}.0", "r", "agg", 0, 0, "h") for j in busy]
+    cur, succ, ret = generations(jobs, steps)
+    assert [a.job_id for a in cur] == [current] and succ == successors and ret == retiring
