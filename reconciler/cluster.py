@@ -91,7 +91,7 @@ class ClusterConfig(Strict):
 ACTED_ON = frozenset({
     "default_account", "default_partition", "default_time_limit", "gpus_per_node", "default_gpu_type",
     "default_sbatch_directives", "model_paths", "containers", "default_mounts",
-    "host_runtime", "default_srun_options", "preflight", "discovery", "visible_devices_env",
+    "host_runtime", "default_srun_options", "preflight", "discovery", "visible_devices_env", "network_interface",
 })
 
 
@@ -182,6 +182,11 @@ def apply(data: dict[str, Any], cluster: Cluster | None) -> tuple[dict[str, Any]
         if isinstance(rec, dict) and "visible_devices_env" not in rec:
             rec["visible_devices_env"] = c.visible_devices_env
             notes.append(f"reconcile.visible_devices_env from the cluster config: {c.visible_devices_env}")
+    if c.network_interface is not None:
+        rec = d.setdefault("reconcile", {})
+        if isinstance(rec, dict) and "network_interface" not in rec:
+            rec["network_interface"] = c.network_interface
+            notes.append(f"reconcile.network_interface from the cluster config: {c.network_interface}")
     if c.host_runtime is not None:
         rec = d.setdefault("reconcile", {})
         if isinstance(rec, dict):

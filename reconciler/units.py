@@ -16,7 +16,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from reconciler import dynamo_install
+from reconciler import dynamo_install, netaddr
 from reconciler.backends.base import Runtime
 from reconciler.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
@@ -106,6 +106,10 @@ def spec_hash(
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:10]
 
 
+# what srtctl's worker stage sets on every dynamo.* worker, under the recipe's env (cli/mixins/worker_stage.py)
+DYNAMO_WORKER_ENV = {"DYN_LOG": "info,dynamo_runtime::pipeline::network::ingress::push_handler=warn",
+                     "DYN_SKIP_SGLANG_LOG_FORMATTING": "1"}
+
 MODEL_MOUNT = "/model"  # where srtctl mounts a local model directory in the container
 
 
@@ -176,6 +180,8 @@ def worker_units(
         for p in recipe.backend_for(mode).endpoints_to_processes(mine, hostnames, ports, f"{recipe.name}/"):  # type: ignore[arg-type]
             by_ep.setdefault((p.mode, p.index), []).append(p)
     units = []
+    # only nodes that run a worker here publish their address (netaddr); others keep their name
+    worker_hosts = sorted({hostnames[n] for ep in endpoints for n in ep.nodes})
     for ep in endpoints:
         backend = recipe.backend_for(ep.mode)
         srun = backend.get_srun_config()
@@ -194,7 +200,8 @@ def worker_units(
             role_runtime = replace(runtime, model_path=recipe.model.path)  # this role runs on the host
         launches = []
         for p in ps:
-            env = dict(extra_env or {})
+            env = dict(DYNAMO_WORKER_ENV) if recipe.frontend.type == "dynamo" else {}
+            env.update(extra_env or {})
             env.update(recipe.environment)
             env.update(backend.get_environment_for_mode(ep.mode))
             env.update(backend.get_process_environment(p))
@@ -207,6 +214,11 @@ def worker_units(
                 nodes, ntasks = (p.node,), 1
             else:
                 nodes, ntasks = p.hosts, backend.process_ntasks(p)
+            if recipe.reconcile.network_interface:
+                # srtctl passes IPs on network_interface: each node learns its own at launch
+                argv, env = netaddr.resolve_at_launch(
+                    argv, env, worker_hosts, recipe.reconcile.network_interface, f"{runtime.config_dir}/addr",
+                    nodes[0] if len(nodes) == 1 else None)
             launches.append(Launch(p.node_rank, nodes, ntasks, srun.mpi, tuple(argv), tuple(sorted(env.items())), ep.gpus))
         launches_t = tuple(launches)
         probe = backend.health_probe(ep.mode)

@@ -207,6 +207,10 @@ class ReconcileConfig(Strict):
     # the variable that limits a worker to its GPUs (ROCm: ROCR_VISIBLE_DEVICES); srtctl's cluster
     # config key visible_devices_env sets it
     visible_devices_env: str = Field("CUDA_VISIBLE_DEVICES", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # the NIC whose IPv4 address the workers pass as an address (--master-addr, MASTER_ADDR, ...),
+    # resolved on each node at launch (reconciler.netaddr); a comma list is tried in order.
+    # srtctl's cluster config key network_interface sets it; unset: hostnames
+    network_interface: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:@-]+(,[A-Za-z0-9_.:@-]+)*$")
 
 
 # Top-level sections the reconciler reads; everything else is carried for srtctl.
