@@ -151,6 +151,23 @@ def _opt(r, flag):
     return r["argv"][r["argv"].index(flag) + 1]
 
 
+def test_vllm_scan_range_config_dump_and_kv_events_as_srtctl():
+    """srtctl: VLLM_PORT is a private 50-port base per process; dynamo.vllm gets --dump-config-to and,
+    for a role with kv_events, --kv-events-config publishing on the process's KV-event port."""
+    text = (VLLM % ("dynamo", "nixl")).replace("decode: {", "decode: {kv_events: {topic: kv, buffer_steps: 4}, ")
+    rs = rows(text)
+    p, d0, d1 = one(rs, "prefill"), one(rs, "decode", 0), one(rs, "decode", 1)
+    bases = sorted(int(r["env"]["VLLM_PORT"]) for r in (p, d0, d1) if r["nodes"] == d0["nodes"])
+    assert all(b - a >= 50 for a, b in zip(bases, bases[1:]))  # the ranges do not overlap on a node
+    assert _opt(d1, "--dump-config-to") == f"/st/vl/configs/{d1['nodes'][0]}_decode_w1_r0_config.json"
+    assert json.loads(_opt(d1, "--kv-events-config")) == {
+        "publisher": "zmq", "topic": "kv", "enable_kv_cache_events": True, "buffer_steps": 4,
+        "endpoint": f"tcp://*:{d1['ports']['kv_events']}"}
+    assert "--kv-events-config" not in p["argv"]
+    direct = one(rows(VLLM % ("vllm-router", "nixl")), "prefill")
+    assert "VLLM_PORT" in direct["env"] and "--dump-config-to" not in direct["argv"]
+
+
 VLLM_DP = """\
 name: dp
 model: {path: /m}
