@@ -24,6 +24,7 @@ from reconciler.topology import Endpoint
 from reconciler.frontends import frontend_unit
 from reconciler.services import discovery_of, resolve
 from reconciler.services.units import ADDRESSED_KINDS, discovery_env, mooncake_wiring, service_units
+from reconciler.preambles import with_cluster_preamble
 from reconciler.units import FRONTEND, _container, runtime_for, worker_units
 from reconciler.world import Alloc, AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy
 
@@ -144,6 +145,10 @@ def build_recipe(
     for s in svc_specs:
         if not s.external:
             gates[s.phase] = (*gates.get(s.phase, ()), s.role)
+    # the cluster's default_bash_preamble before every container step (srtctl); a no-op without one
+    units = [with_cluster_preamble(u, recipe) for u in units]
+    services = [with_cluster_preamble(u, recipe) for u in services]
+    fe = with_cluster_preamble(fe, recipe) if fe is not None else None
     pending = "; ".join(f"allocation {a.index} (job {a.job_id}) {a.state.lower()}: {a.reason}"
                         for a in live if not a.running and a.reason and a.reason != "None")
     return DesiredRecipe(

@@ -16,7 +16,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from reconciler import dynamo_install, netaddr
+from reconciler import dynamo_install, netaddr, preambles
 from reconciler.backends.base import Runtime
 from reconciler.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
@@ -154,6 +154,7 @@ def container_srun_options(recipe: Recipe, config_dir: str) -> dict[str, str]:
     if (model := _model_mount(recipe)):
         mounts[model] = MODEL_MOUNT
     mounts[config_dir] = config_dir  # engine config files are written there on the host
+    mounts |= preambles.configs_mount(recipe)  # srtctl's configs directory at /configs (setup_script)
     mounts |= dict(recipe.container_mounts)
     for m in recipe.extra_mount or []:
         host, _, ctr = m.partition(":")
@@ -194,7 +195,8 @@ def worker_units(
             files = {**files, **mooncake.files.get(ep.mode, {})}
         role_container = (role.container or container) if container_ok else None
         # srtctl installs the recipe's Dynamo into the container first; on the hosts it is there already
-        pre = dynamo_install.preamble(recipe) if role_container else []
+        pre = preambles.setup_script(recipe, bool(role_container))
+        pre += dynamo_install.preamble(recipe) if role_container else []
         role_runtime = runtime
         if not role_container and runtime.model_path == MODEL_MOUNT and _model_mount(recipe):
             role_runtime = replace(runtime, model_path=recipe.model.path)  # this role runs on the host

@@ -21,7 +21,7 @@ import yaml
 
 from dataclasses import replace
 
-from reconciler import cluster, dynamo_install, netaddr
+from reconciler import cluster, dynamo_install, netaddr, preambles
 from reconciler.recipe.load import load_file
 from reconciler.render import as_rows, render_units
 
@@ -47,12 +47,28 @@ def _value(v, row):
     return re.sub(r"\$(ip:)?([a-z_]+)", sub, str(v))
 
 
+def _layers(argv: list[str]) -> dict:
+    """The wrappers before the worker's argv, outermost first: {tag: its first argument, "order": [...], "argv": rest}."""
+    out: dict = {"order": []}
+    while len(argv) > 4 and argv[:2] == ["bash", "-c"] and argv[3] in (preambles.CLUSTER_TAG, netaddr.TAG,
+                                                                          preambles.SETUP_TAG):
+        tag = argv[3]
+        out[tag] = argv[4]
+        out["order"].append(tag)
+        argv = netaddr.strip(argv) if tag == netaddr.TAG else argv[5:]
+    out["argv"] = argv
+    assert out["order"] == sorted(out["order"], key=[preambles.CLUSTER_TAG, netaddr.TAG, preambles.SETUP_TAG].index)
+    return out
+
+
 @pytest.mark.parametrize("case", CASES, ids=[p.stem for p in CASES])
 def test_render_matches_srtctl(case, corpus):
     doc = yaml.safe_load(case.read_text())
     site = cluster.load(GOLDEN / "srtslurm.yaml")
-    if doc.get("network_interface"):
-        site = replace(site, config=site.config.model_copy(update={"network_interface": doc["network_interface"]}))
+    update = {**doc.get("cluster_config", {}), **({"network_interface": doc["network_interface"]}
+                                                   if doc.get("network_interface") else {})}
+    if update:
+        site = replace(site, config=site.config.model_copy(update=update))
     loaded = load_file(corpus / doc["recipe"], site)
     lr = next(x for x in loaded if x.recipe.name == doc.get("deployment", x.recipe.name))
     rows = as_rows(render_units(lr.recipe, None, Path("/state")))
@@ -65,11 +81,16 @@ def test_render_matches_srtctl(case, corpus):
         assert len(matches) == 1, f"{where}: {len(matches)} processes"
         row = matches[0]
         ctx = f"{case.name} {where}"
-        inner = netaddr.strip(row["argv"])
+        layers = _layers(row["argv"])
+        inner = layers.pop("argv")
         if exp.get("node_addr"):  # the node learns its address on the NIC before anything runs
-            assert row["argv"][3:5] == [netaddr.TAG, doc["network_interface"]], ctx
+            assert layers.get(netaddr.TAG) == doc["network_interface"], ctx
         elif not doc.get("network_interface"):
-            assert inner == row["argv"], f"{ctx}: no network_interface, no address wrapper"
+            assert netaddr.TAG not in layers, f"{ctx}: no network_interface, no address wrapper"
+        for tag in (preambles.CLUSTER_TAG, preambles.SETUP_TAG):  # srtctl's preamble, in srtctl's order
+            key = tag.replace("-", "_")
+            if key in exp:
+                assert layers.get(tag) == exp[key], f"{ctx}: {tag}"
         argv, script = dynamo_install.strip(inner)
         if "dynamo_install" in exp:  # srtctl's worker preamble: pip-install this Dynamo first, or nothing
             want = exp["dynamo_install"]

@@ -211,13 +211,17 @@ class ReconcileConfig(Strict):
     # resolved on each node at launch (reconciler.netaddr); a comma list is tried in order.
     # srtctl's cluster config key network_interface sets it; unset: hostnames
     network_interface: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:@-]+(,[A-Za-z0-9_.:@-]+)*$")
+    # the host directory mounted at /configs, where setup_script is found (srtctl: <srtctl_root>/configs)
+    configs_dir: str | None = None
+    # the cluster config's default_bash_preamble: shell text run before every container step (reconciler.preambles)
+    bash_preamble: str | None = None
 
 
 # Top-level sections the reconciler reads; everything else is carried for srtctl.
 ACTED_ON = frozenset(
     {"schema", "name", "model", "resources", "slurm", "engine", "roles", "frontend", "health_check",
      "environment", "srun_options", "sbatch_directives", "reconcile", "container_mounts", "extra_mount",
-     "dynamo", "services", "infra"}
+     "dynamo", "services", "infra", "setup_script"}
 )
 
 
@@ -243,7 +247,8 @@ class Recipe(Strict):
     srun_options: dict[str, EnvValue] = {}
     sbatch_directives: dict[str, EnvValue] = {}
     enable_config_dump: bool = True
-    setup_script: str | None = None
+    # a script in srtctl's configs directory (/configs in the worker's container), run before the worker
+    setup_script: str | None = Field(None, pattern=r"^[A-Za-z0-9_+-][A-Za-z0-9_.+-]*(/[A-Za-z0-9_+-][A-Za-z0-9_.+-]*)*$")
     host_setup: HostSetupConfig = HostSetupConfig()
     services: list[ServiceConfig] = []
     post_eval: PostEvalConfig = PostEvalConfig()

@@ -105,6 +105,9 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
     if fe.type != "dynamo" and asks and d.install:
         out["dynamo.install"] = f"srtctl installs Dynamo only behind the Dynamo frontend; this recipe uses {fe.type}"
 
+    from reconciler import preambles
+
+    out |= preambles.not_acted_on(recipe, _containers_used(recipe))
     if not _containers_used(recipe):
         for key in ("container_mounts", "extra_mount"):
             if key in data:
