@@ -514,3 +514,35 @@ def test_a_role_without_a_container_reads_the_model_from_its_host_path():
     p, d = one(rs, "prefill"), one(rs, "decode")
     assert _opt(p, "--model-path") == "/model" and "container-mounts" in p["srun_options"]
     assert _opt(d, "--model-path") == "/models/q" and d["container"] is None
+
+
+@pytest.mark.parametrize("mem,numactl,flag", [(None, True, False), ("local", False, True), ("false", False, False)])
+def test_trtllm_numa_cpu_bind_wraps_the_command_in_srtctls_script(tmp_path, mem, numactl, flag):
+    """srtctl: bash /configs/numa_cpu_bind.sh [--bind-memory] <numactl> trtllm-llmapi-launch ...,
+    TLLM_NUMA_AWARE_WORKER_AFFINITY=0; /configs is <srtctl_root>/configs."""
+    from reconciler import cluster
+
+    (tmp_path / "srtslurm.yaml").write_text("srtctl_root: /opt/srt\n")
+    site = cluster.load(tmp_path / "srtslurm.yaml")
+    knob = "" if mem is None else f", numa_memory_bind: {mem}"
+    text = ("name: n\nmodel: {path: /m, container: /t.sqsh}\nresources: {gpus_per_node: 4, gpu_type: gb200}\n"
+            "dynamo: {install: false}\n"
+            f"engine: {{type: trtllm, numa_cpu_bind: true{knob}}}\n"
+            "roles:\n  prefill: {nodes: 1, workers: 1, gpus: 4}\n  decode: {nodes: 1, workers: 1, gpus: 4}\n")
+    loaded = load_text(text, "t.yaml", site, preflight=False)
+    d = one(as_rows(render_units(loaded.recipe, None, STATE)), "decode")
+    want = ["bash", "/configs/numa_cpu_bind.sh"] + (["--bind-memory"] if flag else []) + \
+        (["numactl", "-m", "0,1"] if numactl else []) + ["trtllm-llmapi-launch"]
+    assert d["argv"][: len(want)] == want and d["env"]["TLLM_NUMA_AWARE_WORKER_AFFINITY"] == "0"
+    assert "/opt/srt/configs:/configs" in d["srun_options"]["container-mounts"]
+    assert not any(k.startswith("engine.numa") for k in loaded.not_acted_on)
+    bare = load_text(text, "t.yaml", None, preflight=False)  # no srtctl_root: no script to run, said so
+    assert "srtctl_root" in bare.not_acted_on["engine.numa_cpu_bind"]
+    assert one(as_rows(render_units(bare.recipe, None, STATE)), "decode")["argv"][0] != "bash"
+
+
+def test_trtllm_local_memory_binding_needs_the_cpu_wrapper():
+    with pytest.raises(RecipeError) as e:
+        load_text("name: n\nmodel: {path: /m}\nengine: {type: trtllm, numa_memory_bind: local}\n"
+                  "roles: {agg: {workers: 1, gpus: 4}}\n", "t.yaml")
+    assert "numa_memory_bind: local requires numa_cpu_bind: true" in str(e.value) and e.value.key.startswith("engine")
