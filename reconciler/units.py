@@ -110,6 +110,9 @@ def spec_hash(
 DYNAMO_WORKER_ENV = {"DYN_LOG": "info,dynamo_runtime::pipeline::network::ingress::push_handler=warn",
                      "DYN_SKIP_SGLANG_LOG_FORMATTING": "1"}
 
+# frontends that are the engine's own server: the aggregated worker is the public endpoint
+DIRECT_FRONTENDS = ("vllm", "sglang")
+
 MODEL_MOUNT = "/model"  # where srtctl mounts a local model directory in the container
 
 
@@ -180,6 +183,10 @@ def worker_units(
         mine = [ep for ep in endpoints if ep.mode == mode]
         for p in recipe.backend_for(mode).endpoints_to_processes(mine, hostnames, ports, f"{recipe.name}/"):  # type: ignore[arg-type]
             by_ep.setdefault((p.mode, p.index), []).append(p)
+    if recipe.frontend.port and recipe.frontend.type in DIRECT_FRONTENDS and ("agg", 0) in by_ep:
+        # the worker is the recipe's public endpoint: it serves on frontend.port (srtctl: 8000)
+        lead = by_ep[("agg", 0)]
+        by_ep[("agg", 0)] = [replace(lead[0], ports={**lead[0].ports, "http": recipe.frontend.port}), *lead[1:]]
     units = []
     # only nodes that run a worker here publish their address (netaddr); others keep their name
     worker_hosts = sorted({hostnames[n] for ep in endpoints for n in ep.nodes})

@@ -48,7 +48,7 @@ def test_sglang_disagg_direct():
         "--host", "0.0.0.0", "--port", str(p["ports"]["http"]), "--nccl-port", str(p["ports"]["nccl"]),
         "--enable-metrics", "--disaggregation-mode", "prefill", "--skip-server-warmup",
         "--disaggregation-bootstrap-port", str(p["ports"]["bootstrap"]),
-        "--tensor-parallel-size", "4", "--mem-fraction-static", "0.8",
+        "--mem-fraction-static", "0.8", "--tensor-parallel-size", "4",  # role args sorted, as srtctl
     ]
     no_dumps = {"SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "0", "SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0"}
     assert p["env"] == {"A": "1", "CUDA_VISIBLE_DEVICES": "0,1,2,3", **no_dumps}
@@ -149,6 +149,22 @@ def test_vllm_behind_dynamo_disaggregation_mode_and_no_host_port():
 
 def _opt(r, flag):
     return r["argv"][r["argv"].index(flag) + 1]
+
+
+def test_vllm_direct_frontend_is_srtctls_vllm_serve_on_the_frontend_port():
+    """srtctl: vllm serve <model> --host --port 8000 --device-ids, then the role args with the served
+    name and the connector among them, sorted; here the port is frontend.port (else allocated)."""
+    text = ("name: d\nmodel: {path: /m}\nresources: {gpus_per_node: 8}\nfrontend: {type: vllm, port: 8000}\n"
+            "engine: {type: vllm, connector: nixl}\nroles: {agg: {workers: 1, gpus: 1, args: {tensor-parallel-size: 1, "
+            "max-model-len: 4096, connector: nixl, gpu-memory-utilization: 0.5}}}\n")
+    (a,) = [r for r in rows(text) if r["role"] == "agg"]
+    assert a["argv"] == ["vllm", "serve", "/m", "--host", "0.0.0.0", "--port", "8000", "--device-ids", "0",
+                         "--gpu-memory-utilization", "0.5", "--kv-transfer-config",
+                         json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}), "--max-model-len",
+                         "4096", "--served-model-name", "m", "--tensor-parallel-size", "1"]
+    assert a["health"] == "http://node1:8000/health"
+    allocated = one(rows(text.replace(", port: 8000", "")), "agg")
+    assert _opt(allocated, "--port") == str(allocated["ports"]["http"]) != "8000"
 
 
 def test_vllm_scan_range_config_dump_and_kv_events_as_srtctl():

@@ -74,7 +74,7 @@ class SGLangBackend(Backend):
             ]
         if self._dynamo and get_key(args, "request-plane") is None:
             argv += ["--request-plane", self.recipe.dynamo.request_plane]
-        return argv + cli_args(args)
+        return argv + cli_args(dict(sorted(args.items())))  # srtctl passes role args sorted by key
 
     def get_process_environment(self, process: Process) -> dict[str, str]:
         env = {k: v for k, v in NO_CRASH_DUMPS.items() if k not in self.get_environment_for_mode(process.mode)

@@ -155,6 +155,11 @@ class VLLMBackend(Backend):
             argv = [self.vllm_serve_binary, "serve", runtime.model_path]
             if process.node_rank == 0 or self._hybrid_dp(process.endpoint):  # hybrid LB: every node serves
                 argv += ["--host", "0.0.0.0", "--port", str(process.ports["http"])]
+            # srtctl's direct worker: the served name and the connector are role args, sorted with them
+            if get_key(args, "served-model-name") is None:
+                args["served-model-name"] = runtime.served_model_name
+            if kv:
+                args["kv-transfer-config"], kv = kv, None
         if kv:
             argv += ["--kv-transfer-config", kv]
         argv += self._layout(process, recipe_rpc)
@@ -165,7 +170,7 @@ class VLLMBackend(Backend):
             argv += ["--request-plane", self.recipe.dynamo.request_plane]
         if self._dynamo:
             argv += self._dynamo_extras(process, runtime, args)
-        return argv + cli_args(args)
+        return argv + cli_args(dict(sorted(args.items())))  # srtctl passes role args sorted by key
 
     def _dynamo_extras(self, process: Process, runtime: Runtime, args: dict) -> list[str]:
         """srtctl's config dump (one file per process here: srtctl's per-node name is shared by the
