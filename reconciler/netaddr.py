@@ -29,7 +29,8 @@ from collections.abc import Iterable, Mapping
 TAG = "node-addr"  # $0 of the wrapper: how a reader (and the tests) recognise it
 WAIT_S = 600
 # argv flags whose value is an address (or address:port) a process connects to
-ADDRESS_FLAGS = frozenset({"--master-addr", "--data-parallel-address", "--dist-init-addr"})
+# (``--host``: only when its value is a node's name, TokenSpeed's bind address; 0.0.0.0 is left alone)
+ADDRESS_FLAGS = frozenset({"--master-addr", "--data-parallel-address", "--dist-init-addr", "--host"})
 # environment variables whose value is (or holds) such an address
 ADDRESS_ENV = frozenset({
     "HEAD_NODE_IP", "MASTER_ADDR", "VLLM_NIXL_SIDE_CHANNEL_HOST", "ATOM_HOST_IP", "MOONCAKE_MASTER",

@@ -35,7 +35,8 @@ def test_address_positions_get_placeholders_and_nothing_else():
     assert wrapper[:2] == ["bash", "-c"] and wrapper[3:] == ["node-addr", "ib0", "/st/addr", "node1", "node1,node10",
                                                             "MASTER_ADDR,MOONCAKE_TE_META_DATA_SERVER"]
     assert rest == ["python3", "-m", "x", "--master-addr", "@rcl-ip:node1@", "--dist-init-addr",
-                    "@rcl-ip:node10@:5000", "--host", "node1", "--data-parallel-address", "other", "--note", "node1"]
+                    "@rcl-ip:node10@:5000", "--host", "@rcl-ip:node1@", "--data-parallel-address", "other",
+                    "--note", "node1"]
     # srtctl keeps etcd/NATS on the infra node's name; other variables are not addresses
     assert new_env == {**env, "MASTER_ADDR": "@rcl-ip:node1@",
                        "MOONCAKE_TE_META_DATA_SERVER": "http://@rcl-ip:node10@:7/metadata"}
@@ -43,7 +44,7 @@ def test_address_positions_get_placeholders_and_nothing_else():
 
 
 def test_no_address_position_no_wrapper():
-    argv, env = ["vllm", "serve", "/model", "--port", "1"], {"A": "node1"}
+    argv, env = ["vllm", "serve", "/model", "--host", "0.0.0.0", "--port", "1"], {"A": "node1"}
     assert netaddr.resolve_at_launch(argv, env, ["node1"], "ib0", "/d", "node1") == (argv, env)
 
 
