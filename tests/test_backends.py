@@ -562,3 +562,19 @@ def test_trtllm_local_memory_binding_needs_the_cpu_wrapper():
         load_text("name: n\nmodel: {path: /m}\nengine: {type: trtllm, numa_memory_bind: local}\n"
                   "roles: {agg: {workers: 1, gpus: 4}}\n", "t.yaml")
     assert "numa_memory_bind: local requires numa_cpu_bind: true" in str(e.value) and e.value.key.startswith("engine")
+
+
+def test_sglang_kv_events_publish_on_their_own_port_as_srtctl():
+    """srtctl: a role with kv_events gets --kv-events-config {publisher: zmq, topic: kv-events, endpoint:
+    tcp://*:<port>} (behind any frontend); v1's global kv_events_config: true means prefill and decode."""
+    rs = rows((SGLANG_DISAGG % "sglang-router").replace("prefill: {", "prefill: {kv_events: {topic: t}, "))
+    p, d = one(rs, "prefill"), one(rs, "decode")
+    assert json.loads(_opt(p, "--kv-events-config")) == {
+        "publisher": "zmq", "topic": "t", "endpoint": f"tcp://*:{p['ports']['kv_events']}"}
+    assert "--kv-events-config" not in d["argv"] and "kv_events" not in d["ports"]
+    assert "--dump-config-to" not in p["argv"]  # srtctl dumps the config of dynamo.sglang only
+    v1 = load_text("name: v1kv\nmodel: {path: /m, container: c}\nresources: {gpu_type: h100, prefill_nodes: 1, "
+                   "decode_nodes: 1, prefill_workers: 1, decode_workers: 1, gpus_per_node: 4}\n"
+                   "backend: {type: sglang, kv_events_config: true}\n", "v1.yaml")
+    assert v1.recipe.roles["prefill"].kv_events is True and v1.recipe.roles["decode"].kv_events is True
+    assert not any("kv_events" in k for k in v1.not_acted_on)
