@@ -103,3 +103,10 @@ def test_a_missing_setup_script_warns_and_starts_the_worker_as_srtctl(tmp_path):
     r = _bash(preambles._SETUP, preambles.SETUP_TAG, "no-such-rcl-script.sh", *ECHO, "a b", cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.strip() == "None ['a b']"
     assert "WARNING: /configs/no-such-rcl-script.sh or /configs/patches/no-such-rcl-script.sh not found" in r.stderr
+
+
+@pytest.mark.parametrize("key", ["bash_preamble", "configs_dir"])
+def test_a_recipe_cannot_set_the_site_only_keys(key):
+    with pytest.raises(RecipeError) as e:
+        load_text(RECIPE + f"reconcile: {{{key}: 'touch /tmp/x'}}\n", "r.yaml", None, preflight=False)
+    assert e.value.key == f"reconcile.{key}" and "cluster config only" in str(e.value)
