@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from reconciler.errors import RecipeError
+from reconciler.recipe.carried import HOST_SETUP_REFUSED
 from reconciler.recipe.types import Env, EnvValue, Strict
 
 FILE_NAME = "srtslurm.yaml"
@@ -74,6 +75,13 @@ class ClusterConfig(Strict):
     default_mounts: dict[str, str] = {}
     default_bash_preamble: str | None = None
     default_host_setup: dict[str, Any] | None = None
+
+    @field_validator("default_host_setup")
+    @classmethod
+    def _host_setup_refused(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v and (v.get("commands") or v.get("teardown")):
+            raise ValueError(HOST_SETUP_REFUSED.replace("host_setup", "default_host_setup", 1))
+        return v
     reporting: dict[str, Any] | None = None
     telemetry: Any = None
     nginx_raise_ulimit: bool | None = None
@@ -91,7 +99,8 @@ class ClusterConfig(Strict):
 ACTED_ON = frozenset({
     "default_account", "default_partition", "default_time_limit", "gpus_per_node", "default_gpu_type",
     "default_sbatch_directives", "model_paths", "containers", "default_mounts",
-    "host_runtime", "default_srun_options", "preflight", "discovery", "visible_devices_env",
+    "host_runtime", "default_srun_options", "preflight", "discovery", "visible_devices_env", "network_interface",
+    "srtctl_root", "default_bash_preamble",
 })
 
 
@@ -182,6 +191,17 @@ def apply(data: dict[str, Any], cluster: Cluster | None) -> tuple[dict[str, Any]
         if isinstance(rec, dict) and "visible_devices_env" not in rec:
             rec["visible_devices_env"] = c.visible_devices_env
             notes.append(f"reconcile.visible_devices_env from the cluster config: {c.visible_devices_env}")
+    if c.network_interface is not None:
+        rec = d.setdefault("reconcile", {})
+        if isinstance(rec, dict) and "network_interface" not in rec:
+            rec["network_interface"] = c.network_interface
+            notes.append(f"reconcile.network_interface from the cluster config: {c.network_interface}")
+    for key, value in (("configs_dir", f"{c.srtctl_root.rstrip('/')}/configs" if c.srtctl_root else None),
+                       ("bash_preamble", c.default_bash_preamble)):
+        rec = d.setdefault("reconcile", {}) if value else None
+        if isinstance(rec, dict) and key not in rec:
+            rec[key] = value
+            notes.append(f"reconcile.{key} from the cluster config")
     if c.host_runtime is not None:
         rec = d.setdefault("reconcile", {})
         if isinstance(rec, dict):

@@ -24,6 +24,7 @@ from reconciler.topology import Endpoint
 from reconciler.frontends import frontend_unit
 from reconciler.services import discovery_of, resolve
 from reconciler.services.units import ADDRESSED_KINDS, discovery_env, mooncake_wiring, service_units
+from reconciler.preambles import with_cluster_preamble
 from reconciler.units import FRONTEND, _container, runtime_for
 from reconciler.core.succession import generations
 from reconciler.timefmt import slurm_seconds
@@ -150,8 +151,8 @@ def build_recipe(
     services: list = []
     if head is not None:
         job_of[(FRONTEND, 0)] = head_alloc.job_id  # type: ignore[union-attr]
-        fe, old_fe = frontend_life(lambda slot: frontend_unit(recipe, head, ports, runtime, state_dir, disc_env, units,
-                                                              slot), steps, job_of, rollout.max_surge)
+        fe, old_fe = frontend_life(lambda slot: with_cluster_preamble(frontend_unit(
+            recipe, head, ports, runtime, state_dir, disc_env, units, slot), recipe), steps, job_of, rollout.max_surge)
         if old_fe is not None:
             previous = {**previous, (FRONTEND, 0): old_fe}
         services = service_units(recipe, svc_specs, head, ports, state_dir, disc_env, _container(recipe, recipe.backend))
@@ -163,6 +164,9 @@ def build_recipe(
     for s in svc_specs:
         if not s.external:
             gates[s.phase] = (*gates.get(s.phase, ()), s.role)
+    # the cluster's default_bash_preamble before every container step (srtctl); a no-op without one
+    # (workers and the frontend get it where they are built: their spec hashes pick their life slots)
+    services = [with_cluster_preamble(u, recipe) for u in services]
     pending = "; ".join(f"allocation {a.index} (job {a.job_id}) {a.state.lower()}: {a.reason}"
                         for a in live if not a.running and a.reason and a.reason != "None")
     return DesiredRecipe(

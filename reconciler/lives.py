@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from reconciler.core.slots import choose_slots, in_slot, layout_gpus, surge_flips
 from reconciler.ports import NodePortAllocator
+from reconciler.preambles import with_cluster_preamble
 from reconciler.recipe.model import Recipe
 from reconciler.topology import Endpoint
 from reconciler.units import Unit, life_name, worker_units
@@ -39,7 +40,7 @@ def worker_lives(recipe: Recipe, placed: list[Endpoint], hostnames: dict[int, st
         return in_slot(ep, s, gpu_engine(ep), layout, held_gpus.get((ep.mode, ep.index), 0))
 
     lives = [life(ep, slot[(ep.mode, ep.index)]) for ep in placed]
-    units = worker_units(recipe, lives, hostnames, ports, runtime, disc_env, wiring)
+    units = _units(recipe, lives, hostnames, ports, runtime, disc_env, wiring)
     flips = surge_flips(units, steps, job_of, recipe.reconcile.rollout.max_surge)
     by_key = {(ep.mode, ep.index): ep for ep in placed}
     # two lives of a worker on one allocation must not share a GPU
@@ -52,9 +53,14 @@ def worker_lives(recipe: Recipe, placed: list[Endpoint], hostnames: dict[int, st
         previous = {k: old[k] for k in flips}
         lives = [life(ep, 1 - slot[(ep.mode, ep.index)]) if (ep.mode, ep.index) in flips else live
                  for ep, live in zip(placed, lives)]
-        units = worker_units(recipe, lives, hostnames, ports, runtime, disc_env, wiring)
+        units = _units(recipe, lives, hostnames, ports, runtime, disc_env, wiring)
     previous |= moving_from(recipe.name, units, steps, job_of, ports, recipe.reconcile.rollout.max_surge)
     return units, previous, frozenset(f"{r}_{i}" for r, i in no_room)
+
+
+def _units(recipe: Recipe, lives: list[Endpoint], *args) -> list[Unit]:
+    """The units as they run: the cluster's bash preamble is part of their spec (and hash)."""
+    return [with_cluster_preamble(u, recipe) for u in worker_units(recipe, lives, *args)]
 
 
 def moving_from(recipe: str, units: list[Unit], steps: list[Step], job_of: Mapping, ports: NodePortAllocator,

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from reconciler.ports import NodePortAllocator
+from reconciler.preambles import with_cluster_preamble
 from reconciler.recipe.model import Recipe
 from reconciler.frontends import frontend_unit
 from reconciler.services import discovery_of, resolve
@@ -28,7 +29,7 @@ def render_units(recipe: Recipe, nodes: list[str] | None, state_dir: Path, pytho
     wiring = mooncake_wiring(recipe, specs, hostnames[0], ports, runtime.config_dir, runtime.served_model_name)
     units = worker_units(recipe, endpoints, dict(enumerate(hostnames)), ports, runtime, disc_env, wiring)
     fe = frontend_unit(recipe, hostnames[0], ports, runtime, state_dir, disc_env, units)
-    return services + units + ([fe] if fe else [])
+    return [with_cluster_preamble(u, recipe) for u in services + units + ([fe] if fe else [])]
 
 
 def as_rows(units: list[Unit]) -> list[dict]:

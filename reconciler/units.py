@@ -16,7 +16,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from reconciler import dynamo_install
+from reconciler import dynamo_install, netaddr, preambles
 from reconciler.backends.base import Runtime
 from reconciler.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
@@ -125,6 +125,13 @@ def spec_hash(
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:10]
 
 
+# what srtctl's worker stage sets on every dynamo.* worker, under the recipe's env (cli/mixins/worker_stage.py)
+DYNAMO_WORKER_ENV = {"DYN_LOG": "info,dynamo_runtime::pipeline::network::ingress::push_handler=warn",
+                     "DYN_SKIP_SGLANG_LOG_FORMATTING": "1"}
+
+# frontends that are the engine's own server: the aggregated worker is the public endpoint
+DIRECT_FRONTENDS = ("vllm", "sglang")
+
 MODEL_MOUNT = "/model"  # where srtctl mounts a local model directory in the container
 
 
@@ -169,6 +176,7 @@ def container_srun_options(recipe: Recipe, config_dir: str) -> dict[str, str]:
     if (model := _model_mount(recipe)):
         mounts[model] = MODEL_MOUNT
     mounts[config_dir] = config_dir  # engine config files are written there on the host
+    mounts |= preambles.configs_mount(recipe)  # srtctl's configs directory at /configs (setup_script)
     mounts |= dict(recipe.container_mounts)
     for m in recipe.extra_mount or []:
         host, _, ctr = m.partition(":")
@@ -194,7 +202,13 @@ def worker_units(
         mine = [ep for ep in endpoints if ep.mode == mode]
         for p in recipe.backend_for(mode).endpoints_to_processes(mine, hostnames, ports, f"{recipe.name}/"):  # type: ignore[arg-type]
             by_ep.setdefault((p.mode, p.index), []).append(p)
+    if recipe.frontend.port and recipe.frontend.type in DIRECT_FRONTENDS and ("agg", 0) in by_ep:
+        # the worker is the recipe's public endpoint: it serves on frontend.port (srtctl: 8000)
+        lead = by_ep[("agg", 0)]
+        by_ep[("agg", 0)] = [replace(lead[0], ports={**lead[0].ports, "http": recipe.frontend.port}), *lead[1:]]
     units = []
+    # only nodes that run a worker here publish their address (netaddr); others keep their name
+    worker_hosts = sorted({hostnames[n] for ep in endpoints for n in ep.nodes})
     for ep in endpoints:
         backend = recipe.backend_for(ep.mode)
         srun = backend.get_srun_config()
@@ -207,13 +221,15 @@ def worker_units(
             files = {**files, **mooncake.files.get(ep.mode, {})}
         role_container = (role.container or container) if container_ok else None
         # srtctl installs the recipe's Dynamo into the container first; on the hosts it is there already
-        pre = dynamo_install.preamble(recipe) if role_container else []
+        pre = preambles.setup_script(recipe, bool(role_container))
+        pre += dynamo_install.preamble(recipe) if role_container else []
         role_runtime = runtime
         if not role_container and runtime.model_path == MODEL_MOUNT and _model_mount(recipe):
             role_runtime = replace(runtime, model_path=recipe.model.path)  # this role runs on the host
         launches = []
         for p in ps:
-            env = dict(extra_env or {})
+            env = dict(DYNAMO_WORKER_ENV) if recipe.frontend.type == "dynamo" else {}
+            env.update(extra_env or {})
             env.update(recipe.environment)
             env.update(backend.get_environment_for_mode(ep.mode))
             env.update(backend.get_process_environment(p))
@@ -226,6 +242,11 @@ def worker_units(
                 nodes, ntasks = (p.node,), 1
             else:
                 nodes, ntasks = p.hosts, backend.process_ntasks(p)
+            if recipe.reconcile.network_interface:
+                # srtctl passes IPs on network_interface: each node learns its own at launch
+                argv, env = netaddr.resolve_at_launch(
+                    argv, env, worker_hosts, recipe.reconcile.network_interface, f"{runtime.config_dir}/addr",
+                    nodes[0] if len(nodes) == 1 else None)
             launches.append(Launch(p.node_rank, nodes, ntasks, srun.mpi, tuple(argv), tuple(sorted(env.items())), ep.gpus))
         launches_t = tuple(launches)
         probe = backend.health_probe(ep.mode)

@@ -48,7 +48,7 @@ def test_sglang_disagg_direct():
         "--host", "0.0.0.0", "--port", str(p["ports"]["http"]), "--nccl-port", str(p["ports"]["nccl"]),
         "--enable-metrics", "--disaggregation-mode", "prefill", "--skip-server-warmup",
         "--disaggregation-bootstrap-port", str(p["ports"]["bootstrap"]),
-        "--tensor-parallel-size", "4", "--mem-fraction-static", "0.8",
+        "--mem-fraction-static", "0.8", "--tensor-parallel-size", "4",  # role args sorted, as srtctl
     ]
     no_dumps = {"SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "0", "SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0"}
     assert p["env"] == {"A": "1", "CUDA_VISIBLE_DEVICES": "0,1,2,3", **no_dumps}
@@ -149,6 +149,39 @@ def test_vllm_behind_dynamo_disaggregation_mode_and_no_host_port():
 
 def _opt(r, flag):
     return r["argv"][r["argv"].index(flag) + 1]
+
+
+def test_vllm_direct_frontend_is_srtctls_vllm_serve_on_the_frontend_port():
+    """srtctl: vllm serve <model> --host --port 8000 --device-ids, then the role args with the served
+    name and the connector among them, sorted; here the port is frontend.port (else allocated)."""
+    text = ("name: d\nmodel: {path: /m}\nresources: {gpus_per_node: 8}\nfrontend: {type: vllm, port: 8000}\n"
+            "engine: {type: vllm, connector: nixl}\nroles: {agg: {workers: 1, gpus: 1, args: {tensor-parallel-size: 1, "
+            "max-model-len: 4096, connector: nixl, gpu-memory-utilization: 0.5}}}\n")
+    (a,) = [r for r in rows(text) if r["role"] == "agg"]
+    assert a["argv"] == ["vllm", "serve", "/m", "--host", "0.0.0.0", "--port", "8000", "--device-ids", "0",
+                         "--gpu-memory-utilization", "0.5", "--kv-transfer-config",
+                         json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}), "--max-model-len",
+                         "4096", "--served-model-name", "m", "--tensor-parallel-size", "1"]
+    assert a["health"] == "http://node1:8000/health"
+    allocated = one(rows(text.replace(", port: 8000", "")), "agg")
+    assert _opt(allocated, "--port") == str(allocated["ports"]["http"]) != "8000"
+
+
+def test_vllm_scan_range_config_dump_and_kv_events_as_srtctl():
+    """srtctl: VLLM_PORT is a private 50-port base per process; dynamo.vllm gets --dump-config-to and,
+    for a role with kv_events, --kv-events-config publishing on the process's KV-event port."""
+    text = (VLLM % ("dynamo", "nixl")).replace("decode: {", "decode: {kv_events: {topic: kv, buffer_steps: 4}, ")
+    rs = rows(text)
+    p, d0, d1 = one(rs, "prefill"), one(rs, "decode", 0), one(rs, "decode", 1)
+    bases = sorted(int(r["env"]["VLLM_PORT"]) for r in (p, d0, d1) if r["nodes"] == d0["nodes"])
+    assert all(b - a >= 50 for a, b in zip(bases, bases[1:]))  # the ranges do not overlap on a node
+    assert _opt(d1, "--dump-config-to") == f"/st/vl/configs/{d1['nodes'][0]}_decode_w1_r0_config.json"
+    assert json.loads(_opt(d1, "--kv-events-config")) == {
+        "publisher": "zmq", "topic": "kv", "enable_kv_cache_events": True, "buffer_steps": 4,
+        "endpoint": f"tcp://*:{d1['ports']['kv_events']}"}
+    assert "--kv-events-config" not in p["argv"]
+    direct = one(rows(VLLM % ("vllm-router", "nixl")), "prefill")
+    assert "VLLM_PORT" in direct["env"] and "--dump-config-to" not in direct["argv"]
 
 
 VLLM_DP = """\
@@ -497,3 +530,51 @@ def test_a_role_without_a_container_reads_the_model_from_its_host_path():
     p, d = one(rs, "prefill"), one(rs, "decode")
     assert _opt(p, "--model-path") == "/model" and "container-mounts" in p["srun_options"]
     assert _opt(d, "--model-path") == "/models/q" and d["container"] is None
+
+
+@pytest.mark.parametrize("mem,numactl,flag", [(None, True, False), ("local", False, True), ("false", False, False)])
+def test_trtllm_numa_cpu_bind_wraps_the_command_in_srtctls_script(tmp_path, mem, numactl, flag):
+    """srtctl: bash /configs/numa_cpu_bind.sh [--bind-memory] <numactl> trtllm-llmapi-launch ...,
+    TLLM_NUMA_AWARE_WORKER_AFFINITY=0; /configs is <srtctl_root>/configs."""
+    from reconciler import cluster
+
+    (tmp_path / "srtslurm.yaml").write_text("srtctl_root: /opt/srt\n")
+    site = cluster.load(tmp_path / "srtslurm.yaml")
+    knob = "" if mem is None else f", numa_memory_bind: {mem}"
+    text = ("name: n\nmodel: {path: /m, container: /t.sqsh}\nresources: {gpus_per_node: 4, gpu_type: gb200}\n"
+            "dynamo: {install: false}\n"
+            f"engine: {{type: trtllm, numa_cpu_bind: true{knob}}}\n"
+            "roles:\n  prefill: {nodes: 1, workers: 1, gpus: 4}\n  decode: {nodes: 1, workers: 1, gpus: 4}\n")
+    loaded = load_text(text, "t.yaml", site, preflight=False)
+    d = one(as_rows(render_units(loaded.recipe, None, STATE)), "decode")
+    want = ["bash", "/configs/numa_cpu_bind.sh"] + (["--bind-memory"] if flag else []) + \
+        (["numactl", "-m", "0,1"] if numactl else []) + ["trtllm-llmapi-launch"]
+    assert d["argv"][: len(want)] == want and d["env"]["TLLM_NUMA_AWARE_WORKER_AFFINITY"] == "0"
+    assert "/opt/srt/configs:/configs" in d["srun_options"]["container-mounts"]
+    assert not any(k.startswith("engine.numa") for k in loaded.not_acted_on)
+    bare = load_text(text, "t.yaml", None, preflight=False)  # no srtctl_root: no script to run, said so
+    assert "srtctl_root" in bare.not_acted_on["engine.numa_cpu_bind"]
+    assert one(as_rows(render_units(bare.recipe, None, STATE)), "decode")["argv"][0] != "bash"
+
+
+def test_trtllm_local_memory_binding_needs_the_cpu_wrapper():
+    with pytest.raises(RecipeError) as e:
+        load_text("name: n\nmodel: {path: /m}\nengine: {type: trtllm, numa_memory_bind: local}\n"
+                  "roles: {agg: {workers: 1, gpus: 4}}\n", "t.yaml")
+    assert "numa_memory_bind: local requires numa_cpu_bind: true" in str(e.value) and e.value.key.startswith("engine")
+
+
+def test_sglang_kv_events_publish_on_their_own_port_as_srtctl():
+    """srtctl: a role with kv_events gets --kv-events-config {publisher: zmq, topic: kv-events, endpoint:
+    tcp://*:<port>} (behind any frontend); v1's global kv_events_config: true means prefill and decode."""
+    rs = rows((SGLANG_DISAGG % "sglang-router").replace("prefill: {", "prefill: {kv_events: {topic: t}, "))
+    p, d = one(rs, "prefill"), one(rs, "decode")
+    assert json.loads(_opt(p, "--kv-events-config")) == {
+        "publisher": "zmq", "topic": "t", "endpoint": f"tcp://*:{p['ports']['kv_events']}"}
+    assert "--kv-events-config" not in d["argv"] and "kv_events" not in d["ports"]
+    assert "--dump-config-to" not in p["argv"]  # srtctl dumps the config of dynamo.sglang only
+    v1 = load_text("name: v1kv\nmodel: {path: /m, container: c}\nresources: {gpu_type: h100, prefill_nodes: 1, "
+                   "decode_nodes: 1, prefill_workers: 1, decode_workers: 1, gpus_per_node: 4}\n"
+                   "backend: {type: sglang, kv_events_config: true}\n", "v1.yaml")
+    assert v1.recipe.roles["prefill"].kv_events is True and v1.recipe.roles["decode"].kv_events is True
+    assert not any("kv_events" in k for k in v1.not_acted_on)

@@ -116,7 +116,7 @@ def test_visible_devices_env_names_the_variable_that_pins_a_workers_gpus(tmp_pat
 def test_the_cli_takes_the_cluster_config_and_refuses_a_bad_one_without_a_traceback(tmp_path):
     (tmp_path / "models").mkdir()
     (tmp_path / "srtslurm.yaml").write_text(f"default_partition: batch\nmodel_paths: {{m: {tmp_path / 'models'}}}\n"
-                                            "network_interface: ib0\n")
+                                            "network_interface: ib0\ncluster: lab\n")
     recipe = tmp_path / "r.yaml"
     recipe.write_text(RECIPE % "m")
 
@@ -127,7 +127,8 @@ def test_the_cli_takes_the_cluster_config_and_refuses_a_bad_one_without_a_traceb
     r = run("validate", "-v", str(recipe))  # found in the working directory
     assert r.returncode == 0, r.stdout + r.stderr
     assert "slurm.partition from the cluster config: batch" in r.stdout
-    assert "carried, not acted on: network_interface" in r.stderr
+    assert "reconcile.network_interface from the cluster config: ib0" in r.stdout
+    assert "carried, not acted on: cluster" in r.stderr
     out = json.loads(run("render", "-o", "json", str(recipe)).stdout)
     (agg,) = [p for p in out["processes"] if p["role"] == "agg"]
     assert agg["argv"][agg["argv"].index("--model-path") + 1] == "/model"

@@ -5,8 +5,10 @@ from its backends and launch code (the file's ``facts`` names them), not capture
 own output: the argv prefix, flags with their values, flags that must be absent, the
 environment and the srun options of each process. ``$name`` stands for the process's port
 of that name (ports are ours to choose; srtctl uses fixed bases), ``$leader`` for its
-endpoint's first node. Renders run under tests/golden/srtslurm.yaml, the site config that
-resolves the recipes' model and container aliases.
+endpoint's first node, ``$ip:leader`` / ``$ip:head`` for the IP of that node (or of the
+recipe's first node) on the configured NIC, which the node learns at launch (a file's
+``network_interface`` sets the cluster's; reconciler.netaddr). Renders run under
+tests/golden/srtslurm.yaml, the site config that resolves the recipes' model and container aliases.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reconciler import cluster, dynamo_install
+from dataclasses import replace
+
+from reconciler import cluster, dynamo_install, netaddr, preambles
 from reconciler.recipe.load import load_file
 from reconciler.render import as_rows, render_units
 
@@ -34,16 +38,38 @@ def test_there_are_goldens_for_every_engine_and_mode():
 
 def _value(v, row):
     def sub(m):
-        name = m.group(1)
-        return row["nodes"][0] if name == "leader" else str(row["ports"][name])
+        name = m.group(2)
+        host = {"leader": row["nodes"][0], "head": "node1"}.get(name)
+        if m.group(1):
+            return netaddr.token(host)
+        return host if name == "leader" else str(row["ports"][name])
 
-    return re.sub(r"\$([a-z_]+)", sub, str(v))
+    return re.sub(r"\$(ip:)?([a-z_]+)", sub, str(v))
+
+
+def _layers(argv: list[str]) -> dict:
+    """The wrappers before the worker's argv, outermost first: {tag: its first argument, "order": [...], "argv": rest}."""
+    out: dict = {"order": []}
+    while len(argv) > 4 and argv[:2] == ["bash", "-c"] and argv[3] in (preambles.CLUSTER_TAG, netaddr.TAG,
+                                                                          preambles.SETUP_TAG):
+        tag = argv[3]
+        out[tag] = argv[4]
+        out["order"].append(tag)
+        argv = netaddr.strip(argv) if tag == netaddr.TAG else argv[5:]
+    out["argv"] = argv
+    assert out["order"] == sorted(out["order"], key=[preambles.CLUSTER_TAG, netaddr.TAG, preambles.SETUP_TAG].index)
+    return out
 
 
 @pytest.mark.parametrize("case", CASES, ids=[p.stem for p in CASES])
 def test_render_matches_srtctl(case, corpus):
     doc = yaml.safe_load(case.read_text())
-    loaded = load_file(corpus / doc["recipe"], cluster.load(GOLDEN / "srtslurm.yaml"))
+    site = cluster.load(GOLDEN / "srtslurm.yaml")
+    update = {**doc.get("cluster_config", {}), **({"network_interface": doc["network_interface"]}
+                                                   if doc.get("network_interface") else {})}
+    if update:
+        site = replace(site, config=site.config.model_copy(update=update))
+    loaded = load_file(corpus / doc["recipe"], site)
     lr = next(x for x in loaded if x.recipe.name == doc.get("deployment", x.recipe.name))
     rows = as_rows(render_units(lr.recipe, None, Path("/state")))
     if "processes" in doc:
@@ -54,8 +80,18 @@ def test_render_matches_srtctl(case, corpus):
         matches = [r for r in rows if all(r[k] == v for k, v in where.items())]
         assert len(matches) == 1, f"{where}: {len(matches)} processes"
         row = matches[0]
-        argv, script = dynamo_install.strip(row["argv"])
         ctx = f"{case.name} {where}"
+        layers = _layers(row["argv"])
+        inner = layers.pop("argv")
+        if exp.get("node_addr"):  # the node learns its address on the NIC before anything runs
+            assert layers.get(netaddr.TAG) == doc["network_interface"], ctx
+        elif not doc.get("network_interface"):
+            assert netaddr.TAG not in layers, f"{ctx}: no network_interface, no address wrapper"
+        for tag in (preambles.CLUSTER_TAG, preambles.SETUP_TAG):  # srtctl's preamble, in srtctl's order
+            key = tag.replace("-", "_")
+            if key in exp:
+                assert layers.get(tag) == exp[key], f"{ctx}: {tag}"
+        argv, script = dynamo_install.strip(inner)
         if "dynamo_install" in exp:  # srtctl's worker preamble: pip-install this Dynamo first, or nothing
             want = exp["dynamo_install"]
             assert (script is not None and f"ai-dynamo=={want}" in script) if want else script is None, ctx

@@ -52,7 +52,7 @@ def stack(tmp_path, stack_tools, tiny_model):
     (scratch / "home").mkdir(parents=True)
     (scratch / "tmp").mkdir()
 
-    def config(discovery: str | None = None) -> None:
+    def config(discovery: str | None = None, **extra) -> None:
         doc = {
             "model_paths": {"hf:Qwen/Qwen3-0.6B": str(tiny_model), "qwen3-0.6b": str(tiny_model)},
             "containers": {"dynamo-sglang": "unused.sqsh", "sglang": "unused.sqsh"},
@@ -62,6 +62,7 @@ def stack(tmp_path, stack_tools, tiny_model):
         }
         if discovery:
             doc["discovery"] = {"backend": discovery}
+        doc |= extra
         (tmp_path / "srtslurm.yaml").write_text(json.dumps(doc))  # JSON is YAML
 
     harness.config = config
@@ -195,6 +196,42 @@ def test_file_discovery_runs_no_etcd_or_nats(stack, corpus):
     assert set(h.steps(name)) == {"agg_0", "frontend_0"}
     model = wait_until(lambda: served(g["endpoint"]), timeout=30, what="the model listed")
     assert wait_until(lambda: serves(g["endpoint"], model), timeout=30, what="a chat completion")
+
+
+def _iface() -> tuple[str, str] | None:
+    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
+    return next(((f[1], f[3].split("/")[0]) for f in map(str.split, out.splitlines()) if f[1] != "lo"), None)
+
+
+def test_network_interface_workers_learn_the_head_ip_at_launch_and_serve(stack, corpus):
+    """srtctl passes HEAD_NODE_IP as the head's IP on network_interface: the worker's step goes
+    through the address script (reconciler.netaddr), publishes its node's IP and starts dynamo.mocker
+    with it; the stack serves as without."""
+    found = _iface()
+    if found is None:
+        pytest.skip("no non-loopback IPv4 interface")
+    iface, ip = found
+    h = stack
+    h.config(network_interface=f"nosuch0,{iface}")
+    name, f = copy_recipe(h, corpus, "srt-slurm-v2/mocker/dynamo-agg.yaml")
+    h.start()
+    g = h.wait_ready(name, timeout=90)
+    model = wait_until(lambda: served(g["endpoint"]), timeout=30, what="the model listed")
+    assert wait_until(lambda: serves(g["endpoint"], model), timeout=30, what="a chat completion")
+    published = sorted((h.state / name / "configs" / "addr").iterdir())  # one node: its own file
+    assert [p.read_text() for p in published] == [ip + "\n"], published
+
+    def environ_has_ip() -> bool:  # the running dynamo.mocker got the substituted value
+        for pid in subprocess.run(["pgrep", "-f", "dynamo.mocker"], capture_output=True, text=True).stdout.split():
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"HEAD_NODE_IP={ip}".encode() in env and any(e.startswith(b"ETCD_ENDPOINTS=") for e in env):
+                return True
+        return False
+
+    wait_until(environ_has_ip, timeout=30, what="a dynamo.mocker with HEAD_NODE_IP set to the interface's IP")
 
 
 ROUTED = """\

@@ -5,11 +5,14 @@
 ``--disaggregation-mode`` (and the prefill endpoint one bootstrap port, shared by its
 ranks); a multi-node worker gets ``--dist-init-addr leader:port --nnodes N --node-rank r``.
 As srtctl: every process its own ``--nccl-port`` (co-located servers would race for
-one), ``--enable-metrics`` (what makes /metrics exist), and no crash-dump waits on stop.
+one), ``--enable-metrics`` (what makes /metrics exist), and no crash-dump waits on stop;
+a role with ``kv_events`` publishes them on its own port (``--kv-events-config``), and
+``dynamo.sglang`` dumps its config (``--dump-config-to``, one file per process).
 """
 
 from __future__ import annotations
 
+import json
 from typing import ClassVar, Literal
 
 from pydantic import ConfigDict
@@ -36,7 +39,16 @@ class SGLangBackend(Backend):
     }
 
     def port_names(self, mode: Mode) -> tuple[str, ...]:
-        return ("http", "nccl", "system") if self._dynamo else ("http", "nccl")
+        names = ("http", "nccl", "system") if self._dynamo else ("http", "nccl")
+        return names + (("kv_events",) if self._kv_events(mode) else ())
+
+    def _kv_events(self, mode: Mode) -> dict | None:
+        """srtctl's --kv-events-config for a role with kv_events: {publisher: zmq, topic: kv-events} under its own."""
+        role = self.recipe.roles.get(mode)
+        kv = role.kv_events if role is not None else None
+        if not kv:
+            return None
+        return {"publisher": "zmq", "topic": "kv-events", **(kv if isinstance(kv, dict) else {})}
 
     def endpoint_port_names(self, ep: Endpoint) -> tuple[str, ...]:
         return ("bootstrap",) if ep.mode == "prefill" else ()
@@ -53,9 +65,9 @@ class SGLangBackend(Backend):
         pop_keys(args, *MANAGED)
         mode = pop_keys(args, "disaggregation-mode") or (process.mode if process.mode != "agg" else None)
         module = "dynamo.sglang" if self._dynamo else "sglang.launch_server"
-        argv = [runtime.engine_python, "-m", module, "--model-path", runtime.model_path]
-        if get_key(args, "served-model-name") is None:
-            argv += ["--served-model-name", runtime.served_model_name]
+        # srtctl: the served name right after the model, never among the sorted role args
+        name = pop_keys(args, "served-model-name") or runtime.served_model_name
+        argv = [runtime.engine_python, "-m", module, "--model-path", runtime.model_path, "--served-model-name", str(name)]
         argv += ["--host", "0.0.0.0", "--port", str(process.ports["http"]), "--nccl-port", str(process.ports["nccl"])]
         if get_key(args, "enable-metrics") is None:
             argv.append("--enable-metrics")
@@ -72,9 +84,15 @@ class SGLangBackend(Backend):
                 "--nnodes", str(len(process.hosts)),
                 "--node-rank", str(process.node_rank),
             ]
+        if self._dynamo and get_key(args, "dump-config-to") is None:
+            argv += ["--dump-config-to", f"{runtime.config_dir}/{process.node}_{process.mode}_w{process.index}"
+                                         f"_r{process.node_rank}_config.json"]
+        kv = self._kv_events(process.mode)
+        if kv and get_key(args, "kv-events-config") is None:
+            argv += ["--kv-events-config", json.dumps({**kv, "endpoint": f"tcp://*:{process.ports['kv_events']}"})]
         if self._dynamo and get_key(args, "request-plane") is None:
             argv += ["--request-plane", self.recipe.dynamo.request_plane]
-        return argv + cli_args(args)
+        return argv + cli_args(dict(sorted(args.items())))  # srtctl passes role args sorted by key
 
     def get_process_environment(self, process: Process) -> dict[str, str]:
         env = {k: v for k, v in NO_CRASH_DUMPS.items() if k not in self.get_environment_for_mode(process.mode)

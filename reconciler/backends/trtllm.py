@@ -6,7 +6,9 @@ under ``trtllm-llmapi-launch``, which turns the MPI ranks into one engine. The r
 ``args`` are the engine's YAML options, written to a file per role that the command
 points at (``enable_iter_perf_stats: false`` unless set). Behind Dynamo the command is
 ``python3 -m dynamo.trtllm``; otherwise ``trtllm-serve``. On GB200/GB300/VR NVL72
-prefill and decode workers get ``numactl -m 0,1`` unless ``numa_memory_bind`` says no.
+prefill and decode workers get ``numactl -m 0,1`` unless ``numa_memory_bind`` says no;
+``numa_cpu_bind`` wraps the command in srtctl's ``configs/numa_cpu_bind.sh`` (the cluster
+config's ``srtctl_root``), with ``--bind-memory`` for ``numa_memory_bind: local``.
 """
 
 from __future__ import annotations
@@ -41,14 +43,31 @@ class TRTLLMBackend(Backend):
 
     carried_knobs: ClassVar[dict[str, str]] = {
         "sequential_node_start": "workers of a node start together; starts are not batched",
-        "numa_cpu_bind": "no CPU binding wrapper (srtctl's numa_cpu_bind.sh) is rendered",
     }
+
+    def __post_init__(self) -> None:
+        if self.numa_memory_bind == "local" and not self.numa_cpu_bind:
+            raise ValueError("numa_memory_bind: local requires numa_cpu_bind: true (as in srtctl)")
 
     def not_acted_on(self) -> dict[str, str]:
         out = super().not_acted_on()
-        if self.numa_memory_bind == "local":
-            out["numa_memory_bind"] = "'local' needs srtctl's CPU binding wrapper, which is not rendered"
+        if self.numa_cpu_bind and not self.recipe.reconcile.configs_dir:
+            why = ("srtctl wraps the worker in configs/numa_cpu_bind.sh from its source tree; the cluster config "
+                   "sets no srtctl_root, so there is no such script here: not run")
+            out["numa_cpu_bind"] = why
+            if self.numa_memory_bind == "local":
+                out["numa_memory_bind"] = why
         return out
+
+    def _cpu_bind(self, argv: list[str]) -> list[str]:
+        """srtctl's per-task CPU (and with numa_memory_bind: local, memory) binding wrapper, from its
+        configs directory: /configs in a container, the directory itself on a host runtime."""
+        configs = self.recipe.reconcile.configs_dir
+        if not self.numa_cpu_bind or not configs:
+            return argv
+        where = configs if self.recipe.reconcile.container_runtime == "none" else "/configs"
+        return ["bash", f"{where}/numa_cpu_bind.sh", *(["--bind-memory"] if self.numa_memory_bind == "local" else []),
+                *argv]
 
     def reads_extra_args(self, mode: Mode) -> bool:
         return not self._dynamo  # srtctl appends them to trtllm-serve only
@@ -119,7 +138,13 @@ class TRTLLMBackend(Backend):
             if self.served_model_name:
                 argv += ["--served_model_name", self.served_model_name]
             argv += list(role.extra_args)
-        return argv
+        return self._cpu_bind(argv)
+
+    def get_environment_for_mode(self, mode: Mode) -> dict[str, str]:
+        env = super().get_environment_for_mode(mode)
+        if self.numa_cpu_bind and self.recipe.reconcile.configs_dir:
+            env["TLLM_NUMA_AWARE_WORKER_AFFINITY"] = "0"  # TRT-LLM's own pinning would fight the wrapper's mask
+        return env
 
     def get_process_environment(self, process: Process) -> dict[str, str]:
         owner = f"{self.recipe.name}/{process.endpoint.name}"

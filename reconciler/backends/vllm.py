@@ -41,6 +41,10 @@ MANAGED = frozenset({
     "data-parallel-hybrid-lb", "headless", "master-addr", "nnodes", "node-rank",
 })
 MODE_FLAG = {"prefill": "prefill", "decode": "decode"}
+# srtctl's VLLM_PORT_STRIDE: each process's private range for vLLM's get_open_port() scans
+SCAN_PORTS = 50
+# srtctl's defaults under roles.<role>.kv_events (backends/base.py role_kv_events)
+KV_EVENTS_DEFAULTS = {"publisher": "zmq", "topic": "kv-events", "enable_kv_cache_events": True}
 
 
 class VLLMFailoverConfig(BaseModel):
@@ -115,6 +119,8 @@ class VLLMBackend(Backend):
     def port_blocks(self, ep: Endpoint) -> dict[str, int]:
         replica, dp = self._parallel(ep.mode)
         blocks = {"nixl": dp}
+        if self.connector_for_mode(ep.mode, dict(self.get_config_for_mode(ep.mode))) != json.dumps(CONNECTORS["moriio"]):
+            blocks["vllm_scan"] = SCAN_PORTS  # MoRI-IO's TP children share VLLM_PORT: srtctl gives it none
         if self._dynamo:
             blocks["kv_events"] = max(1, len(ep.gpus) // replica) if dp > 1 else 1
         return blocks
@@ -149,6 +155,11 @@ class VLLMBackend(Backend):
             argv = [self.vllm_serve_binary, "serve", runtime.model_path]
             if process.node_rank == 0 or self._hybrid_dp(process.endpoint):  # hybrid LB: every node serves
                 argv += ["--host", "0.0.0.0", "--port", str(process.ports["http"])]
+            # srtctl's direct worker: the served name and the connector are role args, sorted with them
+            if get_key(args, "served-model-name") is None:
+                args["served-model-name"] = runtime.served_model_name
+            if kv:
+                args["kv-transfer-config"], kv = kv, None
         if kv:
             argv += ["--kv-transfer-config", kv]
         argv += self._layout(process, recipe_rpc)
@@ -157,7 +168,23 @@ class VLLMBackend(Backend):
             argv += ["--device-ids", ",".join(map(str, sorted(process.gpus)))]
         if self._dynamo and get_key(args, "request-plane") is None:
             argv += ["--request-plane", self.recipe.dynamo.request_plane]
-        return argv + cli_args(args)
+        if self._dynamo:
+            argv += self._dynamo_extras(process, runtime, args)
+        return argv + cli_args(dict(sorted(args.items())))  # srtctl passes role args sorted by key
+
+    def _dynamo_extras(self, process: Process, runtime: Runtime, args: dict) -> list[str]:
+        """srtctl's config dump (one file per process here: srtctl's per-node name is shared by the
+        workers of a node) and the role's KV-event publisher on the process's own port."""
+        out = []
+        if get_key(args, "dump-config-to") is None:
+            out += ["--dump-config-to", f"{runtime.config_dir}/{process.node}_{process.mode}_w{process.index}"
+                                        f"_r{process.node_rank}_config.json"]
+        kv = self.recipe.roles[process.mode].kv_events
+        if kv and get_key(args, "kv-events-config") is None:
+            cfg = {**KV_EVENTS_DEFAULTS, **(kv if isinstance(kv, dict) else {}),
+                   "endpoint": f"tcp://*:{process.ports['kv_events']}"}
+            out += ["--kv-events-config", json.dumps(cfg)]
+        return out
 
     def allocate_endpoints(self):
         for mode in self._own_modes():
@@ -188,6 +215,8 @@ class VLLMBackend(Backend):
 
     def get_process_environment(self, process: Process) -> dict[str, str]:
         env = {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(process.ports["nixl"]), "VLLM_NIXL_SIDE_CHANNEL_HOST": process.node}
+        if "vllm_scan" in process.ports:
+            env["VLLM_PORT"] = str(process.ports["vllm_scan"])
         if self._dynamo:
             env |= {"DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": str(process.ports["system"]),
                     "DYN_VLLM_KV_EVENT_PORT": str(process.ports["kv_events"])}

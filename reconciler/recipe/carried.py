@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from reconciler.recipe.types import Env, EnvValue, PlacementConfig, Strict, _env_value
 
@@ -123,12 +123,24 @@ class OutputConfig(Strict):
     record_launch_plan: bool = False
 
 
+HOST_SETUP_REFUSED = (
+    "unsupported feature: host_setup (commands on every node's bare host before the job's workers start, and "
+    "teardown after they stop, belong to a batch job's life; the reconciler keeps allocations and relaunches "
+    "workers in them, so there is no such moment: set the nodes up outside the reconciler)")
+
+
 class HostSetupConfig(Strict):
     commands: list[str] = []
     teardown: list[str] = []
     nodes: Literal["all", "workers"] = "all"
     ignore_failure: bool = False
     timeout_seconds: int = 300
+
+    @model_validator(mode="after")
+    def _refused(self) -> "HostSetupConfig":
+        if self.commands or self.teardown:
+            raise ValueError(HOST_SETUP_REFUSED)
+        return self
 
 
 class TcpProbe(Strict):

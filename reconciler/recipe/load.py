@@ -200,6 +200,13 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster 
             raise RecipeError(path, str(e).split(": ", 1)[1], key=e.key, line=lines.get(tuple(e.key.split(".")))) from None
         except v1._Mixed as e:
             raise RecipeError(path, str(e)) from None
+    rec = data.get("reconcile")
+    for key in ("bash_preamble", "configs_dir"):
+        if isinstance(rec, dict) and key in rec:
+            # site settings: bash_preamble is shell text, which a recipe never supplies
+            raise RecipeError(path, f"set by the cluster config only (srtslurm.yaml: "
+                              f"{'default_bash_preamble' if key == 'bash_preamble' else 'srtctl_root'})",
+                              key=f"reconcile.{key}", line=lines.get(("reconcile", key)))
     data, cluster_notes = apply_cluster(data, cluster)
     notes += cluster_notes
     _absolute_model_path(data, path, notes)

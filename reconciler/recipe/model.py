@@ -226,13 +226,21 @@ class ReconcileConfig(Strict):
     # the variable that limits a worker to its GPUs (ROCm: ROCR_VISIBLE_DEVICES); srtctl's cluster
     # config key visible_devices_env sets it
     visible_devices_env: str = Field("CUDA_VISIBLE_DEVICES", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # the NIC whose IPv4 address the workers pass as an address (--master-addr, MASTER_ADDR, ...),
+    # resolved on each node at launch (reconciler.netaddr); a comma list is tried in order.
+    # srtctl's cluster config key network_interface sets it; unset: hostnames
+    network_interface: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:@-]+(,[A-Za-z0-9_.:@-]+)*$")
+    # the host directory mounted at /configs, where setup_script is found (srtctl: <srtctl_root>/configs)
+    configs_dir: str | None = None
+    # the cluster config's default_bash_preamble: shell text run before every container step (reconciler.preambles)
+    bash_preamble: str | None = None
 
 
 # Top-level sections the reconciler reads; everything else is carried for srtctl.
 ACTED_ON = frozenset(
     {"schema", "name", "model", "resources", "slurm", "engine", "roles", "frontend", "health_check",
      "environment", "srun_options", "sbatch_directives", "reconcile", "container_mounts", "extra_mount",
-     "dynamo", "services", "infra"}
+     "dynamo", "services", "infra", "setup_script"}
 )
 
 
@@ -258,7 +266,8 @@ class Recipe(Strict):
     srun_options: dict[str, EnvValue] = {}
     sbatch_directives: dict[str, EnvValue] = {}
     enable_config_dump: bool = True
-    setup_script: str | None = None
+    # a script in srtctl's configs directory (/configs in the worker's container), run before the worker
+    setup_script: str | None = Field(None, pattern=r"^[A-Za-z0-9_+-][A-Za-z0-9_.+-]*(/[A-Za-z0-9_+-][A-Za-z0-9_.+-]*)*$")
     host_setup: HostSetupConfig = HostSetupConfig()
     services: list[ServiceConfig] = []
     post_eval: PostEvalConfig = PostEvalConfig()

@@ -23,7 +23,7 @@ NESTED: dict[str, str] = {
     "model.stage_dir": "models are not staged; workers read model.path",
     "resources.gpu_type": "no GPU-type specific flags are rendered",
     "resources.het_jobs": "one homogeneous job per allocation",
-    "roles.*.kv_events": "no KV-event publisher is configured (needs a KV-aware router)",
+    "roles.*.kv_events": "no KV-event publisher is configured (only SGLang and dynamo.vllm workers get --kv-events-config)",
     "roles.*.sidecar": "no Dynamo sidecar is started",
     "roles.*.mooncake_store_config": "read by TRT-LLM's mooncake-store connector only, beside a mooncake-master",
     "roles.*.critical": "a worker that stays down marks the recipe Degraded; nothing else is torn down",
@@ -68,6 +68,10 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
             if _is_set(recipe, path.split(".")):
                 out[path] = why
     out |= _mooncake_carried(recipe)
+    for m in roles:  # SGLang and dynamo.vllm get --kv-events-config from it (srtctl); other engines do not
+        engine = recipe.backend_for(m).type
+        if engine == "sglang" or (engine == "vllm" and recipe.frontend.type == "dynamo"):
+            out.pop(f"roles.{m}.kv_events", None)
     if recipe.backend.type == "trtllm" and _has_mooncake_master(recipe):
         from reconciler.backends.base import get_key
 
@@ -102,6 +106,9 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
     if fe.type != "dynamo" and asks and d.install:
         out["dynamo.install"] = f"srtctl installs Dynamo only behind the Dynamo frontend; this recipe uses {fe.type}"
 
+    from reconciler import preambles
+
+    out |= preambles.not_acted_on(recipe, _containers_used(recipe))
     if not _containers_used(recipe):
         for key in ("container_mounts", "extra_mount"):
             if key in data:

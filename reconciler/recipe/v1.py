@@ -105,6 +105,8 @@ def normalize(data: dict[str, Any]) -> tuple[dict[str, Any], dict[Path, str], li
                 else:
                     notes.append(f"backend.{key} ignored: the recipe has no {role} role")
     kv = backend.pop("kv_events_config", None)
+    if kv is True:  # srtctl: a global true publishes from prefill and decode, with the defaults
+        kv = {"prefill": True, "decode": True}
     if isinstance(kv, dict):
         for role, v1name in V1_ROLE.items():
             for name in (v1name, role):

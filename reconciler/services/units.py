@@ -54,6 +54,8 @@ def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, hea
     if disc.backend == "none":
         return {}
     env = {"DYN_REQUEST_PLANE": disc.request_plane}
+    if head is not None:
+        env["HEAD_NODE_IP"] = head  # srtctl: the head node's IP (reconciler.netaddr resolves it on workers)
     if disc.event_plane:
         env["DYN_EVENT_PLANE"] = disc.event_plane
     if disc.backend == "file":
