@@ -23,6 +23,9 @@ from reconciler.recipe.model import Recipe
 from reconciler.topology import Endpoint
 from reconciler.frontends import frontend_unit
 from reconciler.services import discovery_of, resolve
+from reconciler import failover
+from reconciler.labels import engine_role
+from reconciler.services import per_worker
 from reconciler.services.units import ADDRESSED_KINDS, discovery_env, mooncake_wiring, service_units
 from reconciler.units import FRONTEND, _container, runtime_for, worker_units
 from reconciler.world import Alloc, AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy
@@ -122,6 +125,7 @@ def build_recipe(
     head_alloc = next((a for a in live if a.covers((0,))), None)
     head = head_alloc.nodes[0 - head_alloc.start] if head_alloc is not None and head_alloc.running else None
     svc_specs = resolve(recipe)
+    engines = failover.engines_per_worker(recipe)
     disc_env = discovery_env(recipe, svc_specs, discovery_of(recipe), head, ports, state_dir)
     if head is None and any(s.kind in ADDRESSED_KINDS and not s.external for s in svc_specs):
         # their etcd/NATS/Mooncake address is the head node's: without it their spec is unknown, and
@@ -129,7 +133,18 @@ def build_recipe(
         waiting += [(ep.mode, ep.index) for ep in placed]
         placed = []
     wiring = mooncake_wiring(recipe, svc_specs, head, ports, runtime.config_dir, runtime.served_model_name)
-    units = worker_units(recipe, placed, hostnames, ports, runtime, disc_env, wiring) if placed else []
+    workers = [(ep.mode, ep.index) for ep in placed]
+    units = worker_units(recipe, placed, hostnames, ports, runtime, disc_env, wiring, job_of,
+                         per_worker.needs(svc_specs, workers)) if placed else []
+    # a failover worker's other engines and every per-worker service instance live with the worker
+    for mode, i in [*workers, *list(waiting)]:
+        extra = [(engine_role(mode, k), i) for k in range(1, engines)] + per_worker.instance_keys(svc_specs, mode, i)
+        if (mode, i) in workers:
+            job_of.update({k: job_of[(mode, i)] for k in extra})
+        else:
+            waiting += extra
+    attached = per_worker.units(recipe, svc_specs, units, head, state_dir, disc_env,
+                                _container(recipe, recipe.backend), job_of)
     fe = None
     services: list = []
     if head is not None:
@@ -139,10 +154,11 @@ def build_recipe(
         for u in services:
             job_of[(u.role, 0)] = head_alloc.job_id  # type: ignore[union-attr]
     else:
-        waiting += [(s.role, 0) for s in svc_specs if not s.external]
+        waiting += [(s.role, 0) for s in svc_specs if not s.external and not s.per_worker]
+    services += attached
     gates: dict[str, tuple[str, ...]] = {}
     for s in svc_specs:
-        if not s.external:
+        if not s.external and not s.per_worker:  # a per-worker instance gates its own worker (Unit.needs)
             gates[s.phase] = (*gates.get(s.phase, ()), s.role)
     pending = "; ".join(f"allocation {a.index} (job {a.job_id}) {a.state.lower()}: {a.reason}"
                         for a in live if not a.running and a.reason and a.reason != "None")
@@ -150,11 +166,26 @@ def build_recipe(
         name=recipe.name, generation=gen, allocs=tuple(specs), keep_allocs=tuple(keep), units=tuple(units),
         waiting=tuple(waiting), frontend=fe, max_unavailable=recipe.reconcile.rollout.max_unavailable,
         unplaceable=tuple(unplaceable), job_of=job_of, pending_reason=pending,
-        restart={**{m: RestartPolicy(**r.restart.model_dump()) for m, r in recipe.roles.items()},
-                 **{r: FAST_RESTART for r in (FRONTEND, *(s.role for s in svc_specs))}},
+        restart=_restart_policies(recipe, svc_specs, engines),
         startup_grace=recipe.health_check.max_attempts * recipe.health_check.interval_seconds,
         liveness_failures=recipe.reconcile.liveness_failures, services=tuple(services), gates=gates,
     )
+
+
+def _restart_policies(recipe: Recipe, specs: list, engines: int) -> dict[str, RestartPolicy]:
+    """Per unit role: a worker's (each of its engines alike), the frontend's and the services'."""
+    out = {}
+    fo = failover.config_of(recipe)
+    for m, r in recipe.roles.items():
+        policy = RestartPolicy(**r.restart.model_dump())
+        if fo is not None and fo.policy is not None:  # the corpus example's engine.failover.restart
+            policy = replace(policy, policy=fo.policy)
+        if fo is not None and fo.restart_backoff_seconds is not None:
+            policy = replace(policy, backoff_seconds=fo.restart_backoff_seconds)
+        out |= {engine_role(m, k): policy for k in range(engines)}
+    roles = [FRONTEND, *(s.role for s in specs)]
+    roles += [per_worker.instance_role(s, m) for s in specs for m in s.worker_roles]
+    return out | {r: FAST_RESTART for r in roles}
 
 
 def _dedupe(allocs: list[Alloc]) -> list[Alloc]:

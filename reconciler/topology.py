@@ -49,10 +49,19 @@ class Endpoint:
     nodes: tuple[int, ...]  # node ordinals, leader first
     gpus: tuple[int, ...]  # GPU indices used on each of its nodes
     gpus_per_node: int
+    # shadow-engine recovery: engine k of the worker (0 = the worker itself); each engine is a
+    # unit of its own (own ports, own restarts), named after its role ``<mode>-e<k>``
+    engine: int = 0
+
+    @property
+    def role(self) -> str:
+        from reconciler.labels import engine_role
+
+        return engine_role(self.mode, self.engine)
 
     @property
     def name(self) -> str:
-        return f"{self.mode}_{self.index}"
+        return f"{self.role}_{self.index}"
 
     @property
     def total_gpus(self) -> int:

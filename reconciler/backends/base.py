@@ -171,6 +171,16 @@ class Backend:
     def should_set_visible_devices(self) -> bool:
         return True
 
+    def get_failover_environment(self, process: Process, directory: str) -> dict[str, str]:
+        """What engine ``process.endpoint.engine`` of a shadow-engine worker gets ({} without
+        ``failover``, a knob of the engines that support it: vLLM, and the mocker standing in)."""
+        fo = getattr(self, "failover", None)
+        if fo is None:
+            return {}
+        from reconciler.failover import engine_environment
+
+        return engine_environment(fo, directory, process.endpoint.engine)
+
     def get_served_model_name(self, default: str) -> str:
         for mode in ("agg", "prefill", "decode"):
             args = self.get_config_for_mode(mode)  # type: ignore[arg-type]

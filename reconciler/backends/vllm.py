@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
+from reconciler.recipe.failover import FailoverConfig
 from reconciler.backends.base import Backend, HealthProbe, Runtime, cli_args, get_key, pop_keys
 from reconciler.topology import Endpoint, Mode, Process
 
@@ -43,12 +44,8 @@ MANAGED = frozenset({
 MODE_FLAG = {"prefill": "prefill", "decode": "decode"}
 
 
-class VLLMFailoverConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    shadow_engines: int = 1
-    shared_dir: str = "/dev/shm"
-    restart: str | bool | None = None
-    restart_backoff_seconds: float | None = None
+# srtctl: every engine of a multi-node failover worker is its own torch.distributed job
+MASTER_PORT_BASE, MASTER_PORT_STRIDE = 29500, 100
 
 
 @dataclass(frozen=True, config=ConfigDict(extra="forbid"))
@@ -59,7 +56,7 @@ class VLLMBackend(Backend):
     set_visible_devices: bool = False
     set_cuda_visible_devices: bool | None = None
     connector: str | None = "nixl"
-    failover: VLLMFailoverConfig | None = None
+    failover: FailoverConfig | None = None  # shadow-engine recovery (reconciler/failover.py)
     served_model_name: str | None = None
     allow_prefill_decode_colocation: bool = False
     allow_prefill_decode_colocation_across_nodes: bool = False
@@ -67,7 +64,6 @@ class VLLMBackend(Backend):
     vllm_serve_binary: str = "vllm"
 
     carried_knobs: ClassVar[dict[str, str]] = {
-        "failover": "shadow engines need the Dynamo frontend and a GMS service, which the reconciler does not run yet",
         "allow_prefill_decode_colocation": "not read; decode shares the prefill nodes only with roles.decode.nodes: colocate",
         "allow_prefill_decode_colocation_across_nodes":
             "not read; decode shares the prefill nodes only with roles.decode.nodes: colocate",
@@ -75,8 +71,9 @@ class VLLMBackend(Backend):
     }
 
     def should_set_visible_devices(self) -> bool:
-        # set_cuda_visible_devices: the older spelling, still in srt-slurm's examples
-        return self.set_visible_devices or bool(self.set_cuda_visible_devices)
+        # set_cuda_visible_devices: the older spelling, still in srt-slurm's examples; failover pins the
+        # mask so that "device k" is the same GPU for the gms servers and every engine (no --device-ids)
+        return self.set_visible_devices or bool(self.set_cuda_visible_devices) or self.failover is not None
 
     @property
     def _dynamo(self) -> bool:
@@ -151,6 +148,7 @@ class VLLMBackend(Backend):
                 argv += ["--host", "0.0.0.0", "--port", str(process.ports["http"])]
         if kv:
             argv += ["--kv-transfer-config", kv]
+        argv += self._failover_flags(process, args)
         argv += self._layout(process, recipe_rpc)
         if not self.should_set_visible_devices() and process.gpus:
             # srtctl's default: the engine picks its GPUs, no environment mask
@@ -158,6 +156,19 @@ class VLLMBackend(Backend):
         if self._dynamo and get_key(args, "request-plane") is None:
             argv += ["--request-plane", self.recipe.dynamo.request_plane]
         return argv + cli_args(args)
+
+    def _failover_flags(self, process: Process, args: dict) -> list[str]:
+        """srtctl's: every engine loads through GMS and parks until it holds the worker's lock;
+        a multi-node worker's engines each get their own torch.distributed store port."""
+        if self.failover is None:
+            return []
+        pop_keys(args, "load-format", "gms-shadow-mode")  # gms or unset: validated (failover.check)
+        master = pop_keys(args, "master-port")
+        flags = ["--load-format", "gms", "--gms-shadow-mode"]
+        if len(process.hosts) > 1:
+            base = int(master) if master is not None else MASTER_PORT_BASE
+            flags += ["--master-port", str(base + MASTER_PORT_STRIDE * process.endpoint.engine)]
+        return flags
 
     def allocate_endpoints(self):
         for mode in self._own_modes():
