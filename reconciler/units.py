@@ -216,6 +216,8 @@ def _worker_unit(recipe: Recipe, ep: Endpoint, ps: list[Process], hostnames: Map
     launches = []
     for p in ps:
         env = dict(extra_env or {})
+        if nvtx_preset(recipe):
+            env.update(backend.nvtx_environment)  # under the recipe's and the role's own
         env.update(recipe.environment)
         env.update(backend.get_environment_for_mode(ep.mode))
         env.update(backend.get_process_environment(p))
@@ -250,6 +252,13 @@ def _worker_unit(recipe: Recipe, ep: Endpoint, ps: list[Process], hostnames: Map
         srun_options=srun_opts, spec_hash=spec_hash(launches_t, role_container, files, srun_opts),
         scheme="grpc" if backend.is_grpc_mode() else "http", needs=needs,
     )
+
+
+def nvtx_preset(recipe: Recipe) -> bool:
+    """srtctl's automatic nsys preset is on: ``observability.enabled`` and ``observability.nsys``
+    not switched off. The workers then get their engine's NVTX environment (no capture runs here)."""
+    obs = recipe.observability
+    return obs.enabled and obs.nsys.get("enabled", True) is not False
 
 
 def _container(recipe: Recipe, backend) -> str | None:

@@ -13,13 +13,13 @@ the lock, so its shadows register with the frontend too (docs/backends.md).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
 from reconciler.recipe.failover import FailoverConfig
-from reconciler.backends.base import Backend, HealthProbe, Runtime, cli_args, get_key
+from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, get_key
 from reconciler.topology import Endpoint, Mode, Process
 
 # knob -> flag of reconciler.mocker (None: accepted, not simulated)
@@ -65,6 +65,11 @@ class MockerBackend(Backend):
     kv_cache_dtype: str | None = None
     enable_prefix_caching: bool = True
     failover: FailoverConfig | None = None  # the stand-in for vLLM's (see the module docstring)
+
+    process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = (
+        ProcessGroup("dynamo_mocker", cmdline=(r"dynamo\.mocker",)),
+        ProcessGroup("reconciler_mocker", cmdline=(r"reconciler\.mocker",)),
+    )
     enable_chunked_prefill: bool = True
     preemption_mode: str | None = None
     served_model_name: str | None = None

@@ -22,7 +22,7 @@ from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
 from reconciler.recipe.failover import FailoverConfig
-from reconciler.backends.base import Backend, HealthProbe, Runtime, cli_args, get_key, pop_keys
+from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, get_key, pop_keys
 from reconciler.topology import Endpoint, Mode, Process
 
 # connector name -> the KVTransferConfig srtctl passes (Dynamo's own table agrees: kv_both)
@@ -62,6 +62,17 @@ class VLLMBackend(Backend):
     allow_prefill_decode_colocation_across_nodes: bool = False
     dp_launch_mode: Literal["per_gpu", "per_node"] = "per_node"
     vllm_serve_binary: str = "vllm"
+
+    # vLLM retitles its children VLLM::<name>; both launch styles' parents too
+    process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = (
+        ProcessGroup("vllm_engine_core", cmdline=(r"^VLLM::EngineCore",)),
+        ProcessGroup("vllm_worker", cmdline=(r"^VLLM::Worker",)),
+        ProcessGroup("vllm_api_server", cmdline=(r"^VLLM::APIServer",)),
+        ProcessGroup("vllm_dp_coordinator", cmdline=(r"^VLLM::DPCoordinator",)),
+        ProcessGroup("vllm_serve", cmdline=(r"(^|[ /])vllm serve( |$)",)),
+        ProcessGroup("dynamo_vllm", cmdline=(r"dynamo\.vllm",)),
+    )
+    nvtx_environment: ClassVar[dict[str, str]] = {"VLLM_NVTX_SCOPES_FOR_PROFILING": "1"}
 
     carried_knobs: ClassVar[dict[str, str]] = {
         "allow_prefill_decode_colocation": "not read; decode shares the prefill nodes only with roles.decode.nodes: colocate",
