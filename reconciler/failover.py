@@ -5,9 +5,11 @@ shadow_engines`` engines on the same GPUs next to a GPU Memory Service (the impl
 service, one instance per worker) that owns the weights; the engines elect the serving one
 with a ``flock`` on ``failover.lock``. Here each engine is a unit of its own (role
 ``<role>-e<k>``, see ``labels.engine_role``): its own ports, its own steps, relaunched alone
-by the role's restart policy. The worker's directory is ``<shared_dir>/<recipe>-<job>/<role>_<index>``
-(srtctl: ``srtctl-<job>``; the recipe name keeps two recipes of one reconciler apart even
-if one day they share an allocation). Pure.
+by the role's restart policy. The worker's directory is ``<shared_dir>/rcl-<job>/<role>_<index>``
+(srtctl: ``srtctl-<job>``). An allocation belongs to one recipe, so the job id tells recipes
+apart; the recipe's name is not in the path because GMS binds Unix sockets there, named
+after a 40-character GPU UUID, and a socket path has at most 107 bytes (``check`` refuses a
+``shared_dir`` too long for them). Pure.
 """
 
 from __future__ import annotations
@@ -30,9 +32,16 @@ def engines_per_worker(recipe) -> int:
     return fo.engines if fo is not None else 1
 
 
+# the longest socket GMS binds there: gms_<GPU-UUID>_kv_cache.sock, UUID "GPU-" + 36
+SOCKET_NAME_MAX = len("gms_") + 40 + len("_kv_cache.sock")
+SUN_PATH_MAX = 107  # struct sockaddr_un.sun_path is 108 bytes with the terminating NUL
+JOB_ID_MAX = 12  # room for a job id (Slurm's are 32-bit: 10 digits) and then some
+
+
 def worker_dir(fo: FailoverConfig, recipe: str, job: str, mode: str, index: int) -> str:
-    """The directory one worker's engines and its gms instance share on each of its nodes."""
-    return f"{fo.shared_dir.rstrip('/')}/{recipe}-{job}/{mode}_{index}"
+    """The directory one worker's engines and its gms instance share on each of its nodes
+    (``recipe``: unused in the path, see the module docstring; kept for the call sites' sake)."""
+    return f"{fo.shared_dir.rstrip('/')}/rcl-{job}/{mode}_{index}"
 
 
 def engine_environment(fo: FailoverConfig, directory: str, engine: int) -> dict[str, str]:
@@ -76,6 +85,12 @@ def check(recipe) -> None:
         if lf is not None and lf != "gms":
             raise ServiceError(f"roles.{m}.args.load-format", f"engine.failover loads weights through GMS: "
                                                              f"load-format must be gms or unset, found {lf!r}")
+    longest = max((len(worker_dir(fo, recipe.name, "9" * JOB_ID_MAX, m, max(0, lay.workers - 1)))
+                   for m, lay in recipe.role_layouts().items()), default=0) + 1 + SOCKET_NAME_MAX
+    if longest > SUN_PATH_MAX:
+        raise ServiceError("engine.failover.shared_dir", f"too long: GMS binds Unix sockets under "
+                           f"<shared_dir>/rcl-<job>/<role>_<index>/ and the longest would be {longest} bytes, over "
+                           f"the {SUN_PATH_MAX} a socket path may have; use a shorter directory (/dev/shm)")
     for i, s in declared:
         if s.placement is not None and s.placement.per != "worker":
             raise ServiceError(f"services.{i}.placement.per", "a gms service runs one instance per worker in that "

@@ -50,6 +50,7 @@ REFUSED = [
     (dict(failover="{shadow_engines: 0}"), "engine.failover.shadow_engines", "greater than or equal to 1"),
     (dict(failover="{shared_dir: shm}"), "engine.failover.shared_dir", "absolute directory"),
     (dict(failover="{restart: sometimes}"), "engine.failover.restart", "expected always, never"),
+    (dict(failover="{shared_dir: /" + "d" * 30 + "}"), "engine.failover.shared_dir", "over the 107"),
     (dict(extra="services: [{name: gms, type: gms, placement: {per: node}}]\n"), "services.0.placement.per",
      "placement.per must be worker"),
     (dict(extra="services: [{name: g, type: generic, command: [x], placement: {node: head, per: worker}}]\n"),
@@ -91,7 +92,7 @@ def test_the_corpus_example_renders_engines_gms_and_shared_directory(tmp_path):
     units = by_name(render_units(r, None, tmp_path))
     assert list(units) == ["svc-etcd_0", "svc-gms-agg_0", "svc-gms-agg_1", "agg_0", "agg-e1_0", "agg_1",
                            "agg-e1_1", "frontend_0"]
-    root = f"/dev/shm/{r.name}-<job>"
+    root = "/dev/shm/rcl-<job>"
     for i in (0, 1):
         gms, engines = units[f"svc-gms-agg_{i}"], (units[f"agg_{i}"], units[f"agg-e1_{i}"])
         (g,) = gms.launches
@@ -149,7 +150,7 @@ def test_the_desired_state_keeps_a_worker_s_engines_and_gms_together(tmp_path):
     assert {u.name for u in d.units} == {"agg_0", "agg-e1_0", "agg_1", "agg-e1_1"}
     assert {u.name for u in d.services} == {"svc-etcd_0", "svc-gms-agg_0", "svc-gms-agg_1"}
     assert all(d.job_of[k] == "77" for k in [("agg-e1", 0), ("svc-gms-agg", 1), ("agg", 1)])
-    assert dict(by_name(d.units)["agg-e1_0"].launches[0].env)["FAILOVER_LOCK_PATH"] == "/dev/shm/fo-77/agg_0/failover.lock"
+    assert dict(by_name(d.units)["agg-e1_0"].launches[0].env)["FAILOVER_LOCK_PATH"] == "/dev/shm/rcl-77/agg_0/failover.lock"
     assert "svc-gms-agg" not in str(d.gates), "a per-worker instance gates its own worker, not a phase"
     assert d.policy("agg-e1") == d.policy("agg") and d.policy("svc-gms-agg").backoff_seconds == 1.0
     pending = build_recipe(r, [Alloc("78", "fo", 0, 0, 1, "PENDING")], NodePortAllocator(), tmp_path, "python3")

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -81,8 +83,8 @@ def standin_pids() -> list[int]:
 
 def test_failover_runs_gms_first_and_relaunches_one_engine_alone(stack, tmp_path):
     h = stack
-    shared = tmp_path / "shm"
-    shared.mkdir()
+    # a short directory: a Unix socket's path has at most 107 bytes (pytest's tmp_path is long)
+    shared = Path(tempfile.mkdtemp(prefix="fo", dir="/tmp"))
     name = h.name("failover")
     (h.manifests / "parked.yaml").write_text(PARKED)
     (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, shared=shared, python=sys.executable,
@@ -104,7 +106,7 @@ def test_failover_runs_gms_first_and_relaunches_one_engine_alone(stack, tmp_path
     pids = wait_until(lambda: (p := engine_pids({u: ports[u]["system"] for u in ENGINES})) and len(p) == 4 and p,
                       timeout=30, what="four dynamo.mocker engines")
     for i, gpus in ((0, "0,1"), (1, "2,3")):
-        directory = shared / f"{name}-{job}" / f"agg_{i}"
+        directory = shared / f"rcl-{job}" / f"agg_{i}"
         socks = sorted(p.name for p in directory.glob("gms_*.sock"))
         assert len(socks) == 4, socks  # two devices x (weights, kv_cache)
         for k, unit in enumerate((f"agg_{i}", f"agg-e1_{i}")):
@@ -118,7 +120,7 @@ def test_failover_runs_gms_first_and_relaunches_one_engine_alone(stack, tmp_path
     assert servers == {"0,1", "2,3"}, "each gms instance runs in its worker's device view"
     gms_started = {environ(p)["GMS_SOCKET_DIR"]: started(p) for p in standin_pids()}
     for i in (0, 1):
-        first = gms_started[str(shared / f"{name}-{job}" / f"agg_{i}")]
+        first = gms_started[str(shared / f"rcl-{job}" / f"agg_{i}")]
         assert all(started(pids[u]) > first for u in (f"agg_{i}", f"agg-e1_{i}"))
     assert len({ports[u]["system"] for u in ENGINES}) == 4, "every engine has its own ports"
 
@@ -141,3 +143,4 @@ def test_failover_runs_gms_first_and_relaunches_one_engine_alone(stack, tmp_path
     # delete the recipe: everything goes (scancel of a step is a SIGKILL: the directory stays, docs/backends.md)
     (h.manifests / f"{name}.yaml").unlink()
     wait_until(lambda: not h.steps(name) and not h.jobs(name), timeout=90, what="everything gone")
+    shutil.rmtree(shared)

@@ -2,8 +2,8 @@
 
 The real server needs a GPU: it owns CUDA VMM allocations and serves them on two Unix
 sockets per device, named after the GPU's NVML UUID, in ``$GMS_SOCKET_DIR``. This one
-binds the same two sockets (a fake UUID derived from the device index and the
-``CUDA_VISIBLE_DEVICES`` the supervisor pinned) and holds them until SIGTERM, so the
+binds the same two sockets (a fake UUID of a real one's length, derived from the device index
+and the ``CUDA_VISIBLE_DEVICES`` the supervisor pinned) and holds them until SIGTERM, so the
 reconciler's supervisor script, readiness gate, pinning and relaunches run for real.
 """
 
@@ -24,7 +24,7 @@ def main() -> int:
     directory = os.environ["GMS_SOCKET_DIR"]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
     physical = visible[args.device] if args.device < len(visible) and visible[0] else str(args.device)
-    uuid = f"GPU-standin-{physical}"
+    uuid = f"GPU-00000000-0000-0000-0000-{int(physical):012d}"  # a real UUID's length: the path limit applies
     held = []
     for pool in ("weights", "kv_cache"):
         path = os.path.join(directory, f"gms_{uuid}_{pool}.sock")
