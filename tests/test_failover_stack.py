@@ -47,9 +47,16 @@ services:
     type: gms
     command: [{python}, {standin}]
     readiness: {{timeout_seconds: 60}}
+  - name: mon
+    type: generic
+    start: with_workers
+    command: [{python}, -c, "import os, time; print('mon {{worker_role}}_{{worker_index}} gpus {{worker_gpus}} mask', os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(1e9)"]
+    placement: {{node: agg, per: worker}}
+    readiness: {{log: {{pattern: "^mon agg_"}}}}
 """
 ENGINES = ("agg_0", "agg-e1_0", "agg_1", "agg-e1_1")
 GMS = ("svc-gms-agg_0", "svc-gms-agg_1")
+MON = ("svc-mon-agg_0", "svc-mon-agg_1")  # a generic per-worker service
 
 
 def engine_pids(system_ports: dict[str, int]) -> dict[str, int]:
@@ -90,7 +97,7 @@ def test_failover_runs_gms_first_and_relaunches_one_engine_alone(stack, tmp_path
     (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, shared=shared, python=sys.executable,
                                                             standin=STANDIN))
     h.start()
-    steps = h.wait_steps(name, {"svc-etcd_0", *GMS, *ENGINES, "frontend_0"}, timeout=300)
+    steps = h.wait_steps(name, {"svc-etcd_0", *GMS, *MON, *ENGINES, "frontend_0"}, timeout=300)
     h.wait_ready(name, timeout=120)
     steps = h.steps(name)
     job = steps["agg_0"][0].split(".")[0]
@@ -123,6 +130,10 @@ def test_failover_runs_gms_first_and_relaunches_one_engine_alone(stack, tmp_path
         first = gms_started[str(shared / f"rcl-{job}" / f"agg_{i}")]
         assert all(started(pids[u]) > first for u in (f"agg_{i}", f"agg-e1_{i}"))
     assert len({ports[u]["system"] for u in ENGINES}) == 4, "every engine has its own ports"
+    # the generic per-worker service: its worker's placeholders and device view
+    for i, gpus in ((0, "0,1"), (1, "2,3")):
+        log = (h.state / name / "logs" / f"svc-mon-agg_{i}.0.log").read_text()
+        assert f"mon agg_{i} gpus {gpus} mask {gpus}" in log, log
 
     # kill one shadow engine's step: it alone is relaunched; its siblings and the gms keep their steps
     before = {u: s[0] for u, s in steps.items()}
