@@ -173,6 +173,10 @@ def test_a_generic_per_worker_service_gets_the_worker_s_view():
     assert list(mon.launches[0].argv) == ["mon", "-i", "2,3", "agg-1-2@node1"]
     assert dict(mon.launches[0].env)["CUDA_VISIBLE_DEVICES"] == "2,3" and mon.probe == "log"
     assert units["agg-e1_1"].needs == (("svc-gms-agg", 1), ("svc-mon-agg", 1))
+    t = t.replace("start: before_workers", "start: with_workers")
+    units = by_name(render_units(load_text(t, "fo.yaml", preflight=False).recipe, None, Path("/s")))
+    assert units["agg-e1_1"].needs == (("svc-gms-agg", 1),) and units["svc-mon-agg_1"].needs == (("svc-gms-agg", 1),)
+    assert units["svc-gms-agg_1"].needs == ()
 
 
 def test_engine_roles_fit_the_step_label_scheme():

@@ -105,7 +105,8 @@ def test_failover_runs_gms_first_and_relaunches_one_engine_alone(stack, tmp_path
     # order, as Slurm saw it: each gms instance started before its worker's engines
     starts = start_times(h, name)
     for i in (0, 1):
-        assert starts[f"svc-gms-agg_{i}"] < min(starts[f"agg_{i}"], starts[f"agg-e1_{i}"]), starts
+        assert starts[f"svc-gms-agg_{i}"] < min(starts[f"agg_{i}"], starts[f"agg-e1_{i}"], starts[f"svc-mon-agg_{i}"]), \
+            starts
 
     # the gms instance bound its sockets in the worker's directory, in the worker's device view
     st = json.loads((h.state / name / "status.json").read_text())

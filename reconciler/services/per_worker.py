@@ -5,8 +5,9 @@ per worker of the placed roles, on every node of that worker, in the worker's de
 (the GPU mask its engines get) and with the ``{worker_*}`` placeholders. Its unit is
 ``svc-<name>-<role>`` at the worker's index (srtctl's ``service_<name>_<role>_<index>_<node>``),
 on the worker's allocation. An instance of phase ``before_workers`` gates its own worker's
-engines only (``Unit.needs``): a relaunched or added worker waits for its own instance, not
-for everyone's.
+engines and later-phase per-worker instances only (``Unit.needs``): a relaunched or added
+worker waits for its own instance, not for everyone's. (srtctl runs phases as stages, so a
+head-node service of a later phase also waits for every instance; here it does not.)
 
 The ``gms`` kind (shadow-engine recovery) runs one GPU Memory Service server per GPU of the
 worker under a supervisor, a constant script: it waits until every server has bound its two
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from reconciler import failover
@@ -86,14 +88,18 @@ def units(recipe: Recipe, specs: list[ServiceSpec], workers: list[Unit], head: s
     """The instances of every per-worker service, one per placed worker (its engine 0 unit)."""
     out = []
     rdir = Path(state_dir).absolute() / recipe.name
+    gating = needs(specs, [(w.role, w.index) for w in workers])
     for s in specs:
         if not s.per_worker or s.external:
             continue
         for w in workers:
             mode, engine = split_engine(w.role)
             if engine == 0 and mode in s.worker_roles:
-                out.append(_unit(recipe, s, w, head or w.nodes[0], rdir, disc_env, container,
-                                 job_of.get((mode, w.index), failover.RENDER_JOB)))
+                u = _unit(recipe, s, w, head or w.nodes[0], rdir, disc_env, container,
+                          job_of.get((mode, w.index), failover.RENDER_JOB))
+                if s.phase not in ("infra", "before_workers"):  # a later phase: after its worker's gating ones
+                    u = replace(u, needs=gating.get((mode, w.index), ()))
+                out.append(u)
     return out
 
 
