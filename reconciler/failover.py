@@ -92,6 +92,6 @@ def check(recipe) -> None:
                            f"<shared_dir>/rcl-<job>/<role>_<index>/ and the longest would be {longest} bytes, over "
                            f"the {SUN_PATH_MAX} a socket path may have; use a shorter directory (/dev/shm)")
     for i, s in declared:
-        if s.placement is not None and s.placement.per != "worker":
+        if s.placement is not None and "per" in s.placement.model_fields_set and s.placement.per != "worker":
             raise ServiceError(f"services.{i}.placement.per", "a gms service runs one instance per worker in that "
                                                               "worker's device view: placement.per must be worker")

@@ -68,6 +68,14 @@ def test_the_rules_are_located_errors(kw, key, words):
     assert e.value.line is not None
 
 
+def test_a_declared_gms_is_per_worker_by_default():
+    r = load(extra="services: [{name: gms, type: gms, placement: {node: workers}, command: [my-gms], "
+                   "readiness: {timeout_seconds: 30}}]\n")
+    units = by_name(render_units(r, None, Path("/s")))
+    g = units["svc-gms-agg_1"].launches[0].argv
+    assert g[5:] == ("1", "30", "my-gms") and units["svc-gms-agg_1"].startup_timeout == 60
+
+
 def test_a_gms_service_without_failover_is_refused():
     t = text().replace("failover: {}", "connector: nixl") + "services: [{name: gms, type: gms}]\n"
     with pytest.raises(RecipeError) as e:

@@ -136,8 +136,6 @@ def resolve(recipe: Recipe) -> list[ServiceSpec]:
 def _implied_spec(recipe: Recipe, name: str, why: str) -> ServiceSpec:
     kind = KINDS[name]
     if name == "gms":
-        from reconciler import failover
-
         return ServiceSpec(name, name, f"{SERVICE_PREFIX}{name}", kind.phase, None, (), (),
                            _gms_readiness(kind.ready_timeout), kind.critical, False, implied_by=why,
                            worker_roles=tuple(m for m, _ in recipe.roles.items()))
@@ -191,7 +189,9 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
         raise ServiceError(f"{at}.{key}", unsupported)
     if s.external is not None and not kind.external:
         raise ServiceError(f"{at}.external", f"a {s.type} service cannot be external (etcd and nats can)")
-    per_worker = bool(s.placement and s.placement.per == "worker") or (s.type == "gms" and s.placement is None)
+    # a gms service is per worker unless it says otherwise (srtctl's default_per), and then it is refused
+    per_given = s.placement is not None and "per" in s.placement.model_fields_set
+    per_worker = (per_given and s.placement.per == "worker") or (s.type == "gms" and not per_given)
     placement = s.placement.node if s.placement and "node" in s.placement.model_fields_set else \
         ("workers" if per_worker else "head")
     worker_roles: tuple[str, ...] = ()
