@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from reconciler.labels import engine_role
+
 Mode = Literal["prefill", "decode", "agg"]
 MODES: tuple[Mode, ...] = ("prefill", "decode", "agg")
 
@@ -55,8 +57,6 @@ class Endpoint:
 
     @property
     def role(self) -> str:
-        from reconciler.labels import engine_role
-
         return engine_role(self.mode, self.engine)
 
     @property
