@@ -179,7 +179,8 @@ def worker_units(
     from reconciler import failover
 
     engines = failover.engines_per_worker(recipe)
-    endpoints = [replace(ep, engine=k) for ep in endpoints for k in range(engines)]
+    if engines > 1:
+        endpoints = [replace(ep, engine=k) for ep in endpoints for k in range(engines)]
     by_ep: dict[str, list[Process]] = {}
     for mode in dict.fromkeys(ep.mode for ep in endpoints):  # each role through its own engine, one allocator
         mine = [ep for ep in endpoints if ep.mode == mode]
