@@ -108,9 +108,12 @@ def schema() -> None:
 @click.argument("recipe", type=click.Path())
 @click.option("--nodes", help="Comma-separated hostnames to place on (default: node1..nodeN sized to the recipe).")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@click.option("--process-exporter", is_flag=True,
+              help="Print the process exporter's group file for the recipe (its engines' process groups) instead.")
 @STATE_OPT
-def render(recipe: str, nodes: str | None, output: str, state: str) -> None:
+def render(recipe: str, nodes: str | None, output: str, state: str, process_exporter: bool) -> None:
     """Dry run: every process a recipe would launch (role, nodes, GPUs, ports, env, argv)."""
+    from reconciler.exporters import config_text
     from reconciler.recipe.load import load_file
     from reconciler.render import as_rows, render_units
 
@@ -118,6 +121,9 @@ def render(recipe: str, nodes: str | None, output: str, state: str) -> None:
         loaded = load_file(recipe, _cluster())
     except RecipeError as e:
         _fail(str(e))
+    if process_exporter and output == "text":
+        click.echo("".join(config_text(lr.recipe) for lr in loaded), nl=False)
+        return
     names = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
     docs = []
     for lr in loaded:
@@ -125,7 +131,8 @@ def render(recipe: str, nodes: str | None, output: str, state: str) -> None:
             rows = as_rows(render_units(lr.recipe, names, Path(state)))
         except ValueError as e:
             _fail(f"{recipe}: {lr.recipe.name}: {e}")
-        docs.append({"name": lr.recipe.name, "processes": rows, "not_acted_on": lr.not_acted_on})
+        docs.append({"name": lr.recipe.name, "processes": rows, "not_acted_on": lr.not_acted_on,
+                     "process_exporter": config_text(lr.recipe)})
     if output == "json":
         # a plain file renders one deployment; a sweep / override file one per variant
         click.echo(json.dumps(docs[0] if len(docs) == 1 and not loaded[0].variant_of else {"deployments": docs},

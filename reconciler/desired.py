@@ -23,6 +23,9 @@ from reconciler.recipe.model import Recipe
 from reconciler.topology import Endpoint
 from reconciler.frontends import frontend_unit
 from reconciler.services import discovery_of, resolve
+from reconciler import failover
+from reconciler.labels import engine_role
+from reconciler.services import per_worker
 from reconciler.services.units import ADDRESSED_KINDS, discovery_env, mooncake_wiring, service_units
 from reconciler.preambles import with_cluster_preamble
 from reconciler.units import FRONTEND, _container, runtime_for
@@ -137,6 +140,7 @@ def build_recipe(
     head_alloc = next((a for a in live if a.covers((0,))), None)
     head = head_alloc.nodes[0 - head_alloc.start] if head_alloc is not None and head_alloc.running else None
     svc_specs = resolve(recipe)
+    engines = failover.engines_per_worker(recipe)
     disc_env = discovery_env(recipe, svc_specs, discovery_of(recipe), head, ports, state_dir)
     if head is None and any(s.kind in ADDRESSED_KINDS and not s.external for s in svc_specs):
         # their etcd/NATS/Mooncake address is the head node's: without it their spec is unknown, and
@@ -145,8 +149,18 @@ def build_recipe(
         placed = []
     wiring = mooncake_wiring(recipe, svc_specs, head, ports, runtime.config_dir, runtime.served_model_name)
     held_gpus = {k: spec_gpus.get(a.index, 0) for k, a in placement.items()}
+    workers = [(ep.mode, ep.index) for ep in placed]
     units, previous, no_room = worker_lives(recipe, placed, hostnames, ports, runtime, disc_env, wiring, steps,
-                                            job_of, held_gpus)
+                                            job_of, held_gpus, per_worker.needs(svc_specs, workers))
+    # a failover worker's other engines and every per-worker service instance live with the worker
+    for mode, i in [*workers, *list(waiting)]:
+        extra = [(engine_role(mode, k), i) for k in range(1, engines)] + per_worker.instance_keys(svc_specs, mode, i)
+        if (mode, i) in workers:
+            job_of.update({k: job_of[(mode, i)] for k in extra})
+        else:
+            waiting += extra
+    attached = per_worker.units(recipe, svc_specs, units, head, state_dir, disc_env,
+                                _container(recipe, recipe.backend), job_of)
     fe = None
     services: list = []
     if head is not None:
@@ -159,10 +173,11 @@ def build_recipe(
         for u in services:
             job_of[(u.role, 0)] = head_alloc.job_id  # type: ignore[union-attr]
     else:
-        waiting += [(s.role, 0) for s in svc_specs if not s.external]
+        waiting += [(s.role, 0) for s in svc_specs if not s.external and not s.per_worker]
+    services += attached
     gates: dict[str, tuple[str, ...]] = {}
     for s in svc_specs:
-        if not s.external:
+        if not s.external and not s.per_worker:  # a per-worker instance gates its own worker (Unit.needs)
             gates[s.phase] = (*gates.get(s.phase, ()), s.role)
     # the cluster's default_bash_preamble before every container step (srtctl); a no-op without one
     # (workers and the frontend get it where they are built: their spec hashes pick their life slots)
@@ -173,14 +188,29 @@ def build_recipe(
         name=recipe.name, generation=gen, allocs=tuple(specs), keep_allocs=tuple(keep), units=tuple(units),
         waiting=tuple(waiting), frontend=fe, max_unavailable=recipe.reconcile.rollout.max_unavailable,
         unplaceable=tuple(unplaceable), job_of=job_of, pending_reason=pending,
-        restart={**{m: RestartPolicy(**r.restart.model_dump()) for m, r in recipe.roles.items()},
-                 **{r: FAST_RESTART for r in (FRONTEND, *(s.role for s in svc_specs))}},
+        restart=_restart_policies(recipe, svc_specs, engines),
         startup_grace=recipe.health_check.max_attempts * recipe.health_check.interval_seconds,
         liveness_failures=recipe.reconcile.liveness_failures, services=tuple(services), gates=gates,
         max_surge=rollout.max_surge, surge_pickup_seconds=rollout.pickup_seconds,
         surge_drain_seconds=rollout.drain_seconds, previous=previous, no_room=no_room,
         handover_seconds=recipe.reconcile.handover_seconds, time_limit_seconds=slurm_seconds(recipe.slurm.time_limit),
     )
+
+
+def _restart_policies(recipe: Recipe, specs: list, engines: int) -> dict[str, RestartPolicy]:
+    """Per unit role: a worker's (each of its engines alike), the frontend's and the services'."""
+    out = {}
+    fo = failover.config_of(recipe)
+    for m, r in recipe.roles.items():
+        policy = RestartPolicy(**r.restart.model_dump())
+        if fo is not None and fo.policy is not None:  # the corpus example's engine.failover.restart
+            policy = replace(policy, policy=fo.policy)
+        if fo is not None and fo.restart_backoff_seconds is not None:
+            policy = replace(policy, backoff_seconds=fo.restart_backoff_seconds)
+        out |= {engine_role(m, k): policy for k in range(engines)}
+    roles = [FRONTEND, *(s.role for s in specs)]
+    roles += [per_worker.instance_role(s, m) for s in specs for m in s.worker_roles]
+    return out | {r: FAST_RESTART for r in roles}
 
 
 def place(

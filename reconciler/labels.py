@@ -13,6 +13,13 @@ already 70 long), but slurmdbd keeps job names in a 255-byte column and squeue
 users read them: names past ``TAG_MAX`` appear in names as a stable abbreviation
 (prefix, '~', hash). The comment always carries the full name, and a step's
 abbreviation is resolved through its allocation.
+
+Shadow-engine recovery runs several engines per worker, each relaunched on its own: engine
+``k >= 1`` of worker ``<role>_<index>`` is the unit of role ``<role>-e<k>`` (srtctl's
+``<role>_<index>_<node>_e<k>``), so its steps are ``rcl:<owner>:<recipe>:<role>-e<k>:<index>:...``.
+The step pattern has always accepted that role field, so steps named before engines existed
+(engine 0 keeps the bare role) are adopted unchanged. A per-worker service instance is the
+unit ``svc-<name>-<role>``, index the worker's (srtctl's ``service_<name>_<role>_<index>_<node>``).
 """
 
 from __future__ import annotations
@@ -111,6 +118,20 @@ def parse_step(name: str, owner: str, recipes: dict[str, str] | None = None) -> 
         # an abbreviation no allocation of this read explains: never guess (it would look deleted)
         return None
     return StepLabel(recipe, m["role"], int(m["index"]), int(m["rank"]), m["hash"], 1 if m["slot"] else 0)
+
+
+_ENGINE = re.compile(r"^(?P<role>prefill|decode|agg)-e(?P<k>[1-9]\d*)$")
+
+
+def engine_role(role: str, engine: int) -> str:
+    """The unit role of engine ``engine`` of a worker of ``role`` (engine 0 is the worker's own role)."""
+    return f"{role}-e{engine}" if engine else role
+
+
+def split_engine(role: str) -> tuple[str, int]:
+    """(worker role, engine) of a unit role: ``agg-e1`` -> (agg, 1), ``agg`` -> (agg, 0)."""
+    m = _ENGINE.match(role)
+    return (m["role"], int(m["k"])) if m else (role, 0)
 
 
 def tags(recipes: list[str] | set[str]) -> dict[str, str]:

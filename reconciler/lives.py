@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
+from reconciler import failover
 from reconciler.core.slots import choose_slots, in_slot, layout_gpus, surge_flips
 from reconciler.ports import NodePortAllocator
 from reconciler.preambles import with_cluster_preamble
@@ -19,7 +20,8 @@ from reconciler.world import Step
 
 
 def worker_lives(recipe: Recipe, placed: list[Endpoint], hostnames: dict[int, str], ports: NodePortAllocator,
-                  runtime, disc_env, wiring, steps: list[Step], job_of: dict, held_gpus: Mapping) -> tuple:
+                  runtime, disc_env, wiring, steps: list[Step], job_of: dict, held_gpus: Mapping,
+                  needs: Mapping | None = None) -> tuple:
     """The workers' units, each in the life slot ``core.slots`` picks; for those whose new life
     surges into the other slot, the old life (the unit in its old slot: ports, URL) as ``previous``;
     and the names of those that would surge but whose allocation has no GPUs for it (``no_room``)."""
@@ -40,8 +42,10 @@ def worker_lives(recipe: Recipe, placed: list[Endpoint], hostnames: dict[int, st
         return in_slot(ep, s, gpu_engine(ep), layout, held_gpus.get((ep.mode, ep.index), 0))
 
     lives = [life(ep, slot[(ep.mode, ep.index)]) for ep in placed]
-    units = _units(recipe, lives, hostnames, ports, runtime, disc_env, wiring)
-    flips = surge_flips(units, steps, job_of, recipe.reconcile.rollout.max_surge)
+    units = _units(recipe, lives, hostnames, ports, runtime, disc_env, wiring, job_of, needs)
+    # a failover worker's engines share one gms and directory: they are replaced in place, never surged
+    surge = 0 if failover.engines_per_worker(recipe) > 1 else recipe.reconcile.rollout.max_surge
+    flips = surge_flips(units, steps, job_of, surge)
     by_key = {(ep.mode, ep.index): ep for ep in placed}
     # two lives of a worker on one allocation must not share a GPU
     no_room = {k for k in flips if set(life(by_key[k], slot[k]).gpus) & set(life(by_key[k], 1 - slot[k]).gpus)
@@ -53,8 +57,8 @@ def worker_lives(recipe: Recipe, placed: list[Endpoint], hostnames: dict[int, st
         previous = {k: old[k] for k in flips}
         lives = [life(ep, 1 - slot[(ep.mode, ep.index)]) if (ep.mode, ep.index) in flips else live
                  for ep, live in zip(placed, lives)]
-        units = _units(recipe, lives, hostnames, ports, runtime, disc_env, wiring)
-    previous |= moving_from(recipe.name, units, steps, job_of, ports, recipe.reconcile.rollout.max_surge)
+        units = _units(recipe, lives, hostnames, ports, runtime, disc_env, wiring, job_of, needs)
+    previous |= moving_from(recipe.name, units, steps, job_of, ports, surge)
     return units, previous, frozenset(f"{r}_{i}" for r, i in no_room)
 
 

@@ -10,6 +10,7 @@ from reconciler.preambles import with_cluster_preamble
 from reconciler.recipe.model import Recipe
 from reconciler.frontends import frontend_unit
 from reconciler.services import discovery_of, resolve
+from reconciler.services import per_worker
 from reconciler.services.units import discovery_env, mooncake_wiring, service_units
 from reconciler.units import Unit, _container, node_count, runtime_for, worker_units
 
@@ -27,7 +28,11 @@ def render_units(recipe: Recipe, nodes: list[str] | None, state_dir: Path, pytho
     services = service_units(recipe, specs, hostnames[0], ports, state_dir, disc_env,
                              _container(recipe, recipe.backend))
     wiring = mooncake_wiring(recipe, specs, hostnames[0], ports, runtime.config_dir, runtime.served_model_name)
-    units = worker_units(recipe, endpoints, dict(enumerate(hostnames)), ports, runtime, disc_env, wiring)
+    workers = [(ep.mode, ep.index) for ep in endpoints]
+    units = worker_units(recipe, endpoints, dict(enumerate(hostnames)), ports, runtime, disc_env, wiring,
+                         needs=per_worker.needs(specs, workers))
+    services += per_worker.units(recipe, specs, units, hostnames[0], state_dir, disc_env,
+                                 _container(recipe, recipe.backend), {})
     fe = frontend_unit(recipe, hostnames[0], ports, runtime, state_dir, disc_env, units)
     return [with_cluster_preamble(u, recipe) for u in services + units + ([fe] if fe else [])]
 

@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from reconciler.labels import engine_role
+
 Mode = Literal["prefill", "decode", "agg"]
 MODES: tuple[Mode, ...] = ("prefill", "decode", "agg")
 
@@ -50,10 +52,17 @@ class Endpoint:
     gpus: tuple[int, ...]  # GPU indices used on each of its nodes
     gpus_per_node: int
     slot: int = 0  # the life slot its ports belong to (units.life_name): a surge life takes the other
+    # shadow-engine recovery: engine k of the worker (0 = the worker itself); each engine is a
+    # unit of its own (own ports, own restarts), named after its role ``<mode>-e<k>``
+    engine: int = 0
+
+    @property
+    def role(self) -> str:
+        return engine_role(self.mode, self.engine)
 
     @property
     def name(self) -> str:
-        return f"{self.mode}_{self.index}"
+        return f"{self.role}_{self.index}"
 
     @property
     def life(self) -> str:

@@ -76,6 +76,8 @@ class Unit:
     scheme: str = "http"  # how a router reaches it: http, or grpc (Backend.is_grpc_mode)
     slot: int = 0  # which of its two life slots (ports, log files): a surge life takes the other one
     shares_port: bool = False  # a frontend whose two lives can listen on one port (the built-in router)
+    # units that must be Ready before this one starts (a failover engine: its worker's gms instance)
+    needs: tuple[tuple[str, int], ...] = ()
 
     @property
     def is_service(self) -> bool:
@@ -193,81 +195,111 @@ def worker_units(
     runtime: Runtime,
     extra_env: Mapping[str, str] | None = None,
     mooncake: Wiring | None = None,
+    job_of: Mapping[tuple[str, int], str] | None = None,
+    needs: Mapping[tuple[str, int], tuple[tuple[str, int], ...]] | None = None,
 ) -> list[Unit]:
     """Units for ``endpoints`` (all of whose node ordinals must be in ``hostnames``);
     ``extra_env``: the discovery environment of a Dynamo recipe, under the recipe's own;
-    ``mooncake``: the Mooncake master's wiring, over everything else."""
-    by_ep: dict[tuple[str, int], list[Process]] = {}
+    ``mooncake``: the Mooncake master's wiring, over everything else. Under ``engine.failover``
+    every worker is ``1 + shadow_engines`` units, one per engine; ``job_of`` (worker -> job)
+    names their shared directory, ``needs`` (worker -> units) what must be Ready before them."""
+    from reconciler import failover
+
+    engines = failover.engines_per_worker(recipe)
+    if engines > 1:
+        endpoints = [replace(ep, engine=k) for ep in endpoints for k in range(engines)]
+    by_ep: dict[str, list[Process]] = {}
     for mode in dict.fromkeys(ep.mode for ep in endpoints):  # each role through its own engine, one allocator
         mine = [ep for ep in endpoints if ep.mode == mode]
         for p in recipe.backend_for(mode).endpoints_to_processes(mine, hostnames, ports, f"{recipe.name}/"):  # type: ignore[arg-type]
-            by_ep.setdefault((p.mode, p.index), []).append(p)
-    if recipe.frontend.port and recipe.frontend.type in DIRECT_FRONTENDS and ("agg", 0) in by_ep:
+            by_ep.setdefault(p.endpoint.name, []).append(p)
+    if recipe.frontend.port and recipe.frontend.type in DIRECT_FRONTENDS and "agg_0" in by_ep:
         # the worker is the recipe's public endpoint: it serves on frontend.port (srtctl: 8000)
-        lead = by_ep[("agg", 0)]
-        by_ep[("agg", 0)] = [replace(lead[0], ports={**lead[0].ports, "http": recipe.frontend.port}), *lead[1:]]
+        lead = by_ep["agg_0"]
+        by_ep["agg_0"] = [replace(lead[0], ports={**lead[0].ports, "http": recipe.frontend.port}), *lead[1:]]
     units = []
     # only nodes that run a worker here publish their address (netaddr); others keep their name
     worker_hosts = sorted({hostnames[n] for ep in endpoints for n in ep.nodes})
     for ep in endpoints:
-        backend = recipe.backend_for(ep.mode)
-        srun = backend.get_srun_config()
-        container = _container(recipe, backend)
-        container_ok = _containers_allowed(recipe, backend)
-        ps = by_ep[(ep.mode, ep.index)]
-        role = recipe.roles[ep.mode]
-        files = backend.config_files(ep.mode, runtime)
-        if mooncake is not None:
-            files = {**files, **mooncake.files.get(ep.mode, {})}
-        role_container = (role.container or container) if container_ok else None
-        # srtctl installs the recipe's Dynamo into the container first; on the hosts it is there already
-        pre = preambles.setup_script(recipe, bool(role_container))
-        pre += dynamo_install.preamble(recipe) if role_container else []
-        role_runtime = runtime
-        if not role_container and runtime.model_path == MODEL_MOUNT and _model_mount(recipe):
-            role_runtime = replace(runtime, model_path=recipe.model.path)  # this role runs on the host
-        launches = []
-        for p in ps:
-            env = dict(DYNAMO_WORKER_ENV) if recipe.frontend.type == "dynamo" else {}
-            env.update(extra_env or {})
-            env.update(recipe.environment)
-            env.update(backend.get_environment_for_mode(ep.mode))
-            env.update(backend.get_process_environment(p))
-            if backend.should_set_visible_devices() and ep.partial_node:
-                env[recipe.reconcile.visible_devices_env] = ",".join(map(str, ep.gpus))
-            if mooncake is not None:
-                env = mooncake.stamp(ep.mode, p.node, env)
-            argv = pre + backend.build_worker_command(p, role_runtime)
-            if srun.per_process:
-                nodes, ntasks = (p.node,), 1
-            else:
-                nodes, ntasks = p.hosts, backend.process_ntasks(p)
-            if recipe.reconcile.network_interface:
-                # srtctl passes IPs on network_interface: each node learns its own at launch
-                argv, env = netaddr.resolve_at_launch(
-                    argv, env, worker_hosts, recipe.reconcile.network_interface, f"{runtime.config_dir}/addr",
-                    nodes[0] if len(nodes) == 1 else None)
-            launches.append(Launch(p.node_rank, nodes, ntasks, srun.mpi, tuple(argv), tuple(sorted(env.items())), ep.gpus))
-        launches_t = tuple(launches)
-        probe = backend.health_probe(ep.mode)
-        patterns = tuple(backend.fatal_log_patterns(ep.mode)) if recipe.health_check.fatal_log_markers else ()
-        patterns += tuple(recipe.health_check.extra_fatal_log_patterns)
-        hosts = tuple(hostnames[n] for n in ep.nodes)
-        own = backend.srun_options(ep) | (container_srun_options(recipe, runtime.config_dir) if role_container else {})
-        merged = {**own, **recipe.srun_options, **role.srun_options}
-        if "container-mounts" in own and merged["container-mounts"] != own["container-mounts"]:
-            # a recipe's own mounts add to the model and config mounts the argv relies on
-            merged["container-mounts"] = own["container-mounts"] + "," + merged["container-mounts"]
-        srun_opts = tuple(sorted(merged.items()))
-        units.append(Unit(
-            recipe=recipe.name, role=ep.mode, index=ep.index, ordinals=ep.nodes, nodes=hosts, gpus=ep.gpus,
-            ports=dict(ps[0].ports), launches=launches_t, container=role_container, files=files,
-            health_port=ps[0].ports.get(probe.port_name), health_path=probe.path, slot=ep.slot,
-            metrics_path=backend.prometheus_metrics_path, fatal_patterns=patterns, probe=probe.kind,
-            srun_options=srun_opts, spec_hash=spec_hash(launches_t, role_container, files, srun_opts),
-            scheme="grpc" if backend.is_grpc_mode() else "http",
-        ))
+        units.append(_worker_unit(recipe, ep, by_ep[ep.name], hostnames, runtime, extra_env, mooncake,
+                                  (job_of or {}).get((ep.mode, ep.index), failover.RENDER_JOB),
+                                  (needs or {}).get((ep.mode, ep.index), ()), worker_hosts))
     return units
+
+
+def _worker_unit(recipe: Recipe, ep: Endpoint, ps: list[Process], hostnames: Mapping[int, str], runtime: Runtime,
+                 extra_env: Mapping[str, str] | None, mooncake: Wiring | None, job: str,
+                 needs: tuple[tuple[str, int], ...], worker_hosts: list[str]) -> Unit:
+    from reconciler import failover
+
+    backend = recipe.backend_for(ep.mode)
+    fo = failover.config_of(recipe)
+    srun = backend.get_srun_config()
+    container = _container(recipe, backend)
+    container_ok = _containers_allowed(recipe, backend)
+    role = recipe.roles[ep.mode]
+    files = backend.config_files(ep.mode, runtime)
+    if mooncake is not None:
+        files = {**files, **mooncake.files.get(ep.mode, {})}
+    role_container = (role.container or container) if container_ok else None
+    # srtctl installs the recipe's Dynamo into the container first; on the hosts it is there already
+    pre = preambles.setup_script(recipe, bool(role_container))
+    pre += dynamo_install.preamble(recipe) if role_container else []
+    role_runtime = runtime
+    if not role_container and runtime.model_path == MODEL_MOUNT and _model_mount(recipe):
+        role_runtime = replace(runtime, model_path=recipe.model.path)  # this role runs on the host
+    launches = []
+    for p in ps:
+        env = dict(DYNAMO_WORKER_ENV) if recipe.frontend.type == "dynamo" else {}
+        env.update(extra_env or {})
+        if nvtx_preset(recipe):
+            env.update(backend.nvtx_environment)  # under the recipe's and the role's own
+        env.update(recipe.environment)
+        env.update(backend.get_environment_for_mode(ep.mode))
+        env.update(backend.get_process_environment(p))
+        if fo is not None:
+            env.update(backend.get_failover_environment(p, failover.worker_dir(fo, recipe.name, job, ep.mode, ep.index)))
+        if backend.should_set_visible_devices() and (ep.partial_node or fo is not None):
+            env[recipe.reconcile.visible_devices_env] = ",".join(map(str, ep.gpus))
+        if mooncake is not None:
+            env = mooncake.stamp(ep.mode, p.node, env)
+        argv = pre + backend.build_worker_command(p, role_runtime)
+        if srun.per_process:
+            nodes, ntasks = (p.node,), 1
+        else:
+            nodes, ntasks = p.hosts, backend.process_ntasks(p)
+        if recipe.reconcile.network_interface:
+            # srtctl passes IPs on network_interface: each node learns its own at launch
+            argv, env = netaddr.resolve_at_launch(
+                argv, env, worker_hosts, recipe.reconcile.network_interface, f"{runtime.config_dir}/addr",
+                nodes[0] if len(nodes) == 1 else None)
+        launches.append(Launch(p.node_rank, nodes, ntasks, srun.mpi, tuple(argv), tuple(sorted(env.items())), ep.gpus))
+    launches_t = tuple(launches)
+    probe = backend.health_probe(ep.mode)
+    patterns = tuple(backend.fatal_log_patterns(ep.mode)) if recipe.health_check.fatal_log_markers else ()
+    patterns += tuple(recipe.health_check.extra_fatal_log_patterns)
+    hosts = tuple(hostnames[n] for n in ep.nodes)
+    own = backend.srun_options(ep) | (container_srun_options(recipe, runtime.config_dir) if role_container else {})
+    merged = {**own, **recipe.srun_options, **role.srun_options}
+    if "container-mounts" in own and merged["container-mounts"] != own["container-mounts"]:
+        # a recipe's own mounts add to the model and config mounts the argv relies on
+        merged["container-mounts"] = own["container-mounts"] + "," + merged["container-mounts"]
+    srun_opts = tuple(sorted(merged.items()))
+    return Unit(
+        recipe=recipe.name, role=ep.role, index=ep.index, ordinals=ep.nodes, nodes=hosts, gpus=ep.gpus,
+        ports=dict(ps[0].ports), launches=launches_t, container=role_container, files=files,
+        health_port=ps[0].ports.get(probe.port_name), health_path=probe.path, slot=ep.slot,
+        metrics_path=backend.prometheus_metrics_path, fatal_patterns=patterns, probe=probe.kind,
+        srun_options=srun_opts, spec_hash=spec_hash(launches_t, role_container, files, srun_opts),
+        scheme="grpc" if backend.is_grpc_mode() else "http", needs=needs,
+    )
+
+
+def nvtx_preset(recipe: Recipe) -> bool:
+    """srtctl's automatic nsys preset is on: ``observability.enabled`` and ``observability.nsys``
+    not switched off. The workers then get their engine's NVTX environment (no capture runs here)."""
+    obs = recipe.observability
+    return obs.enabled and obs.nsys.get("enabled", True) is not False
 
 
 def _container(recipe: Recipe, backend) -> str | None:

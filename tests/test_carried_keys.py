@@ -37,7 +37,6 @@ CASES = [
     # engine, engine knobs, role keys, keys expected carried
     ("vllm", "", "", set()),
     ("vllm", ", set_visible_devices: true", "", set()),  # acted on: env mask instead of --device-ids
-    ("vllm", ", failover: {shadow_engines: 1}", "", {"engine.failover"}),
     ("vllm", ", dp_launch_mode: per_gpu", "", {"engine.dp_launch_mode"}),
     ("vllm", ", dp_launch_mode: per_node", "", set()),  # the default, acted on
     ("vllm", ", allow_prefill_decode_colocation: true", "", {"engine.allow_prefill_decode_colocation"}),
@@ -102,15 +101,15 @@ def run(*args):
 
 def test_validate_and_render_report_them(tmp_path):
     f = tmp_path / "c.yaml"
-    f.write_text(BASE.format(engine="vllm", knobs=", failover: {shadow_engines: 1}", role=""))
+    f.write_text(BASE.format(engine="vllm", knobs=", dp_launch_mode: per_gpu", role=""))
     r = run("validate", str(f))
-    assert r.returncode == 0 and "carried, not acted on: engine.failover" in r.stdout
+    assert r.returncode == 0 and "carried, not acted on: engine.dp_launch_mode" in r.stdout
     r = run("validate", "-o", "json", str(f))
-    assert "engine.failover" in json.loads(r.stdout)[0]["not_acted_on"]
+    assert "engine.dp_launch_mode" in json.loads(r.stdout)[0]["not_acted_on"]
     r = run("render", str(f), "--state", str(tmp_path / "state"))
-    assert r.returncode == 0 and "engine.failover: shadow engines need" in r.stdout
+    assert r.returncode == 0 and "engine.dp_launch_mode: per_gpu (deprecated" in r.stdout
     r = run("render", str(f), "-o", "json", "--state", str(tmp_path / "state"))
-    assert "engine.failover" in json.loads(r.stdout)["not_acted_on"]
+    assert "engine.dp_launch_mode" in json.loads(r.stdout)["not_acted_on"]
 
 
 # ---------------------------------------------------------------- the registry

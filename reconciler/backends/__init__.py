@@ -4,7 +4,8 @@ from reconciler.backends.base import Backend, HealthProbe, Runtime, SrunConfig, 
 from reconciler.backends.mocker import MockerBackend
 from reconciler.backends.sglang import SGLangBackend
 from reconciler.backends.trtllm import TRTLLMBackend
-from reconciler.backends.vllm import VLLMBackend, VLLMFailoverConfig
+from reconciler.backends.vllm import VLLMBackend
+from reconciler.recipe.failover import FailoverConfig
 from reconciler.backends.registry import ENGINES, engine_list_text, engine_names
 
 __all__ = [
@@ -19,6 +20,6 @@ __all__ = [
     "SrunConfig",
     "TRTLLMBackend",
     "VLLMBackend",
-    "VLLMFailoverConfig",
+    "FailoverConfig",
     "cli_args",
 ]

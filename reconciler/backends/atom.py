@@ -14,12 +14,12 @@ GET /health on the server port. Needs a ROCm GPU: rendered and golden-tested her
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
-from reconciler.backends.base import Backend, HealthProbe, Runtime, _norm, _scalar
+from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, _norm, _scalar
 from reconciler.topology import Endpoint, Mode, Process, TopologyError
 
 MANAGED = ("model", "host", "server-port", "tp", "tensor-parallel-size", "kv-transfer-config")
@@ -33,6 +33,9 @@ class AtomBackend(Backend):
     """ATOM engine on ROCm (``engine.type: atom``)."""
 
     type: Literal["atom"] = "atom"
+    process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = (
+        ProcessGroup("atom_server", cmdline=(r"atom\.entrypoints\.openai_server",)),
+    )
     connector: Literal["mooncake"] = "mooncake"
     mooncake_protocol: Literal["rdma", "tcp"] | None = None  # unset: ATOM chooses
 

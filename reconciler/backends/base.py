@@ -49,6 +49,17 @@ class Runtime:
 
 
 @dataclass(frozen=True)
+class ProcessGroup:
+    """A process-exporter group (ncabatoff/process-exporter ``process_names`` entry): a process
+    belongs to the first group whose ``cmdline`` regexes all match its argv (joined by spaces)
+    or whose ``comm`` lists its 15-character kernel name."""
+
+    name: str
+    cmdline: tuple[str, ...] = ()
+    comm: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class HealthProbe:
     port_name: str = "http"
     path: str = "/health"
@@ -115,6 +126,12 @@ class Backend:
     mooncake_kv_store: MooncakeKVStoreConfig | None = None
 
     supported_modes: ClassVar[tuple[Mode, ...]] = MODES
+    # the engine's processes for a process exporter, first match wins: launchers before the module
+    # they wrap, retitled engine children, the handler (reconciler/exporters.py writes the file)
+    process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = ()
+    # what a worker gets when the recipe turns on the automatic nsys preset (observability.nsys):
+    # the engine's own NVTX ranges (units.worker_units applies it under the recipe's and role's env)
+    nvtx_environment: ClassVar[Mapping[str, str]] = {}
 
     def _own_modes(self) -> list[Mode]:
         """The recipe's roles this engine runs (per-role engines of several types: only its own)."""
@@ -175,6 +192,16 @@ class Backend:
 
     def should_set_visible_devices(self) -> bool:
         return True
+
+    def get_failover_environment(self, process: Process, directory: str) -> dict[str, str]:
+        """What engine ``process.endpoint.engine`` of a shadow-engine worker gets ({} without
+        ``failover``, a knob of the engines that support it: vLLM, and the mocker standing in)."""
+        fo = getattr(self, "failover", None)
+        if fo is None:
+            return {}
+        from reconciler.failover import engine_environment
+
+        return engine_environment(fo, directory, process.endpoint.engine)
 
     def get_served_model_name(self, default: str) -> str:
         for mode in ("agg", "prefill", "decode"):

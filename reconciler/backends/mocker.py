@@ -4,16 +4,22 @@ Behind the Dynamo frontend it renders ``python3 -m dynamo.mocker`` like srtctl;
 behind every other frontend it runs the project's own engine,
 ``python -m reconciler.mocker``, with the same knobs. A role's ``args`` override
 the engine-wide knobs for that role (``num-gpu-blocks-override: 8192``).
+
+``failover`` (not an srtctl mocker knob) runs the shadow-engine layout of a vLLM
+failover recipe with ``dynamo.mocker`` as every engine: the same gms service, engine
+units, environment, GPU pinning and relaunches, GPU-less. The mocker ignores GMS and
+the lock, so its shadows register with the frontend too (docs/backends.md).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
-from reconciler.backends.base import Backend, HealthProbe, Runtime, cli_args, get_key
+from reconciler.recipe.failover import FailoverConfig
+from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, get_key
 from reconciler.topology import Endpoint, Mode, Process
 
 # knob -> flag of reconciler.mocker (None: accepted, not simulated)
@@ -58,6 +64,12 @@ class MockerBackend(Backend):
     kv_transfer_bandwidth: float | None = None
     kv_cache_dtype: str | None = None
     enable_prefix_caching: bool = True
+    failover: FailoverConfig | None = None  # the stand-in for vLLM's (see the module docstring)
+
+    process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = (
+        ProcessGroup("dynamo_mocker", cmdline=(r"dynamo\.mocker",)),
+        ProcessGroup("reconciler_mocker", cmdline=(r"reconciler\.mocker",)),
+    )
     enable_chunked_prefill: bool = True
     preemption_mode: str | None = None
     served_model_name: str | None = None

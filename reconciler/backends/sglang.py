@@ -18,7 +18,7 @@ from typing import ClassVar, Literal
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
-from reconciler.backends.base import Backend, HealthProbe, Runtime, cli_args, get_key, pop_keys
+from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, get_key, pop_keys
 from reconciler.topology import Endpoint, Mode, Process
 
 MANAGED = frozenset({"model-path", "host", "port", "dist-init-addr", "nnodes", "node-rank",
@@ -33,6 +33,15 @@ class SGLangBackend(Backend):
 
     type: Literal["sglang"] = "sglang"
     gpu_type: str | None = None
+
+    # SGLang retitles its children sglang::<name>
+    process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = (
+        ProcessGroup("sglang_scheduler", cmdline=(r"^sglang::scheduler",)),
+        ProcessGroup("sglang_dp_controller", cmdline=(r"^sglang::data_parallel_controller",)),
+        ProcessGroup("sglang_detokenizer", cmdline=(r"^sglang::detokenizer",)),
+        ProcessGroup("sglang_server", cmdline=(r"sglang\.launch_server",)),
+        ProcessGroup("dynamo_sglang", cmdline=(r"dynamo\.sglang",)),
+    )
 
     carried_knobs: ClassVar[dict[str, str]] = {
         "gpu_type": "srtctl does not read it either; resources.gpu_type is the GPU type",

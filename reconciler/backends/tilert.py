@@ -11,12 +11,12 @@ Readiness: GET /health. Needs a TileRT GPU image: rendered and tested here, neve
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
-from reconciler.backends.base import Backend, HealthProbe, Runtime, _norm, static_args
+from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, _norm, static_args
 from reconciler.topology import Endpoint, Mode, Process, TopologyError
 
 OWNED = ("engine", "http-port", "ctrl-port")
@@ -27,6 +27,9 @@ class TileRTBackend(Backend):
     """TileRT decode engine (``engine.type: tilert``)."""
 
     type: Literal["tilert"] = "tilert"
+    process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = (
+        ProcessGroup("tilert_decode", cmdline=(r"tilert\.pd_vllm\.decode_server",)),
+    )
     served_model_name: str | None = None
 
     def allocate_endpoints(self) -> list[Endpoint]:

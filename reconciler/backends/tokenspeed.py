@@ -16,12 +16,12 @@ bootstrap room, which a disaggregated engine cannot serve.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
-from reconciler.backends.base import Backend, HealthProbe, Runtime, cli_args, pop_keys
+from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, pop_keys
 from reconciler.topology import Endpoint, Mode, Process
 
 OWNED = ("model", "model-path", "served-model-name", "host", "port", "dist-init-addr", "nnodes", "node-rank",
@@ -34,6 +34,10 @@ class TokenSpeedBackend(Backend):
     """TokenSpeed engine (``engine.type: tokenspeed``)."""
 
     type: Literal["tokenspeed"] = "tokenspeed"
+    process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = (
+        ProcessGroup("tokenspeed_grpc", cmdline=(r"smg_grpc_servicer\.tokenspeed",)),
+        ProcessGroup("dynamo_tokenspeed", cmdline=(r"dynamo\.tokenspeed",)),
+    )
 
     @property
     def _dynamo(self) -> bool:

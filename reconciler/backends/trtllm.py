@@ -20,7 +20,7 @@ import yaml
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
-from reconciler.backends.base import Backend, HealthProbe, Runtime, SrunConfig
+from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, SrunConfig
 from reconciler.ports import NodePortAllocator
 from reconciler.topology import Endpoint, Mode, Process
 
@@ -40,6 +40,15 @@ class TRTLLMBackend(Backend):
     sequential_node_start: int = 0
     numa_memory_bind: bool | Literal["local"] | None = None
     numa_cpu_bind: bool = False
+
+    # srtctl's: the launcher before the module it wraps, MPI engine ranks, the handler, trtllm-serve
+    process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = (
+        ProcessGroup("trtllm_llmapi_launch", cmdline=(r"(^|[ /])trtllm-llmapi-launch( |$)",)),
+        ProcessGroup("trtllm_engine", cmdline=(r"(^| )tensorrt_llm\.llmapi\.mgmn_worker_node( |$)",)),
+        ProcessGroup("dynamo_trtllm", cmdline=(r"dynamo\.trtllm",)),
+        ProcessGroup("trtllm_serve", cmdline=(r"trtllm-serve",)),
+    )
+    nvtx_environment: ClassVar[dict[str, str]] = {"TLLM_LLMAPI_ENABLE_NVTX": "1", "TLLM_PROFILE_LOG_RANKS": "all"}
 
     carried_knobs: ClassVar[dict[str, str]] = {
         "sequential_node_start": "workers of a node start together; starts are not batched",

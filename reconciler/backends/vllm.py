@@ -18,10 +18,11 @@ from __future__ import annotations
 import json
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
-from reconciler.backends.base import Backend, HealthProbe, Runtime, cli_args, get_key, pop_keys
+from reconciler.recipe.failover import FailoverConfig
+from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, get_key, pop_keys
 from reconciler.topology import Endpoint, Mode, Process
 
 # connector name -> the KVTransferConfig srtctl passes (Dynamo's own table agrees: kv_both)
@@ -47,12 +48,8 @@ SCAN_PORTS = 50
 KV_EVENTS_DEFAULTS = {"publisher": "zmq", "topic": "kv-events", "enable_kv_cache_events": True}
 
 
-class VLLMFailoverConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    shadow_engines: int = 1
-    shared_dir: str = "/dev/shm"
-    restart: str | bool | None = None
-    restart_backoff_seconds: float | None = None
+# srtctl: every engine of a multi-node failover worker is its own torch.distributed job
+MASTER_PORT_BASE, MASTER_PORT_STRIDE = 29500, 100
 
 
 @dataclass(frozen=True, config=ConfigDict(extra="forbid"))
@@ -63,15 +60,25 @@ class VLLMBackend(Backend):
     set_visible_devices: bool = False
     set_cuda_visible_devices: bool | None = None
     connector: str | None = "nixl"
-    failover: VLLMFailoverConfig | None = None
+    failover: FailoverConfig | None = None  # shadow-engine recovery (reconciler/failover.py)
     served_model_name: str | None = None
     allow_prefill_decode_colocation: bool = False
     allow_prefill_decode_colocation_across_nodes: bool = False
     dp_launch_mode: Literal["per_gpu", "per_node"] = "per_node"
     vllm_serve_binary: str = "vllm"
 
+    # vLLM retitles its children VLLM::<name>; both launch styles' parents too
+    process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = (
+        ProcessGroup("vllm_engine_core", cmdline=(r"^VLLM::EngineCore",)),
+        ProcessGroup("vllm_worker", cmdline=(r"^VLLM::Worker",)),
+        ProcessGroup("vllm_api_server", cmdline=(r"^VLLM::APIServer",)),
+        ProcessGroup("vllm_dp_coordinator", cmdline=(r"^VLLM::DPCoordinator",)),
+        ProcessGroup("vllm_serve", cmdline=(r"(^|[ /])vllm serve( |$)",)),
+        ProcessGroup("dynamo_vllm", cmdline=(r"dynamo\.vllm",)),
+    )
+    nvtx_environment: ClassVar[dict[str, str]] = {"VLLM_NVTX_SCOPES_FOR_PROFILING": "1"}
+
     carried_knobs: ClassVar[dict[str, str]] = {
-        "failover": "shadow engines need the Dynamo frontend and a GMS service, which the reconciler does not run yet",
         "allow_prefill_decode_colocation": "not read; decode shares the prefill nodes only with roles.decode.nodes: colocate",
         "allow_prefill_decode_colocation_across_nodes":
             "not read; decode shares the prefill nodes only with roles.decode.nodes: colocate",
@@ -79,8 +86,9 @@ class VLLMBackend(Backend):
     }
 
     def should_set_visible_devices(self) -> bool:
-        # set_cuda_visible_devices: the older spelling, still in srt-slurm's examples
-        return self.set_visible_devices or bool(self.set_cuda_visible_devices)
+        # set_cuda_visible_devices: the older spelling, still in srt-slurm's examples; failover pins the
+        # mask so that "device k" is the same GPU for the gms servers and every engine (no --device-ids)
+        return self.set_visible_devices or bool(self.set_cuda_visible_devices) or self.failover is not None
 
     @property
     def _dynamo(self) -> bool:
@@ -162,6 +170,7 @@ class VLLMBackend(Backend):
                 args["kv-transfer-config"], kv = kv, None
         if kv:
             argv += ["--kv-transfer-config", kv]
+        argv += self._failover_flags(process, args)
         argv += self._layout(process, recipe_rpc)
         if not self.should_set_visible_devices() and process.gpus:
             # srtctl's default: the engine picks its GPUs, no environment mask
@@ -177,14 +186,29 @@ class VLLMBackend(Backend):
         workers of a node) and the role's KV-event publisher on the process's own port."""
         out = []
         if get_key(args, "dump-config-to") is None:
+            # a failover worker's engines are processes of one worker: each dumps its own file
+            engine = f"_e{process.endpoint.engine}" if process.endpoint.engine else ""
             out += ["--dump-config-to", f"{runtime.config_dir}/{process.node}_{process.mode}_w{process.index}"
-                                        f"_r{process.node_rank}_config.json"]
+                                        f"{engine}_r{process.node_rank}_config.json"]
         kv = self.recipe.roles[process.mode].kv_events
         if kv and get_key(args, "kv-events-config") is None:
             cfg = {**KV_EVENTS_DEFAULTS, **(kv if isinstance(kv, dict) else {}),
                    "endpoint": f"tcp://*:{process.ports['kv_events']}"}
             out += ["--kv-events-config", json.dumps(cfg)]
         return out
+
+    def _failover_flags(self, process: Process, args: dict) -> list[str]:
+        """srtctl's: every engine loads through GMS and parks until it holds the worker's lock;
+        a multi-node worker's engines each get their own torch.distributed store port."""
+        if self.failover is None:
+            return []
+        pop_keys(args, "load-format", "gms-shadow-mode")  # gms or unset: validated (failover.check)
+        master = pop_keys(args, "master-port")
+        flags = ["--load-format", "gms", "--gms-shadow-mode"]
+        if len(process.hosts) > 1:
+            base = int(master) if master is not None else MASTER_PORT_BASE
+            flags += ["--master-port", str(base + MASTER_PORT_STRIDE * process.endpoint.engine)]
+        return flags
 
     def allocate_endpoints(self):
         for mode in self._own_modes():

@@ -72,6 +72,11 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
         engine = recipe.backend_for(m).type
         if engine == "sglang" or (engine == "vllm" and recipe.frontend.type == "dynamo"):
             out.pop(f"roles.{m}.kv_events", None)
+    from reconciler.units import nvtx_preset
+
+    if "observability" in out and nvtx_preset(recipe):
+        out["observability"] = ("only the nsys preset's NVTX environment reaches the workers (Backend.nvtx_environment); "
+                                "no nsys capture, tachometer or OTEL export runs")
     if recipe.backend.type == "trtllm" and _has_mooncake_master(recipe):
         from reconciler.backends.base import get_key
 

@@ -72,6 +72,10 @@ class Generic(Kind):
     pass
 
 
+class Gms(Kind):
+    """Dynamo's GPU Memory Service next to every failover worker: built by ``services.per_worker``."""
+
+
 KINDS: dict[str, Kind] = {
     "etcd": Etcd("etcd", "infra", True, port_names=("client", "peer"), ready_port="client",
                  placements=("head", "infra", "dedicated"), external=True),
@@ -83,9 +87,14 @@ KINDS: dict[str, Kind] = {
                                       options=("store_config",), fresh_data=False, job_container=True,
                                       ready_timeout=600.0),  # srtctl waits 600 s for it
     "generic": Generic("generic", "after_frontend", False, job_container=True),
+    # shadow-engine recovery: one instance per worker (placement.per: worker), before the workers
+    "gms": Gms("gms", "before_workers", True, placements=("workers", "prefill", "decode", "agg"),
+               ready_timeout=120.0, fresh_data=False, job_container=True),
 }
+# the worker placements of a per-worker service (placement.per: worker)
+WORKER_PLACEMENTS = ("workers", "prefill", "decode", "agg")
 # srtctl kinds that come with later work (the engines issue) or need hardware: refused, not ignored
 NOT_YET = ("mooncake-store", "mooncake-donor", "dcgm-exporter", "node-exporter",
-           "process-exporter", "lmcache-server", "ray", "gms")
+           "process-exporter", "lmcache-server", "ray")
 # the program each typed kind runs when the recipe gives no command (on the hosts: from PATH)
 PROGRAMS = {"etcd": "etcd", "nats": "nats-server", "mooncake-master": "mooncake_master"}

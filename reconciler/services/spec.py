@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from reconciler.recipe.model import Recipe
-from reconciler.services.kinds import KINDS, NOT_YET
+from reconciler.services.kinds import KINDS, NOT_YET, WORKER_PLACEMENTS
 from reconciler.units import SERVICE_PREFIX
 
 PHASES = ("infra", "before_workers", "with_workers", "after_frontend")
@@ -60,6 +60,12 @@ class ServiceSpec:
     srun_options: tuple[tuple[str, str], ...] = ()
     container: str | None = None
     implied_by: str = ""
+    # placement.per: worker: one instance per worker of these roles, in its device view (per_worker.py)
+    worker_roles: tuple[str, ...] = ()
+
+    @property
+    def per_worker(self) -> bool:
+        return bool(self.worker_roles)
 
 
 @dataclass(frozen=True)
@@ -93,8 +99,10 @@ def _implied(recipe: Recipe, disc: Discovery) -> dict[str, str]:
 
 
 def resolve(recipe: Recipe) -> list[ServiceSpec]:
+    from reconciler import failover
     from reconciler.services import mooncake  # it raises our ServiceError
 
+    failover.check(recipe)
     store = mooncake.store_of(recipe)
     if store is not None:
         mooncake.check(recipe, store)
@@ -102,6 +110,8 @@ def resolve(recipe: Recipe) -> list[ServiceSpec]:
     implied = _implied(recipe, disc)
     if store is not None and store.at.startswith("engine"):
         implied[mooncake.KIND] = store.at
+    if failover.config_of(recipe) is not None:
+        implied[failover.GMS_KIND] = "engine.failover"
     declared = {s.name: i for i, s in enumerate(recipe.services)}
     if len(declared) != len(recipe.services):
         dup = next(s.name for i, s in enumerate(recipe.services) if declared[s.name] != i)
@@ -116,15 +126,19 @@ def resolve(recipe: Recipe) -> list[ServiceSpec]:
         spec = _declared(recipe, i, implied.get(s.name, ""))
         if spec is not None:
             out.append(spec)
-    roles = [s.role for s in out]
-    for s in out:
-        if roles.count(s.role) > 1:
-            raise ServiceError("services", f"two services share the step role {s.role!r}: rename one")
+    roles = [s.role for s in out] + [f"{s.role}-{m}" for s in out for m in s.worker_roles]
+    for r in roles:
+        if roles.count(r) > 1:
+            raise ServiceError("services", f"two services share the step role {r!r}: rename one")
     return out
 
 
 def _implied_spec(recipe: Recipe, name: str, why: str) -> ServiceSpec:
     kind = KINDS[name]
+    if name == "gms":
+        return ServiceSpec(name, name, f"{SERVICE_PREFIX}{name}", kind.phase, None, (), (),
+                           _gms_readiness(kind.ready_timeout), kind.critical, False, implied_by=why,
+                           worker_roles=tuple(m for m, _ in recipe.roles.items()))
     options: tuple[tuple[str, object], ...] = ()
     if name == "nats" and recipe.infra is not None and recipe.infra.nats_max_payload_mb is not None:
         options = (("max_payload_mb", recipe.infra.nats_max_payload_mb),)
@@ -138,6 +152,13 @@ def _implied_master(store) -> ServiceSpec:
     return ServiceSpec(kind.name, kind.name, f"{SERVICE_PREFIX}{kind.name}", kind.phase, None, store.extra_args, (),
                        _default_readiness(kind), kind.critical, False, container=store.container,
                        options=(("default_kv_lease_ttl_ms", store.lease_ms),), implied_by=store.at)
+
+
+def _gms_readiness(timeout: float) -> Readiness:
+    """srtctl's: the supervisor's own ``timeout`` fires first, the probe 30 s later."""
+    from reconciler import failover
+
+    return Readiness("log", pattern=re.escape(failover.READY_MARKER), timeout=timeout + 30, interval=1.0)
 
 
 def _default_readiness(kind, timeout: float | None = None, interval: float = 1.0) -> Readiness:
@@ -168,11 +189,29 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
         raise ServiceError(f"{at}.{key}", unsupported)
     if s.external is not None and not kind.external:
         raise ServiceError(f"{at}.external", f"a {s.type} service cannot be external (etcd and nats can)")
-    placement = s.placement.node if s.placement else "head"
-    if placement not in ("head", "infra", "dedicated"):
+    # a gms service is per worker unless it says otherwise (srtctl's default_per), and then it is refused
+    per_given = s.placement is not None and "per" in s.placement.model_fields_set
+    per_worker = (per_given and s.placement.per == "worker") or (s.type == "gms" and not per_given)
+    placement = s.placement.node if s.placement and "node" in s.placement.model_fields_set else \
+        ("workers" if per_worker else "head")
+    worker_roles: tuple[str, ...] = ()
+    if per_worker:
+        if placement not in WORKER_PLACEMENTS:
+            raise ServiceError(f"{at}.placement.node", f"a per-worker service is placed on workers: expected one "
+                                                       f"of {', '.join(WORKER_PLACEMENTS)}, found {placement!r}")
+        worker_roles = tuple(m for m, _ in recipe.roles.items() if placement in ("workers", m))
+        if not worker_roles:
+            raise ServiceError(f"{at}.placement.node", f"the recipe has no {placement} role")
+        if s.readiness is not None and any(getattr(s.readiness, k) is not None for k in ("port", "tcp", "http")):
+            raise ServiceError(f"{at}.readiness", "the instances of one node share its network: a per-worker "
+                                                  "service's readiness must be a log probe")
+    elif s.type == "gms":
+        raise ServiceError(f"{at}.placement.per", "a gms service runs one instance per worker: placement.per "
+                                                  "must be worker")
+    elif placement not in ("head", "infra", "dedicated"):
         raise ServiceError(f"{at}.placement.node", f"unsupported feature: services on worker nodes "
                                                    f"(placement {placement!r}; head and infra run)")
-    if placement not in kind.placements:
+    if not per_worker and placement not in kind.placements:
         raise ServiceError(f"{at}.placement.node", f"a {s.type} service cannot have a dedicated node (etcd, nats "
                                                    "and mooncake-master can)")
     phase = s.start or kind.phase
@@ -202,14 +241,17 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
     if s.cpu_bind is not None:
         srun["cpu-bind"] = s.cpu_bind
     critical = kind.critical if s.critical is None else s.critical
+    readiness = _readiness(s, kind, at)
+    if s.type == "gms":
+        readiness = _gms_readiness(float(s.readiness.timeout_seconds) if s.readiness else kind.ready_timeout)
     return ServiceSpec(
         name=s.name, kind=s.type, role=f"{SERVICE_PREFIX}{slug}", phase=phase,
         command=tuple(map(str, s.command)) if s.command else None, args=tuple(map(str, s.args)),
-        env=tuple(sorted(s.env.items())), readiness=_readiness(s, kind, at), critical=critical,
+        env=tuple(sorted(s.env.items())), readiness=readiness, critical=critical,
         inherit_discovery_env=s.inherit_discovery_env and s.type == "generic",
         external=s.external, preamble=s.preamble, options=tuple(sorted(s.options.items())),
         srun_options=tuple(sorted((k, str(v)) for k, v in srun.items())), container=s.container,
-        implied_by=implied_by,
+        implied_by=implied_by, worker_roles=worker_roles,
     )
 
 
@@ -221,8 +263,8 @@ def _unsupported(s) -> dict[str, str]:
         out["nodes"] = "unsupported feature: service-owned node pools"
     if s.placement and s.placement.pool:
         out["placement.pool"] = "unsupported feature: service-owned node pools"
-    if s.placement and s.placement.per != "node":
-        out["placement.per"] = "unsupported feature: per-worker services"
+    if s.placement and s.placement.per not in ("node", "worker"):
+        out["placement.per"] = f"expected node or worker, found {s.placement.per!r}"
     if s.terminal:
         out["terminal"] = "a terminal service ends a batch run; a reconciled deployment has no end"
     return out

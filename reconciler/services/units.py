@@ -76,7 +76,7 @@ def service_units(recipe: Recipe, specs: list[ServiceSpec], head: str, ports: No
                   state_dir: Path, disc_env: Mapping[str, str], container: str | None) -> list[Unit]:
     out = []
     for s in specs:
-        if s.external:
+        if s.external or s.per_worker:  # per-worker instances: services/per_worker.py
             continue
         out.append(_unit(recipe, s, head, ports, Path(state_dir).absolute() / recipe.name, disc_env, container))
     return out

@@ -30,6 +30,7 @@ def compute_services(d: DesiredRecipe, c: Classified) -> tuple[frozenset[str], d
     for v in c.missing:
         phase = "frontend" if v.is_frontend else v.unit.phase if v.unit.is_service else "workers"
         blocking = [r for p in _BEFORE.get(phase, ()) for r in d.gates.get(p, ()) if (r, 0) not in c.ready]
+        blocking += [f"{r}_{i}" for r, i in v.unit.needs if (r, i) not in c.ready]  # its own per-worker services
         if blocking:
             held.add(v.name)
             waiting[v.name] = Wait(WaitReason.NEEDS_SERVICES, ", ".join(r.removeprefix(SERVICE_PREFIX) for r in blocking))
