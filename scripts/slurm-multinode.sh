@@ -8,8 +8,8 @@
 #
 #   export SLURM_CONF=$MN_DIR/slurm.conf       # (default /tmp/slurm-mn/slurm.conf)
 #
-# Idempotent: `up` with the cluster already up (same K) does nothing; a different K restarts only
-# this cluster's daemons. `down` removes only what `up` made: the daemons by recorded pid (checked
+# Idempotent: `up` with the cluster already up (same config) does nothing; a changed config (another
+# K) restarts only this cluster's daemons; a dead slurmd is started again. `down` removes only what `up` made: the daemons by recorded pid (checked
 # against /proc comm), the namespaces slurmmn-N, the bridge, the tagged /etc/hosts lines, $MN_DIR.
 # Needs root, slurm-wlm and a running munged (scripts/slurm-dev.sh up provides both).
 #
@@ -18,6 +18,8 @@
 #   MN_GPUS         fake GPUs per node (default 4)      MN_CPUS  CPUs per node (default 16)
 #   MN_SLURMD_TIMEOUT  seconds before slurmctld marks a silent slurmd DOWN (default 10: tests
 #                   kill a slurmd and must see the node fail within seconds, not minutes)
+# ReturnToService=1, as on most clusters: a node DOWN for not responding returns when its slurmd
+# registers again; one an admin set DOWN stays down (with its reason) until `state=resume`.
 #   SLURM_TIMEOUT   seconds to wait for the nodes (default 60)
 #
 # Facts this relies on (each one cost an afternoon):
@@ -166,19 +168,22 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
 SlurmdTimeout=$SLURMD_TIMEOUT
-ReturnToService=2
+ReturnToService=1
 MinJobAge=60
 KillWait=5
 GresTypes=gpu
 ${nodes}PartitionName=debug Nodes=rnode[1-$K] Default=YES MaxTime=INFINITE State=UP
 EOF
+  CHANGED=0
+  cmp -s "$D/slurm.conf.new" "$D/slurm.conf" && cmp -s "$D/gres.conf.new" "$D/gres.conf" || CHANGED=1
   mv "$D/gres.conf.new" "$D/gres.conf"; mv "$D/slurm.conf.new" "$D/slurm.conf"
 }
 
 net_up() {
   local i ns
   ip link show "$BR" >/dev/null 2>&1 || ip link add "$BR" type bridge
-  ip addr show dev "$BR" | grep -q "inet $NET.1/" || ip addr add "$NET.1/24" dev "$BR"
+  # (no `ip | grep -q` under pipefail: grep quitting early fails the pipeline with SIGPIPE)
+  case $(ip -4 addr show dev "$BR") in *"inet $NET.1/"*) ;; *) ip addr add "$NET.1/24" dev "$BR" ;; esac
   ip link set "$BR" up
   for i in $(seq 1 "$K"); do
     ns=slurmmn-$i
@@ -202,17 +207,17 @@ up() {
   munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1 ||
     die "munged must run (scripts/slurm-dev.sh up starts it)"
   local t0; t0=$(date +%s.%N)
-  if [ -n "$(rec_pid ctld slurmctld || true)" ] && grep -q "(K=$K)\$" "$D/slurm.conf" 2>/dev/null && all_idle; then
-    say "already up: $K nodes"; sctl sinfo -N -o '%N %T %C %G'; return 0
-  fi
-  if [ -f "$D/slurm.conf" ] && ! grep -q "(K=$K)\$" "$D/slurm.conf"; then
-    say "node count changes to $K: restarting this cluster"; stop_daemons
-  fi
   mkdir -p "$D"/spool "$D"/run "$D"/log "$D"/state
   touch "$D/made-by-slurm-multinode"
   chown slurm:slurm "$D"/state "$D"/log
   net_up
   write_config
+  if [ "$CHANGED" = 1 ] && [ -n "$(rec_pid ctld slurmctld || true)" ]; then
+    say "configuration changed: restarting this cluster's daemons"; stop_daemons
+  fi
+  if [ -n "$(rec_pid ctld slurmctld || true)" ] && all_idle; then
+    say "already up: $K nodes"; sctl sinfo -N -o '%N %T %C %G'; return 0
+  fi
   if [ -z "$(rec_pid ctld slurmctld || true)" ]; then
     say "starting slurmctld (port 6917, fresh state)"
     # -c: forget jobs of an earlier run (their nodes and namespaces may be gone)

@@ -1,13 +1,16 @@
 """End to end on a real 3-node Slurm (scripts/slurm-multinode.sh up --nodes 3): each node its own
 network namespace, hostname and address, so ranks, ports and HTTP between nodes are real.
 
-Every check reads the cluster itself: squeue/scontrol through the cluster's SLURM_CONF, and the
-process table for one rank's own process (the nodes share this machine's pid namespace).
+Every check reads the cluster itself: squeue/scontrol through the cluster's SLURM_CONF, the
+workers' own HTTP and metrics over the bridge.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +20,7 @@ from helpers import metric, post, wait_until
 from reconciler import hostlist, labels
 
 pytestmark = pytest.mark.multinode
+ROOT = Path(__file__).resolve().parents[1]
 
 SPAN = """\
 schema: 2
@@ -33,11 +37,33 @@ reconcile: {{nodes_per_allocation: 2}}
 
 @pytest.fixture
 def mn(tmp_path, monkeypatch):
-    """A harness whose reconciler, and whose own squeue/scancel, talk to the 3-node cluster."""
+    """A harness whose reconciler, and whose own squeue/scancel, talk to the 3-node cluster. One
+    test at a time holds the cluster (a node failure in one must not hit another's workers, and
+    the tests size their allocations to its 12 GPUs); every node is back in service after it."""
     monkeypatch.setenv("SLURM_CONF", str(MULTINODE_CONF))
-    harness = Harness(tmp_path, "slurm")
-    yield harness
-    harness.cleanup()
+    with open(MULTINODE_CONF.parent / "tests.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        harness = Harness(tmp_path, "slurm")
+        try:
+            yield harness
+        finally:
+            harness.cleanup()
+            resume_all()
+
+
+def node_states() -> dict[str, str]:
+    return dict(line.split() for line in sh("sinfo", "-h", "-N", "-o", "%N %T").splitlines())
+
+
+def resume_all() -> None:
+    """Every node back: a killed slurmd restarted (the script starts only missing ones), DOWN resumed."""
+    subprocess.run(["bash", str(ROOT / "scripts" / "slurm-multinode.sh"), "up", "--nodes", "3"],
+                   capture_output=True, timeout=120)
+    for node, st in node_states().items():
+        if not st.rstrip("*").startswith(("idle", "mixed", "alloc")):
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+    wait_until(lambda: all(st.rstrip("*") in ("idle", "mixed", "allocated") for st in node_states().values()),
+               timeout=60, what="every node back in service")
 
 
 def ranks(h: Harness, recipe: str) -> dict[tuple[str, int], tuple[str, str]]:

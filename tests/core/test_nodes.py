@@ -37,6 +37,9 @@ def test_node_usable(state, usable):
      {"a": "job ended NODE_FAIL; Slurm reports the node back already",
       "b": "job ended NODE_FAIL; Slurm reports the node back already"}),
     ("NODE_FAIL", ("a",), {}, {"a": "job ended NODE_FAIL; Slurm reports the node back already"}),
+    # just left the queue, end unknown: only what Slurm reports down now
+    ("", ("a", "b"), {"a": ("IDLE", ""), "b": ("DOWN", "test down")}, {"b": "test down"}),
+    ("", ("a", "b"), {"a": ("IDLE", ""), "b": ("IDLE", "")}, {}),
 ])
 def test_lost_nodes(job_state, nodes, states, want):
     assert lost_nodes(job_state, nodes, states) == want

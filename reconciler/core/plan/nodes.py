@@ -53,12 +53,16 @@ def node_usable(state: str) -> bool:
 
 
 def lost_nodes(job_state: str, job_nodes: Iterable[str], states: NodeStates) -> dict[str, str]:
-    """node -> reason for the nodes an allocation that ended ``job_state`` lost ({} when it lost none)."""
-    if job_state.upper() not in NODE_LOSS_STATES:
+    """node -> reason for the nodes an allocation that ended ``job_state`` lost ({} when it lost none).
+    ``job_state`` "" is a job that just left the queue, its end not known yet: the nodes Slurm
+    reports unusable already count (the replacement is submitted in this very tick)."""
+    if job_state and job_state.upper() not in NODE_LOSS_STATES:
         return {}
     nodes = list(job_nodes)
     down = {n: (states[n][1] or states[n][0]) for n in nodes if n in states and not node_usable(states[n][0])}
-    return down or {n: f"job ended {job_state.upper()}; Slurm reports the node back already" for n in nodes}
+    if down or not job_state:
+        return down
+    return {n: f"job ended {job_state.upper()}; Slurm reports the node back already" for n in nodes}
 
 
 def update(suspects: Mapping[str, Suspect], lost: Mapping[str, str], states: NodeStates, now: float,
