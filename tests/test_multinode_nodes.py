@@ -160,3 +160,29 @@ def test_slurmd_killed_moves_only_its_workers(mn, summary):
 
 def node_state(node: str) -> str:
     return sh("sinfo", "-h", "-N", "-n", node, "-o", "%T").strip().lower()
+
+
+def test_requeued_allocation_is_released_and_replaced_off_the_node(mn, summary):
+    """A recipe that asks Slurm to requeue its jobs (sbatch_directives: requeue) gets its job back
+    PENDING after a node failure, for Slurm's requeue delay: it is released and replaced now."""
+    name = mn.name("mnrequeue")
+    (mn.manifests / f"{name}.yaml").write_text(NF.format(name=name) + "sbatch_directives: {requeue: \"\"}\n")
+    mn.start("--node-cooldown", str(COOLDOWN))
+    mn.wait_ready(name, timeout=60)
+    before = place(mn, name)
+    victim, lost_job = before["agg_1"][1], before["agg_1"][0].split(".")[0]
+    assert job_field(lost_job, "Requeue") == "1"
+    t0 = time.monotonic()
+    sh("scontrol", "update", f"nodename={victim}", "state=down", f"reason=mntest {name}")
+    after = wait_until(lambda: (p := place(mn, name)).get("agg_1", ("", victim))[1] != victim and p, timeout=90,
+                       what=f"agg_1 re-placed off {victim} (log:\n{mn.log()[-3000:]})")
+    mn.wait_ready(name, timeout=60)
+    assert after["agg_1"][0].split(".")[0] != lost_job
+    assert after["agg_0"] == before["agg_0"] and after["frontend_0"] == before["frontend_0"]
+    rq = [e for e in events(mn, "AllocationRequeued") if e["job"] == lost_job]
+    assert rq and victim in rq[0]["message"], events(mn, "AllocationRequeued")
+    assert lost_job not in sh("squeue", "-h", "-o", "%i").split()
+    assert any(e["node"] == victim and f"mntest {name}" in e["reason"] for e in events(mn, "NodeSuspect"))
+    assert victim in job_field(after["agg_1"][0].split(".")[0], "ExcNodeList")
+    summary(f"node failure (requeued job): agg_1 Ready on {after['agg_1'][1]} {time.monotonic() - t0:.1f}s after "
+            f"{victim} failed (Slurm would have held the job for its requeue delay)")

@@ -135,7 +135,7 @@ class Controller:
         self.driver.reap()
         snap = self.snapshot()
         self.ports = snap.ports  # this tick's assignment is the registry from now on
-        self._cancelled |= self.nodes.release_requeued(self._live_allocs, snap.observed.allocs)
+        self._cancelled |= self.nodes.release_requeued(self._live_allocs, snap.observed.allocs, snap.now)
         self._note_lost_allocations(snap)
         self.nodes.tick(snap.now)
         self.executor.exclude = self.nodes.excluded()

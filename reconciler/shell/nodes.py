@@ -52,11 +52,14 @@ class NodeWatch:
     def excluded(self) -> tuple[str, ...]:
         return policy.excluded(self.suspects)
 
-    def release_requeued(self, previous: Mapping[str, Alloc], current: list[Alloc]) -> set[str]:
-        """Cancel our allocations that Slurm requeued (or shrank); return their job ids."""
+    def release_requeued(self, previous: Mapping[str, Alloc], current: list[Alloc], now: float) -> set[str]:
+        """Cancel our allocations that Slurm requeued (or shrank); return their job ids. The nodes
+        Slurm reports down among those they ran on become suspect first."""
         done = set()
         for job_id, why in policy.to_release(previous, current).items():
             a = next(x for x in current if x.job_id == job_id)
+            if job_id in previous:
+                self.lost(previous[job_id], "", now)
             try:
                 self.driver.cancel_alloc(job_id)
             except Exception as e:  # noqa: BLE001 - the next tick tries again
