@@ -139,6 +139,7 @@ class Controller:
         self._note_lost_allocations(snap)
         self.nodes.tick(snap.now)
         self.executor.exclude = self.nodes.excluded()
+        self._cancelled |= self.nodes.release_stale(snap.observed.allocs, self.executor.submitted_excluding)
         done = self.executor.execute(snap.plan)
         self._cancelled |= {a.job_id for a in done if isinstance(a, CancelAlloc)}
         record(self.state, snap)

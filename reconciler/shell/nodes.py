@@ -71,6 +71,28 @@ class NodeWatch:
             done.add(job_id)
         return done
 
+    def release_stale(self, allocs: list[Alloc], excluding: dict[str, tuple[str, ...]]) -> set[str]:
+        """Cancel our pending allocations submitted excluding a node that is no longer suspect (the
+        plan submits them again with today's exclusion); ``excluding`` forgets jobs that left."""
+        live = {a.job_id: a for a in allocs if a.live}
+        for job in set(excluding) - set(live):
+            del excluding[job]
+        pending = {j: exc for j, exc in excluding.items() if live[j].state == "PENDING"}
+        done = set()
+        for job in policy.stale_pending(pending, self.excluded()):
+            a = live[job]
+            try:
+                self.driver.cancel_alloc(job)
+            except Exception as e:  # noqa: BLE001 - the next tick tries again
+                log.warning("cannot release a pending allocation", job=job, error=str(e))
+                continue
+            msg = (f"allocation {a.index} (job {job}) waits excluding {','.join(excluding[job])}, no longer all "
+                   f"suspect: released, submitted again with the current exclusion")
+            self.state.event("AllocationResubmitted", a.recipe, msg, job=job)
+            del excluding[job]
+            done.add(job)
+        return done
+
     # ---------------------------------------------------------------- state
     def _update(self, lost: Mapping[str, str], states: Mapping[str, tuple[str, str]], now: float,
                 recipe: str | None, what: str) -> None:

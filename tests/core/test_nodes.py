@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reconciler.core.plan.nodes import (
-    Suspect, cooldown_ends, excluded, lost_nodes, node_usable, to_release, update,
+    Suspect, cooldown_ends, excluded, lost_nodes, node_usable, stale_pending, to_release, update,
 )
 from reconciler.world import Alloc
 
@@ -100,3 +100,14 @@ def alloc(job: str, state: str, nodes=(), count=1, reason="") -> Alloc:
 ])
 def test_to_release(previous, current, want):
     assert to_release(previous, current) == want
+
+
+@pytest.mark.parametrize("pending, now, want", [
+    ({}, (), []),
+    ({"1": ("a",)}, ("a",), []),  # still suspect: keep waiting
+    ({"1": ("a",)}, ("a", "b"), []),  # more suspects now: the running ones are not placed there anyway
+    ({"1": ("a", "b")}, ("b",), ["1"]),  # a is back: resubmit without it
+    ({"1": ("a",), "2": ("c",)}, (), ["1", "2"]),
+])
+def test_stale_pending(pending, now, want):
+    assert stale_pending(pending, now) == want

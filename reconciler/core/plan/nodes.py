@@ -17,6 +17,8 @@ The policy (docs/operations.md, "Node failures"):
   or a job submitted before we passed ``--no-requeue``): it is released so a fresh one, with
   the exclusion, replaces it now rather than after Slurm's requeue delay. A running allocation
   holding fewer nodes than it asked for (only possible with ``--no-kill``) is released too.
+- A pending allocation submitted with an exclusion that has since ended (the node's cool-down
+  is over) is released and submitted again: Slurm would keep the old exclusion.
 
 Time is an argument; node states come from the shell (``scontrol show node``).
 """
@@ -107,3 +109,10 @@ def to_release(previous: Mapping[str, Alloc], current: Iterable[Alloc]) -> dict[
         elif a.state == "RUNNING" and 0 < len(a.nodes) < a.count:
             out[a.job_id] = f"runs on {len(a.nodes)} of its {a.count} nodes"
     return out
+
+
+def stale_pending(pending: Mapping[str, tuple[str, ...]], now_excluded: tuple[str, ...]) -> list[str]:
+    """Pending allocations (job id -> the nodes excluded when it was submitted) that exclude a node
+    no longer suspect: released and submitted again, or a job excluding a node that came back
+    could wait for resources that exist (Slurm keeps the exclusion it was given)."""
+    return sorted(j for j, exc in pending.items() if set(exc) - set(now_excluded))
