@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 import structlog
 
 from reconciler.core.plan import nodes as policy
+from reconciler.drivers import Driver
 from reconciler.state import StateDir
 from reconciler.timefmt import iso
 from reconciler.world import Alloc
@@ -22,7 +23,7 @@ FILE = "nodes.json"
 
 
 class NodeWatch:
-    def __init__(self, state: StateDir, driver, cooldown: float = policy.DEFAULT_COOLDOWN):
+    def __init__(self, state: StateDir, driver: Driver, cooldown: float = policy.DEFAULT_COOLDOWN):
         self.state = state
         self.driver = driver
         self.cooldown = cooldown
@@ -38,8 +39,9 @@ class NodeWatch:
         if (end_state and end_state.upper() not in policy.NODE_LOSS_STATES) or not a.nodes:
             return {}
         lost = policy.lost_nodes(end_state, a.nodes, self._ask(a.nodes))
-        known = {n: r for n, r in lost.items() if n in self.suspects and not end_state}
-        fresh = {n: r for n, r in lost.items() if n not in known}
+        # a node already suspect and not back yet is the same failure seen again (the job left the
+        # queue, then its end state came): one event; one back in its cool-down failed anew
+        fresh = {n: r for n, r in lost.items() if n not in self.suspects or self.suspects[n].back_at is not None}
         what = f"allocation {a.index} (job {a.job_id}) " + (f"ended {end_state}" if end_state else "left the queue")
         self._update(fresh, {}, now, a.recipe, what)
         return lost
