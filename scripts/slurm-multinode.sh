@@ -206,6 +206,11 @@ up() {
     die "slurm-wlm is not installed (scripts/slurm-dev.sh up installs it)"
   munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1 ||
     die "munged must run (scripts/slurm-dev.sh up starts it)"
+  if ! command -v ip >/dev/null || ! command -v nsenter >/dev/null; then  # a minimal image may lack them
+    say "installing iproute2 and util-linux (apt-get)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends iproute2 util-linux \
+      >/tmp/slurm-multinode-apt.log 2>&1 || die "apt-get failed; log in /tmp/slurm-multinode-apt.log"
+  fi
   local t0; t0=$(date +%s.%N)
   mkdir -p "$D"/spool "$D"/run "$D"/log "$D"/state
   touch "$D/made-by-slurm-multinode"
