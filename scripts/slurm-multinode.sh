@@ -94,16 +94,17 @@ stop_pid() { # PID NAME
   return 0
 }
 
-stop_daemons() {
-  local f name p
-  for f in "$D"/run/*.rec; do
+stop_daemons() { # every recorded daemon at once (slurmd first in the list), then wait for each
+  local f name p pids=()
+  for f in "$D"/run/slurmd*.rec "$D"/run/ctld.rec; do
     [ -f "$f" ] || continue
     name=$(basename "$f" .rec)
-    case $name in ctld) comm=slurmctld ;; slurmd*) comm=slurmd ;; *) continue ;; esac
+    case $name in ctld) comm=slurmctld ;; *) comm=slurmd ;; esac
     # nsenter/unshare exec into slurmd, so the recorded pid is the daemon itself
-    if p=$(rec_pid "$name" "$comm"); then say "stopping $name (pid $p)"; stop_pid "$p" "$name"; fi
+    if p=$(rec_pid "$name" "$comm"); then say "stopping $name (pid $p)"; kill -TERM "$p" 2>/dev/null || true; pids+=("$p:$name"); fi
     rm -f "$f"
   done
+  for p in "${pids[@]}"; do stop_pid "${p%%:*}" "${p#*:}"; done
 }
 
 down() {
