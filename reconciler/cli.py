@@ -205,13 +205,17 @@ def _setup_logging(verbose: bool = False, fmt: str = "auto") -> None:
               help="auto: human-readable on a terminal, JSON lines otherwise.")
 @click.option("--notify", "notify_url", default=None, metavar="URL",
               help="POST each condition change as JSON to URL (retried a few times; never blocks the loop).")
+@click.option("--node-cooldown", type=click.FloatRange(min=0), default=120.0, show_default=True, metavar="SEC",
+              help="After a node failure, new allocations exclude the node until it has been back this long.")
 def run(manifests: str, state: str, driver: str | None, port_range: str, instance: str | None, once: bool,
-        allow_empty: bool, resync: float, metrics_addr: str | None, log_format: str, notify_url: str | None) -> None:
+        allow_empty: bool, resync: float, metrics_addr: str | None, log_format: str, notify_url: str | None,
+        node_cooldown: float) -> None:
     """Watch the manifests and keep the cluster converged (SIGTERM/SIGINT stop it; workloads keep running)."""
     import signal
 
     _setup_logging(fmt=log_format)
     ctl = _controller(manifests, state, driver, allow_empty, port_range, instance)
+    ctl.nodes.cooldown = node_cooldown
     if metrics_addr:
         host, _, port = metrics_addr.rpartition(":")
         if not port.isdigit() or not 0 < int(port) < 65536:

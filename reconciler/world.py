@@ -164,6 +164,7 @@ class AllocSpec:
     account: str | None = None
     time_limit: str | None = None
     directives: tuple[tuple[str, str], ...] = ()
+    exclude: tuple[str, ...] = ()  # suspect nodes (core/plan/nodes.py): the executor sets them at submit
 
 
 @dataclass(frozen=True)

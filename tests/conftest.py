@@ -23,20 +23,49 @@ def slurm_available() -> tuple[bool, str]:
     return True, ""
 
 
-def pytest_collection_modifyitems(config, items):
-    marked = [i for i in items if i.get_closest_marker("slurm")]
+# the K-node cluster of scripts/slurm-multinode.sh: its own slurm.conf, reached through SLURM_CONF
+MULTINODE_CONF = Path(os.environ.get("RECONCILER_MULTINODE_CONF", "/tmp/slurm-mn/slurm.conf"))
+MULTINODE_NODES = 3
+
+
+def multinode_available() -> tuple[bool, str]:
+    if not MULTINODE_CONF.is_file():
+        return False, f"{MULTINODE_CONF} not found"
+    if not shutil.which("sinfo"):
+        return False, "sinfo not on PATH"
+    env = {**os.environ, "SLURM_CONF": str(MULTINODE_CONF)}
+    try:
+        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True, timeout=10, env=env)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, f"sinfo failed: {e}"
+    nodes = dict(line.split() for line in out.stdout.splitlines() if len(line.split()) == 2)
+    if out.returncode != 0 or len(nodes) < MULTINODE_NODES:
+        return False, f"want {MULTINODE_NODES} nodes, sinfo says: {out.stdout.strip() or out.stderr.strip()}"
+    return True, ""
+
+
+def _gate(items, marker: str, check, what: str, hint: str, fixture: str) -> None:
+    marked = [i for i in items if i.get_closest_marker(marker)]
     if not marked:
         return
-    ok, why = slurm_available()
+    for item in marked:  # the summary counts these (keywords would also match a directory named so)
+        item.user_properties.append(("real_slurm", marker))
+    ok, why = check()
     if ok:
         return
     if os.environ.get("RECONCILER_REQUIRE_SLURM") == "1":
         for item in marked:
-            item.add_marker(pytest.mark.usefixtures("_slurm_required_but_missing"))
+            item.add_marker(pytest.mark.usefixtures(fixture))
     else:
-        skip = pytest.mark.skip(reason=f"no Slurm ({why}); start one with scripts/slurm-dev.sh up")
+        skip = pytest.mark.skip(reason=f"no {what} ({why}); {hint}")
         for item in marked:
             item.add_marker(skip)
+
+
+def pytest_collection_modifyitems(config, items):
+    _gate(items, "slurm", slurm_available, "Slurm", "start one with scripts/slurm-dev.sh up", "_slurm_required_but_missing")
+    _gate(items, "multinode", multinode_available, f"{MULTINODE_NODES}-node Slurm", "start it with scripts/slurm-multinode.sh up --nodes 3",
+          "_multinode_required_but_missing")
 
 
 @pytest.fixture
@@ -45,11 +74,18 @@ def _slurm_required_but_missing():
     pytest.fail(f"RECONCILER_REQUIRE_SLURM=1 but Slurm is unavailable: {why}")
 
 
+@pytest.fixture
+def _multinode_required_but_missing():
+    ok, why = multinode_available()
+    pytest.fail(f"RECONCILER_REQUIRE_SLURM=1 but the {MULTINODE_NODES}-node Slurm is unavailable: {why}")
+
+
 def pytest_terminal_summary(terminalreporter):
     counts: dict[str, int] = {}
     for outcome in ("passed", "failed", "skipped", "error"):
         for rep in terminalreporter.stats.get(outcome, []):
-            if getattr(rep, "when", "call") in ("call", "setup") and "slurm" in getattr(rep, "keywords", {}):
+            on_slurm = any(k == "real_slurm" for k, _ in getattr(rep, "user_properties", ()))
+            if getattr(rep, "when", "call") in ("call", "setup") and on_slurm:
                 if outcome == "passed" and rep.when != "call":
                     continue
                 counts[outcome] = counts.get(outcome, 0) + 1

@@ -18,7 +18,9 @@ import time
 
 import pytest
 
+from helpers import wait_until
 from test_e2e import KEEP, Harness, sh, scancel
+from test_multinode import mn  # noqa: F401 - the 3-node cluster's fixture
 
 pytestmark = pytest.mark.slurm
 
@@ -101,3 +103,79 @@ def _converge(h: Harness, name: str, workers: int, ceiling: int, foreign: str, s
         assert time.monotonic() - t0 < BOUND, (
             f"not converged within {BOUND:g}s: steps {sorted(steps)}, want {sorted(want)}, get {g}\n{h.log()[-2000:]}")
         time.sleep(0.2)
+
+
+# ---------------------------------------------------------------- on the 3-node cluster
+MN_RECIPE = """\
+schema: 2
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 4}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles:
+  agg: {{workers: @N@, gpus: 4, restart: {{backoff_seconds: 0.2, max_backoff_seconds: 2}}}}
+frontend: {{type: none}}
+reconcile: {{nodes_per_allocation: 1}}
+"""
+MN_FAULTS = int(os.environ.get("RECONCILER_CHAOS_NODE_FAULTS", "8"))
+
+
+@pytest.mark.multinode
+def test_chaos_with_node_failures(mn, summary):
+    """The faults above plus node downs and resumes, on whole-node workers (one per node, at most
+    2 of the 3 nodes): only one node is down at a time, so the workers always fit."""
+    rng = random.Random(SEED)
+    foreign = sh("sbatch", "--parsable", "--job-name=not-ours", "--wrap", "exec sleep 600").strip().split(";")[0]
+    try:
+        foreign_node = wait_until(lambda: sh("squeue", "-h", "-j", foreign, "-o", "%N").strip(), timeout=30,
+                                  what="the foreign job running")
+        _chaos_nodes(mn, rng, foreign, foreign_node, summary)
+    finally:
+        subprocess.run(["scancel", foreign], capture_output=True)
+
+
+def _chaos_nodes(h: Harness, rng: random.Random, foreign: str, foreign_node: str, summary) -> None:
+    name = h.name("mnchaos")
+    f = h.manifests / f"{name}.yaml"
+    base = MN_RECIPE.format(name=name)
+    workers = 2
+    f.write_text(base.replace("@N@", str(workers)))
+    h.start("--node-cooldown", "3")
+    _converge(h, name, workers, workers, foreign)
+    down: str | None = None
+    times: list[float] = []
+    slowest: dict[str, float] = {}
+    kinds = ["node-down", "node-resume", "kill-step", "node-down", "kill-alloc", "node-resume", "scale",
+             "kill9-controller"]
+    for i in range(MN_FAULTS):
+        kind = kinds[i] if i < len(kinds) else rng.choice(kinds)
+        # one node down at a time, never the foreign job's (its loss would be ours, not the reconciler's)
+        victims = sorted({n for _, n in h.steps(name).values()} - {foreign_node})
+        if kind == "node-down" and (down or not victims):
+            kind = "node-resume" if down else "kill-step"
+        if kind == "node-resume" and not down:
+            kind = "kill-step"
+        before = workers
+        if kind == "node-down":
+            down = rng.choice(victims)
+            sh("scontrol", "update", f"nodename={down}", "state=down", f"reason=chaos {name}")
+        elif kind == "node-resume":
+            sh("scontrol", "update", f"nodename={down}", "state=resume")
+            down = None
+        elif kind == "kill-step":
+            scancel(rng.choice(sorted(h.steps(name).values()))[0])
+        elif kind == "kill-alloc":
+            scancel(rng.choice(h.jobs(name)))
+        elif kind == "kill9-controller":
+            h.kill9()
+            h.start("--node-cooldown", "3")
+        elif kind == "scale":
+            workers = 1 if workers == 2 else 2
+            f.write_text(base.replace("@N@", str(workers)))
+        times.append(_converge(h, name, workers, max(before, workers), foreign))
+        if down:
+            assert down not in {n for _, n in h.steps(name).values()}, f"a worker runs on {down}, which is down"
+        slowest[kind] = max(slowest.get(kind, 0.0), times[-1])
+    per_kind = ", ".join(f"{k} {t:.1f}" for k, t in sorted(slowest.items(), key=lambda kv: -kv[1]))
+    summary(f"chaos (3 nodes): seed {SEED}, faults {len(times)}, converged {len(times)}/{MN_FAULTS}, "
+            f"max converge {max(times):.1f} s ({per_kind}), violations 0")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from reconciler.drivers.base import LAUNCHER, wrapped_argv
 from reconciler.drivers.slurm import (
-    SEP, parse_jobs, parse_steps, sbatch_argv, scancel_argv, squeue_jobs_argv, squeue_steps_argv, srun_argv,
+    SEP, parse_jobs, parse_node_states, parse_steps, sbatch_argv, scancel_argv, squeue_jobs_argv, squeue_steps_argv, srun_argv,
 )
 from reconciler.units import Launch, Unit
 from reconciler.world import AllocSpec
@@ -27,7 +27,7 @@ def test_sbatch_minimal():
     assert sbatch_argv(spec, "me", LOG) == [
         "sbatch", "--parsable", "--job-name=rcl:me:r:a0",
         "--comment=reconciler/v1 owner=me recipe=r alloc=0 start=0 nodes=2",
-        "--nodes=2", "--ntasks-per-node=1", "--output=/s/r/logs/alloc-0.out",
+        "--nodes=2", "--ntasks-per-node=1", "--output=/s/r/logs/alloc-0.out", "--no-requeue",
         "--wrap", "exec sleep infinity",
     ]
 
@@ -39,11 +39,30 @@ def test_sbatch_full_and_directives_cannot_take_over_the_labels():
     assert sbatch_argv(spec, "me", LOG) == [
         "sbatch", "--parsable", "--job-name=rcl:me:r:a1",
         "--comment=reconciler/v1 owner=me recipe=r alloc=1 start=2 nodes=1",
-        "--nodes=1", "--ntasks-per-node=1", "--output=/s/r/logs/alloc-0.out",
+        "--nodes=1", "--ntasks-per-node=1", "--output=/s/r/logs/alloc-0.out", "--no-requeue",
         "--gres=gpu:8", "--partition=batch", "--account=acct", "--time=04:00:00",
         "--exclusive", "--mem=0",
         "--wrap", "exec sleep infinity",
     ]
+
+
+def test_sbatch_excludes_suspect_nodes_with_the_recipes_own():
+    spec = AllocSpec("r", 0, 0, 1, 0, exclude=("n3", "n1"))
+    assert sbatch_argv(spec, "me", LOG)[-3:] == ["--exclude=n1,n3", "--wrap", "exec sleep infinity"]
+    spec = AllocSpec("r", 0, 0, 1, 0, directives=(("exclude", "n[7-8]"), ("requeue", "")), exclude=("n1", "n7"))
+    argv = sbatch_argv(spec, "me", LOG)
+    # one --exclude (a second would replace the first); a recipe that asks for requeue gets it (last wins)
+    assert [a for a in argv if a.startswith("--exclude")] == ["--exclude=n1,n7,n8"]
+    assert argv.index("--requeue") > argv.index("--no-requeue")
+
+
+def test_parse_node_states():
+    text = ("NodeName=rnode1 Arch=x86_64 State=IDLE ThreadsPerCore=1 Reason=(null)\n"
+            "NodeName=rnode2 Arch=x86_64 State=DOWN+NOT_RESPONDING Partitions=debug "
+            "Reason=Not responding [slurm@2026-12-04T15:32:30]\n"
+            "NodeName=rnode3 State=MIXED+DRAIN Reason=test down now [root@2026-12-04T15:32:30]\n")
+    assert parse_node_states(text) == {"rnode1": ("IDLE", ""), "rnode2": ("DOWN+NOT_RESPONDING", "Not responding"),
+                                       "rnode3": ("MIXED+DRAIN", "test down now")}
 
 
 def _unit(**kw) -> tuple[Unit, Launch]:

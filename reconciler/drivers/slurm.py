@@ -99,6 +99,13 @@ class SlurmDriver:
             return None
         return parse_job_end(r.stdout) if r.returncode == 0 else None
 
+    def node_states(self, nodes: list[str]) -> dict[str, tuple[str, str]]:
+        """node -> (State, Reason) as slurmctld says now; asked only about suspect or lost nodes."""
+        if not nodes:
+            return {}
+        r = self._run(scontrol_nodes_argv(nodes), check=False)
+        return parse_node_states(r.stdout) if r.returncode == 0 else {}
+
     def reap(self) -> None:
         self._children = [p for p in self._children if p.poll() is None]
 
@@ -122,6 +129,9 @@ def sbatch_argv(spec: AllocSpec, owner: str, log: Path) -> list[str]:
         f"--job-name={labels.job_name(owner, spec.recipe, spec.index)}",
         f"--comment={labels.job_comment(owner, spec.recipe, spec.index, spec.start, spec.count)}",
         f"--nodes={spec.count}", "--ntasks-per-node=1", f"--output={log}",
+        # a job that loses a node ends (NODE_FAIL) instead of waiting out Slurm's requeue delay:
+        # the reconciler replaces it at once, away from the node (docs/operations.md, node failures)
+        "--no-requeue",
     ]
     if spec.gpus_per_node:
         argv.append(f"--gres=gpu:{spec.gpus_per_node}")
@@ -131,9 +141,14 @@ def sbatch_argv(spec: AllocSpec, owner: str, log: Path) -> list[str]:
         argv.append(f"--account={spec.account}")
     if spec.time_limit:
         argv.append(f"--time={spec.time_limit}")
+    exclude = list(spec.exclude)
     for k, v in spec.directives:
-        if k not in OWN_DIRECTIVES:
+        if k == "exclude":  # the recipe's own exclusions join the suspect nodes in one --exclude
+            exclude = [*hostlist.expand(v), *(n for n in exclude if n not in hostlist.expand(v))]
+        elif k not in OWN_DIRECTIVES:
             argv.append(f"--{k}={v}" if v != "" else f"--{k}")
+    if exclude:
+        argv.append(f"--exclude={hostlist.compress(sorted(set(exclude)))}")
     # the batch script only holds the nodes; the workers are steps
     return argv + ["--wrap", "exec sleep infinity"]
 
@@ -158,6 +173,21 @@ def srun_argv(job_id: str, unit: Unit, launch: Launch, step_name: str, log: Path
 
 def scancel_argv(job_or_step: str) -> list[str]:
     return ["scancel", job_or_step]
+
+
+def scontrol_nodes_argv(nodes: list[str]) -> list[str]:
+    return ["scontrol", "-o", "show", "node", hostlist.compress(nodes)]
+
+
+def parse_node_states(text: str) -> dict[str, tuple[str, str]]:
+    """`scontrol -o show node` -> node -> (State, Reason); Reason is the rest of its line (it has spaces)."""
+    out = {}
+    for line in text.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split(" Reason=")[0].split() if "=" in f)
+        if "NodeName" in fields and "State" in fields:
+            reason = line.split(" Reason=", 1)[1] if " Reason=" in line else ""
+            out[fields["NodeName"]] = (fields["State"], reason.split(" [")[0].strip() if reason != "(null)" else "")
+    return out
 
 
 def parse_job_end(text: str) -> tuple[str, str] | None:

@@ -62,8 +62,10 @@ class Pool:
         if not live:
             return None
         self._rr += 1
-        # least outstanding; ties rotate so equal workers share the load
-        return min(live, key=lambda w: (w.outstanding, (hash(w.url) + self._rr) % len(live)))
+        # least outstanding; ties rotate by position so equal workers share the load (rotating by
+        # hash(url) did not: two urls whose hashes had the same parity tied forever, one got it all)
+        order = {w.url: (i + self._rr) % len(live) for i, w in enumerate(live)}
+        return min(live, key=lambda w: (w.outstanding, order[w.url]))
 
     def roles(self) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -8,6 +8,7 @@ actions go through.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +32,8 @@ class Executor:
         self.observer = observer
         self.failures: dict[str, ActionFailures] = {}  # recipe -> its actions' failures in a row
         self.on_action: Callable[[str, bool], None] | None = None  # (kind, succeeded): the metrics
+        self.exclude: tuple[str, ...] = ()  # suspect nodes (shell/nodes.py): every new allocation avoids them
+        self.submitted_excluding: dict[str, tuple[str, ...]] = {}  # job id -> what it was submitted excluding
 
     def execute(self, p: Plan) -> list[Action]:
         done: list[Action] = []
@@ -72,7 +75,9 @@ class Executor:
         elif isinstance(a, CancelAlloc):
             self.driver.cancel_alloc(a.job_id)
         elif isinstance(a, SubmitAlloc):
-            self.driver.submit(a.spec)
+            job = self.driver.submit(replace(a.spec, exclude=self.exclude) if self.exclude else a.spec)
+            if self.exclude:
+                self.submitted_excluding[job] = self.exclude
         elif isinstance(a, LaunchStep):
             u, l = a.unit, a.launch
             for path, content in u.files.items():

@@ -30,6 +30,7 @@ from reconciler.shell.observe import Observer
 from reconciler.shell.record import record
 from reconciler.shell.snapshot import Snapshot
 from reconciler.shell.metrics import Metrics
+from reconciler.shell.nodes import NodeWatch
 from reconciler.state import StateDir, suspended_names
 from reconciler.timefmt import iso
 from reconciler.world import Alloc, Observed
@@ -56,6 +57,7 @@ class Controller:
             self.ports.set_range(*port_range)
         self.observer = Observer(self.state, driver)
         self.executor = Executor(self.state, driver, self.observer)
+        self.nodes = NodeWatch(self.state, driver)  # suspect nodes after a node failure
         self.metrics: Metrics | None = None  # run --metrics-addr
         self._live_allocs: dict[str, Alloc] = {}  # last tick's live allocations (to notice one lost)
         self._cancelled: set[str] = set()  # allocations we released: their going is no loss
@@ -134,7 +136,11 @@ class Controller:
         self.driver.reap()
         snap = self.snapshot()
         self.ports = snap.ports  # this tick's assignment is the registry from now on
+        self._cancelled |= self.nodes.release_requeued(self._live_allocs, snap.observed.allocs, snap.now)
         self._note_lost_allocations(snap)
+        self.nodes.tick(snap.now)
+        self.executor.exclude = self.nodes.excluded()
+        self._cancelled |= self.nodes.release_stale(snap.observed.allocs, self.executor.submitted_excluding)
         done = self.executor.execute(snap.plan)
         self._cancelled |= {a.job_id for a in done if isinstance(a, CancelAlloc)}
         record(self.state, snap)
@@ -151,21 +157,25 @@ class Controller:
         job COMPLETING for a moment before its end state: the report waits for it, bounded."""
         live = {a.job_id: a for a in snap.observed.allocs if a.live}
         for job_id, a in self._live_allocs.items():
-            if job_id not in live and job_id not in self._cancelled:
-                self._ending.setdefault(job_id, (a, snap.now))
+            if job_id not in live and job_id not in self._cancelled and job_id not in self._ending:
+                self._ending[job_id] = (a, snap.now)
+                self.nodes.lost(a, "", snap.now)  # a node Slurm reports down is suspect before the replacement goes
         for job_id, (a, since) in list(self._ending.items()):
             end = self.driver.job_end(job_id)
             state, reason = end if end else ("GONE", "no longer known to Slurm")
             if state in ("COMPLETING", "RUNNING", "CONFIGURING") and snap.now - since < LOSS_WAIT:
                 continue  # not ended yet: look again next tick
             del self._ending[job_id]
+            lost = self.nodes.lost(a, state, snap.now)  # {node: Slurm's reason} when a node failed
             msg = (f"allocation {a.index} (job {job_id}) ended: {state}"
-                   + (f" ({reason})" if reason and reason != "None" else "") + "; its workers move to a new one")
-            log.warning("allocation lost", recipe=a.recipe, job=job_id, state=state, reason=reason)
-            self.state.event("AllocationLost", a.recipe, msg, job=job_id, state=state, reason=reason)
+                   + (f" ({reason})" if reason and reason != "None" else "")
+                   + "".join(f"; node {n} lost: {why}" for n, why in sorted(lost.items()))
+                   + "; its workers move to a new one" + (" that excludes the lost node" if lost else ""))
+            log.warning("allocation lost", recipe=a.recipe, job=job_id, state=state, reason=reason, nodes=lost)
+            self.state.event("AllocationLost", a.recipe, msg, job=job_id, state=state, reason=reason, nodes=lost)
             self.state.write_json(self.state.recipe_dir(a.recipe) / "allocation-lost.json",
                                   {"job": job_id, "index": a.index, "state": state, "reason": reason,
-                                   "at": iso(snap.now), "message": msg})
+                                   "nodes": lost, "at": iso(snap.now), "message": msg})
         self._live_allocs = live
         self._cancelled &= set(live)
 
