@@ -8,7 +8,9 @@ read by the health tracker (it follows the step's log), ``started`` needs nothin
 
 Cost, since a settled tick probes every unit: HTTP probes reuse a kept-alive connection per
 (host, port) for up to ``REUSE_SECONDS`` (then a fresh connect tests the listener too; a
-server that closed it meanwhile is retried once on a fresh one), and one tick's probes are
+server that closed it meanwhile is retried once on a fresh one; an answer that is not 2xx is
+asked again on a fresh connection and never kept — a successor sharing the port, the built-in
+router's next life, is only reached by a new connection), and one tick's probes are
 pulled from one queue by a bounded set of threads (``CONCURRENCY``), not a future each — a
 hung worker holds one thread for ``TIMEOUT`` (a real deadline, however it trickles bytes).
 """
@@ -134,6 +136,11 @@ def _get(host: str, port: int, path: str, timeout: float) -> tuple[int, bytes]:
         except BaseException:
             sock.close()
             raise
+        if sock is not None and not 200 <= status < 300:
+            # a kept connection reaches the process that accepted it: a successor sharing the port
+            # (the built-in router's next life) answers only on a fresh one, so a failure is asked again
+            sock.close()
+            sock = None
     if sock is None:
         sock = socket.create_connection(key, timeout=timeout)
         since = time.monotonic()
@@ -142,8 +149,9 @@ def _get(host: str, port: int, path: str, timeout: float) -> tuple[int, bytes]:
         except BaseException:
             sock.close()
             raise
-    if not (keep and len(_idle) < _keep_limit() and _idle.setdefault(key, (sock, since))[0] is sock):
-        sock.close()  # not reusable, too many kept, or another thread kept one for this endpoint
+    ok = 200 <= status < 300  # a failing endpoint is asked on a fresh connection next time
+    if not (ok and keep and len(_idle) < _keep_limit() and _idle.setdefault(key, (sock, since))[0] is sock):
+        sock.close()  # not reusable, failing, too many kept, or another thread kept one for this endpoint
     return status, body
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import select
 import socket
+from pathlib import Path
 
 from helpers import Proc, free_port, get, post, start_mocker, wait_until
+from reconciler.probe import probe_one
 from reconciler.router.listen import shared_listener
 
 
@@ -54,7 +56,14 @@ def test_a_second_router_life_shares_the_port_and_answers_only_its_own_probe(tmp
         for life in ("a", "b"):
             lives.append(Proc("reconciler.router", "--host", "127.0.0.1", "--port", str(port), "--endpoints-file",
                               str(ep), "--life", life, log=tmp_path / f"router-{life}.log"))
-            wait_until(lambda: get(f"{url}/health?life={life}")[0] == 200, what=f"life {life} answers")
+            if life == "a":
+                wait_until(lambda: probe_one("127.0.0.1", port, "/health?life=a"), what="life a answers")
+                assert not probe_one("127.0.0.1", port, "/health?life=b")  # a says "not me"
+                assert probe_one("127.0.0.1", port, "/health?life=a")  # now a kept connection to a
+            else:
+                # the kept connection reaches a, which says "not me": asked again on a fresh one, b answers
+                wait_until(lambda: (Path(tmp_path / "router-b.log").read_text().count("ready") > 0), what="b up")
+                assert probe_one("127.0.0.1", port, "/health?life=b")
         # b bound last: every new connection is b's, so a's probe is answered "not me"
         assert get(f"{url}/health?life=a")[0] == 404
         assert post(url + "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 200
