@@ -7,7 +7,7 @@ from typing import Any
 from reconciler.core.plan import RecipePlan, WaitReason
 from reconciler.timefmt import iso
 from reconciler.core.plan.classify import unit_order
-from reconciler.units import FRONTEND, is_service_role
+from reconciler.units import FRONTEND, is_service_role, life_name
 from reconciler.world import DesiredRecipe, Observed
 
 ROLES = ("prefill", "decode", "agg")
@@ -137,12 +137,18 @@ def worker_rows(
             "nodes": list(u.nodes), "gpus": list(u.gpus), "ports": dict(u.ports), "url": u.url,
             "steps": sorted(s.step_id for s in ss), "specHash": u.spec_hash,
             "restarts": _restarts(launches, u.name),
-            "lastExit": _exit(exits.get(u.name)),
+            "lastExit": _exit(_last_exit(exits, u.name)),
         })
     for role, index in d.waiting:
         rows.append({"name": f"{role}_{index}", "role": role, "index": index, "phase": "Waiting", "ready": False,
                      "nodes": [], "gpus": [], "ports": {}, "url": None, "steps": [], "specHash": None,
                      "restarts": _restarts(launches, f"{role}_{index}"),
-                     "lastExit": _exit(exits.get(f"{role}_{index}"))})
+                     "lastExit": _exit(_last_exit(exits, f"{role}_{index}"))})
     rows.sort(key=lambda r: unit_order((r["role"], r["index"])))
     return rows
+
+
+def _last_exit(exits: dict[str, tuple[int, float]], name: str) -> tuple[int, float] | None:
+    """The newest exit record of the unit's two life slots (``units.life_name``)."""
+    recs = [r for r in (exits.get(name), exits.get(life_name(name, 1))) if r]
+    return max(recs, key=lambda r: r[1], default=None)
