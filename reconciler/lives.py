@@ -51,13 +51,20 @@ def worker_lives(recipe: Recipe, placed: list[Endpoint], hostnames: dict[int, st
     no_room = {k for k in flips if set(life(by_key[k], slot[k]).gpus) & set(life(by_key[k], 1 - slot[k]).gpus)
                and gpu_engine(by_key[k])}
     flips -= no_room
-    previous: dict[tuple[str, int], Unit] = {}
     if flips:
-        old = {(u.role, u.index): u for u in units}
-        previous = {k: old[k] for k in flips}
-        lives = [life(ep, 1 - slot[(ep.mode, ep.index)]) if (ep.mode, ep.index) in flips else live
-                 for ep, live in zip(placed, lives)]
+        slot |= {k: 1 - slot[k] for k in flips}
+        lives = [life(ep, slot[(ep.mode, ep.index)]) for ep in placed]
         units = _units(recipe, lives, hostnames, ports, runtime, disc_env, wiring, job_of, needs)
+    # an old life still beside the current one on its allocation (a surge under way): the unit in
+    # that other slot — its ports and URL — so that it is probed and routed until it leaves
+    beside = {(s.role, s.index) for s in steps if surge and (s.role, s.index) in slot
+              and s.job_id == job_of.get((s.role, s.index)) and s.slot != slot[(s.role, s.index)]}
+    previous: dict[tuple[str, int], Unit] = {}
+    if beside:
+        other = _units(recipe, [life(ep, 1 - slot[(ep.mode, ep.index)]) if (ep.mode, ep.index) in beside else live
+                                for ep, live in zip(placed, lives)], hostnames, ports, runtime, disc_env, wiring,
+                       job_of, needs)
+        previous = {(u.role, u.index): u for u in other if (u.role, u.index) in beside}
     previous |= moving_from(recipe.name, units, steps, job_of, ports, surge)
     return units, previous, frozenset(f"{r}_{i}" for r, i in no_room)
 

@@ -42,6 +42,9 @@ def test_the_new_life_starts_beside_the_old_one_and_the_old_stops_after_the_hand
     p = c.plan(spec(1, speed=7))
     assert launches(p) == [("agg_0", 1, PlaceReason.REPLACEMENT)] and cancels(p) == []
     c.apply(p)
+    # mid-surge the old life is still known (its slot, ports, URL): it is probed and routed until it leaves
+    (prev,) = c.desired(spec(1, speed=7)).recipes["r"].previous.values()
+    assert prev.slot == 0 and prev.url and prev.url != c.desired(spec(1, speed=7)).recipes["r"].units[0].url
     c.unready.add((old.unit_key, 1))  # the new life starts
     p = c.plan(spec(1, speed=7))
     assert not p.actions and p.recipes["r"].waiting["agg_0"].reason is WaitReason.SURGE_STARTING
