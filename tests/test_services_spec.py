@@ -12,7 +12,9 @@ from reconciler.errors import RecipeError
 from reconciler.probe import probe_dynamo, probe_file, probe_tcp
 from reconciler.recipe.load import load_text
 from reconciler.render import as_rows, render_units
+from reconciler.ports import NodePortAllocator
 from reconciler.services import resolve
+from reconciler.services.units import ports_of
 
 BASE = """\
 name: s
@@ -61,6 +63,38 @@ def test_generic_service_defaults_and_placeholders():
     assert row["env"]["ETCD_ENDPOINTS"].startswith("http://node1:")  # inherit_discovery_env defaults to true
 
 
+def test_a_generic_service_gets_an_allocated_port_for_its_command_env_and_probe():
+    r = recipe("services:\n  - name: side\n    command: [srv, --port, '{port}', --peer, '{node}:{port}']\n"
+               "    env: {SIDE_URL: 'http://{head_node}:{port}/x', RAW: '{\"a\": 1}'}\n"
+               "    readiness: {http: {port: '{port}', path: /ok}, interval_seconds: 7}\n")
+    (side,) = [u for u in render_units(r, None, __import__("pathlib").Path("/st")) if u.role == "svc-side"]
+    port = side.ports["port"]
+    assert side.launches[0].argv == ("srv", "--port", str(port), "--peer", f"node1:{port}")
+    env = dict(side.launches[0].env)
+    assert env["SIDE_URL"] == f"http://node1:{port}/x" and env["RAW"] == '{"a": 1}'
+    assert (side.health_port, side.health_path, side.probe, side.probe_interval) == (port, "/ok", "http", 7.0)
+    # the cross-recipe allocator: another recipe's service on the same node gets another port
+    other = load_text(BASE.replace("name: s", "name: t") + "frontend: {type: dynamo}\n"
+                      "services:\n  - {name: side, command: [srv, '{port}'], readiness: {port: '{port}'}}\n",
+                      "t.yaml", preflight=False).recipe
+    alloc = NodePortAllocator(20000, 20100)
+    a, b = (ports_of(resolve(x)[-1], x.name, "vm", alloc) for x in (r, other))
+    assert set(a) == set(b) == {"port"} and a["port"] != b["port"]
+    (b_unit,) = [u for u in render_units(other, None, __import__("pathlib").Path("/st")) if u.role == "svc-side"]
+    assert b_unit.probe == "tcp" and b_unit.health_port == b_unit.ports["port"]
+    # a service that never writes {port} is given none; implied kinds are probed on every pass
+    plain = recipe("services:\n  - {name: side, command: [srv], readiness: {port: 9000}}\n")
+    units = {u.role: u for u in render_units(plain, None, __import__("pathlib").Path("/st"))}
+    assert units["svc-side"].ports == {} and units["svc-side"].probe_interval == 2.0  # srtctl's default
+    assert units["svc-etcd"].probe_interval == 0.0
+
+
+def test_a_file_probe_path_takes_placeholders_and_is_relative_to_the_recipe_dir():
+    r = recipe("services:\n  - {name: side, command: [srv], readiness: {file: {path: 'ready-{node}'}}}\n")
+    (side,) = [u for u in render_units(r, None, __import__("pathlib").Path("/st")) if u.role == "svc-side"]
+    assert (side.probe, side.probe_arg) == ("file", "/st/s/ready-node1")
+
+
 def test_a_typed_command_replaces_the_program_only_and_containers_get_srtctls_mounts():
     r = load_text(BASE.replace("model: {path: /m}", "model: {path: /m, container: img.sqsh}")
                   + "frontend: {type: dynamo}\n" + "services:\n  - {name: etcd, type: etcd, command: [/opt/etcd/bin/etcd, --log-level, warn]}\n"
@@ -101,6 +135,14 @@ def test_nats_payload_option_writes_a_server_config():
      "exactly one"),
     ("services:\n  - {name: a, command: [x], readiness: {log: {pattern: '('}}}\n",
      "services.0.readiness.log.pattern", "regular expression"),
+    ("services:\n  - {name: a, command: [x], readiness: {file: {path: r, mode: any}}}\n",
+     "services.0.readiness.file.mode", "unknown key"),
+    ("services:\n  - {name: a, command: [x], readiness: {file: {}}}\n", "services.0.readiness.file.path",
+     "expected a file path"),
+    ("services:\n  - {name: a, command: [x], readiness: {tcp: {port: '{other}'}}}\n",
+     "services.0.readiness.tcp.port", "valid integer"),
+    ("services:\n  - {name: nats, type: nats, readiness: {port: '{port}'}}\n", "services.0.readiness",
+     "generic service's allocated port"),
 ])
 def test_bad_services_are_located(extra, key, words):
     fe = "" if extra.startswith("frontend") else "frontend: {type: dynamo}\n"

@@ -18,6 +18,7 @@ from reconciler.units import SERVICE_PREFIX
 
 PHASES = ("infra", "before_workers", "with_workers", "after_frontend")
 WORKER_ROLES = ("prefill", "decode", "agg", "frontend")
+ALLOC_PORT = "{port}"
 _ROLE = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 
 
@@ -60,6 +61,7 @@ class ServiceSpec:
     srun_options: tuple[tuple[str, str], ...] = ()
     container: str | None = None
     implied_by: str = ""
+    port_names: tuple[str, ...] = ()  # a generic service's allocated ports: ("port",) when it uses {port}
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,7 @@ def _implied_master(store) -> ServiceSpec:
                        options=(("default_kv_lease_ttl_ms", store.lease_ms),), implied_by=store.at)
 
 
-def _default_readiness(kind, timeout: float | None = None, interval: float = 1.0) -> Readiness:
+def _default_readiness(kind, timeout: float | None = None, interval: float = 0.0) -> Readiness:
     timeout = kind.ready_timeout if timeout is None else timeout
     if kind.ready_path:
         return Readiness("http", port_name=kind.ready_port, path=kind.ready_path, timeout=timeout, interval=interval)
@@ -202,14 +204,20 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
     if s.cpu_bind is not None:
         srun["cpu-bind"] = s.cpu_bind
     critical = kind.critical if s.critical is None else s.critical
+    readiness = _readiness(s, kind, at)
+    texts = [*(s.command or []), *s.args, *s.env.values(), s.preamble or ""]
+    uses_port = any(ALLOC_PORT in str(t) for t in texts) or readiness.port_name == "port"
+    if uses_port and s.type != "generic":
+        raise ServiceError(f"{at}.readiness" if readiness.port_name == "port" else f"{at}.command",
+                           f"{ALLOC_PORT} is a generic service's allocated port (a {s.type} service has its own)")
     return ServiceSpec(
         name=s.name, kind=s.type, role=f"{SERVICE_PREFIX}{slug}", phase=phase,
         command=tuple(map(str, s.command)) if s.command else None, args=tuple(map(str, s.args)),
-        env=tuple(sorted(s.env.items())), readiness=_readiness(s, kind, at), critical=critical,
+        env=tuple(sorted(s.env.items())), readiness=readiness, critical=critical,
         inherit_discovery_env=s.inherit_discovery_env and s.type == "generic",
         external=s.external, preamble=s.preamble, options=tuple(sorted(s.options.items())),
         srun_options=tuple(sorted((k, str(v)) for k, v in srun.items())), container=s.container,
-        implied_by=implied_by,
+        implied_by=implied_by, port_names=("port",) if uses_port else (),
     )
 
 
@@ -238,9 +246,10 @@ def _readiness(s, kind, at: str) -> Readiness:
         raise ServiceError(f"{at}.readiness", f"name exactly one probe, found {', '.join(given)}")
     t, iv = float(r.timeout_seconds), float(r.interval_seconds)
     if r.port is not None or r.tcp is not None:
-        return Readiness("tcp", port=r.port if r.port is not None else r.tcp.port, timeout=t, interval=iv)
+        return Readiness("tcp", **_probe_port(r.port if r.port is not None else r.tcp.port), timeout=t, interval=iv)
     if r.http is not None:
-        return Readiness("http", port=r.http.port, path=r.http.path, status=r.http.status, timeout=t, interval=iv)
+        return Readiness("http", **_probe_port(r.http.port), path=r.http.path, status=r.http.status, timeout=t,
+                         interval=iv)
     if r.log is not None:
         try:
             re.compile(r.log.pattern)
@@ -248,8 +257,15 @@ def _readiness(s, kind, at: str) -> Readiness:
             raise ServiceError(f"{at}.readiness.log.pattern", f"not a valid regular expression: {e}") from None
         return Readiness("log", pattern=r.log.pattern, timeout=t, interval=iv)
     if r.file is not None:
-        path = r.file.get("path") if isinstance(r.file, dict) else None
+        for key in sorted(set(r.file) - {"path"}):
+            raise ServiceError(f"{at}.readiness.file.{key}", "unknown key (a file probe takes only path)")
+        path = r.file.get("path")
         if not isinstance(path, str) or not path:
             raise ServiceError(f"{at}.readiness.file.path", "expected a file path")
         return Readiness("file", file=path, timeout=t, interval=iv)
     return _default_readiness(kind, t, iv)
+
+
+def _probe_port(port: int | str) -> dict:
+    # "{port}": probe the port the allocator gives this service, whatever number it is this time
+    return {"port_name": "port"} if port == ALLOC_PORT else {"port": port}

@@ -21,8 +21,9 @@ from reconciler.services.mooncake import Wiring
 from reconciler.services.spec import Discovery, ServiceSpec
 from reconciler.units import Launch, Unit, container_srun_options, spec_hash
 
-# srtctl's placeholders that make sense for one instance on the head node; other braces stay
-_PLACEHOLDER = re.compile(r"\{(node|node_ip|head_node|head_ip|infra_node|infra_ip|index|role|node_id)\}")
+# srtctl's placeholders that make sense for one instance on the head node, and {port} (the
+# allocator's port for a generic service, the reconciler's own); other braces stay
+_PLACEHOLDER = re.compile(r"\{(node|node_ip|head_node|head_ip|infra_node|infra_ip|index|role|node_id|port)\}")
 # a fresh data directory per life, then the program: argv only, no recipe text in the script
 _FRESH = 'rm -rf -- "$1" && mkdir -p -- "$1" && shift && exec "$@"'
 _PREAMBLE = '{preamble}\nexec "$@"'
@@ -45,7 +46,7 @@ def mooncake_wiring(recipe: Recipe, specs: list[ServiceSpec], head: str | None, 
 
 def ports_of(spec: ServiceSpec, recipe: str, head: str, ports: NodePortAllocator) -> dict[str, int]:
     owner = f"{recipe}/{spec.role}_0"
-    return {n: ports.allocate(head, owner, n) for n in KINDS[spec.kind].port_names}
+    return {n: ports.allocate(head, owner, n) for n in (*KINDS[spec.kind].port_names, *spec.port_names)}
 
 
 def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, head: str | None,
@@ -97,18 +98,23 @@ def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, r
         argv = [*argv, *(s.command or ())[1:], *s.args]
         if kind.fresh_data:
             argv = ["/bin/sh", "-c", _FRESH, f"{s.role}-fresh", data_dir, *argv]
-    else:
-        values = {"node": head, "node_ip": head, "head_node": head, "head_ip": head, "infra_node": head,
-                  "infra_ip": head, "index": "0", "role": "head", "node_id": "0"}
-        argv = [_PLACEHOLDER.sub(lambda m: values[m[1]], a) for a in (*(s.command or ()), *s.args)]
+    values = {"node": head, "node_ip": head, "head_node": head, "head_ip": head, "infra_node": head,
+              "infra_ip": head, "index": "0", "role": "head", "node_id": "0"} | {k: str(v) for k, v in p.items()}
+
+    def fill(text: str) -> str:
+        # a typed kind's own ports are not {port}; its text keeps such braces as written
+        return _PLACEHOLDER.sub(lambda m: values.get(m[1], m[0]), text) if s.kind == "generic" else text
+
+    if s.kind == "generic":
+        argv = [fill(a) for a in (*(s.command or ()), *s.args)]
     if s.preamble:
-        argv = ["/bin/bash", "-c", _PREAMBLE.format(preamble=s.preamble), s.role, *argv]
+        argv = ["/bin/bash", "-c", _PREAMBLE.format(preamble=fill(s.preamble)), s.role, *argv]
     env = dict(disc_env) if s.inherit_discovery_env else {}
-    env |= {"PYTHONUNBUFFERED": "1"} | dict(s.env)
+    env |= {"PYTHONUNBUFFERED": "1"} | {k: fill(v) for k, v in s.env}
     launch = Launch(0, (head,), 1, None, tuple(argv), tuple(sorted(env.items())))
     r = s.readiness
     port = r.port if r.port is not None else (p.get(r.port_name) if r.port_name else None)
-    probe_arg = {"log": r.pattern, "file": str(rdir / r.file), "http": str(r.status)}.get(r.kind, "")
+    probe_arg = {"log": r.pattern, "file": str(rdir / fill(r.file)), "http": str(r.status)}.get(r.kind, "")
     ctr = (s.container or container) if kind.job_container else (s.container or None)
     own = container_srun_options(recipe, str(rdir / "configs")) if ctr else {}
     srun = tuple(sorted({**own, **recipe.srun_options, **dict(s.srun_options)}.items()))
@@ -116,5 +122,5 @@ def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, r
         recipe=recipe.name, role=s.role, index=0, ordinals=(0,), nodes=(head,), gpus=(), ports=p,
         launches=(launch,), container=ctr, files=files, health_port=port, health_path=r.path,
         probe=r.kind, probe_arg=probe_arg, phase=s.phase, startup_timeout=r.timeout,
-        critical=s.critical, srun_options=srun, spec_hash=spec_hash((launch,), ctr, files, srun),
+        critical=s.critical, srun_options=srun, probe_interval=r.interval, spec_hash=spec_hash((launch,), ctr, files, srun),
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.core.grace import apply_grace
+from reconciler.core.pace import split_due
 from reconciler.core.plan.results import StopReason
 from reconciler.drivers import Driver
 from reconciler.health import HealthTracker
@@ -43,6 +44,7 @@ class Observer:
         self.inflight: list[InFlight] = []
         self.tracker = HealthTracker(state.root)
         self._logs_read: dict[tuple[str, int, int], bool] = {}  # (path, inode, size) -> shows a bind failure
+        self._probed: dict[Key, tuple[float, bool]] = {}  # running unit -> when last probed, its answer
 
     # ---------------------------------------------------------------- the cluster
     def cluster(self, ports: NodePortAllocator, now: float) -> ClusterFacts:
@@ -90,7 +92,15 @@ class Observer:
         """Probe the running units; per unit, its lives and exits (state/), probe history and fatal lines."""
         units = [u for d in desired.recipes.values() for u in d.all_units]
         running = {s.unit_key for s in steps if not s.pending}
-        ready = probe_units([u for u in units if u.key in running])
+        up = [u for u in units if u.key in running]
+        # a unit that stopped running forgets its last probe: its next life is probed at once
+        self._probed = {k: v for k, v in self._probed.items() if k in running}
+        now_keys, later = split_due([(u.key, u.probe_interval) for u in up],
+                                    {k: t for k, (t, _) in self._probed.items()}, now)
+        todo = set(now_keys)
+        ready = probe_units([u for u in up if u.key in todo])
+        self._probed |= {k: (now, ok) for k, ok in ready.items()}
+        kept = {k: self._probed[k][1] for k in later}  # not due: the last answer stands, not counted again
         out: dict[Key, UnitHealth] = {}
         records = {name: self.state.launches(name) for name in desired.recipes}
         for u in units:
@@ -101,7 +111,10 @@ class Observer:
                 self.tracker.scan_logs(u)
                 if u.probe == "log":
                     ready[u.key] = self.tracker.life(u.key).log_ready
-                self.tracker.probed(u.key, bool(ready.get(u.key)), now)
+                if u.key in kept:
+                    ready[u.key] = kept[u.key]
+                else:
+                    self.tracker.probed(u.key, bool(ready.get(u.key)), now)
                 missing = None
             else:
                 missing = self.tracker.seen_missing(u.key, now) if rec.get("launches") else None
