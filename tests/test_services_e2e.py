@@ -1,0 +1,69 @@
+"""A generic service on the real Slurm: its {port} from the allocator, its probe paced by interval_seconds.
+
+The service is Python's own ``http.server``: it logs every request it answers with a
+timestamp, so the test reads from the service itself how often the reconciler probed it.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+import pytest
+
+from harness import Harness
+from helpers import get, wait_until
+from reconciler.state import StateDir
+
+pytestmark = pytest.mark.slurm
+
+RECIPE = """\
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles: {{agg: {{workers: 1, gpus: 1}}}}
+frontend: {{type: none}}
+services:
+  - name: web
+    command: [python3, -u, -m, http.server, '{{port}}', --bind, 0.0.0.0]
+    start: before_workers
+    readiness: {{http: {{port: '{{port}}', path: /}}, interval_seconds: {interval}}}
+"""
+
+PROBE = re.compile(r'\[(\d\d/\w{3}/\d{4} \d\d:\d\d:\d\d)\] "GET / HTTP')
+
+
+@pytest.fixture
+def h(tmp_path):
+    harness = Harness(tmp_path, "slurm")
+    yield harness
+    harness.cleanup()
+
+
+def probes(h: Harness, name: str) -> list[datetime]:
+    text = "".join(p.read_text(errors="replace") for p in sorted((h.state / name / "logs").glob("svc-web_0.*.log")))
+    return [datetime.strptime(t, "%d/%b/%Y %H:%M:%S") for t in PROBE.findall(text)]
+
+
+def test_a_generic_service_on_its_allocated_port_probed_no_more_often_than_its_interval(h):
+    name = h.name("svc")
+    interval = 4
+    (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, interval=interval))
+    h.start()
+    h.wait_ready(name, timeout=90)
+    assert set(h.steps(name)) == {"svc-web_0", "agg_0"}
+    (node_ports,) = StateDir(h.state).launches(name)["svc-web_0"]["ports"].values()
+    port = node_ports["port"]
+    lo, hi = map(int, h.env["RECONCILER_PORT_RANGE"].split("-"))
+    assert lo <= port <= hi  # the allocator's, inside this reconciler's range
+    (_, node) = h.steps(name)["svc-web_0"]
+    assert get(f"http://{node}:{port}/missing", timeout=5)[0] == 404  # the service listens where it was told
+    # from here on only the loop probes (``get`` probes once when asked, as wait_ready did):
+    # several probes, each at least the interval after the last (the log's clock has 1 s steps)
+    quiet, ticks = datetime.now().replace(microsecond=0), h.ticks()
+    seen = wait_until(lambda: len(p := [t for t in probes(h, name) if t > quiet]) >= 4 and p, timeout=90,
+                      what="four probes")
+    gaps = [(b - a).total_seconds() for a, b in zip(seen, seen[1:])]
+    assert min(gaps) >= interval - 1, gaps
+    assert h.ticks() - ticks > len(seen), "the loop ran more often than the service was probed"
