@@ -23,7 +23,8 @@ from reconciler.recipe.model import Recipe
 from reconciler.topology import Endpoint
 from reconciler.frontends import frontend_unit
 from reconciler.services import discovery_of, resolve
-from reconciler.services.units import ADDRESSED_KINDS, discovery_env, mooncake_wiring, service_units
+from reconciler.services.units import (ADDRESSED_KINDS, discovery_env, instance_ordinals, mooncake_wiring,
+                                       service_units)
 from reconciler.units import FRONTEND, _container, runtime_for, worker_units
 from reconciler.world import Alloc, AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy
 
@@ -135,11 +136,15 @@ def build_recipe(
     if head is not None:
         fe = frontend_unit(recipe, head, ports, runtime, state_dir, disc_env, units)
         job_of[(FRONTEND, 0)] = head_alloc.job_id  # type: ignore[union-attr]
-        services = service_units(recipe, svc_specs, head, ports, state_dir, disc_env, _container(recipe, recipe.backend))
+        on = {o: a for a in live if a.running for o in range(a.start, a.start + len(a.nodes))}
+        services = service_units(recipe, svc_specs, head, ports, state_dir, disc_env, _container(recipe, recipe.backend),
+                                 {o: a.nodes[o - a.start] for o, a in on.items()})
         for u in services:
-            job_of[(u.role, 0)] = head_alloc.job_id  # type: ignore[union-attr]
+            job_of[(u.role, u.index)] = on.get(u.ordinals[0], head_alloc).job_id  # type: ignore[union-attr]
+        built = {(u.role, u.index) for u in services}
+        waiting += [k for k in _instances(recipe, svc_specs) if k not in built]  # their node is not running yet
     else:
-        waiting += [(s.role, 0) for s in svc_specs if not s.external]
+        waiting += _instances(recipe, svc_specs)
     gates: dict[str, tuple[str, ...]] = {}
     for s in svc_specs:
         if not s.external:
@@ -155,6 +160,10 @@ def build_recipe(
         startup_grace=recipe.health_check.max_attempts * recipe.health_check.interval_seconds,
         liveness_failures=recipe.reconcile.liveness_failures, services=tuple(services), gates=gates,
     )
+
+
+def _instances(recipe: Recipe, specs: list) -> list[tuple[str, int]]:
+    return [(s.role, i) for s in specs if not s.external for i in range(len(instance_ordinals(recipe, s)))]
 
 
 def _dedupe(allocs: list[Alloc]) -> list[Alloc]:

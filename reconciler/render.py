@@ -24,7 +24,7 @@ def render_units(recipe: Recipe, nodes: list[str] | None, state_dir: Path, pytho
     specs = resolve(recipe)
     disc_env = discovery_env(recipe, specs, discovery_of(recipe), hostnames[0], ports, state_dir)
     services = service_units(recipe, specs, hostnames[0], ports, state_dir, disc_env,
-                             _container(recipe, recipe.backend))
+                             _container(recipe, recipe.backend), dict(enumerate(hostnames)))
     wiring = mooncake_wiring(recipe, specs, hostnames[0], ports, runtime.config_dir, runtime.served_model_name)
     units = worker_units(recipe, endpoints, dict(enumerate(hostnames)), ports, runtime, disc_env, wiring)
     fe = frontend_unit(recipe, hostnames[0], ports, runtime, state_dir, disc_env, units)

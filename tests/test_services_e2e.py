@@ -1,4 +1,5 @@
-"""A generic service on the real Slurm: its {port} from the allocator, its probe paced by interval_seconds.
+"""Generic services on the real Slurm: {port} from the allocator, probes paced by interval_seconds,
+a worker-node placement (one node here: one instance, on the worker's node).
 
 The service is Python's own ``http.server``: it logs every request it answers with a
 timestamp, so the test reads from the service itself how often the reconciler probed it.
@@ -29,6 +30,11 @@ services:
     command: [python3, -u, -m, http.server, '{{port}}', --bind, 0.0.0.0]
     start: before_workers
     readiness: {{http: {{port: '{{port}}', path: /}}, interval_seconds: {interval}}}
+  - name: mon
+    placement: {{node: workers}}
+    command: [python3, -m, http.server, '{{port}}', --bind, 0.0.0.0]
+    start: before_workers
+    readiness: {{port: '{{port}}'}}
 """
 
 PROBE = re.compile(r'\[(\d\d/\w{3}/\d{4} \d\d:\d\d:\d\d)\] "GET / HTTP')
@@ -52,7 +58,9 @@ def test_a_generic_service_on_its_allocated_port_probed_no_more_often_than_its_i
     (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, interval=interval))
     h.start()
     h.wait_ready(name, timeout=90)
-    assert set(h.steps(name)) == {"svc-web_0", "agg_0"}
+    steps = h.steps(name)
+    assert set(steps) == {"svc-web_0", "svc-mon_0", "agg_0"}
+    assert steps["svc-mon_0"][1] == steps["agg_0"][1]  # a workers placement: on the worker's node
     (node_ports,) = StateDir(h.state).launches(name)["svc-web_0"]["ports"].values()
     port = node_ports["port"]
     lo, hi = map(int, h.env["RECONCILER_PORT_RANGE"].split("-"))

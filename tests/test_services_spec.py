@@ -95,6 +95,38 @@ def test_a_file_probe_path_takes_placeholders_and_is_relative_to_the_recipe_dir(
     assert (side.probe, side.probe_arg) == ("file", "/st/s/ready-node1")
 
 
+PD = """\
+name: s
+model: {path: /m}
+resources: {gpus_per_node: 8}
+engine: {type: mocker}
+frontend: {type: sglang-router}
+roles:
+  prefill: {workers: 2, gpus: 4}
+  decode: {workers: 4, gpus: 4}
+"""
+
+
+@pytest.mark.parametrize("node, want", [
+    # srtctl: one instance per distinct node the placed workers use (two TP4 workers share a node)
+    ("head", [("node1", "0", "0")]),
+    ("prefill", [("node1", "0", "0")]),
+    ("decode", [("node2", "0", "1"), ("node3", "1", "2")]),
+    ("workers", [("node1", "0", "0"), ("node2", "1", "1"), ("node3", "2", "2")]),
+    ("compute", [("node1", "0", "0"), ("node2", "1", "1"), ("node3", "2", "2")]),
+    ("all", [("node1", "0", "0"), ("node2", "1", "1"), ("node3", "2", "2")]),
+])
+def test_worker_node_placements_run_one_instance_per_node(node, want):
+    r = load_text(PD + f"services:\n  - name: mon\n    placement: {{node: {node}}}\n"
+                  "    command: [mon, '{node}', '{index}', '{node_id}', '{role}', '{head_node}', '{port}']\n",
+                  "s.yaml", preflight=False).recipe
+    units = [u for u in render_units(r, None, __import__("pathlib").Path("/st")) if u.role == "svc-mon"]
+    assert [(u.nodes[0], str(u.index), str(u.ordinals[0])) for u in units] == want
+    for u in units:  # each instance its node, its index, its own port on its node
+        assert u.launches[0].argv == ("mon", u.nodes[0], str(u.index), str(u.ordinals[0]), node, "node1",
+                                      str(u.ports["port"]))
+
+
 def test_a_typed_command_replaces_the_program_only_and_containers_get_srtctls_mounts():
     r = load_text(BASE.replace("model: {path: /m}", "model: {path: /m, container: img.sqsh}")
                   + "frontend: {type: dynamo}\n" + "services:\n  - {name: etcd, type: etcd, command: [/opt/etcd/bin/etcd, --log-level, warn]}\n"
@@ -123,7 +155,15 @@ def test_nats_payload_option_writes_a_server_config():
     ("services:\n  - {name: a, type: bogus}\n", "services.0.type", "unknown service type"),
     ("services:\n  - {name: a, command: [x], start: later}\n", "services.0.start", "expected one of"),
     ("services:\n  - {name: a, command: [x], placement: {node: decode}}\n", "services.0.placement.node",
-     "unsupported feature"),
+     "no decode role"),
+    ("services:\n  - {name: a, command: [x], placement: {node: racks}}\n", "services.0.placement.node",
+     "expected one of"),
+    ("services:\n  - {name: a, command: [x], placement: {node: dedicated}}\n", "services.0.placement.node",
+     "cannot be placed on 'dedicated'"),
+    ("services:\n  - {name: nats, type: nats, placement: {node: workers}}\n", "services.0.placement.node",
+     "cannot be placed on 'workers'"),
+    ("services:\n  - {name: a, command: [x], placement: {node: workers, per: worker}}\n",
+     "services.0.placement.per", "per-worker"),
     ("services:\n  - {name: a, command: [x], external: 'http://x'}\n", "services.0.external", "cannot be external"),
     ("services:\n  - {name: nats, type: nats, options: {speed: 1}}\n", "services.0.options.speed", "unknown option"),
     ("services:\n  - {name: nats, type: nats, options: {max_payload_mb: lots}}\n", "services.0.options.max_payload_mb",

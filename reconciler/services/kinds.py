@@ -82,7 +82,8 @@ KINDS: dict[str, Kind] = {
                                       ready_port="metrics", ready_path="/health", placements=("head", "infra", "dedicated"),
                                       options=("store_config",), fresh_data=False, job_container=True,
                                       ready_timeout=600.0),  # srtctl waits 600 s for it
-    "generic": Generic("generic", "after_frontend", False, job_container=True),
+    "generic": Generic("generic", "after_frontend", False, job_container=True,
+                       placements=("head", "infra", "prefill", "decode", "agg", "workers", "compute", "all")),
 }
 # srtctl kinds that come with later work (the engines issue) or need hardware: refused, not ignored
 NOT_YET = ("mooncake-store", "mooncake-donor", "dcgm-exporter", "node-exporter",

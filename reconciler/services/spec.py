@@ -19,6 +19,10 @@ from reconciler.units import SERVICE_PREFIX
 PHASES = ("infra", "before_workers", "with_workers", "after_frontend")
 WORKER_ROLES = ("prefill", "decode", "agg", "frontend")
 ALLOC_PORT = "{port}"
+SINGLE = ("head", "infra", "dedicated")  # one instance
+# one instance per distinct node of: that role's workers; every worker (compute: there are no
+# service-owned pools here); every node of the recipe
+WORKER_NODES = ("prefill", "decode", "agg", "workers", "compute", "all")
 _ROLE = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 
 
@@ -62,6 +66,7 @@ class ServiceSpec:
     container: str | None = None
     implied_by: str = ""
     port_names: tuple[str, ...] = ()  # a generic service's allocated ports: ("port",) when it uses {port}
+    placement: str = "head"  # head | infra | dedicated (one instance) or a worker-node set (one per node)
 
 
 @dataclass(frozen=True)
@@ -171,12 +176,15 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
     if s.external is not None and not kind.external:
         raise ServiceError(f"{at}.external", f"a {s.type} service cannot be external (etcd and nats can)")
     placement = s.placement.node if s.placement else "head"
-    if placement not in ("head", "infra", "dedicated"):
-        raise ServiceError(f"{at}.placement.node", f"unsupported feature: services on worker nodes "
-                                                   f"(placement {placement!r}; head and infra run)")
+    if placement not in (*SINGLE, *WORKER_NODES):
+        raise ServiceError(f"{at}.placement.node", f"expected one of {', '.join((*SINGLE, *WORKER_NODES))}, "
+                                                   f"found {placement!r}")
     if placement not in kind.placements:
-        raise ServiceError(f"{at}.placement.node", f"a {s.type} service cannot have a dedicated node (etcd, nats "
-                                                   "and mooncake-master can)")
+        raise ServiceError(f"{at}.placement.node", f"a {s.type} service cannot be placed on {placement!r} "
+                                                   f"(it takes {', '.join(kind.placements)})")
+    if placement in ("prefill", "decode", "agg") and placement not in dict(recipe.roles.items()):
+        raise ServiceError(f"{at}.placement.node", f"the recipe has no {placement} role (it has "
+                                                   f"{', '.join(m for m, _ in recipe.roles.items())})")
     phase = s.start or kind.phase
     if phase not in PHASES:
         raise ServiceError(f"{at}.start", f"expected one of {', '.join(PHASES)}, found {phase!r}")
@@ -217,7 +225,7 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
         inherit_discovery_env=s.inherit_discovery_env and s.type == "generic",
         external=s.external, preamble=s.preamble, options=tuple(sorted(s.options.items())),
         srun_options=tuple(sorted((k, str(v)) for k, v in srun.items())), container=s.container,
-        implied_by=implied_by, port_names=("port",) if uses_port else (),
+        implied_by=implied_by, port_names=("port",) if uses_port else (), placement=placement,
     )
 
 

@@ -1,6 +1,7 @@
-"""Service specs -> units on the recipe's head node, and the discovery environment clients get.
+"""Service specs -> units (on the head node, or one per node of a worker-node placement), and the
+discovery environment clients get.
 
-A service instance is a unit like a worker (role ``svc-<name>``, index 0): labelled step,
+A service instance is a unit like a worker (role ``svc-<name>``, index = instance): labelled step,
 observed, probed, relaunched under the restart policy. Its ports come from the same
 cross-recipe allocator, owned by the unit, so a relaunch keeps them. etcd and NATS start
 from a fresh data directory each life, as srtctl's do. The Mooncake master keeps
@@ -18,8 +19,8 @@ from reconciler.recipe.model import Recipe
 from reconciler.services import mooncake
 from reconciler.services.kinds import KINDS, PROGRAMS
 from reconciler.services.mooncake import Wiring
-from reconciler.services.spec import Discovery, ServiceSpec
-from reconciler.units import Launch, Unit, container_srun_options, spec_hash
+from reconciler.services.spec import WORKER_NODES, Discovery, ServiceSpec
+from reconciler.units import Launch, Unit, container_srun_options, node_count, spec_hash
 
 # srtctl's placeholders that make sense for one instance on the head node, and {port} (the
 # allocator's port for a generic service, the reconciler's own); other braces stay
@@ -44,9 +45,20 @@ def mooncake_wiring(recipe: Recipe, specs: list[ServiceSpec], head: str | None, 
                            served_model_name)
 
 
-def ports_of(spec: ServiceSpec, recipe: str, head: str, ports: NodePortAllocator) -> dict[str, int]:
-    owner = f"{recipe}/{spec.role}_0"
-    return {n: ports.allocate(head, owner, n) for n in (*KINDS[spec.kind].port_names, *spec.port_names)}
+def ports_of(spec: ServiceSpec, recipe: str, node: str, ports: NodePortAllocator, index: int = 0) -> dict[str, int]:
+    owner = f"{recipe}/{spec.role}_{index}"
+    return {n: ports.allocate(node, owner, n) for n in (*KINDS[spec.kind].port_names, *spec.port_names)}
+
+
+def instance_ordinals(recipe: Recipe, spec: ServiceSpec) -> list[int]:
+    """The node ordinals of a service's instances, instance index = position (srtctl: one per node)."""
+    if spec.placement not in WORKER_NODES:
+        return [0]  # head, infra (the head here) and dedicated (carried: the head)
+    if spec.placement == "all":
+        return list(range(node_count(recipe)))
+    named = spec.placement in ("prefill", "decode", "agg")
+    modes = (spec.placement,) if named else tuple(m for m, _ in recipe.roles.items())
+    return sorted({o for ep in recipe.allocate_endpoints() if ep.mode in modes for o in ep.nodes})
 
 
 def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, head: str | None,
@@ -72,19 +84,27 @@ def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, hea
 
 
 def service_units(recipe: Recipe, specs: list[ServiceSpec], head: str, ports: NodePortAllocator,
-                  state_dir: Path, disc_env: Mapping[str, str], container: str | None) -> list[Unit]:
+                  state_dir: Path, disc_env: Mapping[str, str], container: str | None,
+                  nodes: Mapping[int, str] | None = None) -> list[Unit]:
+    """Every instance whose node is known (``nodes``: ordinal -> hostname of running allocations)."""
     out = []
+    known = {0: head, **(nodes or {})}
     for s in specs:
         if s.external:
             continue
-        out.append(_unit(recipe, s, head, ports, Path(state_dir).absolute() / recipe.name, disc_env, container))
+        for i, o in enumerate(instance_ordinals(recipe, s)):
+            if o in known:
+                out.append(_unit(recipe, s, head, ports, Path(state_dir).absolute() / recipe.name, disc_env,
+                                 container, i, o, known[o]))
     return out
 
 
 def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, rdir: Path,
-          disc_env: Mapping[str, str], container: str | None) -> Unit:
+          disc_env: Mapping[str, str], container: str | None, index: int = 0, ordinal: int = 0,
+          node: str | None = None) -> Unit:
     kind = KINDS[s.kind]
-    p = ports_of(s, recipe.name, head, ports)
+    node = node or head
+    p = ports_of(s, recipe.name, node, ports, index)
     data_dir = str(rdir / "services" / s.role)
     files: dict[str, str] = {}
     if s.kind != "generic":
@@ -98,8 +118,9 @@ def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, r
         argv = [*argv, *(s.command or ())[1:], *s.args]
         if kind.fresh_data:
             argv = ["/bin/sh", "-c", _FRESH, f"{s.role}-fresh", data_dir, *argv]
-    values = {"node": head, "node_ip": head, "head_node": head, "head_ip": head, "infra_node": head,
-              "infra_ip": head, "index": "0", "role": "head", "node_id": "0"} | {k: str(v) for k, v in p.items()}
+    values = {"node": node, "node_ip": node, "head_node": head, "head_ip": head, "infra_node": head,
+              "infra_ip": head, "index": str(index), "role": s.placement, "node_id": str(ordinal)} | {
+        k: str(v) for k, v in p.items()}
 
     def fill(text: str) -> str:
         # a typed kind's own ports are not {port}; its text keeps such braces as written
@@ -111,7 +132,7 @@ def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, r
         argv = ["/bin/bash", "-c", _PREAMBLE.format(preamble=fill(s.preamble)), s.role, *argv]
     env = dict(disc_env) if s.inherit_discovery_env else {}
     env |= {"PYTHONUNBUFFERED": "1"} | {k: fill(v) for k, v in s.env}
-    launch = Launch(0, (head,), 1, None, tuple(argv), tuple(sorted(env.items())))
+    launch = Launch(0, (node,), 1, None, tuple(argv), tuple(sorted(env.items())))
     r = s.readiness
     port = r.port if r.port is not None else (p.get(r.port_name) if r.port_name else None)
     probe_arg = {"log": r.pattern, "file": str(rdir / fill(r.file)), "http": str(r.status)}.get(r.kind, "")
@@ -119,7 +140,7 @@ def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, r
     own = container_srun_options(recipe, str(rdir / "configs")) if ctr else {}
     srun = tuple(sorted({**own, **recipe.srun_options, **dict(s.srun_options)}.items()))
     return Unit(
-        recipe=recipe.name, role=s.role, index=0, ordinals=(0,), nodes=(head,), gpus=(), ports=p,
+        recipe=recipe.name, role=s.role, index=index, ordinals=(ordinal,), nodes=(node,), gpus=(), ports=p,
         launches=(launch,), container=ctr, files=files, health_port=port, health_path=r.path,
         probe=r.kind, probe_arg=probe_arg, phase=s.phase, startup_timeout=r.timeout,
         critical=s.critical, srun_options=srun, probe_interval=r.interval, spec_hash=spec_hash((launch,), ctr, files, srun),
