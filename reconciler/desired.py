@@ -23,8 +23,8 @@ from reconciler.recipe.model import Recipe
 from reconciler.topology import Endpoint
 from reconciler.frontends import frontend_unit
 from reconciler.services import discovery_of, resolve
-from reconciler.services.units import (ADDRESSED_KINDS, discovery_env, instance_ordinals, mooncake_wiring,
-                                       service_units)
+from reconciler.services.units import (ADDRESSED_KINDS, dedicated_ordinal, discovery_env, host_of,
+                                       instance_ordinals, mooncake_wiring, service_units)
 from reconciler.units import FRONTEND, _container, runtime_for, worker_units
 from reconciler.world import Alloc, AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy
 
@@ -104,7 +104,11 @@ def build_recipe(
     gen = generation(recipe)
     endpoints = recipe.allocate_endpoints()
     live = _dedupe([a for a in allocs if a.live])
-    specs, keep, placement, unplaceable = place(recipe, endpoints, live)
+    svc_specs = resolve(recipe)
+    extra = dedicated_ordinal(recipe, svc_specs)
+    # srtctl's dedicated node: held by an allocation like a worker's node, no worker placed on it
+    reserved = [Endpoint("dedicated", 0, (extra,), (), recipe.resources.gpus_per_node)] if extra is not None else []
+    specs, keep, placement, unplaceable = place(recipe, endpoints + reserved, live)
     runtime = runtime_for(recipe, state_dir, python)
     placed: list[Endpoint] = []
     hostnames: dict[int, str] = {}
@@ -122,21 +126,21 @@ def build_recipe(
         job_of[(ep.mode, ep.index)] = alloc.job_id
     head_alloc = next((a for a in live if a.covers((0,))), None)
     head = head_alloc.nodes[0 - head_alloc.start] if head_alloc is not None and head_alloc.running else None
-    svc_specs = resolve(recipe)
-    disc_env = discovery_env(recipe, svc_specs, discovery_of(recipe), head, ports, state_dir)
-    if head is None and any(s.kind in ADDRESSED_KINDS and not s.external for s in svc_specs):
+    on = {o: a for a in live if a.running for o in range(a.start, a.start + len(a.nodes))}
+    ded = on[extra].nodes[extra - on[extra].start] if extra in on else None
+    disc_env = discovery_env(recipe, svc_specs, discovery_of(recipe), head, ports, state_dir, ded)
+    if any(s.kind in ADDRESSED_KINDS and not s.external and host_of(s, head, ded) is None for s in svc_specs):
         # their etcd/NATS/Mooncake address is the head node's: without it their spec is unknown, and
         # what runs elsewhere is left alone (waiting) rather than rolled to a spec without it
         waiting += [(ep.mode, ep.index) for ep in placed]
         placed = []
-    wiring = mooncake_wiring(recipe, svc_specs, head, ports, runtime.config_dir, runtime.served_model_name)
+    wiring = mooncake_wiring(recipe, svc_specs, head, ports, runtime.config_dir, runtime.served_model_name, ded)
     units = worker_units(recipe, placed, hostnames, ports, runtime, disc_env, wiring) if placed else []
     fe = None
     services: list = []
     if head is not None:
         fe = frontend_unit(recipe, head, ports, runtime, state_dir, disc_env, units)
         job_of[(FRONTEND, 0)] = head_alloc.job_id  # type: ignore[union-attr]
-        on = {o: a for a in live if a.running for o in range(a.start, a.start + len(a.nodes))}
         services = service_units(recipe, svc_specs, head, ports, state_dir, disc_env, _container(recipe, recipe.backend),
                                  {o: a.nodes[o - a.start] for o, a in on.items()})
         for u in services:
@@ -163,7 +167,7 @@ def build_recipe(
 
 
 def _instances(recipe: Recipe, specs: list) -> list[tuple[str, int]]:
-    return [(s.role, i) for s in specs if not s.external for i in range(len(instance_ordinals(recipe, s)))]
+    return [(s.role, i) for s in specs if not s.external for i in range(len(instance_ordinals(recipe, s, specs)))]
 
 
 def _dedupe(allocs: list[Alloc]) -> list[Alloc]:

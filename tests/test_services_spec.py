@@ -127,6 +127,39 @@ def test_worker_node_placements_run_one_instance_per_node(node, want):
                                       str(u.ports["port"]))
 
 
+DEDICATED = ("dynamo: {request_plane: nats}\nservices:\n  - {name: etcd, type: etcd, placement: {node: dedicated}}\n"
+             "  - {name: nats, type: nats, placement: {node: dedicated}}\n")
+
+
+def test_dedicated_puts_the_discovery_plane_on_one_more_node_that_no_worker_uses():
+    from reconciler.desired import build_recipe
+
+    r = recipe(DEDICATED)
+    units = render_units(r, None, __import__("pathlib").Path("/st"))
+    by_role = {u.role: u for u in units}
+    assert by_role["svc-etcd"].nodes == by_role["svc-nats"].nodes == ("node2",)
+    assert by_role["agg"].nodes == by_role["frontend"].nodes == ("node1",)
+    env = dict(by_role["agg"].launches[0].env)
+    assert env["ETCD_ENDPOINTS"] == f"http://node2:{by_role['svc-etcd'].ports['client']}"
+    assert env["NATS_SERVER"] == f"nats://node2:{by_role['svc-nats'].ports['client']}"
+    assert any("node2" in a for a in by_role["svc-etcd"].launches[0].argv)  # it advertises its own node
+    # the allocation asks Slurm for the workers' node and the dedicated one
+    d = build_recipe(r, [], NodePortAllocator(), __import__("pathlib").Path("/st"), "python3")
+    assert [(a.start, a.count) for a in d.allocs] == [(0, 2)]
+    assert ("svc-etcd", 0) in d.waiting and ("agg", 0) in d.waiting
+    # a dedicated node for a service placed nowhere else: the plain recipe asks for one node
+    plain = build_recipe(recipe(), [], NodePortAllocator(), __import__("pathlib").Path("/st"), "python3")
+    assert [(a.start, a.count) for a in plain.allocs] == [(0, 1)]
+
+
+def test_etcd_and_nats_share_the_dedicated_node_or_neither_has_it():
+    with pytest.raises(RecipeError) as e:
+        load_text(BASE + "frontend: {type: dynamo}\n" + DEDICATED.replace(
+            "  - {name: nats, type: nats, placement: {node: dedicated}}\n", "  - {name: nats, type: nats}\n"),
+            "s.yaml", preflight=False)
+    assert e.value.key == "services.1.placement.node" and "both or neither" in e.value.message
+
+
 def test_a_typed_command_replaces_the_program_only_and_containers_get_srtctls_mounts():
     r = load_text(BASE.replace("model: {path: /m}", "model: {path: /m, container: img.sqsh}")
                   + "frontend: {type: dynamo}\n" + "services:\n  - {name: etcd, type: etcd, command: [/opt/etcd/bin/etcd, --log-level, warn]}\n"

@@ -342,3 +342,20 @@ def test_the_sglang_router_in_prefill_decode_mode_follows_readiness(tmp_path):
         assert {role: finished(next(iter(u[role]))) - before[role] for role in u} == {"prefill": 10, "decode": 10}
     finally:
         h.cleanup()
+
+
+def test_a_dedicated_node_holds_etcd_and_no_worker(stack, corpus):
+    h = stack
+    name, f = copy_recipe(h, corpus, "srt-slurm-v2/mocker/dynamo-agg.yaml")
+    # one node per allocation: the dedicated node is an allocation of its own (on this one-node Slurm,
+    # both land on the same machine, but Slurm holds them apart)
+    f.write_text(f.read_text() + "services:\n  - {name: etcd, type: etcd, placement: {node: dedicated}}\n"
+                 "reconcile: {nodes_per_allocation: 1}\n")
+    h.start()
+    g = h.wait_ready(name, timeout=90)
+    steps = h.steps(name)
+    assert set(steps) == {"svc-etcd_0", "agg_0", "frontend_0"}
+    job = {unit: sid.split(".")[0] for unit, (sid, _) in steps.items()}
+    assert len(h.jobs(name)) == 2 and job["svc-etcd_0"] != job["agg_0"] == job["frontend_0"]
+    model = wait_until(lambda: served(g["endpoint"]), timeout=30, what="the model listed")
+    assert wait_until(lambda: serves(g["endpoint"], model), timeout=30, what="a chat completion")

@@ -115,8 +115,6 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
     for i, svc in enumerate(recipe.services):
         if "metrics" in svc.model_fields_set:
             out[f"services.{i}.metrics"] = "no metrics scraper (tachometer) is run"
-        if svc.placement is not None and svc.placement.node == "dedicated":
-            out[f"services.{i}.placement.node"] = "no dedicated infra node is reserved: it runs on the head node"
         if "build_timeout_seconds" in svc.model_fields_set:
             out[f"services.{i}.build_timeout_seconds"] = "services are not built from source"
     if fe.type not in ("dynamo", "atomesh", "tilert-router") and _is_set(recipe, ["frontend", "container_image"]):

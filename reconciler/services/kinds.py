@@ -22,7 +22,7 @@ class Kind:
     ready_port: str | None = None  # the port whose TCP accept marks it Ready (no readiness written)
     ready_path: str | None = None  # ... or whose HTTP GET of this path answering 200 does
     ready_timeout: float = 300.0  # startup bound when the recipe writes no readiness
-    placements: tuple[str, ...] = ("head", "infra")  # dedicated: carried, it runs on the head node
+    placements: tuple[str, ...] = ("head", "infra")  # dedicated: a node of its own, after the workers' 
     external: bool = False  # may point at an instance that already runs
     options: tuple[str, ...] = ()
     fresh_data: bool = True  # starts from an empty data directory each life

@@ -127,6 +127,11 @@ def resolve(recipe: Recipe) -> list[ServiceSpec]:
     for s in out:
         if roles.count(s.role) > 1:
             raise ServiceError("services", f"two services share the step role {s.role!r}: rename one")
+    plane = {s.name: s.placement == "dedicated" for s in out if s.kind in ("etcd", "nats") and not s.external}
+    if len(set(plane.values())) > 1:  # srtctl: they share the infra node, both or neither
+        odd = next(n for n, d in plane.items() if not d)
+        raise ServiceError(f"services.{declared.get(odd, odd)}.placement.node" if odd in declared else "services",
+                           f"etcd and nats share the dedicated node: place {odd} there too (both or neither)")
     return out
 
 

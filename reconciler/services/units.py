@@ -34,14 +34,20 @@ _PREAMBLE = '{preamble}\nexec "$@"'
 ADDRESSED_KINDS = ("etcd", "nats", "mooncake-master")
 
 
+def host_of(spec: ServiceSpec, head: str | None, dedicated: str | None) -> str | None:
+    """Where a single-instance service runs (None: that node is not running yet)."""
+    return dedicated if spec.placement == "dedicated" else head
+
+
 def mooncake_wiring(recipe: Recipe, specs: list[ServiceSpec], head: str | None, ports: NodePortAllocator,
-                    config_dir: str, served_model_name: str) -> Wiring | None:
+                    config_dir: str, served_model_name: str, dedicated: str | None = None) -> Wiring | None:
     """The Mooncake master's address and config files for the workers (None without a master)."""
     spec = next((s for s in specs if s.kind == mooncake.KIND), None)
     store = mooncake.store_of(recipe) if spec is not None else None
-    if spec is None or store is None or head is None:
+    host = host_of(spec, head, dedicated) if spec is not None else None
+    if spec is None or store is None or host is None:
         return None
-    return mooncake.wiring(recipe, store, head, ports_of(spec, recipe.name, head, ports), config_dir,
+    return mooncake.wiring(recipe, store, host, ports_of(spec, recipe.name, host, ports), config_dir,
                            served_model_name)
 
 
@@ -50,19 +56,32 @@ def ports_of(spec: ServiceSpec, recipe: str, node: str, ports: NodePortAllocator
     return {n: ports.allocate(node, owner, n) for n in (*KINDS[spec.kind].port_names, *spec.port_names)}
 
 
-def instance_ordinals(recipe: Recipe, spec: ServiceSpec) -> list[int]:
+def dedicated_ordinal(recipe: Recipe, specs: list[ServiceSpec]) -> int | None:
+    """srtctl's ``dedicated``: one more node after the workers', for the services only (None: not asked)."""
+    if any(s.placement == "dedicated" and not s.external for s in specs):
+        return node_count(recipe)
+    return None
+
+
+def total_nodes(recipe: Recipe, specs: list[ServiceSpec]) -> int:
+    return node_count(recipe) + (dedicated_ordinal(recipe, specs) is not None)
+
+
+def instance_ordinals(recipe: Recipe, spec: ServiceSpec, specs: list[ServiceSpec] | None = None) -> list[int]:
     """The node ordinals of a service's instances, instance index = position (srtctl: one per node)."""
+    if spec.placement == "dedicated":
+        return [node_count(recipe)]
     if spec.placement not in WORKER_NODES:
-        return [0]  # head, infra (the head here) and dedicated (carried: the head)
-    if spec.placement == "all":
-        return list(range(node_count(recipe)))
+        return [0]  # head, and infra (the head here)
+    if spec.placement == "all":  # every allocated node, the dedicated one included
+        return list(range(total_nodes(recipe, specs if specs is not None else [spec])))
     named = spec.placement in ("prefill", "decode", "agg")
     modes = (spec.placement,) if named else tuple(m for m, _ in recipe.roles.items())
     return sorted({o for ep in recipe.allocate_endpoints() if ep.mode in modes for o in ep.nodes})
 
 
 def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, head: str | None,
-                  ports: NodePortAllocator, state_dir: Path) -> dict[str, str]:
+                  ports: NodePortAllocator, state_dir: Path, dedicated: str | None = None) -> dict[str, str]:
     """What the Dynamo frontend, its workers and inheriting services get (empty without Dynamo)."""
     if disc.backend == "none":
         return {}
@@ -78,8 +97,8 @@ def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, hea
         var, scheme = ("ETCD_ENDPOINTS", "http") if s.kind == "etcd" else ("NATS_SERVER", "nats")
         if s.external:
             env[var] = s.external
-        elif head is not None:
-            env[var] = f"{scheme}://{head}:{ports_of(s, recipe.name, head, ports)['client']}"
+        elif (host := host_of(s, head, dedicated)) is not None:
+            env[var] = f"{scheme}://{host}:{ports_of(s, recipe.name, host, ports)['client']}"
     return env
 
 
@@ -92,7 +111,7 @@ def service_units(recipe: Recipe, specs: list[ServiceSpec], head: str, ports: No
     for s in specs:
         if s.external:
             continue
-        for i, o in enumerate(instance_ordinals(recipe, s)):
+        for i, o in enumerate(instance_ordinals(recipe, s, specs)):
             if o in known:
                 out.append(_unit(recipe, s, head, ports, Path(state_dir).absolute() / recipe.name, disc_env,
                                  container, i, o, known[o]))
@@ -114,7 +133,7 @@ def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, r
         text = kind.config_text(p, data_dir, dict(s.options))
         if text is not None:
             files[conf_path] = text
-        argv = kind.command(program, head, p, data_dir, conf_path if text is not None else None, dict(s.options))
+        argv = kind.command(program, node, p, data_dir, conf_path if text is not None else None, dict(s.options))
         argv = [*argv, *(s.command or ())[1:], *s.args]
         if kind.fresh_data:
             argv = ["/bin/sh", "-c", _FRESH, f"{s.role}-fresh", data_dir, *argv]
