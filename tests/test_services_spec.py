@@ -128,7 +128,8 @@ def test_worker_node_placements_run_one_instance_per_node(node, want):
 
 
 DEDICATED = ("dynamo: {request_plane: nats}\nservices:\n  - {name: etcd, type: etcd, placement: {node: dedicated}}\n"
-             "  - {name: nats, type: nats, placement: {node: dedicated}}\n")
+             "  - {name: nats, type: nats, placement: {node: dedicated}}\n"
+             "  - {name: probe, command: [p, '{infra_node}', '{head_node}']}\n")
 
 
 def test_dedicated_puts_the_discovery_plane_on_one_more_node_that_no_worker_uses():
@@ -143,10 +144,11 @@ def test_dedicated_puts_the_discovery_plane_on_one_more_node_that_no_worker_uses
     assert env["ETCD_ENDPOINTS"] == f"http://node2:{by_role['svc-etcd'].ports['client']}"
     assert env["NATS_SERVER"] == f"nats://node2:{by_role['svc-nats'].ports['client']}"
     assert any("node2" in a for a in by_role["svc-etcd"].launches[0].argv)  # it advertises its own node
+    assert by_role["svc-probe"].launches[0].argv == ("p", "node2", "node1")  # srtctl's infra node is the dedicated one
     # the allocation asks Slurm for the workers' node and the dedicated one
     d = build_recipe(r, [], NodePortAllocator(), __import__("pathlib").Path("/st"), "python3")
     assert [(a.start, a.count) for a in d.allocs] == [(0, 2)]
-    assert ("svc-etcd", 0) in d.waiting and ("agg", 0) in d.waiting
+    assert {("svc-etcd", 0), ("svc-probe", 0), ("agg", 0)} <= set(d.waiting)
     # a dedicated node for a service placed nowhere else: the plain recipe asks for one node
     plain = build_recipe(recipe(), [], NodePortAllocator(), __import__("pathlib").Path("/st"), "python3")
     assert [(a.start, a.count) for a in plain.allocs] == [(0, 1)]

@@ -108,21 +108,29 @@ def service_units(recipe: Recipe, specs: list[ServiceSpec], head: str, ports: No
     """Every instance whose node is known (``nodes``: ordinal -> hostname of running allocations)."""
     out = []
     known = {0: head, **(nodes or {})}
+    ded = dedicated_ordinal(recipe, specs)
+    infra = known.get(ded) if ded is not None else head  # srtctl's infra node: the dedicated one when reserved
     for s in specs:
         if s.external:
             continue
+        if infra is None and any(re.search(r"\{infra_(node|ip)\}", t) for t in _texts(s)):
+            continue  # it names the dedicated node, not running yet: it waits (its spec is unknown)
         for i, o in enumerate(instance_ordinals(recipe, s, specs)):
             if o in known:
                 out.append(_unit(recipe, s, head, ports, Path(state_dir).absolute() / recipe.name, disc_env,
-                                 container, i, o, known[o]))
+                                 container, i, o, known[o], infra or head))
     return out
+
+
+def _texts(s: ServiceSpec) -> list[str]:
+    return [*(s.command or ()), *s.args, *(v for _, v in s.env), s.preamble or ""]
 
 
 def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, rdir: Path,
           disc_env: Mapping[str, str], container: str | None, index: int = 0, ordinal: int = 0,
-          node: str | None = None) -> Unit:
+          node: str | None = None, infra: str | None = None) -> Unit:
     kind = KINDS[s.kind]
-    node = node or head
+    node, infra = node or head, infra or head
     p = ports_of(s, recipe.name, node, ports, index)
     data_dir = str(rdir / "services" / s.role)
     files: dict[str, str] = {}
@@ -137,8 +145,8 @@ def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, r
         argv = [*argv, *(s.command or ())[1:], *s.args]
         if kind.fresh_data:
             argv = ["/bin/sh", "-c", _FRESH, f"{s.role}-fresh", data_dir, *argv]
-    values = {"node": node, "node_ip": node, "head_node": head, "head_ip": head, "infra_node": head,
-              "infra_ip": head, "index": str(index), "role": s.placement, "node_id": str(ordinal)} | {
+    values = {"node": node, "node_ip": node, "head_node": head, "head_ip": head, "infra_node": infra,
+              "infra_ip": infra, "index": str(index), "role": s.placement, "node_id": str(ordinal)} | {
         k: str(v) for k, v in p.items()}
 
     def fill(text: str) -> str:
