@@ -154,6 +154,12 @@ def test_dedicated_puts_the_discovery_plane_on_one_more_node_that_no_worker_uses
     assert [(a.start, a.count) for a in plain.allocs] == [(0, 1)]
 
 
+def test_v1s_dedicated_infra_node_places_the_implied_etcd_and_nats_there():
+    r = recipe("infra: {etcd_nats_dedicated_node: true}\ndynamo: {request_plane: nats}\n")
+    by_role = {u.role: u for u in render_units(r, None, __import__("pathlib").Path("/st"))}
+    assert by_role["svc-etcd"].nodes == by_role["svc-nats"].nodes == ("node2",) and by_role["agg"].nodes == ("node1",)
+
+
 def test_etcd_and_nats_share_the_dedicated_node_or_neither_has_it():
     with pytest.raises(RecipeError) as e:
         load_text(BASE + "frontend: {type: dynamo}\n" + DEDICATED.replace(

@@ -46,7 +46,6 @@ NESTED: dict[str, str] = {
     "dynamo.source.rev": "Dynamo is not built from source here",
     "dynamo.source.sha": "Dynamo is not built from source here",
     "dynamo.source.patches": "Dynamo is not built from source here",
-    "infra.etcd_nats_dedicated_node": "no dedicated infra node is reserved: etcd and NATS run on the head node",
     "dynamo.sidecar": "no Dynamo sidecar is started",
     "dynamo.sidecar_port": "no Dynamo sidecar is started",
     "dynamo.sidecar_binary": "no Dynamo sidecar is started",

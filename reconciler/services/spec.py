@@ -140,8 +140,11 @@ def _implied_spec(recipe: Recipe, name: str, why: str) -> ServiceSpec:
     options: tuple[tuple[str, object], ...] = ()
     if name == "nats" and recipe.infra is not None and recipe.infra.nats_max_payload_mb is not None:
         options = (("max_payload_mb", recipe.infra.nats_max_payload_mb),)
+    # v1's infra.etcd_nats_dedicated_node: srtctl's dedicated placement for the implied plane
+    dedicated = recipe.infra is not None and recipe.infra.etcd_nats_dedicated_node
     return ServiceSpec(name, name, f"{SERVICE_PREFIX}{name}", kind.phase, None, (), (), _default_readiness(kind),
-                       kind.critical, False, options=options, implied_by=why)
+                       kind.critical, False, options=options, implied_by=why,
+                       placement="dedicated" if dedicated else "head")
 
 
 def _implied_master(store) -> ServiceSpec:
