@@ -168,6 +168,13 @@ def test_etcd_and_nats_share_the_dedicated_node_or_neither_has_it():
     assert e.value.key == "services.1.placement.node" and "both or neither" in e.value.message
 
 
+def test_the_same_fixed_probe_port_on_different_nodes_is_fine():
+    r = load_text(PD + "services:\n  - {name: a, command: [x], placement: {node: prefill}, readiness: {port: 9000}}\n"
+                  "  - {name: b, command: [y], placement: {node: decode}, readiness: {port: 9000}}\n",
+                  "s.yaml", preflight=False).recipe
+    assert [s.name for s in resolve(r)] == ["a", "b"]
+
+
 def test_a_typed_command_replaces_the_program_only_and_containers_get_srtctls_mounts():
     r = load_text(BASE.replace("model: {path: /m}", "model: {path: /m, container: img.sqsh}")
                   + "frontend: {type: dynamo}\n" + "services:\n  - {name: etcd, type: etcd, command: [/opt/etcd/bin/etcd, --log-level, warn]}\n"
@@ -205,6 +212,13 @@ def test_nats_payload_option_writes_a_server_config():
      "cannot be placed on 'workers'"),
     ("services:\n  - {name: a, command: [x], placement: {node: workers, per: worker}}\n",
      "services.0.placement.per", "per-worker"),
+    ("services:\n  - {name: a, command: [x], build_command: [make]}\n", "services.0.build_command", "from source"),
+    ("services:\n  - {name: a, command: [x], source: {git: 'https://x/y', rev: main}}\n", "services.0.source",
+     "from source"),
+    ("services:\n  - {name: a, command: [x], nodes: 2}\n", "services.0.nodes", "node pools"),
+    ("services:\n  - {name: a, command: [x], readiness: {port: 9000}}\n"
+     "  - {name: b, command: [y], placement: {node: agg}, readiness: {tcp: {port: 9000}}}\n",
+     "services.1.readiness", "same node"),
     ("services:\n  - {name: a, command: [x], external: 'http://x'}\n", "services.0.external", "cannot be external"),
     ("services:\n  - {name: nats, type: nats, options: {speed: 1}}\n", "services.0.options.speed", "unknown option"),
     ("services:\n  - {name: nats, type: nats, options: {max_payload_mb: lots}}\n", "services.0.options.max_payload_mb",

@@ -127,6 +127,7 @@ def resolve(recipe: Recipe) -> list[ServiceSpec]:
     for s in out:
         if roles.count(s.role) > 1:
             raise ServiceError("services", f"two services share the step role {s.role!r}: rename one")
+    _same_port_same_node(recipe, out, declared)
     plane = {s.name: s.placement == "dedicated" for s in out if s.kind in ("etcd", "nats") and not s.external}
     if len(set(plane.values())) > 1:  # srtctl: they share the infra node, both or neither
         odd = next(n for n, d in plane.items() if not d)
@@ -240,7 +241,9 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
 def _unsupported(s) -> dict[str, str]:
     out = {}
     if s.source is not None or s.build_command:
-        out["source"] = "unsupported feature: building a service from source (install it into the image or host)"
+        # a reconciled service relaunches at any time on any node: no checkout-and-build per launch
+        out["source" if s.source is not None else "build_command"] = (
+            "unsupported feature: building a service from source (install it into the image or host)")
     if s.nodes:
         out["nodes"] = "unsupported feature: service-owned node pools"
     if s.placement and s.placement.pool:
@@ -285,3 +288,19 @@ def _readiness(s, kind, at: str) -> Readiness:
 def _probe_port(port: int | str) -> dict:
     # "{port}": probe the port the allocator gives this service, whatever number it is this time
     return {"port_name": "port"} if port == ALLOC_PORT else {"port": port}
+
+
+def _same_port_same_node(recipe: Recipe, specs: list[ServiceSpec], declared: dict[str, int]) -> None:
+    """srtctl: two services probing the same fixed port on one node are refused before anything runs."""
+    from reconciler.services.units import instance_ordinals  # it imports this module
+
+    seen: dict[tuple[int, int], str] = {}
+    for s in specs:
+        if s.external or s.readiness.port is None:
+            continue
+        for o in instance_ordinals(recipe, s, specs):
+            other = seen.setdefault((s.readiness.port, o), s.name)
+            if other != s.name:
+                raise ServiceError(f"services.{declared.get(s.name, '?')}.readiness",
+                                   f"port {s.readiness.port} is also {other}'s readiness port on the same node: "
+                                   "give them disjoint placements or ports (or {port})")
