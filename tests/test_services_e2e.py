@@ -12,7 +12,7 @@ from datetime import datetime
 
 import pytest
 
-from harness import Harness
+from harness import Harness, scancel
 from helpers import get, wait_until
 from reconciler.state import StateDir
 
@@ -75,3 +75,11 @@ def test_a_generic_service_on_its_allocated_port_probed_no_more_often_than_its_i
     gaps = [(b - a).total_seconds() for a, b in zip(seen, seen[1:])]
     assert min(gaps) >= interval - 1, gaps
     assert h.ticks() - ticks > len(seen), "the loop ran more often than the service was probed"
+    # killed: relaunched on the same allocated port, and Ready again
+    victim = h.steps(name)["svc-web_0"][0]
+    scancel(victim)
+    wait_until(lambda: (s := h.steps(name).get("svc-web_0")) and s[0] != victim, timeout=60, what="svc-web_0 back")
+    h.wait_ready(name, timeout=60)
+    (again,) = StateDir(h.state).launches(name)["svc-web_0"]["ports"].values()
+    assert again["port"] == port
+    assert get(f"http://{node}:{port}/missing", timeout=5)[0] == 404

@@ -44,7 +44,8 @@ class Observer:
         self.inflight: list[InFlight] = []
         self.tracker = HealthTracker(state.root)
         self._logs_read: dict[tuple[str, int, int], bool] = {}  # (path, inode, size) -> shows a bind failure
-        self._probed: dict[Key, tuple[float, bool]] = {}  # running unit -> when last probed, its answer
+        # (unit key, step id of its life) -> when last probed, its answer
+        self._probed: dict[tuple[str, str, int, str], tuple[float, bool]] = {}
 
     # ---------------------------------------------------------------- the cluster
     def cluster(self, ports: NodePortAllocator, now: float) -> ClusterFacts:
@@ -93,14 +94,15 @@ class Observer:
         units = [u for d in desired.recipes.values() for u in d.all_units]
         running = {s.unit_key for s in steps if not s.pending}
         up = [u for u in units if u.key in running]
-        # a unit that stopped running forgets its last probe: its next life is probed at once
-        self._probed = {k: v for k, v in self._probed.items() if k in running}
-        now_keys, later = split_due([(u.key, u.probe_interval) for u in up],
-                                    {k: t for k, (t, _) in self._probed.items()}, now)
+        # the last probe of each life (its rank-0 step): a relaunched unit is probed at once
+        life = {s.unit_key: s.step_id for s in steps if not s.pending and s.rank == 0}
+        self._probed = {k: v for k, v in self._probed.items() if k[:3] in running and life.get(k[:3]) == k[3]}
+        last = {k[:3]: t for k, (t, _) in self._probed.items()}
+        now_keys, later = split_due([(u.key, u.probe_interval) for u in up], last, now)
         todo = set(now_keys)
         ready = probe_units([u for u in up if u.key in todo])
-        self._probed |= {k: (now, ok) for k, ok in ready.items()}
-        kept = {k: self._probed[k][1] for k in later}  # not due: the last answer stands, not counted again
+        self._probed |= {(*k, life.get(k, "")): (now, ok) for k, ok in ready.items()}
+        kept = {k: v[1] for k, v in ((k, self._probed.get((*k, life.get(k, "")))) for k in later) if v is not None}
         out: dict[Key, UnitHealth] = {}
         records = {name: self.state.launches(name) for name in desired.recipes}
         for u in units:
