@@ -26,7 +26,8 @@ from reconciler.services import discovery_of, resolve
 from reconciler import failover
 from reconciler.labels import engine_role
 from reconciler.services import per_worker
-from reconciler.services.units import ADDRESSED_KINDS, discovery_env, mooncake_wiring, service_units
+from reconciler.services.units import (ADDRESSED_KINDS, dedicated_ordinal, discovery_env, host_of,
+                                       instance_ordinals, mooncake_wiring, service_units)
 from reconciler.preambles import with_cluster_preamble
 from reconciler.units import FRONTEND, _container, runtime_for
 from reconciler.core.succession import generations
@@ -117,7 +118,12 @@ def build_recipe(
     rollout = recipe.reconcile.rollout
     endpoints = recipe.allocate_endpoints()
     live, successors, retiring = generations([a for a in allocs if a.live], steps)
-    specs, keep, placement, unplaceable = place(recipe, endpoints, live)
+    svc_specs = resolve(recipe)
+    ded_node = dedicated_ordinal(recipe, svc_specs)
+    # srtctl's dedicated node: held by an allocation like a worker's node, no worker placed on it
+    reserved = [Endpoint("dedicated", 0, (ded_node,), (), recipe.resources.gpus_per_node)] \
+        if ded_node is not None else []
+    specs, keep, placement, unplaceable = place(recipe, endpoints + reserved, live)
     kept = {a.index for a in live if a.job_id in keep}
     # a successor (hand-over) is kept beside the job it follows; an older job until its last step is gone
     keep += [j for i in sorted(kept) for j in successors.get(i, ())] + retiring
@@ -139,15 +145,16 @@ def build_recipe(
         job_of[(ep.mode, ep.index)] = alloc.job_id
     head_alloc = next((a for a in live if a.covers((0,))), None)
     head = head_alloc.nodes[0 - head_alloc.start] if head_alloc is not None and head_alloc.running else None
-    svc_specs = resolve(recipe)
     engines = failover.engines_per_worker(recipe)
-    disc_env = discovery_env(recipe, svc_specs, discovery_of(recipe), head, ports, state_dir)
-    if head is None and any(s.kind in ADDRESSED_KINDS and not s.external for s in svc_specs):
+    on = {o: a for a in live if a.running for o in range(a.start, a.start + len(a.nodes))}
+    ded = on[ded_node].nodes[ded_node - on[ded_node].start] if ded_node in on else None
+    disc_env = discovery_env(recipe, svc_specs, discovery_of(recipe), head, ports, state_dir, ded)
+    if any(s.kind in ADDRESSED_KINDS and not s.external and host_of(s, head, ded) is None for s in svc_specs):
         # their etcd/NATS/Mooncake address is the head node's: without it their spec is unknown, and
         # what runs elsewhere is left alone (waiting) rather than rolled to a spec without it
         waiting += [(ep.mode, ep.index) for ep in placed]
         placed = []
-    wiring = mooncake_wiring(recipe, svc_specs, head, ports, runtime.config_dir, runtime.served_model_name)
+    wiring = mooncake_wiring(recipe, svc_specs, head, ports, runtime.config_dir, runtime.served_model_name, ded)
     held_gpus = {k: spec_gpus.get(a.index, 0) for k, a in placement.items()}
     workers = [(ep.mode, ep.index) for ep in placed]
     units, previous, no_room = worker_lives(recipe, placed, hostnames, ports, runtime, disc_env, wiring, steps,
@@ -169,11 +176,14 @@ def build_recipe(
             recipe, head, ports, runtime, state_dir, disc_env, units, slot), recipe), steps, job_of, rollout.max_surge)
         if old_fe is not None:
             previous = {**previous, (FRONTEND, 0): old_fe}
-        services = service_units(recipe, svc_specs, head, ports, state_dir, disc_env, _container(recipe, recipe.backend))
+        services = service_units(recipe, svc_specs, head, ports, state_dir, disc_env, _container(recipe, recipe.backend),
+                                 {o: a.nodes[o - a.start] for o, a in on.items()})
         for u in services:
-            job_of[(u.role, 0)] = head_alloc.job_id  # type: ignore[union-attr]
+            job_of[(u.role, u.index)] = on.get(u.ordinals[0], head_alloc).job_id  # type: ignore[union-attr]
+        built = {(u.role, u.index) for u in services}
+        waiting += [k for k in _instances(recipe, svc_specs) if k not in built]  # their node is not running yet
     else:
-        waiting += [(s.role, 0) for s in svc_specs if not s.external and not s.per_worker]
+        waiting += _instances(recipe, svc_specs)
     services += attached
     gates: dict[str, tuple[str, ...]] = {}
     for s in svc_specs:
@@ -211,6 +221,13 @@ def _restart_policies(recipe: Recipe, specs: list, engines: int) -> dict[str, Re
     roles = [FRONTEND, *(s.role for s in specs)]
     roles += [per_worker.instance_role(s, m) for s in specs for m in s.worker_roles]
     return out | {r: FAST_RESTART for r in roles}
+
+
+def _instances(recipe: Recipe, specs: list) -> list[tuple[str, int]]:
+    """(role, index) of every head-, infra-, dedicated- or node-placed service instance (per-worker
+    instances live with their worker)."""
+    return [(s.role, i) for s in specs if not s.external and not s.per_worker
+            for i in range(len(instance_ordinals(recipe, s, specs)))]
 
 
 def place(

@@ -11,23 +11,26 @@ from reconciler.recipe.model import Recipe
 from reconciler.frontends import frontend_unit
 from reconciler.services import discovery_of, resolve
 from reconciler.services import per_worker
-from reconciler.services.units import discovery_env, mooncake_wiring, service_units
-from reconciler.units import Unit, _container, node_count, runtime_for, worker_units
+from reconciler.services.units import dedicated_ordinal, discovery_env, mooncake_wiring, service_units, total_nodes
+from reconciler.units import Unit, _container, runtime_for, worker_units
 
 
 def render_units(recipe: Recipe, nodes: list[str] | None, state_dir: Path, python: str | None = None) -> list[Unit]:
-    need = node_count(recipe)
+    specs = resolve(recipe)
+    need = total_nodes(recipe, specs)  # the workers' nodes and a dedicated services node
     hostnames = nodes or [f"node{i + 1}" for i in range(need)]
     if len(hostnames) < need:
         raise ValueError(f"the recipe needs {need} nodes, --nodes names {len(hostnames)}")
     ports = NodePortAllocator()
     runtime = runtime_for(recipe, state_dir, python or sys.executable)
     endpoints = recipe.allocate_endpoints()
-    specs = resolve(recipe)
-    disc_env = discovery_env(recipe, specs, discovery_of(recipe), hostnames[0], ports, state_dir)
+    ded = dedicated_ordinal(recipe, specs)
+    ded_host = hostnames[ded] if ded is not None else None
+    disc_env = discovery_env(recipe, specs, discovery_of(recipe), hostnames[0], ports, state_dir, ded_host)
     services = service_units(recipe, specs, hostnames[0], ports, state_dir, disc_env,
-                             _container(recipe, recipe.backend))
-    wiring = mooncake_wiring(recipe, specs, hostnames[0], ports, runtime.config_dir, runtime.served_model_name)
+                             _container(recipe, recipe.backend), dict(enumerate(hostnames)))
+    wiring = mooncake_wiring(recipe, specs, hostnames[0], ports, runtime.config_dir, runtime.served_model_name,
+                             ded_host)
     workers = [(ep.mode, ep.index) for ep in endpoints]
     units = worker_units(recipe, endpoints, dict(enumerate(hostnames)), ports, runtime, disc_env, wiring,
                          needs=per_worker.needs(specs, workers))

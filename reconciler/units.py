@@ -71,6 +71,7 @@ class Unit:
     probe_arg: str = ""
     phase: str = ""  # services only: infra | before_workers | with_workers | after_frontend
     startup_timeout: float | None = None  # None: the recipe's startup grace
+    probe_interval: float = 0.0  # services: seconds between probes (readiness.interval_seconds); 0: every pass
     critical: bool = False
     worker_api: str = ""  # a frontend whose worker set the shell keeps in step with readiness: "sglang-router"
     scheme: str = "http"  # how a router reaches it: http, or grpc (Backend.is_grpc_mode)

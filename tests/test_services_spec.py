@@ -12,7 +12,9 @@ from reconciler.errors import RecipeError
 from reconciler.probe import probe_dynamo, probe_file, probe_tcp
 from reconciler.recipe.load import load_text
 from reconciler.render import as_rows, render_units
+from reconciler.ports import NodePortAllocator
 from reconciler.services import resolve
+from reconciler.services.units import ports_of
 
 BASE = """\
 name: s
@@ -61,6 +63,118 @@ def test_generic_service_defaults_and_placeholders():
     assert row["env"]["ETCD_ENDPOINTS"].startswith("http://node1:")  # inherit_discovery_env defaults to true
 
 
+def test_a_generic_service_gets_an_allocated_port_for_its_command_env_and_probe():
+    r = recipe("services:\n  - name: side\n    command: [srv, --port, '{port}', --peer, '{node}:{port}']\n"
+               "    env: {SIDE_URL: 'http://{head_node}:{port}/x', RAW: '{\"a\": 1}'}\n"
+               "    readiness: {http: {port: '{port}', path: /ok}, interval_seconds: 7}\n")
+    (side,) = [u for u in render_units(r, None, __import__("pathlib").Path("/st")) if u.role == "svc-side"]
+    port = side.ports["port"]
+    assert side.launches[0].argv == ("srv", "--port", str(port), "--peer", f"node1:{port}")
+    env = dict(side.launches[0].env)
+    assert env["SIDE_URL"] == f"http://node1:{port}/x" and env["RAW"] == '{"a": 1}'
+    assert (side.health_port, side.health_path, side.probe, side.probe_interval) == (port, "/ok", "http", 7.0)
+    # the cross-recipe allocator: another recipe's service on the same node gets another port
+    other = load_text(BASE.replace("name: s", "name: t") + "frontend: {type: dynamo}\n"
+                      "services:\n  - {name: side, command: [srv, '{port}'], readiness: {port: '{port}'}}\n",
+                      "t.yaml", preflight=False).recipe
+    alloc = NodePortAllocator(20000, 20100)
+    a, b = (ports_of(resolve(x)[-1], x.name, "vm", alloc) for x in (r, other))
+    assert set(a) == set(b) == {"port"} and a["port"] != b["port"]
+    (b_unit,) = [u for u in render_units(other, None, __import__("pathlib").Path("/st")) if u.role == "svc-side"]
+    assert b_unit.probe == "tcp" and b_unit.health_port == b_unit.ports["port"]
+    # a service that never writes {port} is given none; implied kinds are probed on every pass
+    plain = recipe("services:\n  - {name: side, command: [srv], readiness: {port: 9000}}\n")
+    units = {u.role: u for u in render_units(plain, None, __import__("pathlib").Path("/st"))}
+    assert units["svc-side"].ports == {} and units["svc-side"].probe_interval == 2.0  # srtctl's default
+    assert units["svc-etcd"].probe_interval == 0.0
+
+
+def test_a_file_probe_path_takes_placeholders_and_is_relative_to_the_recipe_dir():
+    r = recipe("services:\n  - {name: side, command: [srv], readiness: {file: {path: 'ready-{node}'}}}\n")
+    (side,) = [u for u in render_units(r, None, __import__("pathlib").Path("/st")) if u.role == "svc-side"]
+    assert (side.probe, side.probe_arg) == ("file", "/st/s/ready-node1")
+
+
+PD = """\
+name: s
+model: {path: /m}
+resources: {gpus_per_node: 8}
+engine: {type: mocker}
+frontend: {type: sglang-router}
+roles:
+  prefill: {workers: 2, gpus: 4}
+  decode: {workers: 4, gpus: 4}
+"""
+
+
+@pytest.mark.parametrize("node, want", [
+    # srtctl: one instance per distinct node the placed workers use (two TP4 workers share a node)
+    ("head", [("node1", "0", "0")]),
+    ("prefill", [("node1", "0", "0")]),
+    ("decode", [("node2", "0", "1"), ("node3", "1", "2")]),
+    ("workers", [("node1", "0", "0"), ("node2", "1", "1"), ("node3", "2", "2")]),
+    ("compute", [("node1", "0", "0"), ("node2", "1", "1"), ("node3", "2", "2")]),
+    ("all", [("node1", "0", "0"), ("node2", "1", "1"), ("node3", "2", "2")]),
+])
+def test_worker_node_placements_run_one_instance_per_node(node, want):
+    r = load_text(PD + f"services:\n  - name: mon\n    placement: {{node: {node}}}\n"
+                  "    command: [mon, '{node}', '{index}', '{node_id}', '{role}', '{head_node}', '{port}']\n",
+                  "s.yaml", preflight=False).recipe
+    units = [u for u in render_units(r, None, __import__("pathlib").Path("/st")) if u.role == "svc-mon"]
+    assert [(u.nodes[0], str(u.index), str(u.ordinals[0])) for u in units] == want
+    for u in units:  # each instance its node, its index, its own port on its node
+        assert u.launches[0].argv == ("mon", u.nodes[0], str(u.index), str(u.ordinals[0]), node, "node1",
+                                      str(u.ports["port"]))
+
+
+DEDICATED = ("dynamo: {request_plane: nats}\nservices:\n  - {name: etcd, type: etcd, placement: {node: dedicated}}\n"
+             "  - {name: nats, type: nats, placement: {node: dedicated}}\n"
+             "  - {name: probe, command: [p, '{infra_node}', '{head_node}']}\n")
+
+
+def test_dedicated_puts_the_discovery_plane_on_one_more_node_that_no_worker_uses():
+    from reconciler.desired import build_recipe
+
+    r = recipe(DEDICATED)
+    units = render_units(r, None, __import__("pathlib").Path("/st"))
+    by_role = {u.role: u for u in units}
+    assert by_role["svc-etcd"].nodes == by_role["svc-nats"].nodes == ("node2",)
+    assert by_role["agg"].nodes == by_role["frontend"].nodes == ("node1",)
+    env = dict(by_role["agg"].launches[0].env)
+    assert env["ETCD_ENDPOINTS"] == f"http://node2:{by_role['svc-etcd'].ports['client']}"
+    assert env["NATS_SERVER"] == f"nats://node2:{by_role['svc-nats'].ports['client']}"
+    assert any("node2" in a for a in by_role["svc-etcd"].launches[0].argv)  # it advertises its own node
+    assert by_role["svc-probe"].launches[0].argv == ("p", "node2", "node1")  # srtctl's infra node is the dedicated one
+    # the allocation asks Slurm for the workers' node and the dedicated one
+    d = build_recipe(r, [], NodePortAllocator(), __import__("pathlib").Path("/st"), "python3")
+    assert [(a.start, a.count) for a in d.allocs] == [(0, 2)]
+    assert {("svc-etcd", 0), ("svc-probe", 0), ("agg", 0)} <= set(d.waiting)
+    # a dedicated node for a service placed nowhere else: the plain recipe asks for one node
+    plain = build_recipe(recipe(), [], NodePortAllocator(), __import__("pathlib").Path("/st"), "python3")
+    assert [(a.start, a.count) for a in plain.allocs] == [(0, 1)]
+
+
+def test_v1s_dedicated_infra_node_places_the_implied_etcd_and_nats_there():
+    r = recipe("infra: {etcd_nats_dedicated_node: true}\ndynamo: {request_plane: nats}\n")
+    by_role = {u.role: u for u in render_units(r, None, __import__("pathlib").Path("/st"))}
+    assert by_role["svc-etcd"].nodes == by_role["svc-nats"].nodes == ("node2",) and by_role["agg"].nodes == ("node1",)
+
+
+def test_etcd_and_nats_share_the_dedicated_node_or_neither_has_it():
+    with pytest.raises(RecipeError) as e:
+        load_text(BASE + "frontend: {type: dynamo}\n" + DEDICATED.replace(
+            "  - {name: nats, type: nats, placement: {node: dedicated}}\n", "  - {name: nats, type: nats}\n"),
+            "s.yaml", preflight=False)
+    assert e.value.key == "services.1.placement.node" and "both or neither" in e.value.message
+
+
+def test_the_same_fixed_probe_port_on_different_nodes_is_fine():
+    r = load_text(PD + "services:\n  - {name: a, command: [x], placement: {node: prefill}, readiness: {port: 9000}}\n"
+                  "  - {name: b, command: [y], placement: {node: decode}, readiness: {port: 9000}}\n",
+                  "s.yaml", preflight=False).recipe
+    assert [s.name for s in resolve(r)] == ["a", "b"]
+
+
 def test_a_typed_command_replaces_the_program_only_and_containers_get_srtctls_mounts():
     r = load_text(BASE.replace("model: {path: /m}", "model: {path: /m, container: img.sqsh}")
                   + "frontend: {type: dynamo}\n" + "services:\n  - {name: etcd, type: etcd, command: [/opt/etcd/bin/etcd, --log-level, warn]}\n"
@@ -89,7 +203,22 @@ def test_nats_payload_option_writes_a_server_config():
     ("services:\n  - {name: a, type: bogus}\n", "services.0.type", "unknown service type"),
     ("services:\n  - {name: a, command: [x], start: later}\n", "services.0.start", "expected one of"),
     ("services:\n  - {name: a, command: [x], placement: {node: decode}}\n", "services.0.placement.node",
-     "unsupported feature"),
+     "no decode role"),
+    ("services:\n  - {name: a, command: [x], placement: {node: racks}}\n", "services.0.placement.node",
+     "expected one of"),
+    ("services:\n  - {name: a, command: [x], placement: {node: dedicated}}\n", "services.0.placement.node",
+     "cannot be placed on 'dedicated'"),
+    ("services:\n  - {name: nats, type: nats, placement: {node: workers}}\n", "services.0.placement.node",
+     "cannot be placed on 'workers'"),
+    ("services:\n  - {name: a, command: [x], placement: {node: workers, per: worker}}\n",
+     "services.0.placement.per", "per-worker"),
+    ("services:\n  - {name: a, command: [x], build_command: [make]}\n", "services.0.build_command", "from source"),
+    ("services:\n  - {name: a, command: [x], source: {git: 'https://x/y', rev: main}}\n", "services.0.source",
+     "from source"),
+    ("services:\n  - {name: a, command: [x], nodes: 2}\n", "services.0.nodes", "node pools"),
+    ("services:\n  - {name: a, command: [x], readiness: {port: 9000}}\n"
+     "  - {name: b, command: [y], placement: {node: agg}, readiness: {tcp: {port: 9000}}}\n",
+     "services.1.readiness", "same node"),
     ("services:\n  - {name: a, command: [x], external: 'http://x'}\n", "services.0.external", "cannot be external"),
     ("services:\n  - {name: nats, type: nats, options: {speed: 1}}\n", "services.0.options.speed", "unknown option"),
     ("services:\n  - {name: nats, type: nats, options: {max_payload_mb: lots}}\n", "services.0.options.max_payload_mb",
@@ -101,6 +230,14 @@ def test_nats_payload_option_writes_a_server_config():
      "exactly one"),
     ("services:\n  - {name: a, command: [x], readiness: {log: {pattern: '('}}}\n",
      "services.0.readiness.log.pattern", "regular expression"),
+    ("services:\n  - {name: a, command: [x], readiness: {file: {path: r, mode: any}}}\n",
+     "services.0.readiness.file.mode", "unknown key"),
+    ("services:\n  - {name: a, command: [x], readiness: {file: {}}}\n", "services.0.readiness.file.path",
+     "expected a file path"),
+    ("services:\n  - {name: a, command: [x], readiness: {tcp: {port: '{other}'}}}\n",
+     "services.0.readiness.tcp.port", "valid integer"),
+    ("services:\n  - {name: nats, type: nats, readiness: {port: '{port}'}}\n", "services.0.readiness",
+     "generic service's allocated port"),
 ])
 def test_bad_services_are_located(extra, key, words):
     fe = "" if extra.startswith("frontend") else "frontend: {type: dynamo}\n"

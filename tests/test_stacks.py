@@ -291,3 +291,108 @@ def test_a_router_follows_readiness(tmp_path, router):
         assert results == [200] * 20, results
     finally:
         h.cleanup()
+
+
+ROUTED_PD = """\
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles:
+  prefill: {{workers: {prefill}, gpus: 1, restart: {{backoff_seconds: 0.5}}}}
+  decode: {{nodes: colocate, workers: {decode}, gpus: 1, restart: {{backoff_seconds: 0.5}}}}
+frontend: {{type: sglang-router}}
+"""
+
+
+def pd_workers(endpoint: str) -> dict[str, set[str]] | None:
+    """worker type -> the healthy workers' URLs, as the router lists them."""
+    try:
+        status, body = get(endpoint + "/workers", timeout=3)
+    except OSError:
+        return None
+    if status != 200:
+        return None
+    out: dict[str, set[str]] = {"prefill": set(), "decode": set()}
+    for w in json.loads(body)["workers"]:
+        if w.get("is_healthy"):
+            out.setdefault(w.get("worker_type", "?"), set()).add(w["url"])
+    return out
+
+
+def finished(url: str) -> float:
+    """Requests a built-in mocker finished (its vLLM-named Prometheus counter)."""
+    status, body = get(url + "/metrics", timeout=5)
+    assert status == 200
+    return sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines()
+               if line.startswith("vllm:request_success_total"))
+
+
+def test_the_sglang_router_in_prefill_decode_mode_follows_readiness(tmp_path):
+    if not shutil.which("sglang-router", path=str(Path(sys.executable).parent)):
+        pytest.fail("sglang-router is not installed: run scripts/stacks-install.sh")
+    h = Harness(tmp_path, "slurm")
+    (tmp_path / "srtslurm.yaml").write_text(json.dumps({"host_runtime": {"python": sys.executable}}))
+    try:
+        name = h.name("pd")
+        (h.manifests / "parked.yaml").write_text(PARKED)
+        f = h.manifests / f"{name}.yaml"
+        f.write_text(ROUTED_PD.format(name=name, prefill=1, decode=1))
+        h.start()
+        endpoint = h.wait_ready(name, timeout=60)["endpoint"]
+
+        def urls() -> dict[str, set[str]]:  # the Ready workers per role, as the reconciler's status says
+            st = json.loads((h.state / name / "status.json").read_text())
+            out: dict[str, set[str]] = {"prefill": set(), "decode": set()}
+            for w in st["workers"]:
+                if w["role"] in out and w["ready"]:
+                    out[w["role"]].add(w["url"])
+            return out
+
+        def listed(n_prefill: int, n_decode: int) -> bool:
+            u = urls()
+            return (len(u["prefill"]), len(u["decode"])) == (n_prefill, n_decode) and pd_workers(endpoint) == u
+
+        wait_until(lambda: listed(1, 1), timeout=30, what=f"the router to list one prefill and one decode worker "
+                                                           f"(router: {pd_workers(endpoint)}, Ready: {urls()})")
+        assert wait_until(lambda: chat(endpoint, "m")[0] == 200, timeout=20, what="a completion via the PD router")
+
+        f.write_text(ROUTED_PD.format(name=name, prefill=2, decode=2))
+        wait_until(lambda: listed(2, 2), timeout=60, what="the router to list two workers of each kind")
+
+        for unit in ("prefill_1", "decode_1"):
+            victim = h.steps(name)[unit]
+            scancel(victim[0])
+            wait_until(lambda: (s := h.steps(name).get(unit)) and s[0] != victim[0], timeout=60, what=f"{unit} back")
+        wait_until(lambda: listed(2, 2), timeout=60, what="the router to list the relaunched workers again")
+        # after the bounded wait, no request fails: each pair reaches Ready workers
+        results = [chat(endpoint, "m")[0] for _ in range(20)]
+        assert results == [200] * 20, results
+
+        f.write_text(ROUTED_PD.format(name=name, prefill=1, decode=1))
+        wait_until(lambda: listed(1, 1), timeout=60, what="the router to drop the scaled-down workers")
+        u = urls()
+        before = {role: finished(next(iter(u[role]))) for role in u}
+        results = [chat(endpoint, "m")[0] for _ in range(10)]
+        assert results == [200] * 10, results
+        # each request went to both halves: SGLang's PD protocol, not plain load balancing
+        assert {role: finished(next(iter(u[role]))) - before[role] for role in u} == {"prefill": 10, "decode": 10}
+    finally:
+        h.cleanup()
+
+
+def test_a_dedicated_node_holds_etcd_and_no_worker(stack, corpus):
+    h = stack
+    name, f = copy_recipe(h, corpus, "srt-slurm-v2/mocker/dynamo-agg.yaml")
+    # one node per allocation: the dedicated node is an allocation of its own (on this one-node Slurm,
+    # both land on the same machine, but Slurm holds them apart)
+    f.write_text(f.read_text() + "services:\n  - {name: etcd, type: etcd, placement: {node: dedicated}}\n"
+                 "reconcile: {nodes_per_allocation: 1}\n")
+    h.start()
+    g = h.wait_ready(name, timeout=90)
+    steps = h.steps(name)
+    assert set(steps) == {"svc-etcd_0", "agg_0", "frontend_0"}
+    job = {unit: sid.split(".")[0] for unit, (sid, _) in steps.items()}
+    assert len(h.jobs(name)) == 2 and job["svc-etcd_0"] != job["agg_0"] == job["frontend_0"]
+    model = wait_until(lambda: served(g["endpoint"]), timeout=30, what="the model listed")
+    assert wait_until(lambda: serves(g["endpoint"], model), timeout=30, what="a chat completion")

@@ -143,12 +143,16 @@ class HostSetupConfig(Strict):
         return self
 
 
+# "{port}": the port the allocator gives a generic service (the reconciler's own placeholder)
+AllocPort = Literal["{port}"]
+
+
 class TcpProbe(Strict):
-    port: int
+    port: int | AllocPort
 
 
 class HttpProbe(Strict):
-    port: int
+    port: int | AllocPort
     path: str = "/health"
     status: int = 200
 
@@ -158,7 +162,7 @@ class LogProbe(Strict):
 
 
 class ServiceReadinessConfig(Strict):
-    port: int | None = None
+    port: int | AllocPort | None = None
     tcp: TcpProbe | None = None
     http: HttpProbe | None = None
     log: LogProbe | None = None

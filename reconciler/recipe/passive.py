@@ -46,7 +46,6 @@ NESTED: dict[str, str] = {
     "dynamo.source.rev": "Dynamo is not built from source here",
     "dynamo.source.sha": "Dynamo is not built from source here",
     "dynamo.source.patches": "Dynamo is not built from source here",
-    "infra.etcd_nats_dedicated_node": "no dedicated infra node is reserved: etcd and NATS run on the head node",
     "dynamo.sidecar": "no Dynamo sidecar is started",
     "dynamo.sidecar_port": "no Dynamo sidecar is started",
     "dynamo.sidecar_binary": "no Dynamo sidecar is started",
@@ -127,10 +126,6 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
     for i, svc in enumerate(recipe.services):
         if "metrics" in svc.model_fields_set:
             out[f"services.{i}.metrics"] = "no metrics scraper (tachometer) is run"
-        if svc.readiness is not None and "interval_seconds" in svc.readiness.model_fields_set:
-            out[f"services.{i}.readiness.interval_seconds"] = "every unit is probed on each pass of the loop"
-        if svc.placement is not None and svc.placement.node == "dedicated":
-            out[f"services.{i}.placement.node"] = "no dedicated infra node is reserved: it runs on the head node"
         if "build_timeout_seconds" in svc.model_fields_set:
             out[f"services.{i}.build_timeout_seconds"] = "services are not built from source"
     if fe.type not in ("dynamo", "atomesh", "tilert-router") and _is_set(recipe, ["frontend", "container_image"]):

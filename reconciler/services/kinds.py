@@ -22,7 +22,7 @@ class Kind:
     ready_port: str | None = None  # the port whose TCP accept marks it Ready (no readiness written)
     ready_path: str | None = None  # ... or whose HTTP GET of this path answering 200 does
     ready_timeout: float = 300.0  # startup bound when the recipe writes no readiness
-    placements: tuple[str, ...] = ("head", "infra")  # dedicated: carried, it runs on the head node
+    placements: tuple[str, ...] = ("head", "infra")  # dedicated: a node of its own, after the workers' 
     external: bool = False  # may point at an instance that already runs
     options: tuple[str, ...] = ()
     fresh_data: bool = True  # starts from an empty data directory each life
@@ -86,7 +86,8 @@ KINDS: dict[str, Kind] = {
                                       ready_port="metrics", ready_path="/health", placements=("head", "infra", "dedicated"),
                                       options=("store_config",), fresh_data=False, job_container=True,
                                       ready_timeout=600.0),  # srtctl waits 600 s for it
-    "generic": Generic("generic", "after_frontend", False, job_container=True),
+    "generic": Generic("generic", "after_frontend", False, job_container=True,
+                       placements=("head", "infra", "prefill", "decode", "agg", "workers", "compute", "all")),
     # shadow-engine recovery: one instance per worker (placement.per: worker), before the workers
     "gms": Gms("gms", "before_workers", True, placements=("workers", "prefill", "decode", "agg"),
                ready_timeout=120.0, fresh_data=False, job_container=True),

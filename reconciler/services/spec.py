@@ -18,6 +18,11 @@ from reconciler.units import SERVICE_PREFIX
 
 PHASES = ("infra", "before_workers", "with_workers", "after_frontend")
 WORKER_ROLES = ("prefill", "decode", "agg", "frontend")
+ALLOC_PORT = "{port}"
+SINGLE = ("head", "infra", "dedicated")  # one instance
+# one instance per distinct node of: that role's workers; every worker (compute: there are no
+# service-owned pools here); every node of the recipe
+WORKER_NODES = ("prefill", "decode", "agg", "workers", "compute", "all")
 _ROLE = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 
 
@@ -66,6 +71,8 @@ class ServiceSpec:
     @property
     def per_worker(self) -> bool:
         return bool(self.worker_roles)
+    port_names: tuple[str, ...] = ()  # a generic service's allocated ports: ("port",) when it uses {port}
+    placement: str = "head"  # head | infra | dedicated (one instance) or a worker-node set (one per node)
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,12 @@ def resolve(recipe: Recipe) -> list[ServiceSpec]:
     for r in roles:
         if roles.count(r) > 1:
             raise ServiceError("services", f"two services share the step role {r!r}: rename one")
+    _same_port_same_node(recipe, out, declared)
+    plane = {s.name: s.placement == "dedicated" for s in out if s.kind in ("etcd", "nats") and not s.external}
+    if len(set(plane.values())) > 1:  # srtctl: they share the infra node, both or neither
+        odd = next(n for n, d in plane.items() if not d)
+        raise ServiceError(f"services.{declared.get(odd, odd)}.placement.node" if odd in declared else "services",
+                           f"etcd and nats share the dedicated node: place {odd} there too (both or neither)")
     return out
 
 
@@ -142,8 +155,11 @@ def _implied_spec(recipe: Recipe, name: str, why: str) -> ServiceSpec:
     options: tuple[tuple[str, object], ...] = ()
     if name == "nats" and recipe.infra is not None and recipe.infra.nats_max_payload_mb is not None:
         options = (("max_payload_mb", recipe.infra.nats_max_payload_mb),)
+    # v1's infra.etcd_nats_dedicated_node: srtctl's dedicated placement for the implied plane
+    dedicated = recipe.infra is not None and recipe.infra.etcd_nats_dedicated_node
     return ServiceSpec(name, name, f"{SERVICE_PREFIX}{name}", kind.phase, None, (), (), _default_readiness(kind),
-                       kind.critical, False, options=options, implied_by=why)
+                       kind.critical, False, options=options, implied_by=why,
+                       placement="dedicated" if dedicated else "head")
 
 
 def _implied_master(store) -> ServiceSpec:
@@ -161,7 +177,7 @@ def _gms_readiness(timeout: float) -> Readiness:
     return Readiness("log", pattern=re.escape(failover.READY_MARKER), timeout=timeout + 30, interval=1.0)
 
 
-def _default_readiness(kind, timeout: float | None = None, interval: float = 1.0) -> Readiness:
+def _default_readiness(kind, timeout: float | None = None, interval: float = 0.0) -> Readiness:
     timeout = kind.ready_timeout if timeout is None else timeout
     if kind.ready_path:
         return Readiness("http", port_name=kind.ready_port, path=kind.ready_path, timeout=timeout, interval=interval)
@@ -208,12 +224,16 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
     elif s.type == "gms":
         raise ServiceError(f"{at}.placement.per", "a gms service runs one instance per worker: placement.per "
                                                   "must be worker")
-    elif placement not in ("head", "infra", "dedicated"):
-        raise ServiceError(f"{at}.placement.node", f"unsupported feature: services on worker nodes "
-                                                   f"(placement {placement!r}; head and infra run)")
-    if not per_worker and placement not in kind.placements:
-        raise ServiceError(f"{at}.placement.node", f"a {s.type} service cannot have a dedicated node (etcd, nats "
-                                                   "and mooncake-master can)")
+    else:
+        if placement not in (*SINGLE, *WORKER_NODES):
+            raise ServiceError(f"{at}.placement.node", f"expected one of {', '.join((*SINGLE, *WORKER_NODES))}, "
+                                                       f"found {placement!r}")
+        if placement not in kind.placements:
+            raise ServiceError(f"{at}.placement.node", f"a {s.type} service cannot be placed on {placement!r} "
+                                                       f"(it takes {', '.join(kind.placements)})")
+        if placement in ("prefill", "decode", "agg") and placement not in dict(recipe.roles.items()):
+            raise ServiceError(f"{at}.placement.node", f"the recipe has no {placement} role (it has "
+                                                       f"{', '.join(m for m, _ in recipe.roles.items())})")
     phase = s.start or kind.phase
     if phase not in PHASES:
         raise ServiceError(f"{at}.start", f"expected one of {', '.join(PHASES)}, found {phase!r}")
@@ -244,6 +264,11 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
     readiness = _readiness(s, kind, at)
     if s.type == "gms":
         readiness = _gms_readiness(float(s.readiness.timeout_seconds) if s.readiness else kind.ready_timeout)
+    texts = [*(s.command or []), *s.args, *s.env.values(), s.preamble or ""]
+    uses_port = any(ALLOC_PORT in str(t) for t in texts) or readiness.port_name == "port"
+    if uses_port and s.type != "generic":
+        raise ServiceError(f"{at}.readiness" if readiness.port_name == "port" else f"{at}.command",
+                           f"{ALLOC_PORT} is a generic service's allocated port (a {s.type} service has its own)")
     return ServiceSpec(
         name=s.name, kind=s.type, role=f"{SERVICE_PREFIX}{slug}", phase=phase,
         command=tuple(map(str, s.command)) if s.command else None, args=tuple(map(str, s.args)),
@@ -251,14 +276,17 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
         inherit_discovery_env=s.inherit_discovery_env and s.type == "generic",
         external=s.external, preamble=s.preamble, options=tuple(sorted(s.options.items())),
         srun_options=tuple(sorted((k, str(v)) for k, v in srun.items())), container=s.container,
-        implied_by=implied_by, worker_roles=worker_roles,
+        implied_by=implied_by, worker_roles=worker_roles, port_names=("port",) if uses_port else (),
+        placement=placement,
     )
 
 
 def _unsupported(s) -> dict[str, str]:
     out = {}
     if s.source is not None or s.build_command:
-        out["source"] = "unsupported feature: building a service from source (install it into the image or host)"
+        # a reconciled service relaunches at any time on any node: no checkout-and-build per launch
+        out["source" if s.source is not None else "build_command"] = (
+            "unsupported feature: building a service from source (install it into the image or host)")
     if s.nodes:
         out["nodes"] = "unsupported feature: service-owned node pools"
     if s.placement and s.placement.pool:
@@ -280,9 +308,10 @@ def _readiness(s, kind, at: str) -> Readiness:
         raise ServiceError(f"{at}.readiness", f"name exactly one probe, found {', '.join(given)}")
     t, iv = float(r.timeout_seconds), float(r.interval_seconds)
     if r.port is not None or r.tcp is not None:
-        return Readiness("tcp", port=r.port if r.port is not None else r.tcp.port, timeout=t, interval=iv)
+        return Readiness("tcp", **_probe_port(r.port if r.port is not None else r.tcp.port), timeout=t, interval=iv)
     if r.http is not None:
-        return Readiness("http", port=r.http.port, path=r.http.path, status=r.http.status, timeout=t, interval=iv)
+        return Readiness("http", **_probe_port(r.http.port), path=r.http.path, status=r.http.status, timeout=t,
+                         interval=iv)
     if r.log is not None:
         try:
             re.compile(r.log.pattern)
@@ -290,8 +319,31 @@ def _readiness(s, kind, at: str) -> Readiness:
             raise ServiceError(f"{at}.readiness.log.pattern", f"not a valid regular expression: {e}") from None
         return Readiness("log", pattern=r.log.pattern, timeout=t, interval=iv)
     if r.file is not None:
-        path = r.file.get("path") if isinstance(r.file, dict) else None
+        for key in sorted(set(r.file) - {"path"}):
+            raise ServiceError(f"{at}.readiness.file.{key}", "unknown key (a file probe takes only path)")
+        path = r.file.get("path")
         if not isinstance(path, str) or not path:
             raise ServiceError(f"{at}.readiness.file.path", "expected a file path")
         return Readiness("file", file=path, timeout=t, interval=iv)
     return _default_readiness(kind, t, iv)
+
+
+def _probe_port(port: int | str) -> dict:
+    # "{port}": probe the port the allocator gives this service, whatever number it is this time
+    return {"port_name": "port"} if port == ALLOC_PORT else {"port": port}
+
+
+def _same_port_same_node(recipe: Recipe, specs: list[ServiceSpec], declared: dict[str, int]) -> None:
+    """srtctl: two services probing the same fixed port on one node are refused before anything runs."""
+    from reconciler.services.units import instance_ordinals  # it imports this module
+
+    seen: dict[tuple[int, int], str] = {}
+    for s in specs:
+        if s.external or s.readiness.port is None:
+            continue
+        for o in instance_ordinals(recipe, s, specs):
+            other = seen.setdefault((s.readiness.port, o), s.name)
+            if other != s.name:
+                raise ServiceError(f"services.{declared.get(s.name, '?')}.readiness",
+                                   f"port {s.readiness.port} is also {other}'s readiness port on the same node: "
+                                   "give them disjoint placements or ports (or {port})")

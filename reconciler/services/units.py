@@ -1,6 +1,7 @@
-"""Service specs -> units on the recipe's head node, and the discovery environment clients get.
+"""Service specs -> units (on the head node, or one per node of a worker-node placement), and the
+discovery environment clients get.
 
-A service instance is a unit like a worker (role ``svc-<name>``, index 0): labelled step,
+A service instance is a unit like a worker (role ``svc-<name>``, index = instance): labelled step,
 observed, probed, relaunched under the restart policy. Its ports come from the same
 cross-recipe allocator, owned by the unit, so a relaunch keeps them. etcd and NATS start
 from a fresh data directory each life, as srtctl's do. The Mooncake master keeps
@@ -18,11 +19,12 @@ from reconciler.recipe.model import Recipe
 from reconciler.services import mooncake
 from reconciler.services.kinds import KINDS, PROGRAMS
 from reconciler.services.mooncake import Wiring
-from reconciler.services.spec import Discovery, ServiceSpec
-from reconciler.units import Launch, Unit, container_srun_options, spec_hash
+from reconciler.services.spec import WORKER_NODES, Discovery, ServiceSpec
+from reconciler.units import Launch, Unit, container_srun_options, node_count, spec_hash
 
-# srtctl's placeholders that make sense for one instance on the head node; other braces stay
-_PLACEHOLDER = re.compile(r"\{(node|node_ip|head_node|head_ip|infra_node|infra_ip|index|role|node_id)\}")
+# srtctl's placeholders that make sense for one instance on the head node, and {port} (the
+# allocator's port for a generic service, the reconciler's own); other braces stay
+_PLACEHOLDER = re.compile(r"\{(node|node_ip|head_node|head_ip|infra_node|infra_ip|index|role|node_id|port)\}")
 # a fresh data directory per life, then the program: argv only, no recipe text in the script
 _FRESH = 'rm -rf -- "$1" && mkdir -p -- "$1" && shift && exec "$@"'
 _PREAMBLE = '{preamble}\nexec "$@"'
@@ -32,24 +34,54 @@ _PREAMBLE = '{preamble}\nexec "$@"'
 ADDRESSED_KINDS = ("etcd", "nats", "mooncake-master")
 
 
+def host_of(spec: ServiceSpec, head: str | None, dedicated: str | None) -> str | None:
+    """Where a single-instance service runs (None: that node is not running yet)."""
+    return dedicated if spec.placement == "dedicated" else head
+
+
 def mooncake_wiring(recipe: Recipe, specs: list[ServiceSpec], head: str | None, ports: NodePortAllocator,
-                    config_dir: str, served_model_name: str) -> Wiring | None:
+                    config_dir: str, served_model_name: str, dedicated: str | None = None) -> Wiring | None:
     """The Mooncake master's address and config files for the workers (None without a master)."""
     spec = next((s for s in specs if s.kind == mooncake.KIND), None)
     store = mooncake.store_of(recipe) if spec is not None else None
-    if spec is None or store is None or head is None:
+    host = host_of(spec, head, dedicated) if spec is not None else None
+    if spec is None or store is None or host is None:
         return None
-    return mooncake.wiring(recipe, store, head, ports_of(spec, recipe.name, head, ports), config_dir,
+    return mooncake.wiring(recipe, store, host, ports_of(spec, recipe.name, host, ports), config_dir,
                            served_model_name)
 
 
-def ports_of(spec: ServiceSpec, recipe: str, head: str, ports: NodePortAllocator) -> dict[str, int]:
-    owner = f"{recipe}/{spec.role}_0"
-    return {n: ports.allocate(head, owner, n) for n in KINDS[spec.kind].port_names}
+def ports_of(spec: ServiceSpec, recipe: str, node: str, ports: NodePortAllocator, index: int = 0) -> dict[str, int]:
+    owner = f"{recipe}/{spec.role}_{index}"
+    return {n: ports.allocate(node, owner, n) for n in (*KINDS[spec.kind].port_names, *spec.port_names)}
+
+
+def dedicated_ordinal(recipe: Recipe, specs: list[ServiceSpec]) -> int | None:
+    """srtctl's ``dedicated``: one more node after the workers', for the services only (None: not asked)."""
+    if any(s.placement == "dedicated" and not s.external for s in specs):
+        return node_count(recipe)
+    return None
+
+
+def total_nodes(recipe: Recipe, specs: list[ServiceSpec]) -> int:
+    return node_count(recipe) + (dedicated_ordinal(recipe, specs) is not None)
+
+
+def instance_ordinals(recipe: Recipe, spec: ServiceSpec, specs: list[ServiceSpec] | None = None) -> list[int]:
+    """The node ordinals of a service's instances, instance index = position (srtctl: one per node)."""
+    if spec.placement == "dedicated":
+        return [node_count(recipe)]
+    if spec.placement not in WORKER_NODES:
+        return [0]  # head, and infra (the head here)
+    if spec.placement == "all":  # every allocated node, the dedicated one included
+        return list(range(total_nodes(recipe, specs if specs is not None else [spec])))
+    named = spec.placement in ("prefill", "decode", "agg")
+    modes = (spec.placement,) if named else tuple(m for m, _ in recipe.roles.items())
+    return sorted({o for ep in recipe.allocate_endpoints() if ep.mode in modes for o in ep.nodes})
 
 
 def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, head: str | None,
-                  ports: NodePortAllocator, state_dir: Path) -> dict[str, str]:
+                  ports: NodePortAllocator, state_dir: Path, dedicated: str | None = None) -> dict[str, str]:
     """What the Dynamo frontend, its workers and inheriting services get (empty without Dynamo)."""
     if disc.backend == "none":
         return {}
@@ -67,25 +99,41 @@ def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, hea
         var, scheme = ("ETCD_ENDPOINTS", "http") if s.kind == "etcd" else ("NATS_SERVER", "nats")
         if s.external:
             env[var] = s.external
-        elif head is not None:
-            env[var] = f"{scheme}://{head}:{ports_of(s, recipe.name, head, ports)['client']}"
+        elif (host := host_of(s, head, dedicated)) is not None:
+            env[var] = f"{scheme}://{host}:{ports_of(s, recipe.name, host, ports)['client']}"
     return env
 
 
 def service_units(recipe: Recipe, specs: list[ServiceSpec], head: str, ports: NodePortAllocator,
-                  state_dir: Path, disc_env: Mapping[str, str], container: str | None) -> list[Unit]:
+                  state_dir: Path, disc_env: Mapping[str, str], container: str | None,
+                  nodes: Mapping[int, str] | None = None) -> list[Unit]:
+    """Every instance whose node is known (``nodes``: ordinal -> hostname of running allocations)."""
     out = []
+    known = {0: head, **(nodes or {})}
+    ded = dedicated_ordinal(recipe, specs)
+    infra = known.get(ded) if ded is not None else head  # srtctl's infra node: the dedicated one when reserved
     for s in specs:
         if s.external or s.per_worker:  # per-worker instances: services/per_worker.py
             continue
-        out.append(_unit(recipe, s, head, ports, Path(state_dir).absolute() / recipe.name, disc_env, container))
+        if infra is None and any(re.search(r"\{infra_(node|ip)\}", t) for t in _texts(s)):
+            continue  # it names the dedicated node, not running yet: it waits (its spec is unknown)
+        for i, o in enumerate(instance_ordinals(recipe, s, specs)):
+            if o in known:
+                out.append(_unit(recipe, s, head, ports, Path(state_dir).absolute() / recipe.name, disc_env,
+                                 container, i, o, known[o], infra or head))
     return out
 
 
+def _texts(s: ServiceSpec) -> list[str]:
+    return [*(s.command or ()), *s.args, *(v for _, v in s.env), s.preamble or ""]
+
+
 def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, rdir: Path,
-          disc_env: Mapping[str, str], container: str | None) -> Unit:
+          disc_env: Mapping[str, str], container: str | None, index: int = 0, ordinal: int = 0,
+          node: str | None = None, infra: str | None = None) -> Unit:
     kind = KINDS[s.kind]
-    p = ports_of(s, recipe.name, head, ports)
+    node, infra = node or head, infra or head
+    p = ports_of(s, recipe.name, node, ports, index)
     data_dir = str(rdir / "services" / s.role)
     files: dict[str, str] = {}
     if s.kind != "generic":
@@ -95,28 +143,34 @@ def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, r
         text = kind.config_text(p, data_dir, dict(s.options))
         if text is not None:
             files[conf_path] = text
-        argv = kind.command(program, head, p, data_dir, conf_path if text is not None else None, dict(s.options))
+        argv = kind.command(program, node, p, data_dir, conf_path if text is not None else None, dict(s.options))
         argv = [*argv, *(s.command or ())[1:], *s.args]
         if kind.fresh_data:
             argv = ["/bin/sh", "-c", _FRESH, f"{s.role}-fresh", data_dir, *argv]
-    else:
-        values = {"node": head, "node_ip": head, "head_node": head, "head_ip": head, "infra_node": head,
-                  "infra_ip": head, "index": "0", "role": "head", "node_id": "0"}
-        argv = [_PLACEHOLDER.sub(lambda m: values[m[1]], a) for a in (*(s.command or ()), *s.args)]
+    values = {"node": node, "node_ip": node, "head_node": head, "head_ip": head, "infra_node": infra,
+              "infra_ip": infra, "index": str(index), "role": s.placement, "node_id": str(ordinal)} | {
+        k: str(v) for k, v in p.items()}
+
+    def fill(text: str) -> str:
+        # a typed kind's own ports are not {port}; its text keeps such braces as written
+        return _PLACEHOLDER.sub(lambda m: values.get(m[1], m[0]), text) if s.kind == "generic" else text
+
+    if s.kind == "generic":
+        argv = [fill(a) for a in (*(s.command or ()), *s.args)]
     if s.preamble:
-        argv = ["/bin/bash", "-c", _PREAMBLE.format(preamble=s.preamble), s.role, *argv]
+        argv = ["/bin/bash", "-c", _PREAMBLE.format(preamble=fill(s.preamble)), s.role, *argv]
     env = dict(disc_env) if s.inherit_discovery_env else {}
-    env |= {"PYTHONUNBUFFERED": "1"} | dict(s.env)
-    launch = Launch(0, (head,), 1, None, tuple(argv), tuple(sorted(env.items())))
+    env |= {"PYTHONUNBUFFERED": "1"} | {k: fill(v) for k, v in s.env}
+    launch = Launch(0, (node,), 1, None, tuple(argv), tuple(sorted(env.items())))
     r = s.readiness
     port = r.port if r.port is not None else (p.get(r.port_name) if r.port_name else None)
-    probe_arg = {"log": r.pattern, "file": str(rdir / r.file), "http": str(r.status)}.get(r.kind, "")
+    probe_arg = {"log": r.pattern, "file": str(rdir / fill(r.file)), "http": str(r.status)}.get(r.kind, "")
     ctr = (s.container or container) if kind.job_container else (s.container or None)
     own = container_srun_options(recipe, str(rdir / "configs")) if ctr else {}
     srun = tuple(sorted({**own, **recipe.srun_options, **dict(s.srun_options)}.items()))
     return Unit(
-        recipe=recipe.name, role=s.role, index=0, ordinals=(0,), nodes=(head,), gpus=(), ports=p,
+        recipe=recipe.name, role=s.role, index=index, ordinals=(ordinal,), nodes=(node,), gpus=(), ports=p,
         launches=(launch,), container=ctr, files=files, health_port=port, health_path=r.path,
         probe=r.kind, probe_arg=probe_arg, phase=s.phase, startup_timeout=r.timeout,
-        critical=s.critical, srun_options=srun, spec_hash=spec_hash((launch,), ctr, files, srun),
+        critical=s.critical, srun_options=srun, probe_interval=r.interval, spec_hash=spec_hash((launch,), ctr, files, srun),
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.core.grace import apply_grace
+from reconciler.core.pace import split_due
 from reconciler.core.plan.results import StopReason
 from reconciler.drivers import Driver
 from reconciler.health import HealthTracker
@@ -43,6 +44,8 @@ class Observer:
         self.inflight: list[InFlight] = []
         self.tracker = HealthTracker(state.root)
         self._logs_read: dict[tuple[str, int, int], bool] = {}  # (path, inode, size) -> shows a bind failure
+        # (unit key, step id of its life) -> when last probed, its answer
+        self._probed: dict[tuple[str, str, int, str], tuple[float, bool]] = {}
 
     # ---------------------------------------------------------------- the cluster
     def cluster(self, ports: NodePortAllocator, now: float) -> ClusterFacts:
@@ -90,7 +93,16 @@ class Observer:
         """Probe the running units; per unit, its lives and exits (state/), probe history and fatal lines."""
         units = [u for d in desired.recipes.values() for u in d.all_units]
         running = {s.unit_key for s in steps if not s.pending}
-        ready = probe_units([u for u in units if u.key in running])
+        up = [u for u in units if u.key in running]
+        # the last probe of each life (its rank-0 step): a relaunched unit is probed at once
+        life = {s.unit_key: s.step_id for s in steps if not s.pending and s.rank == 0}
+        self._probed = {k: v for k, v in self._probed.items() if k[:3] in running and life.get(k[:3]) == k[3]}
+        last = {k[:3]: t for k, (t, _) in self._probed.items()}
+        now_keys, later = split_due([(u.key, u.probe_interval) for u in up], last, now)
+        todo = set(now_keys)
+        ready = probe_units([u for u in up if u.key in todo])
+        self._probed |= {(*k, life.get(k, "")): (now, ok) for k, ok in ready.items()}
+        kept = {k: v[1] for k, v in ((k, self._probed.get((*k, life.get(k, "")))) for k in later) if v is not None}
         out: dict[Key, UnitHealth] = {}
         records = {name: self.state.launches(name) for name in desired.recipes}
         for u in units:
@@ -101,7 +113,10 @@ class Observer:
                 self.tracker.scan_logs(u)
                 if u.probe == "log":
                     ready[u.key] = self.tracker.life(u.key).log_ready
-                self.tracker.probed(u.key, bool(ready.get(u.key)), now)
+                if u.key in kept:
+                    ready[u.key] = kept[u.key]
+                else:
+                    self.tracker.probed(u.key, bool(ready.get(u.key)), now)
                 missing = None
                 if (u.role, u.index) in desired.recipes[u.recipe].previous and rec.get("launches"):
                     last_exit = self.state.exit_status(u.recipe, u.life)  # did a surge life end already?

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from builders import desired_recipe, frontend, life, observed, service, step, unit
@@ -11,6 +13,9 @@ ETCD, NATS = service("etcd", "infra"), service("nats", "infra")
 MASTER = service("master", "before_workers")
 SIDECAR = service("sidecar", "after_frontend")
 A0, A1, FE = unit(index=0), unit(index=1), frontend()
+# a before_workers service placed on two worker nodes: instances 0 and 1
+MON0 = service("mon", "before_workers")
+MON1 = replace(MON0, index=1, ordinals=(1,), nodes=("n1-0",))
 
 
 def s(name: str, **kw):
@@ -62,6 +67,14 @@ CASES = [
      desired_recipe(A0, services=(service("etcd", "infra", timeout=5.0),), startup_grace=1000),
      observed(s("etcd"), health={("svc-etcd", 0): life(launched=90.0)}),
      expect(stop=[("100.94", "STARTUP_TIMEOUT")], waiting={"agg_0": "NEEDS_SERVICES"})),
+    ("a service on several nodes gates its phase until every instance is Ready",
+     desired_recipe(A0, fe=FE, services=(MON0, MON1)),
+     observed(s("mon"), step("svc-mon", 1, spec="svc", num=95), ready=[("svc-mon", 0)]),
+     expect(waiting={"agg_0": "NEEDS_SERVICES", "frontend_0": "NEEDS_SERVICES"})),
+    ("every instance Ready: the workers start",
+     desired_recipe(A0, fe=FE, services=(MON0, MON1)),
+     observed(s("mon"), step("svc-mon", 1, spec="svc", num=95), ready=[("svc-mon", 0), ("svc-mon", 1)]),
+     expect(place=[("agg_0", 0, "NEW", 0)], waiting={"frontend_0": "NEEDS_READY_WORKER"})),
     ("a service no longer declared is stopped",
      desired_recipe(A0), observed(step(index=0), s("old"), ready=[("agg", 0)]),
      expect(stop=[("100.93", "SERVICE_UNMANAGED")])),

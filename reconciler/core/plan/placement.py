@@ -29,7 +29,7 @@ def compute_services(d: DesiredRecipe, c: Classified) -> tuple[frozenset[str], d
     waiting: dict[str, Wait] = {}
     for v in c.missing:
         phase = "frontend" if v.is_frontend else v.unit.phase if v.unit.is_service else "workers"
-        blocking = [r for p in _BEFORE.get(phase, ()) for r in d.gates.get(p, ()) if (r, 0) not in c.ready]
+        blocking = [r for p in _BEFORE.get(phase, ()) for r in d.gates.get(p, ()) if not _all_ready(d, c, r)]
         blocking += [f"{r}_{i}" for r, i in v.unit.needs if (r, i) not in c.ready]  # its own per-worker services
         if blocking:
             held.add(v.name)
@@ -38,6 +38,12 @@ def compute_services(d: DesiredRecipe, c: Classified) -> tuple[frozenset[str], d
             held.add(v.name)
             waiting[v.name] = Wait(WaitReason.NEEDS_READY_FRONTEND)
     return frozenset(held), waiting
+
+
+def _all_ready(d: DesiredRecipe, c: Classified, role: str) -> bool:
+    # a service on several nodes gates its phase once every instance placed so far is Ready
+    keys = [(u.role, u.index) for u in d.services if u.role == role] or [(role, 0)]
+    return all(k in c.ready for k in keys)
 
 
 def _frontend_ready(d: DesiredRecipe, c: Classified) -> bool:
