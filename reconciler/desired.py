@@ -203,6 +203,8 @@ def build_recipe(
         liveness_failures=recipe.reconcile.liveness_failures, services=tuple(services), gates=gates,
         max_surge=rollout.max_surge, surge_pickup_seconds=rollout.pickup_seconds,
         surge_drain_seconds=rollout.drain_seconds, previous=previous, no_room=no_room,
+        surge_allocs=frozenset(placement[k].index for k in placement if f"{k[0]}_{k[1]}" in no_room)
+        if rollout.max_unavailable == 0 else frozenset(),
         handover_seconds=recipe.reconcile.handover_seconds, time_limit_seconds=slurm_seconds(recipe.slurm.time_limit),
     )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fakes import FakeCluster, recipe
-from reconciler.core.plan import CancelStep, LaunchStep, PlaceReason, StopReason, WaitReason
+from reconciler.core.plan import CancelStep, LaunchStep, PlaceReason, StopReason, SubmitAlloc, WaitReason
 from reconciler.core.slots import choose_slots, surge_flips
 from reconciler.world import Step, UnitHealth
 
@@ -168,12 +168,12 @@ engine: sglang
 frontend: {type: none}
 roles:
   agg: {workers: 1, gpus: 4, args: {mem-fraction-static: %(mem)s}}
-reconcile: {rollout: {surge_gpus: %(room)s}}
+reconcile: {rollout: {surge_gpus: %(room)s, max_unavailable: %(down)d}}
 """
 
 
-def gpu_spec(mem="0.8", room="false"):
-    return {"g": recipe(GPU % {"mem": mem, "room": room}, "g")}
+def gpu_spec(mem="0.8", room="false", down=0):
+    return {"g": recipe(GPU % {"mem": mem, "room": room, "down": down}, "g")}
 
 
 def visible(unit):
@@ -194,13 +194,31 @@ def test_a_gpu_engine_surges_onto_the_mirror_gpus_when_its_allocation_holds_them
     assert not c.plan(gpu_spec(mem="0.7", room="true"), now=1000.0).actions
 
 
-def test_a_gpu_engine_without_room_for_a_second_life_is_rolled_in_place():
+def test_a_gpu_engine_without_room_for_a_second_life_surges_onto_a_surge_allocation():
     c = FakeCluster()
     c.converge(gpu_spec())
-    assert next(iter(c.allocs.values())).count == 1
+    (old_job,) = c.allocs
     p = c.plan(gpu_spec(mem="0.7"))
-    assert cancels(p) == [("agg_0", StopReason.SPEC_CHANGED)] and launches(p) == []
-    assert c.desired(gpu_spec(mem="0.7")).recipes["g"].no_room == frozenset({"agg_0"})
-    c.converge(gpu_spec(mem="0.7"))
+    (submit,) = [a for a in p.actions if isinstance(a, SubmitAlloc)]
+    assert "surge allocation beside job" in submit.describe() and cancels(p) == [] and launches(p) == []
+    assert p.recipes["g"].waiting["agg_0"].reason is WaitReason.SURGE_ALLOCATION
+    c.apply(p)
+    (new_job,) = set(c.allocs) - {old_job}
+    p = c.plan(gpu_spec(mem="0.7"))
+    (launch,) = [a for a in p.actions if isinstance(a, LaunchStep)]
+    assert launch.job_id == new_job and cancels(p) == []  # the new life on the surge allocation, the old one serves
+    c.converge(gpu_spec(mem="0.7"), now=1000.0)
+    assert list(c.allocs) == [new_job]  # the old job released once its worker moved
     (life,) = c.desired(gpu_spec(mem="0.7")).recipes["g"].units
-    assert life.slot == 0 and visible(life) == "0,1,2,3"
+    assert visible(life) == "0,1,2,3" and not c.plan(gpu_spec(mem="0.7"), now=1000.0).actions
+
+
+def test_a_gpu_engine_without_room_is_rolled_in_place_when_max_unavailable_allows():
+    c = FakeCluster()
+    c.converge(gpu_spec(down=1))
+    p = c.plan(gpu_spec(mem="0.7", down=1))
+    assert cancels(p) == [("agg_0", StopReason.SPEC_CHANGED)] and launches(p) == []
+    assert c.desired(gpu_spec(mem="0.7", down=1)).recipes["g"].no_room == frozenset({"agg_0"})
+    c.converge(gpu_spec(mem="0.7", down=1))
+    (life,) = c.desired(gpu_spec(mem="0.7", down=1)).recipes["g"].units
+    assert life.slot == 0 and visible(life) == "0,1,2,3" and len(c.allocs) == 1

@@ -1,7 +1,8 @@
 """compute_allocations: submit what a recipe needs and does not have; release what it no longer needs.
 
 compute_handover: a running allocation whose time left (squeue's TimeLeft) falls below the
-hand-over time gets a successor at the same index, submitted now; once the successor runs,
+hand-over time gets a successor at the same index, submitted now — and so does one whose GPU
+workers must surge but have no GPUs there for a second life (``surge_allocs``); once the successor runs,
 the workers move onto it with the rollout's surge rules (``core/succession.py``) and the old
 job is released when its last step is gone — before Slurm ends it. The hand-over time is
 ``reconcile.handover_seconds``, else the longest launch-to-Ready seen for the recipe's
@@ -55,6 +56,10 @@ def compute_handover(d: DesiredRecipe, observed: Observed, now: float) -> tuple[
         held = jobs.get(spec.index, [])
         if len(held) != 1 or not held[0].running or held[0].job_id not in d.keep_allocs:
             continue  # none yet (submitted as missing), or a successor already exists
+        if spec.index in d.surge_allocs:
+            submit.append(SubmitAlloc(spec, f"surge allocation beside job {held[0].job_id}: its workers have no "
+                                            "GPUs there for a second life"))
+            continue
         left = slurm_seconds(held[0].time_left)
         if left is None:
             continue

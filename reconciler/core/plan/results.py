@@ -67,6 +67,7 @@ class WaitReason(str, Enum):
     TERMINATING = "its old step is still shutting down"
     SURGE_STARTING = "its new life starts beside the old one"
     SURGE_HANDOVER = "its new life is Ready: the old one leaves the routers, then stops"
+    SURGE_ALLOCATION = "waits for a surge allocation: its allocation has no GPUs for a second life"
     ACTION_BACKOFF = "an action failed: the recipe backs off"
 
 

@@ -12,7 +12,9 @@ Without surge (``max_surge: 0``; always for the frontend and services, whose por
 their address) the old step is cancelled now and its successor launched once it is gone
 (it needs the same ports): a not-Ready worker at once, a Ready one only while fewer than
 ``max_unavailable`` workers are unavailable. A GPU engine's worker whose allocation holds
-no GPUs for a second life (``DesiredRecipe.no_room``) is rolled so, one at a time.
+no GPUs for a second life (``DesiredRecipe.no_room``) is rolled so when ``max_unavailable``
+allows; with ``max_unavailable: 0`` it waits for a *surge allocation* (a successor job at its
+index, ``allocations.compute_handover``) and moves there with surge, like a hand-over.
 """
 
 from __future__ import annotations
@@ -62,11 +64,12 @@ def compute_rollout(
             _surge(d, v, stale, now, extra, replace, place, waiting, deadlines)
             continue
         if v.ready and v.is_worker:
-            # no GPUs for a surge life: in place, one at a time even when max_unavailable is 0
-            room = budget + (1 if v.name in d.no_room and d.max_unavailable == 0 else 0)
-            if room <= 0:
-                why = "no GPUs for a surge life (reconcile.rollout.surge_gpus)" if v.name in d.no_room else ""
-                waiting[v.name] = Wait(WaitReason.ROLLOUT_BUDGET, why or f"max_unavailable {d.max_unavailable}")
+            if v.name in d.no_room and d.max_unavailable == 0:
+                # no GPUs for a surge life here: it moves to the surge allocation once that runs
+                waiting[v.name] = Wait(WaitReason.SURGE_ALLOCATION, f"job {v.job}")
+                continue
+            if budget <= 0:
+                waiting[v.name] = Wait(WaitReason.ROLLOUT_BUDGET, f"max_unavailable {d.max_unavailable}")
                 continue
             budget -= 1
         replace += [CancelStep(s.step_id, d.name, v.name, StopReason.SPEC_CHANGED) for s in stale]
