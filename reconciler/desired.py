@@ -196,15 +196,16 @@ def build_recipe(
                         for a in live if not a.running and a.reason and a.reason != "None")
     return DesiredRecipe(
         name=recipe.name, generation=gen, allocs=tuple(specs), keep_allocs=tuple(keep), units=tuple(units),
-        waiting=tuple(waiting), frontend=fe, max_unavailable=recipe.reconcile.rollout.max_unavailable,
+        # a failover worker's engines share one gms: never surged, so rolled one at a time at least
+        waiting=tuple(waiting), frontend=fe,
+        max_unavailable=rollout.max_unavailable if engines == 1 else max(1, rollout.max_unavailable),
         unplaceable=tuple(unplaceable), job_of=job_of, pending_reason=pending,
         restart=_restart_policies(recipe, svc_specs, engines),
         startup_grace=recipe.health_check.max_attempts * recipe.health_check.interval_seconds,
         liveness_failures=recipe.reconcile.liveness_failures, services=tuple(services), gates=gates,
-        max_surge=rollout.max_surge, surge_pickup_seconds=rollout.pickup_seconds,
+        max_surge=rollout.max_surge if engines == 1 else 0, surge_pickup_seconds=rollout.pickup_seconds,
         surge_drain_seconds=rollout.drain_seconds, previous=previous, no_room=no_room,
-        surge_allocs=frozenset(placement[k].index for k in placement if f"{k[0]}_{k[1]}" in no_room)
-        if rollout.max_unavailable == 0 else frozenset(),
+        surge_allocs=_surge_allocs(placement, no_room) if rollout.max_unavailable == 0 else {},
         handover_seconds=recipe.reconcile.handover_seconds, time_limit_seconds=slurm_seconds(recipe.slurm.time_limit),
     )
 
@@ -223,6 +224,14 @@ def _restart_policies(recipe: Recipe, specs: list, engines: int) -> dict[str, Re
     roles = [FRONTEND, *(s.role for s in specs)]
     roles += [per_worker.instance_role(s, m) for s in specs for m in s.worker_roles]
     return out | {r: FAST_RESTART for r in roles}
+
+
+def _surge_allocs(placement: Mapping, no_room: frozenset[str]) -> dict[int, tuple[tuple[str, int], ...]]:
+    out: dict[int, tuple[tuple[str, int], ...]] = {}
+    for k, a in sorted(placement.items()):
+        if f"{k[0]}_{k[1]}" in no_room:
+            out[a.index] = (*out.get(a.index, ()), k)
+    return out
 
 
 def _instances(recipe: Recipe, specs: list) -> list[tuple[str, int]]:

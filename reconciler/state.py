@@ -156,7 +156,7 @@ class StateDir:
         self.write_json(self.path_of(name, "launches.json"), data)
 
     def count_launch(self, name: str, unit: str, now: float, restart: bool,
-                     ports: dict[str, dict[str, int]] | None = None) -> dict:
+                     ports: dict[str, dict[str, int]] | None = None, slot: int = 0) -> dict:
         """Record a new life. ``restart``: the plan says it is a relaunch after a failure."""
         data = self.launches(name)
         rec = data.setdefault(unit, {})
@@ -165,6 +165,7 @@ class StateDir:
             rec["backoff"] = rec.get("backoff", 0) + 1
         rec["launches"] = rec.get("launches", 0) + 1
         rec["lastLaunch"] = now
+        rec["slot"] = slot  # which life slot that launch was in (its exit record is that slot's)
         rec["ports"] = ports or {}
         rec.pop("replace", None)
         rec.pop("stoppedFor", None)

@@ -211,7 +211,7 @@ class DesiredRecipe:
     no_room: frozenset[str] = frozenset()
     # allocation indices whose workers wait for a surge allocation (no_room, max_unavailable 0): a
     # successor is submitted for them and the workers move onto it with surge, like a hand-over
-    surge_allocs: frozenset[int] = frozenset()
+    surge_allocs: Mapping[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)  # index -> its workers
     handover_seconds: float | None = None  # reconcile.handover_seconds (None: from launch-to-Ready)
     time_limit_seconds: float | None = None  # the allocations' Slurm time limit, when there is one
 

@@ -196,3 +196,23 @@ def test_engine_roles_fit_the_step_label_scheme():
     assert labels.parse_step(name, "o1") == labels.StepLabel("fo", "agg-e1", 3, 0, "abc123")
     # a step named before engines existed is adopted unchanged
     assert labels.parse_step("rcl:o1:fo:agg:3:0:abc123", "o1") == labels.StepLabel("fo", "agg", 3, 0, "abc123")
+
+
+def test_a_spec_change_rolls_failover_engines_in_place_even_with_max_unavailable_zero():
+    """Their engines share the worker's gms: never surged (no second life), rolled a unit at a time."""
+    import sys
+    from pathlib import Path as P
+
+    sys.path.insert(0, str(P(__file__).parent))
+    from fakes import FakeCluster
+
+    from reconciler.core.plan import CancelStep, StopReason
+
+    c = FakeCluster()
+    c.converge({"fo": load()}, rounds=80)
+    changed = {"fo": load(role=", args: {load-format: gms, max-model-len: 4096}")}
+    d = c.desired(changed).recipes["fo"]
+    assert d.max_surge == 0 and d.max_unavailable == 1 and not d.previous
+    cancels = [a for a in c.plan(changed).actions if isinstance(a, CancelStep)]
+    assert cancels and {a.reason for a in cancels} == {StopReason.SPEC_CHANGED}
+    assert c.converge(changed, rounds=200) > 0

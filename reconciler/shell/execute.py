@@ -89,7 +89,7 @@ class Executor:
             now = time.time()
             if l.rank == 0:
                 self.state.count_launch(u.recipe, u.name, now, restart=a.reason.restart,
-                                        ports={u.nodes[0]: dict(u.ports)} if u.ports else {})
+                                        ports={u.nodes[0]: dict(u.ports)} if u.ports else {}, slot=u.slot)
                 self.observer.tracker.new_life(u.key)
             if handle is not None:
                 pseudo = Step(f"{a.job_id}.pending-{u.life}-{l.rank}", u.recipe, u.role, u.index, l.rank,

@@ -93,7 +93,10 @@ class Observer:
         """Probe the running units; per unit, its lives and exits (state/), probe history and fatal lines."""
         units = [u for d in desired.recipes.values() for u in d.all_units]
         running = {s.unit_key for s in steps if not s.pending}
-        up = [u for u in units if u.key in running]
+        # a unit is probed when its own life runs: beside a surging worker's old life, the new slot's
+        # URL answers nothing yet, and it must not inherit the old life's Ready
+        lives = {(*s.unit_key, s.slot) for s in steps if not s.pending}
+        up = [u for u in units if (*u.key, u.slot) in lives]
         # the last probe of each life (its rank-0 step): a relaunched unit is probed at once
         life = {s.unit_key: s.step_id for s in steps if not s.pending and s.rank == 0}
         self._probed = {k: v for k, v in self._probed.items() if k[:3] in running and life.get(k[:3]) == k[3]}
@@ -108,7 +111,7 @@ class Observer:
         for u in units:
             rec = records[u.recipe].get(u.name, {})
             last_exit = None
-            if u.key in running:
+            if (*u.key, u.slot) in lives:
                 self.tracker.seen_running(u.key)
                 self.tracker.scan_logs(u)
                 if u.probe == "log":
@@ -118,11 +121,11 @@ class Observer:
                 else:
                     self.tracker.probed(u.key, bool(ready.get(u.key)), now)
                 missing = None
-                if (u.role, u.index) in desired.recipes[u.recipe].previous and rec.get("launches"):
-                    last_exit = self.state.exit_status(u.recipe, u.life)  # did a surge life end already?
             else:
                 missing = self.tracker.seen_missing(u.key, now) if rec.get("launches") else None
-                last_exit = self.state.exit_status(u.recipe, u.life) if rec.get("launches") else None
+                # the exit of the life launched last, when it ran in this slot (a surge life that ended)
+                if rec.get("launches") and rec.get("slot", 0) == u.slot:
+                    last_exit = self.state.exit_status(u.recipe, u.life)
             life = self.tracker.life(u.key)
             # "replace": the record of an earlier version for a rollout stop
             stopped_for = rec.get("stoppedFor") or (StopReason.SPEC_CHANGED.value if rec.get("replace") else None)

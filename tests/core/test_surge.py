@@ -109,7 +109,42 @@ def test_a_surge_life_that_died_is_tried_again_after_the_backoff():
     p = c.plan(spec(1, speed=7), now=55.0)
     w = p.recipes["r"].waiting["agg_0"]
     assert not p.actions and w.reason is WaitReason.BACKOFF and w.until == 62.0
-    assert launches(c.plan(spec(1, speed=7), now=62.0)) == [("agg_0", 1, PlaceReason.REPLACEMENT)]
+    # the new life's next launch is a restart, through the role's restart policy
+    assert launches(c.plan(spec(1, speed=7), now=62.0)) == [("agg_0", 1, PlaceReason.RELAUNCH)]
+    c.health[new.unit_key] = UnitHealth(launches=4, restarts=2, last_launch=70.0, last_exit=(1, 71.0))
+    capped = {"r": recipe((TEXT % {"workers": 1, "speed": 7, "surge": 1}).replace(
+        "agg: {workers: 1, gpus: 1}", "agg: {workers: 1, gpus: 1, restart: {max_restarts: 2}}"))}
+    p = c.plan(capped, now=500.0)
+    w = p.recipes["r"].waiting["agg_0"]
+    assert not p.actions and w.reason is WaitReason.GAVE_UP and "the old one keeps serving" in w.detail
+
+
+def test_a_new_life_that_logs_a_fatal_line_or_never_gets_ready_goes_and_the_old_one_stays():
+    c = FakeCluster()
+    c.converge(spec(1))
+    c.apply(c.plan(spec(1, speed=7)))
+    new = next(s for s in c.steps.values() if s.slot == 1)
+    c.unready.add((new.unit_key, 1))
+    c.health[new.unit_key] = UnitHealth(launches=2, last_launch=0.0, fatal="CUDA error: out of memory")
+    p = c.plan(spec(1, speed=7), now=10.0)
+    assert cancels(p) == [("agg_0", StopReason.FATAL_LOG)] and p.actions[0].step_id == new.step_id
+    c.health[new.unit_key] = UnitHealth(launches=2, last_launch=0.0, watched_since=0.0)
+    p = c.plan(spec(1, speed=7), now=10.0)
+    w = p.recipes["r"].waiting["agg_0"]
+    assert not p.actions and w.reason is WaitReason.SURGE_STARTING and w.until == 1800.0
+    assert p.requeue_after == pytest.approx(0.5)  # a life starting is motion
+    assert cancels(c.plan(spec(1, speed=7), now=1801.0)) == [("agg_0", StopReason.STARTUP_TIMEOUT)]
+
+
+def test_a_worker_waiting_its_turn_beside_its_serving_old_life_is_not_motion():
+    c = FakeCluster()
+    c.converge(spec(2))
+    c.apply(c.plan(spec(2, speed=7)))  # agg_0 surges, agg_1 waits for the budget
+    new = next(s for s in c.steps.values() if s.slot == 1)
+    c.health[new.unit_key] = UnitHealth(launches=2, was_ready=True, ready_since=100.0)
+    p = c.plan(spec(2, speed=7), now=101.0)
+    assert p.recipes["r"].waiting["agg_1"].reason is WaitReason.ROLLOUT_BUDGET
+    assert p.requeue_after == pytest.approx(1.0)  # the hand-over's next step, not a 0.5 s poll
 
 
 def test_without_surge_the_old_step_goes_first_and_the_successor_keeps_its_slot():
@@ -222,3 +257,25 @@ def test_a_gpu_engine_without_room_is_rolled_in_place_when_max_unavailable_allow
     c.converge(gpu_spec(mem="0.7", down=1))
     (life,) = c.desired(gpu_spec(mem="0.7", down=1)).recipes["g"].units
     assert life.slot == 0 and visible(life) == "0,1,2,3" and len(c.allocs) == 1
+
+
+def test_a_surge_allocation_no_longer_needed_while_it_queues_is_cancelled():
+    c = FakeCluster()
+    c.converge(gpu_spec())
+    (old_job,) = c.allocs
+    c.pending = True
+    c.apply(c.plan(gpu_spec(mem="0.7")))  # the surge allocation, queued
+    (queued,) = set(c.allocs) - {old_job}
+    assert not c.plan(gpu_spec(mem="0.7")).actions  # still wanted: nothing more
+    p = c.plan(gpu_spec())  # the change is reverted
+    assert [(type(a).__name__, a.job_id) for a in p.actions] == [("CancelAlloc", queued)]
+
+
+def test_no_surge_allocation_for_a_worker_whose_old_life_serves_nothing():
+    c = FakeCluster()
+    c.converge(gpu_spec())
+    (step,) = c.steps.values()
+    c.unready.add(step.unit_key)
+    p = c.plan(gpu_spec(mem="0.7"))
+    assert not [a for a in p.actions if isinstance(a, SubmitAlloc)]
+    assert cancels(p) == [("agg_0", StopReason.SPEC_CHANGED)]  # replaced in place at once

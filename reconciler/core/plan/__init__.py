@@ -115,7 +115,8 @@ def teardown(name: str, observed: Observed, reason: StopReason) -> RecipePlan:
 
 def converge(d: DesiredRecipe, observed: Observed, now: float) -> tuple[RecipePlan, bool, list[float | None]]:
     submit, release = compute_allocations(d, observed)
-    successors, next_handover = compute_handover(d, observed, now)
+    successors, unwanted, next_handover = compute_handover(d, observed, now)
+    release += unwanted
     c = classify(d, observed, frozenset(a.job_id for a in release))
     stops, w_stop = compute_stop(d, c, now)
     held_svc, w_svc = compute_services(d, c)
@@ -134,7 +135,8 @@ def converge(d: DesiredRecipe, observed: Observed, now: float) -> tuple[RecipePl
         replace=replace,
         relaunch_later=later, waiting=waiting, counts=counts(d, c), reset_backoff=reset,
     )
-    starting = [v for v in c.running + c.broken + c.outdated if not v.ready]
+    # a worker waiting its turn in a rollout beside its serving old life is not motion by itself
+    starting = [v for v in c.running + c.broken + c.outdated if not v.ready and (v.current or v not in c.outdated)]
     # waiting on Slurm's queue is not motion: a pending allocation has its own, slower, recheck
     moving = bool(starting or any(w.reason is WaitReason.TERMINATING for w in waiting.values()))
     recheck = pending_recheck(observed.allocs_of(d.name), now) if c.waiting else None

@@ -13,6 +13,7 @@ is never due the moment it starts.
 from __future__ import annotations
 
 from reconciler.core.plan.results import CancelAlloc, StopReason, SubmitAlloc
+from reconciler.core.succession import job_order
 from reconciler.timefmt import slurm_seconds
 from reconciler.world import Alloc, DesiredRecipe, Observed
 
@@ -43,32 +44,39 @@ def handover_seconds(d: DesiredRecipe, observed: Observed) -> float:
     return min(want, d.time_limit_seconds / 2) if d.time_limit_seconds else want
 
 
-def compute_handover(d: DesiredRecipe, observed: Observed, now: float) -> tuple[tuple[SubmitAlloc, ...], float | None]:
-    """(successors to submit now, when the next one is due)."""
+def compute_handover(d: DesiredRecipe, observed: Observed, now: float
+                     ) -> tuple[tuple[SubmitAlloc, ...], tuple[CancelAlloc, ...], float | None]:
+    """(successors to submit now, successors no longer wanted — still queued —, when the next one is due)."""
     jobs: dict[int, list[Alloc]] = {}
     for a in observed.allocs_of(d.name):
         if a.live:
             jobs.setdefault(a.index, []).append(a)
     limit = handover_seconds(d, observed)
     submit: list[SubmitAlloc] = []
+    drop: list[CancelAlloc] = []
     due: float | None = None
     for spec in d.allocs:
-        held = jobs.get(spec.index, [])
-        if len(held) != 1 or not held[0].running or held[0].job_id not in d.keep_allocs:
-            continue  # none yet (submitted as missing), or a successor already exists
-        if spec.index in d.surge_allocs:
+        held = sorted(jobs.get(spec.index, []), key=lambda a: job_order(a.job_id))
+        if not held or not held[0].running or held[0].job_id not in d.keep_allocs:
+            continue  # none yet (submitted as missing), or nothing runs to hand over from
+        # a surge allocation only for workers whose old life serves: the others are replaced in place
+        surge = any(observed.ready.get((d.name, *k)) for k in d.surge_allocs.get(spec.index, ()))
+        left = slurm_seconds(held[0].time_left)
+        short = left is not None and left <= limit
+        if len(held) > 1:
+            if not (surge or short) and not any(a.running for a in held[1:]):
+                # the reason went away (the change was reverted) while it queued: it would move everything
+                drop += [CancelAlloc(a.job_id, d.name, a.index) for a in held[1:]]
+            continue
+        if surge:
             submit.append(SubmitAlloc(spec, f"surge allocation beside job {held[0].job_id}: its workers have no "
                                             "GPUs there for a second life"))
-            continue
-        left = slurm_seconds(held[0].time_left)
-        if left is None:
-            continue
-        if left <= limit:
+        elif short:
             submit.append(SubmitAlloc(spec, f"successor of job {held[0].job_id}: {held[0].time_left} left, "
                                             f"hand-over at {limit:.0f}s"))
-        else:
+        elif left is not None:
             due = min(due, now + left - limit) if due is not None else now + left - limit
-    return tuple(submit), due
+    return tuple(submit), tuple(drop), due
 
 
 def release_all(name: str, allocs: list[Alloc], reason: StopReason) -> tuple[CancelAlloc, ...]:

@@ -11,7 +11,7 @@ scale-up fills the lowest free ones) on the allocation ``desired.place`` chose f
 
 from __future__ import annotations
 
-from reconciler.core.plan.classify import Classified
+from reconciler.core.plan.classify import Classified, UnitView
 from reconciler.core.plan.relaunch import launches_for
 from reconciler.core.plan.results import LaunchStep, PlaceReason, Wait, WaitReason
 from reconciler.units import SERVICE_PREFIX
@@ -28,16 +28,24 @@ def compute_services(d: DesiredRecipe, c: Classified) -> tuple[frozenset[str], d
     held: set[str] = set()
     waiting: dict[str, Wait] = {}
     for v in c.missing:
-        phase = "frontend" if v.is_frontend else v.unit.phase if v.unit.is_service else "workers"
-        blocking = [r for p in _BEFORE.get(phase, ()) for r in d.gates.get(p, ()) if not _all_ready(d, c, r)]
-        blocking += [f"{r}_{i}" for r, i in v.unit.needs if (r, i) not in c.ready]  # its own per-worker services
-        if blocking:
+        why = gate(d, c, v)
+        if why is not None:
             held.add(v.name)
-            waiting[v.name] = Wait(WaitReason.NEEDS_SERVICES, ", ".join(r.removeprefix(SERVICE_PREFIX) for r in blocking))
-        elif phase == "after_frontend" and not _frontend_ready(d, c):
-            held.add(v.name)
-            waiting[v.name] = Wait(WaitReason.NEEDS_READY_FRONTEND)
+            waiting[v.name] = why
     return frozenset(held), waiting
+
+
+def gate(d: DesiredRecipe, c: Classified, v: UnitView) -> Wait | None:
+    """Why a new life of ``v`` may not start yet (an earlier phase not Ready), or None. A first
+    launch, a relaunch and a rollout's surge life are all held by it."""
+    phase = "frontend" if v.is_frontend else v.unit.phase if v.unit.is_service else "workers"
+    blocking = [r for p in _BEFORE.get(phase, ()) for r in d.gates.get(p, ()) if not _all_ready(d, c, r)]
+    blocking += [f"{r}_{i}" for r, i in v.unit.needs if (r, i) not in c.ready]  # its own per-worker services
+    if blocking:
+        return Wait(WaitReason.NEEDS_SERVICES, ", ".join(r.removeprefix(SERVICE_PREFIX) for r in blocking))
+    if phase == "after_frontend" and not _frontend_ready(d, c):
+        return Wait(WaitReason.NEEDS_READY_FRONTEND)
+    return None
 
 
 def _all_ready(d: DesiredRecipe, c: Classified, role: str) -> bool:

@@ -22,7 +22,9 @@ from __future__ import annotations
 from collections import Counter
 
 from reconciler.core.plan.classify import Classified, UnitView
-from reconciler.core.plan.relaunch import launches_for
+from reconciler.core.plan.placement import gate
+from reconciler.core.plan.relaunch import Gate, launches_for, restart_gate
+from reconciler.core.plan.stop import liveness, startup_deadline
 from reconciler.core.plan.results import CancelStep, LaunchStep, PlaceReason, StopReason, Wait, WaitReason
 from reconciler.units import is_service_role
 from reconciler.world import DesiredRecipe, UnitHealth
@@ -61,7 +63,7 @@ def compute_rollout(
             waiting[v.name] = Wait(WaitReason.TERMINATING)
             continue
         if surges(d, v):
-            _surge(d, v, stale, now, extra, replace, place, waiting, deadlines)
+            _surge(d, c, v, stale, now, extra, replace, place, waiting, deadlines)
             continue
         if v.ready and v.is_worker:
             if v.name in d.no_room and d.max_unavailable == 0:
@@ -76,13 +78,25 @@ def compute_rollout(
     return tuple(replace), tuple(place), waiting, deadlines
 
 
-def _surge(d: DesiredRecipe, v: UnitView, stale: list, now: float, extra: Counter, replace: list,
+def _surge(d: DesiredRecipe, c: Classified, v: UnitView, stale: list, now: float, extra: Counter, replace: list,
            place: list, waiting: dict, deadlines: list) -> None:
     role = v.unit.role
+    h = v.health
     if v.current:  # the new life runs (or is being launched)
-        h = v.health
+        if all(s.cancellable for s in v.current):
+            # the new life is held to the same liveness as any: a fatal line, a lost rank, no Ready
+            # within the startup grace — it goes, the old one keeps serving, the restart policy decides
+            verdict = liveness(d, h, now, v.unit.startup_timeout)
+            if verdict is None and not {l.rank for l in v.unit.launches} <= {s.rank for s in v.current}:
+                verdict = (StopReason.RANK_LOST, "its new life")
+            if verdict is not None:
+                replace += [CancelStep(s.step_id, d.name, v.name, verdict[0], verdict[1]) for s in v.current]
+                return
         if not (v.ready and h is not None and h.ready_since is not None):
-            waiting[v.name] = Wait(WaitReason.SURGE_STARTING, f"slot {'ab'[v.unit.slot]}")
+            due = startup_deadline(d, v)
+            waiting[v.name] = Wait(WaitReason.SURGE_STARTING, f"slot {'ab'[v.unit.slot]}", due)
+            if due is not None:
+                deadlines.append(due)
             return
         done = h.ready_since + d.surge_pickup_seconds + d.surge_drain_seconds
         if now >= done:
@@ -93,21 +107,29 @@ def _surge(d: DesiredRecipe, v: UnitView, stale: list, now: float, extra: Counte
                                    else "the old life drains its requests", done)
             deadlines.append(done if not routed else h.ready_since + d.surge_pickup_seconds)
         return
+    held = gate(d, c, v)
+    if held is not None:
+        waiting[v.name] = held  # e.g. a hand-over's etcd is not Ready on the successor yet
+        return
     if not v.old_ready:
         # the old life serves nothing: it goes now, and its successor starts beside it at once
         replace += [CancelStep(s.step_id, d.name, v.name, StopReason.SPEC_CHANGED) for s in stale]
         place += launches_for(d, v, PlaceReason.REPLACEMENT)
         return
-    h = v.health
+    reason = PlaceReason.REPLACEMENT
     if h is not None and h.last_exit is not None and h.last_exit[1] >= (h.last_launch or 0.0) - 1:
-        # the surge life launched last has ended already: not again before the backoff
-        retry = h.last_exit[1] + d.policy(role).backoff_seconds
-        if now < retry:
-            waiting[v.name] = Wait(WaitReason.BACKOFF, f"its surge life exited with code {h.last_exit[0]}", retry)
-            deadlines.append(retry)
+        # the new life launched last has ended: its next launch goes through the restart policy
+        gated, why, detail, due = restart_gate(d.policy(role), h, now)
+        if gated is Gate.WAIT:
+            waiting[v.name] = Wait(WaitReason.BACKOFF, f"its new life {detail}", due)
+            deadlines.append(due)  # type: ignore[arg-type]
             return
+        if gated is Gate.STOP:
+            waiting[v.name] = Wait(WaitReason.GAVE_UP, f"its new life {detail}; the old one keeps serving")
+            return
+        reason = why  # type: ignore[assignment]
     if extra[role] >= d.max_surge:
         waiting[v.name] = Wait(WaitReason.ROLLOUT_BUDGET, f"max_surge {d.max_surge}")
         return
     extra[role] += 1
-    place += launches_for(d, v, PlaceReason.REPLACEMENT)
+    place += launches_for(d, v, reason)
