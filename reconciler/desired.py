@@ -173,7 +173,8 @@ def build_recipe(
     if head is not None:
         job_of[(FRONTEND, 0)] = head_alloc.job_id  # type: ignore[union-attr]
         fe, old_fe = frontend_life(lambda slot: with_cluster_preamble(frontend_unit(
-            recipe, head, ports, runtime, state_dir, disc_env, units, slot), recipe), steps, job_of, rollout.max_surge)
+            recipe, head, ports, runtime, state_dir, disc_env, units, slot), recipe), steps, job_of,
+            rollout.max_surge, ports)
         if old_fe is not None:
             previous = {**previous, (FRONTEND, 0): old_fe}
         services = service_units(recipe, svc_specs, head, ports, state_dir, disc_env, _container(recipe, recipe.backend),

@@ -98,7 +98,7 @@ def moving_from(recipe: str, units: list[Unit], steps: list[Step], job_of: Mappi
 
 
 def frontend_life(build: Callable[[int], Unit | None], steps: list[Step], job_of: Mapping, max_surge: int,
-                  ) -> tuple[Unit | None, Unit | None]:
+                  ports: NodePortAllocator | None = None) -> tuple[Unit | None, Unit | None]:
     """The frontend in its life slot, and its old life when a new one starts beside it (only a
     frontend whose lives share the port: its address stays). ``build(slot)`` makes the unit."""
     fe = build(0)
@@ -112,6 +112,14 @@ def frontend_life(build: Callable[[int], Unit | None], steps: list[Step], job_of
         return fe, None
     if surge_flips([fe], mine, job_of, max_surge):
         return build(1 - slot), fe
-    if any(s.job_id != job_of.get(key) and s.slot != slot for s in mine):
-        return fe, build(1 - slot)  # moving to a successor allocation: the old life, on the same node and port
-    return fe, None
+    away = [s for s in mine if s.job_id != job_of.get(key) and s.slot != slot and s.nodes]
+    if not away:
+        return fe, None
+    old = build(1 - slot)  # moving to a successor allocation: the old life, where its step runs
+    node = max(away, key=lambda s: s.step_id).nodes[0]
+    if old is None or node == old.nodes[0]:
+        return fe, old
+    # its port there (a recipe's fixed frontend.port is the same everywhere); the probe asks for this
+    # life by name, so a guess that reaches another process is not mistaken for it
+    port = (ports.lookup(node, old.port_owner, "http") if ports is not None else None) or old.health_port
+    return fe, replace(old, nodes=(node,), ports={**old.ports, "http": port}, health_port=port)

@@ -176,6 +176,16 @@ def probe_dynamo(host: str, port: int, path: str, timeout: float = TIMEOUT) -> b
     return isinstance(endpoints, dict) and bool(endpoints) and all(v == "ready" for v in endpoints.values())
 
 
+def probe_life(host: str, port: int, path: str, life: str, timeout: float = TIMEOUT) -> bool:
+    """A router life sharing its port: 200 *and* a body that names this life. Another process on
+    the port (the other life, a router of an older version, another frontend) is not this one."""
+    try:
+        status, body = _get(host, port, path, timeout)
+        return status == 200 and json.loads(body).get("life") == life
+    except Exception:  # noqa: BLE001 - as probe_one: anything but this life answering is not Ready
+        return False
+
+
 def probe_tcp(host: str, port: int, timeout: float = TIMEOUT) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -202,6 +212,8 @@ def _probe(u: Unit) -> bool:
         return probe_tcp(u.nodes[0], u.health_port)
     if u.probe == "dynamo":
         return probe_dynamo(u.nodes[0], u.health_port, u.health_path)
+    if u.shares_port:
+        return probe_life(u.nodes[0], u.health_port, u.health_path, "ab"[u.slot])
     return probe_one(u.nodes[0], u.health_port, u.health_path, status=int(u.probe_arg or 200))
 
 

@@ -9,7 +9,7 @@ import socket
 from pathlib import Path
 
 from helpers import Proc, free_port, get, post, start_mocker, wait_until
-from reconciler.probe import probe_one
+from reconciler.probe import probe_life, probe_one
 from reconciler.router.listen import shared_listener
 
 
@@ -69,6 +69,8 @@ def test_a_second_router_life_shares_the_port_and_answers_only_its_own_probe(tmp
         assert post(url + "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 200
         lives[0].stop()
         assert get(f"{url}/health?life=b")[0] == 200 and get(f"{url}/health")[0] == 200
+        assert probe_life("127.0.0.1", port, "/health?life=b", "b")
+        assert not probe_life("127.0.0.1", port, "/health", "a")  # 200, but from life b
     finally:
         for p in lives:
             p.stop()

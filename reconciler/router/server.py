@@ -166,7 +166,7 @@ class Router:
             # the other life shares this port: the probe of that life must not read this one as Ready
             return web.json_response({"status": "other life", "life": self.life}, status=404)
         ok, how = self.routable()
-        return web.json_response({"status": "ok", "routing": how, "workers": self.pool.roles()})
+        return web.json_response({"status": "ok", "routing": how, "workers": self.pool.roles(), "life": self.life})
 
     async def metrics(self, request: web.Request) -> web.Response:
         for w in self.pool.workers.values():

@@ -128,3 +128,16 @@ def test_generations(jobs, busy, current, successors, retiring):
     steps = [Step(f"{j}.0", "r", "agg", 0, 0, "h") for j in busy]
     cur, succ, ret = generations(jobs, steps)
     assert [a.job_id for a in cur] == [current] and succ == successors and ret == retiring
+
+
+def test_the_router_moving_to_another_node_is_probed_where_its_old_life_runs():
+    c = FakeCluster()
+    c.converge(spec(frontend="builtin"))
+    old = left(c, "1:00")
+    c.node_names = "m{}"  # Slurm grants the successor on another node
+    c.apply(c.plan(spec(frontend="builtin"), now=1000.0))
+    d = c.desired(spec(frontend="builtin")).recipes["r"]
+    prev = d.previous[("frontend", 0)]
+    old_fe = next(s for s in c.steps.values() if s.role == "frontend")
+    assert old_fe.job_id == old.job_id and prev.nodes == old_fe.nodes and prev.slot == old_fe.slot
+    assert d.frontend.nodes != prev.nodes and d.frontend.slot != prev.slot
