@@ -166,6 +166,7 @@ class StateDir:
         rec["launches"] = rec.get("launches", 0) + 1
         rec["lastLaunch"] = now
         rec["slot"] = slot  # which life slot that launch was in (its exit record is that slot's)
+        rec["lastReadyAfter"] = rec.pop("readyAfter", rec.get("lastReadyAfter"))  # the last life's, kept
         rec["ports"] = ports or {}
         rec.pop("replace", None)
         rec.pop("stoppedFor", None)
@@ -177,6 +178,14 @@ class StateDir:
         data = self.launches(name)
         if unit in data and data[unit].get("stoppedFor") != reason:
             data[unit]["stoppedFor"] = reason
+            self._write_launches(name, data)
+
+    def note_ready_after(self, name: str, unit: str, launched: float, seconds: float) -> None:
+        """How long the life launched at ``launched`` took to be Ready (kept across restarts)."""
+        data = self.launches(name)
+        rec = data.get(unit)
+        if rec is not None and rec.get("lastLaunch") == launched and rec.get("readyAfter") is None:
+            rec["readyAfter"] = round(max(0.0, seconds), 3)
             self._write_launches(name, data)
 
     def reset_backoff(self, name: str, unit: str) -> None:

@@ -90,6 +90,8 @@ class UnitHealth:
     probe_failures: int = 0  # consecutive failed probes since it was last Ready
     fatal: str | None = None  # a line of this life's log matching a fatal pattern
     watched_since: float | None = None  # when this reconciler process first probed it (after a restart)
+    ready_after: float | None = None  # seconds this life took from launch to Ready (state/, when seen)
+    took: float | None = None  # the same, of this life or the last one that was seen through (hand-over time)
 
     @property
     def grace_from(self) -> float | None:

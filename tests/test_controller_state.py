@@ -169,3 +169,19 @@ def test_a_name_kept_by_a_broken_file_is_not_taken_over_by_another_file(tmp_path
     (m / "a.yaml").write_text("name: sw_w1\nmodel: {path: m}\nengine: nope\n")
     broken = c.load_manifests()
     assert broken.recipes["sw_w1"].roles.agg.workers == 3  # a.yaml's last spec, not z.yaml's variant
+
+
+def test_launch_to_ready_is_kept_per_life_and_the_last_one_survives_a_relaunch(tmp_path):
+    from reconciler.state import StateDir
+
+    st = StateDir(tmp_path)
+    st.count_launch("r", "agg_0", 100.0, restart=False, slot=1)
+    st.note_ready_after("r", "agg_0", 99.0, 5.0)  # another life's launch time: not this one's
+    assert "readyAfter" not in st.launches("r")["agg_0"]
+    st.note_ready_after("r", "agg_0", 100.0, 42.5)
+    st.note_ready_after("r", "agg_0", 100.0, 60.0)  # the first Ready of a life counts
+    rec = st.launches("r")["agg_0"]
+    assert rec["readyAfter"] == 42.5 and rec["slot"] == 1
+    st.count_launch("r", "agg_0", 200.0, restart=True)
+    rec = st.launches("r")["agg_0"]
+    assert "readyAfter" not in rec and rec["lastReadyAfter"] == 42.5 and rec["slot"] == 0

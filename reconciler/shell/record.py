@@ -92,6 +92,12 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
         rp = p.recipes.get(name)
         for unit in rp.reset_backoff if rp else ():
             state.reset_backoff(name, unit)
+        o = snap.observed
+        for u in d.units:  # launch-to-Ready, seen through by this process: the hand-over time's input
+            h = o.health.get(u.key)
+            if h and o.ready.get(u.key) and h.ready_since and h.last_launch and h.watched_since is not None \
+                    and h.watched_since - h.last_launch < 30 and h.ready_after is None:
+                state.note_ready_after(name, u.name, h.last_launch, h.ready_since - h.last_launch)
 
 
 def write_status(state: StateDir, name: str, st: dict, prev: dict) -> None:

@@ -102,8 +102,10 @@ def test_the_default_hand_over_time_is_the_launch_to_ready_time_plus_a_minute_at
     left(c, "3:00")
     assert not submits(c.plan(spec(handover="")))
     c.health[("r", "agg", 0)] = UnitHealth(launches=1, last_launch=0.0, ready_since=150.0, was_ready=True,
-                                           watched_since=1.0)
-    assert submits(c.plan(spec(handover="")))  # 150 s to Ready + 60 s > 180 s left
+                                           watched_since=1.0, took=150.0)
+    # two workers moved one at a time, 150 s to Ready each (+ pick-up and drain), + 60 s: capped at
+    # half the 10-minute limit, 300 s > 180 s left
+    assert submits(c.plan(spec(handover="")))
 
 
 def test_no_time_limit_means_no_hand_over():

@@ -5,9 +5,10 @@ hand-over time gets a successor at the same index, submitted now — and so does
 workers must surge but have no GPUs there for a second life (``surge_allocs``); once the successor runs,
 the workers move onto it with the rollout's surge rules (``core/succession.py``) and the old
 job is released when its last step is gone — before Slurm ends it. The hand-over time is
-``reconcile.handover_seconds``, else the longest launch-to-Ready seen for the recipe's
-workers + 60 s, at least 120 s; either way at most half the time limit, so that a successor
-is never due the moment it starts.
+``reconcile.handover_seconds``, else the moves it takes (workers per role / max_surge) times
+the longest launch-to-Ready seen for the recipe's workers (kept in state/launches.json) plus
+pick-up and drain, + 60 s, at least 120 s; either way at most half the time limit, so that a
+successor is never due the moment it starts.
 """
 
 from __future__ import annotations
@@ -37,10 +38,15 @@ def handover_seconds(d: DesiredRecipe, observed: Observed) -> float:
     if d.handover_seconds is not None:
         want = d.handover_seconds
     else:
-        took = [h.ready_since - h.last_launch for u in d.units if (h := observed.health.get(u.key)) is not None
-                and h.ready_since is not None and h.last_launch is not None and h.watched_since is not None
-                and h.watched_since - h.last_launch < 30]  # a launch this process saw through to Ready
-        want = max(HANDOVER_FLOOR, max(took, default=0.0) + HANDOVER_MARGIN)
+        # the workers move max_surge at a time per role, each taking its launch-to-Ready (kept in
+        # state/ across restarts) plus the routers' pick-up and the old life's drain
+        took = [h.took for u in d.units if (h := observed.health.get(u.key)) is not None and h.took is not None]
+        per_role: dict[str, int] = {}
+        for u in d.units:
+            per_role[u.role] = per_role.get(u.role, 0) + 1
+        waves = max((-(-n // max(1, d.max_surge)) for n in per_role.values()), default=1)
+        each = max(took, default=0.0) + d.surge_pickup_seconds + d.surge_drain_seconds
+        want = max(HANDOVER_FLOOR, waves * each + HANDOVER_MARGIN)
     return min(want, d.time_limit_seconds / 2) if d.time_limit_seconds else want
 
 
