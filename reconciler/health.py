@@ -30,6 +30,7 @@ class Life:
     watched_since: float | None = None
     was_ready: bool = False
     ready_since: float | None = None
+    first_ready: float | None = None  # the first Ready probe of this life: a flap does not reset it
     probe_failures: int = 0
     fatal: str | None = None
     log_ready: bool = False  # a ``log`` readiness probe's pattern matched in this life
@@ -60,6 +61,8 @@ class HealthTracker:
             life.probe_failures = 0
             if life.ready_since is None:
                 life.ready_since = now
+            if life.first_ready is None:
+                life.first_ready = now
         else:
             life.ready_since = None
             if life.was_ready:

@@ -87,6 +87,7 @@ class UnitHealth:
     stopped_for: str | None = None  # the StopReason value of the last stop we issued in this life
     was_ready: bool = False  # Ready at least once in this life
     ready_since: float | None = None  # start of the current unbroken run of Ready probes
+    first_ready: float | None = None  # the first Ready probe of this life (seen by this process)
     probe_failures: int = 0  # consecutive failed probes since it was last Ready
     fatal: str | None = None  # a line of this life's log matching a fatal pattern
     watched_since: float | None = None  # when this reconciler process first probed it (after a restart)

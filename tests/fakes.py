@@ -48,7 +48,7 @@ class FakeCluster:
         old = {u.key: u.slot for d in desired.recipes.values() for u in d.previous.values()}
         ready = {s.unit_key: True for s in self.steps.values() if up(s) and slot.get(s.unit_key, 0) == s.slot}
         prev = {s.unit_key: True for s in self.steps.values() if up(s) and old.get(s.unit_key) == s.slot}
-        health = {k: UnitHealth(launches=1, was_ready=True, ready_since=-1e6) for k in ready} | self.health
+        health = {k: UnitHealth(launches=1, was_ready=True, ready_since=-1e6, first_ready=-1e6) for k in ready} | self.health
         return Observed(tuple(self.allocs.values()), tuple(self.steps.values()), ready, health,
                         previous_ready=prev)
 

@@ -115,6 +115,6 @@ def write_endpoints(state: StateDir, d: DesiredRecipe, o: Observed, now: float) 
     workers = [
         {"url": u.url, "role": u.role, "name": u.name, "node": u.nodes[0]}
         for u in d.units if o.ready.get(u.key)
-    ] + [{"url": u.url, "role": u.role, "name": u.life, "node": u.nodes[0]} for u in router_sync.old_lives(d, o, now)]
+    ] + [{"url": u.url, "role": u.role, "name": u.life, "node": u.nodes[0]} for u in router_sync.old_lives(d, o, now, strict=True)]
     state.write_json(endpoints_path(state.root, d.name), {"recipe": d.name, "workers": workers})
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from reconciler.core.plan import stop
 from reconciler.core.plan.rollout import old_life_routed
 from reconciler.world import DesiredRecipe, Observed
 
@@ -34,17 +35,17 @@ class Change:
 
 def serving(d: DesiredRecipe, o: Observed, u) -> bool:
     """Ready, or Ready before and not (yet) judged dead: one failed probe does not flap the router."""
-    if o.ready.get(u.key):
-        return True
-    h = o.health.get(u.key)
-    return bool(h and h.was_ready and h.missing_since is None and 0 < h.probe_failures < d.liveness_failures)
+    return stop.serving(d, bool(o.ready.get(u.key)), o.health.get(u.key))
 
 
-def old_lives(d: DesiredRecipe, o: Observed, at: float) -> list:
+def old_lives(d: DesiredRecipe, o: Observed, at: float, strict: bool = False) -> list:
     """Old lives of surging workers that still take requests: Ready, and their successor not yet
-    Ready for long enough (``core/plan/rollout.old_life_routed``)."""
+    Ready for long enough (``core/plan/rollout.old_life_routed``). ``strict``: for a router that
+    is given only the workers Ready right now (the built-in one), an old life also stands in
+    while its successor's probe fails."""
     return [u for key, u in sorted(d.previous.items()) if not u.shares_port and o.previous_ready.get(u.key)
-            and old_life_routed(d, bool(o.ready.get(u.key)), o.health.get(u.key), at)]
+            and (old_life_routed(d, bool(o.ready.get(u.key)), o.health.get(u.key), at)
+                 or (strict and not o.ready.get(u.key)))]
 
 
 def wanted(d: DesiredRecipe, o: Observed, at: float | None = None) -> dict[str, dict]:

@@ -77,9 +77,9 @@ def test_health_tracker_probe_history():
     t.probed(k, False, 5.0)
     assert (life_.probe_failures, life_.ready_since) == (2, None)
     t.probed(k, True, 6.0)
-    assert (life_.probe_failures, life_.ready_since) == (0, 6.0)
+    assert (life_.probe_failures, life_.ready_since, life_.first_ready) == (0, 6.0, 2.0)  # a flap keeps the first
     t.new_life(k)
-    assert t.life(k).was_ready is False
+    assert (t.life(k).was_ready, t.life(k).first_ready) == (False, None)
 
 
 def test_health_tracker_finds_a_fatal_line_across_reads_and_rotation(tmp_path):

@@ -50,7 +50,7 @@ def test_the_new_life_starts_beside_the_old_one_and_the_old_stops_after_the_hand
     assert not p.actions and p.recipes["r"].waiting["agg_0"].reason is WaitReason.SURGE_STARTING
     c.unready.clear()
     # Ready since t=100: routed beside the old one until 102, the old one drains until 105
-    c.health[old.unit_key] = UnitHealth(launches=2, was_ready=True, ready_since=100.0)
+    c.health[old.unit_key] = UnitHealth(launches=2, was_ready=True, ready_since=100.0, first_ready=100.0)
     for now, want in ((101.0, "routed"), (103.0, "drains")):
         p = c.plan(spec(1, speed=7), now=now)
         w = p.recipes["r"].waiting["agg_0"]
@@ -61,6 +61,50 @@ def test_the_new_life_starts_beside_the_old_one_and_the_old_stops_after_the_hand
     c.apply(p)
     assert not c.plan(spec(1, speed=7), now=106.0).actions
     assert [s.slot for s in c.steps.values()] == [1]
+
+
+def _handed_over(c, new_key, now, **health):
+    """The surge hand-over of a one-worker role whose new life was first Ready at t=100."""
+    c.health[new_key] = UnitHealth(launches=2, was_ready=True, first_ready=100.0, **health)
+    if not health.get("ready_since"):
+        c.unready.add((new_key, 1))
+    p = c.plan(spec(1, speed=7), now=now)
+    c.unready.clear()
+    return p
+
+
+@pytest.mark.parametrize("now, health, want", [
+    # Ready again after a failed probe at 101.5: the clock still runs from 100 (pick-up 102, stop 105)
+    (103.0, {"ready_since": 102.0}, "drains"),
+    (105.0, {"ready_since": 102.0}, StopReason.SUPERSEDED),
+    # failing its probe now, below the liveness threshold (3): still serving, the old life is not routed again
+    (103.0, {"probe_failures": 1}, "drains"),
+    # drained, but its probe fails right now: the old life is not stopped yet
+    (106.0, {"probe_failures": 2}, "probe failed"),
+    # judged dead: cancelled, and the old life serves on
+    (106.0, {"probe_failures": 3}, StopReason.LIVENESS),
+])
+def test_a_flapping_new_life_neither_starts_the_hand_over_over_nor_brings_the_old_life_back(now, health, want):
+    from reconciler.world import Observed
+    from reconciler.shell import router_sync
+
+    c = FakeCluster()
+    c.converge(spec(1))
+    old = next(iter(c.steps.values()))
+    c.apply(c.plan(spec(1, speed=7)))
+    p = _handed_over(c, old.unit_key, now, **health)
+    if isinstance(want, StopReason):
+        assert cancels(p) == [("agg_0", want)]
+    else:
+        w = p.recipes["r"].waiting["agg_0"]
+        assert not p.actions and w.reason is WaitReason.SURGE_HANDOVER and want in w.detail
+    d = c.desired(spec(1, speed=7)).recipes["r"]
+    o = Observed((), (), {old.unit_key: bool(health.get("ready_since"))}, {old.unit_key: c.health[old.unit_key]},
+                 previous_ready={old.unit_key: True})
+    routed = [u.slot for u in router_sync.old_lives(d, o, now)]
+    assert routed == ([0] if want is StopReason.LIVENESS else [])
+    # the built-in router is given only the workers Ready now: the old life stands in while the new one fails
+    assert [u.slot for u in router_sync.old_lives(d, o, now, strict=True)] == ([] if health.get("ready_since") else [0])
 
 
 @pytest.mark.parametrize("surge, at_once", [(1, 1), (2, 2), (5, 3)])
@@ -141,7 +185,7 @@ def test_a_worker_waiting_its_turn_beside_its_serving_old_life_is_not_motion():
     c.converge(spec(2))
     c.apply(c.plan(spec(2, speed=7)))  # agg_0 surges, agg_1 waits for the budget
     new = next(s for s in c.steps.values() if s.slot == 1)
-    c.health[new.unit_key] = UnitHealth(launches=2, was_ready=True, ready_since=100.0)
+    c.health[new.unit_key] = UnitHealth(launches=2, was_ready=True, ready_since=100.0, first_ready=100.0)
     p = c.plan(spec(2, speed=7), now=101.0)
     assert p.recipes["r"].waiting["agg_1"].reason is WaitReason.ROLLOUT_BUDGET
     assert p.requeue_after == pytest.approx(1.0)  # the hand-over's next step, not a 0.5 s poll

@@ -24,7 +24,7 @@ from collections import Counter
 from reconciler.core.plan.classify import Classified, UnitView
 from reconciler.core.plan.placement import gate
 from reconciler.core.plan.relaunch import Gate, launches_for, restart_gate
-from reconciler.core.plan.stop import liveness, startup_deadline
+from reconciler.core.plan.stop import liveness, serving, startup_deadline
 from reconciler.core.plan.results import CancelStep, LaunchStep, PlaceReason, StopReason, Wait, WaitReason
 from reconciler.units import is_service_role
 from reconciler.world import DesiredRecipe, UnitHealth
@@ -42,9 +42,13 @@ def surges(d: DesiredRecipe, v: UnitView) -> bool:
 
 def old_life_routed(d: DesiredRecipe, new_ready: bool, h: UnitHealth | None, now: float) -> bool:
     """Whether a surging worker's old life is still given requests: until its successor has been
-    Ready for ``surge_pickup_seconds`` (the routers have picked the new one up by then)."""
-    return not (new_ready and h is not None and h.ready_since is not None
-                and now >= h.ready_since + d.surge_pickup_seconds)
+    Ready for ``surge_pickup_seconds`` (the routers have picked the new one up by then). The clock
+    runs from the new life's first Ready probe and a probe that fails below the liveness threshold
+    does not bring the old life back (``stop.serving``): a flapping probe neither starts the
+    hand-over over nor churns the routers. A new life judged dead is cancelled, and the old one
+    is routed again."""
+    return not (serving(d, new_ready, h) and h is not None and h.first_ready is not None
+                and now >= h.first_ready + d.surge_pickup_seconds)
 
 
 def compute_rollout(
@@ -92,20 +96,24 @@ def _surge(d: DesiredRecipe, c: Classified, v: UnitView, stale: list, now: float
             if verdict is not None:
                 replace += [CancelStep(s.step_id, d.name, v.name, verdict[0], verdict[1]) for s in v.current]
                 return
-        if not (v.ready and h is not None and h.ready_since is not None):
+        if not (serving(d, v.ready, h) and h is not None and h.first_ready is not None):
             due = startup_deadline(d, v)
             waiting[v.name] = Wait(WaitReason.SURGE_STARTING, f"slot {'ab'[v.unit.slot]}", due)
             if due is not None:
                 deadlines.append(due)
             return
-        done = h.ready_since + d.surge_pickup_seconds + d.surge_drain_seconds
-        if now >= done:
+        done = h.first_ready + d.surge_pickup_seconds + d.surge_drain_seconds
+        if now >= done and not v.ready:
+            # drained, but the new life's probe fails right now: the old one is not stopped until
+            # it answers again (or is judged dead, and the old one serves on)
+            waiting[v.name] = Wait(WaitReason.SURGE_HANDOVER, "the new life's probe failed: the old one waits")
+        elif now >= done:
             replace += [CancelStep(s.step_id, d.name, v.name, StopReason.SUPERSEDED) for s in stale]
         else:
             routed = old_life_routed(d, v.ready, h, now)
             waiting[v.name] = Wait(WaitReason.SURGE_HANDOVER, "the old life is routed beside the new one" if routed
                                    else "the old life drains its requests", done)
-            deadlines.append(done if not routed else h.ready_since + d.surge_pickup_seconds)
+            deadlines.append(done if not routed else h.first_ready + d.surge_pickup_seconds)
         return
     held = gate(d, c, v)
     if held is not None:

@@ -50,6 +50,12 @@ def liveness(d: DesiredRecipe, h: UnitHealth | None, now: float,
     return None
 
 
+def serving(d: DesiredRecipe, ready: bool, h: UnitHealth | None) -> bool:
+    """Ready, or Ready before and not (yet) judged dead: a failed probe below the liveness
+    threshold neither takes a worker out of the routers nor starts a surge hand-over over."""
+    return ready or bool(h and h.was_ready and h.missing_since is None and 0 < h.probe_failures < d.liveness_failures)
+
+
 def startup_deadline(d: DesiredRecipe, v: UnitView) -> float | None:
     """When a running, never-Ready worker runs out of startup grace (for requeue_after)."""
     h = v.health
