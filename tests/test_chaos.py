@@ -38,7 +38,7 @@ def h(tmp_path):
 
 def test_chaos(h, summary):
     rng = random.Random(SEED)
-    foreign = sh("sbatch", "--parsable", "--job-name=not-ours", "--wrap", "exec sleep 600").strip().split(";")[0]
+    foreign = sh("sbatch", "--parsable", "--job-name=not-ours", "--output=/dev/null", "--wrap", "exec sleep 600").strip().split(";")[0]
     try:
         _chaos(h, rng, foreign, summary)
     finally:
@@ -125,7 +125,7 @@ def test_chaos_with_node_failures(mn, summary):
     """The faults above plus node downs and resumes, on whole-node workers (one per node, at most
     2 of the 3 nodes): only one node is down at a time, so the workers always fit."""
     rng = random.Random(SEED)
-    foreign = sh("sbatch", "--parsable", "--job-name=not-ours", "--wrap", "exec sleep 600").strip().split(";")[0]
+    foreign = sh("sbatch", "--parsable", "--job-name=not-ours", "--output=/dev/null", "--wrap", "exec sleep 600").strip().split(";")[0]
     try:
         foreign_node = wait_until(lambda: sh("squeue", "-h", "-j", foreign, "-o", "%N").strip(), timeout=30,
                                   what="the foreign job running")
