@@ -54,6 +54,15 @@ def _newer(a: str, b: str) -> bool:
     return num(a) > num(b)
 
 
+def _forked_launcher(pid: str, cmd: list[bytes]) -> bool:
+    """Whether the process is a fork of a launcher (its parent has the same command line)."""
+    try:
+        ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+        return Path(f"/proc/{ppid}/cmdline").read_bytes().split(b"\0") == cmd
+    except (OSError, IndexError):
+        return False
+
+
 class Harness:
     def __init__(self, tmp: Path, driver: str):
         self.tmp = tmp
@@ -159,6 +168,8 @@ class Harness:
                 except OSError:
                     continue
                 if len(cmd) > 4 and cmd[0] == b"/bin/sh" and cmd[3].startswith(f"rcl:{self.owner}:".encode()):
+                    if _forked_launcher(pid, cmd):
+                        continue  # the launcher's own fork, before its exec: not a second step
                     status = Path(cmd[4].decode())
                     if status.parent.parent.name == recipe and status.is_relative_to(self.state.absolute()):
                         unit = status.name.split(".")[0]

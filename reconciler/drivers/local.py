@@ -28,7 +28,8 @@ JOB_ENV = "RECONCILER_LOCAL_JOB"
 _LAUNCHER = LAUNCHER.encode()
 
 
-def _start_time(pid: int) -> str | None:
+def _stat(pid: int) -> tuple[int, str] | None:
+    """(parent pid, start time) of a live process; None for a zombie or one that is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             data = f.read()
@@ -37,7 +38,7 @@ def _start_time(pid: int) -> str | None:
     fields = data.rsplit(")", 1)[1].split()
     if fields[0] == "Z":
         return None  # a zombie is gone for our purposes
-    return fields[19]  # field 22: starttime
+    return int(fields[1]), fields[19]  # fields 4 and 22: ppid, starttime
 
 
 def _is_allocs(d: object) -> bool:
@@ -85,7 +86,7 @@ class LocalDriver:
     def _processes(self) -> dict[str, tuple[int, str, str]]:
         """step id -> (pid, step name, start time) of our live launcher processes."""
         root = str(self.state_dir.absolute()) + os.sep
-        out = {}
+        found: dict[int, tuple[str, str, int, str]] = {}  # pid -> (job, step name, ppid, start)
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
@@ -98,10 +99,13 @@ class LocalDriver:
             except OSError:
                 continue
             job = next((e.split(b"=", 1)[1].decode() for e in env if e.startswith(JOB_ENV.encode() + b"=")), "?")
-            start = _start_time(pid)
-            if start is not None:
-                out[f"{job}.{pid}"] = (pid, cmd[3].decode(), start)
-        return out
+            stat = _stat(pid)
+            if stat is not None:
+                found[pid] = (job, cmd[3].decode(), *stat)
+        # the launcher forks (the worker before its exec, ``$(date)`` at exit): such a child has the
+        # launcher's very command line for a moment, and is not a second step
+        return {f"{job}.{pid}": (pid, name, start) for pid, (job, name, ppid, start) in found.items()
+                if ppid not in found}
 
     # ---------------------------------------------------------------- observe
     def observe(self) -> tuple[list[Alloc], list[Step]]:
