@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from reconciler.recipe.types import Env, EnvValue, PlacementConfig, Strict, _env_value
+from reconciler.recipe.types import Env, EnvValue, PlacementConfig, SrunOptions, Strict, _env_value
 
 class DynamoSourceConfig(Strict):
     git: str | None = None
@@ -167,8 +167,8 @@ class ServiceReadinessConfig(Strict):
     http: HttpProbe | None = None
     log: LogProbe | None = None
     file: dict[str, Any] | None = None
-    timeout_seconds: int = 120
-    interval_seconds: int = 2
+    timeout_seconds: int = Field(120, gt=0, le=7 * 86400)
+    interval_seconds: int = Field(2, gt=0, le=3600)
 
 
 class ServicePlacementConfig(Strict):
@@ -210,7 +210,7 @@ class ServiceConfig(Strict):
     preamble: str | None = None
     cpus_per_task: int | None = None
     cpu_bind: str | None = None
-    srun_options: dict[str, EnvValue] = {}
+    srun_options: SrunOptions = {}
     build_timeout_seconds: int = 1800
     enabled: bool = True
     external: str | None = None

@@ -11,7 +11,7 @@ class FailoverConfig(BaseModel):
     """``engine.failover``: srtctl's two knobs, plus the restart pair of its early examples."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    shadow_engines: int = Field(1, ge=1)
+    shadow_engines: int = Field(1, ge=1, le=16)  # each is an engine step holding its own ports
     shared_dir: str = "/dev/shm"
     # the corpus's example writes the relaunch policy here (srtctl later moved it to roles.<role>.restart);
     # set, it is the engines' restart policy and backoff

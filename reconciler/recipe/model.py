@@ -22,7 +22,7 @@ from reconciler.recipe.carried import (  # noqa: F401 - the sections Recipe carr
     ObservabilityConfig, TelemetryConfig, PostEvalConfig, IdentityModelConfig, IdentityContainerConfig,
     IdentityConfig, ReportingConfig, InfraConfig,
 )
-from reconciler.recipe.types import Env, EnvValue, PlacementConfig, Strict, _env_value  # noqa: F401
+from reconciler.recipe.types import ArgName, check_regex, Env, EnvValue, PlacementConfig, SbatchOptions, SrunOptions, Strict, _env_value  # noqa: F401
 from reconciler.backends import ENGINES, engine_list_text
 from reconciler.recipe.bounds import MAX_GPUS_PER_WORKER, MAX_NODES_PER_WORKER, MAX_WORKERS
 from reconciler.topology import MODES, Mode, RoleLayout
@@ -101,9 +101,9 @@ class RoleConfig(Strict):
     nodes: int | Literal["colocate"] | None = Field(None)
     workers: int | None = Field(None, ge=0, le=MAX_WORKERS)
     gpus: int | None = Field(None, ge=1, le=MAX_GPUS_PER_WORKER)
-    srun_options: dict[str, EnvValue] = {}
+    srun_options: SrunOptions = {}
     env: Env = {}
-    args: dict[str, Any] = {}
+    args: dict[ArgName, Any] = {}
     extra_args: list[str] = []
     engine: EngineConfig | None = None
     container: str | None = None
@@ -145,7 +145,7 @@ def _none_is_empty(v: Any) -> Any:
 
 class FrontendConfig(Strict):
     type: str = "dynamo"
-    args: Annotated[dict[str, Any], BeforeValidator(_none_is_empty)] = {}
+    args: Annotated[dict[ArgName, Any], BeforeValidator(_none_is_empty)] = {}
     env: Annotated[Env, BeforeValidator(_none_is_empty)] = {}
     enable_multiple_frontends: bool | None = None
     num_additional_frontends: int | None = None
@@ -181,10 +181,7 @@ class HealthCheckConfig(Strict):
     @classmethod
     def _regex(cls, v: list[str]) -> list[str]:
         for p in v:
-            try:
-                re.compile(p)
-            except re.error as e:
-                raise ValueError(f"not a valid regular expression {p!r}: {e}") from None
+            check_regex(p)
         return v
 
 
@@ -263,8 +260,8 @@ class Recipe(Strict):
     environment: Env = {}
     container_mounts: dict[str, str] = {}
     extra_mount: list[str] | None = None
-    srun_options: dict[str, EnvValue] = {}
-    sbatch_directives: dict[str, EnvValue] = {}
+    srun_options: SrunOptions = {}
+    sbatch_directives: SbatchOptions = {}
     enable_config_dump: bool = True
     # a script in srtctl's configs directory (/configs in the worker's container), run before the worker
     setup_script: str | None = Field(None, pattern=r"^[A-Za-z0-9_+-][A-Za-z0-9_.+-]*(/[A-Za-z0-9_+-][A-Za-z0-9_.+-]*)*$")

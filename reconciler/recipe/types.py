@@ -28,6 +28,96 @@ def _env_name(k: str) -> str:
 EnvValue = Annotated[str, BeforeValidator(_env_value)]
 Env = dict[Annotated[str, AfterValidator(_env_name)], EnvValue]
 
+# the options the reconciler sets itself: they carry its labels, the job's shape and the logs
+# its probes read, so a recipe may not set them (nor an abbreviation, which sbatch/srun expand)
+SBATCH_OWNED = ("job-name", "comment", "nodes", "output", "parsable", "wrap", "requeue", "no-requeue",
+                "ntasks-per-node")
+SRUN_OWNED = ("jobid", "job-name", "overlap", "nodelist", "nodes", "ntasks", "output", "open-mode")
+_REAL_PREFIXES = {"ntasks"}  # real sbatch options that are also the start of one we own
+
+
+def _option_name(owned: tuple[str, ...], tool: str):
+    def check(k: str) -> str:
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", k):
+            raise ValueError(f"expected an {tool} long option name without '--' or '=' (like cpus-per-task), "
+                             f"found {k!r}")
+        mine = [o for o in owned if o == k or (o.startswith(k) and k not in _REAL_PREFIXES)]
+        if mine:
+            raise ValueError(f"{tool} --{mine[0]} is set by the reconciler (its labels, the job's shape, "
+                             f"the logs it reads); a recipe cannot set it, found {k!r}")
+        return k
+    return check
+
+
+def _sbatch_values(d: dict[str, str]) -> dict[str, str]:
+    # the recipe's exclusions are merged with the suspect nodes at every submit: a hostlist that
+    # does not parse must fail here, located, not at each submit
+    if "exclude" in d:
+        from reconciler import hostlist
+
+        try:
+            hostlist.expand(d["exclude"])
+        except ValueError as e:
+            raise ValueError(f"exclude: expected a Slurm hostlist (like node[1-3],gpu7), found {d['exclude']!r}: {e}") \
+                from None
+    return d
+
+
+SbatchOptions = Annotated[dict[Annotated[str, AfterValidator(_option_name(SBATCH_OWNED, "sbatch"))], EnvValue],
+                          AfterValidator(_sbatch_values)]
+SrunOptions = dict[Annotated[str, AfterValidator(_option_name(SRUN_OWNED, "srun"))], EnvValue]
+
 
 class PlacementConfig(Strict):
     node: str = "head"
+
+
+def _arg_name(k: str) -> str:
+    # a key is one flag; its value is the flag's value: "port=5555" would slip past the checks
+    # on the flags the reconciler sets itself (--port, --http-port, ...)
+    if not re.fullmatch(r"-{0,2}[A-Za-z0-9][A-Za-z0-9_.-]*", k):
+        raise ValueError(f"expected a flag name (like tensor-parallel-size or --max-model-len) without '=' "
+                         f"or spaces, its value as the value; found {k!r}")
+    return k
+
+
+ArgName = Annotated[str, AfterValidator(_arg_name)]
+
+
+def _children(av: Any) -> list:
+    from re import _parser
+
+    if isinstance(av, _parser.SubPattern):
+        return [av]
+    if isinstance(av, (tuple, list)):
+        return [c for x in av for c in _children(x)]
+    return []
+
+
+def _unbounded_repeats(items, inside: bool = False) -> bool:
+    """Whether an unbounded repeat holds another one (``(\\w+\\s?)*``): such a pattern can take
+    exponential time on a line that almost matches, and logs are scanned inside the tick."""
+    from re import _constants as c
+
+    for op, av in items:
+        if op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT) and av[1] == c.MAXREPEAT and op != c.POSSESSIVE_REPEAT:
+            if inside or _unbounded_repeats(av[2], True):
+                return True
+        elif any(_unbounded_repeats(sub, inside) for sub in _children(av)):
+            return True
+    return False
+
+
+def check_regex(p: str) -> str:
+    """A recipe's log pattern: valid, and without nested unbounded repeats (catastrophic backtracking)."""
+    from re import _parser
+
+    try:
+        re.compile(p)
+    except re.error as e:
+        raise ValueError(f"not a valid regular expression {p!r}: {e}") from None
+    if _unbounded_repeats(_parser.parse(p)):
+        raise ValueError(f"{p!r} repeats a repeat (like (a+)* or (\\w+\\s?)*), which can take exponential "
+                         "time on a log line; write it without the nesting")
+    return p
+

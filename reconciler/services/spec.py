@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from reconciler.recipe.model import Recipe
 from reconciler.services.kinds import KINDS, NOT_YET, WORKER_PLACEMENTS
 from reconciler.units import SERVICE_PREFIX
+from reconciler.recipe.types import check_regex
 
 PHASES = ("infra", "before_workers", "with_workers", "after_frontend")
 WORKER_ROLES = ("prefill", "decode", "agg", "frontend")
@@ -314,16 +315,19 @@ def _readiness(s, kind, at: str) -> Readiness:
                          interval=iv)
     if r.log is not None:
         try:
-            re.compile(r.log.pattern)
-        except re.error as e:
-            raise ServiceError(f"{at}.readiness.log.pattern", f"not a valid regular expression: {e}") from None
+            check_regex(r.log.pattern)
+        except ValueError as e:
+            raise ServiceError(f"{at}.readiness.log.pattern", str(e)) from None
         return Readiness("log", pattern=r.log.pattern, timeout=t, interval=iv)
     if r.file is not None:
         for key in sorted(set(r.file) - {"path"}):
             raise ServiceError(f"{at}.readiness.file.{key}", "unknown key (a file probe takes only path)")
         path = r.file.get("path")
-        if not isinstance(path, str) or not path:
+        if not isinstance(path, str) or not path or "\0" in path:
             raise ServiceError(f"{at}.readiness.file.path", "expected a file path")
+        if not path.startswith("/") and ".." in path.split("/"):
+            raise ServiceError(f"{at}.readiness.file.path",
+                               f"a relative path stays under the job's log directory (no '..'), found {path!r}")
         return Readiness("file", file=path, timeout=t, interval=iv)
     return _default_readiness(kind, t, iv)
 

@@ -25,6 +25,19 @@ from reconciler.world import ActionFailures, Step
 log = structlog.get_logger("reconciler")
 
 
+
+def clear_marker(recipe_dir: Path, marker: Path) -> bool:
+    """Remove a file probe's marker before a launch (a marker of the last life must not make this
+    one Ready), only when it lies in the recipe's own directory: an absolute host path a recipe
+    names is never deleted by us; the service clears it itself."""
+    try:
+        inside = marker.parent.resolve().is_relative_to(recipe_dir.resolve())
+    except OSError:
+        return False
+    if inside:
+        marker.unlink(missing_ok=True)
+    return inside
+
 class Executor:
     def __init__(self, state: StateDir, driver: Driver, observer: Observer):
         self.state = state
@@ -83,7 +96,7 @@ class Executor:
             for path, content in u.files.items():
                 write_if_changed(Path(path), content)
             if u.probe == "file" and l.rank == 0:
-                Path(u.probe_arg).unlink(missing_ok=True)  # a marker of the last life must not make this one Ready
+                clear_marker(self.state.root / u.recipe, Path(u.probe_arg))
             name = labels.step_name(self.driver.owner, u.recipe, u.role, u.index, l.rank, u.spec_hash, u.slot)
             handle = self.driver.launch(a.job_id, u, l, name)
             now = time.time()
