@@ -30,8 +30,8 @@ Env = dict[Annotated[str, AfterValidator(_env_name)], EnvValue]
 
 # the options the reconciler sets itself: they carry its labels, the job's shape and the logs
 # its probes read, so a recipe may not set them (nor an abbreviation, which sbatch/srun expand)
-SBATCH_OWNED = ("job-name", "comment", "nodes", "output", "parsable", "wrap", "requeue", "no-requeue",
-                "ntasks-per-node")
+# (``requeue`` is the recipe's to choose: a requeued job is released and replaced, docs/operations.md)
+SBATCH_OWNED = ("job-name", "comment", "nodes", "output", "parsable", "wrap", "ntasks-per-node")
 SRUN_OWNED = ("jobid", "job-name", "overlap", "nodelist", "nodes", "ntasks", "output", "open-mode")
 _REAL_PREFIXES = {"ntasks"}  # real sbatch options that are also the start of one we own
 
