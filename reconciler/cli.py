@@ -142,6 +142,8 @@ def render(recipe: str, nodes: str | None, output: str, state: str, process_expo
         if len(docs) > 1 or loaded[0].variant_of:
             click.echo(click.style(f"# deployment {doc['name']}", bold=True))
         _print_rows(doc["processes"])
+        if not doc["processes"]:
+            click.echo(f"# {doc['name']}: no workers (scaled to 0): nothing runs")
         _print_carried(doc["not_acted_on"], True, "")
 
 

@@ -18,6 +18,8 @@ from reconciler.units import Unit, _container, runtime_for, worker_units
 def render_units(recipe: Recipe, nodes: list[str] | None, state_dir: Path, python: str | None = None) -> list[Unit]:
     specs = resolve(recipe)
     need = total_nodes(recipe, specs)  # the workers' nodes and a dedicated services node
+    if need == 0:
+        return []  # scaled to zero: nothing runs (the loop holds no allocation for it either)
     hostnames = nodes or [f"node{i + 1}" for i in range(need)]
     if len(hostnames) < need:
         raise ValueError(f"the recipe needs {need} nodes, --nodes names {len(hostnames)}")

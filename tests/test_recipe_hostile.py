@@ -97,3 +97,14 @@ def test_shadow_engines_are_bounded():
         "engine: {type: mocker}", "engine: {type: mocker, failover: {shadow_engines: 20000}}")
     with pytest.raises(ReconcilerError, match="engine.failover.shadow_engines"):
         load_text(text, "/m/x.yaml")
+
+
+def test_render_of_a_recipe_scaled_to_zero_says_nothing_runs(tmp_path):
+    import subprocess
+    import sys
+
+    f = tmp_path / "z.yaml"
+    f.write_text((BASE % {"extra": "", "role": "", "fe": ""}).replace("workers: 1", "workers: 0"))
+    r = subprocess.run([sys.executable, "-m", "reconciler.cli", "render", str(f), "--state", str(tmp_path / "s")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "no workers (scaled to 0): nothing runs" in r.stdout, r.stderr
