@@ -67,8 +67,8 @@ def test_ordinary_input_still_loads(text):
 
 
 @pytest.mark.parametrize("pattern, ok", [
-    (r"^(\w+\s?)*$", False), (r"(a+)+b", False), (r"((ab)+c)+", False),
-    (r"(a|b)+x", True), (r"CUDA error: .*", True), (r"(a*)?", True), (r"x{2,5}(ab){3}", True),
+    (r"^(\w+\s?)*$", False), (r"(a+)+b", False), (r"((ab)+c)+", False), (r"(?:a{1,5})+b", False),
+    (r"(a|b)+x", True), (r"(a++)*", True), (r"x(a+)?y", True), (r"(ab{3})+", True), (r"CUDA error: .*", True), (r"(a*)?", True), (r"x{2,5}(ab){3}", True),
 ])
 def test_nested_unbounded_repeats_are_refused(pattern, ok):
     if ok:

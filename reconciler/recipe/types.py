@@ -95,13 +95,18 @@ def _children(av: Any) -> list:
 
 
 def _unbounded_repeats(items, inside: bool = False) -> bool:
-    """Whether an unbounded repeat holds another one (``(\\w+\\s?)*``): such a pattern can take
-    exponential time on a line that almost matches, and logs are scanned inside the tick."""
+    """Whether an unbounded repeat holds a repeat of variable length (``(\\w+\\s?)*``,
+    ``(a{1,5})+``): the ways to split a line between them grow exponentially, and logs are
+    scanned inside the tick. ``inside``: within such an unbounded repeat."""
     from re import _constants as c
 
     for op, av in items:
-        if op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT) and av[1] == c.MAXREPEAT and op != c.POSSESSIVE_REPEAT:
-            if inside or _unbounded_repeats(av[2], True):
+        # a possessive repeat (a++) never backtracks: only the greedy and lazy ones count
+        if op in (c.MAX_REPEAT, c.MIN_REPEAT):
+            lo, hi, body = av
+            if inside and lo != hi:
+                return True
+            if _unbounded_repeats(body, inside or hi == c.MAXREPEAT):
                 return True
         elif any(_unbounded_repeats(sub, inside) for sub in _children(av)):
             return True
