@@ -59,6 +59,46 @@ PROBES = [
      "roles.agg.args.max-num-seqs: expected a number > 0", 1),
     ("block_size 0", GOOD.format(name="b0").replace("gpus: 1}", "gpus: 1, args: {block_size: 0}}"),
      "block_size: expected a number > 0", 1),
+    # the options that carry the reconciler's labels, the job's shape and its logs (docs/recipes.md)
+    ("sbatch option key with '='", GOOD.format(name="o1") + "sbatch_directives: {'comment=x': ''}\n",
+     "sbatch_directives.comment=x: expected an sbatch long option", 1),
+    ("sbatch abbreviation of an owned option", GOOD.format(name="o2") + "sbatch_directives: {comm: x}\n",
+     "sbatch --comment is set by the reconciler", 1),
+    ("sbatch job-name", GOOD.format(name="o3") + "sbatch_directives: {job-name: x}\n",
+     "sbatch --job-name is set by the reconciler", 1),
+    ("exclude that is no hostlist", GOOD.format(name="o4") + "sbatch_directives: {exclude: 'n[1-3'}\n",
+     "exclude: expected a Slurm hostlist", 1),
+    ("srun jobid", GOOD.format(name="o5") + "srun_options: {jobid: '12345'}\n", "srun_options.jobid: srun --jobid", 1),
+    ("srun output", GOOD.format(name="o6") + "srun_options: {output: /dev/null}\n", "srun --output is set", 1),
+    ("role srun job-name", GOOD.format(name="o7").replace("gpus: 1}", "gpus: 1, srun_options: {job-name: x}}"),
+     "roles.agg.srun_options.job-name: srun --job-name", 1),
+    ("service srun open-mode",
+     GOOD.format(name="o8") + "services:\n  - {name: s, command: [x], srun_options: {open-mode: truncate}}\n",
+     "services.0.srun_options.open-mode: srun --open-mode", 1),
+    ("Slurm options of the recipe's own", GOOD.format(name="o9") + "sbatch_directives: {cpus-per-gpu: 4, mem: 0, "
+     "ntasks: 2, requeue: '', exclude: 'n[1-3],g7'}\nsrun_options: {cpus-per-task: 4, kill-on-bad-exit: 1, mpi: pmix}\n",
+     "valid", 0),
+    # a flag with its value in the key slips past the checks on the flags the reconciler sets
+    ("args key with '='", GOOD.format(name="a1").replace("gpus: 1}", "gpus: 1, args: {'port=5555': true}}"),
+     "roles.agg.args.port=5555: expected a flag name", 1),
+    ("frontend args key with '='", GOOD.format(name="a2") + "frontend: {type: builtin, args: {'http-port=9': true}}\n",
+     "frontend.args.http-port=9: expected a flag name", 1),
+    # a file probe's marker is removed before each launch: a relative one stays in the recipe's directory
+    ("file probe out of the directory", GOOD.format(name="f1") + "services:\n  - {name: s, command: [x], "
+     "readiness: {file: {path: '../../x'}}}\n", "services.0.readiness.file.path: a relative path stays under", 1),
+    ("absolute file marker, ordinary patterns", GOOD.format(name="f3") + "services:\n  - {name: s, command: "
+     "[sleep, '30'], readiness: {file: {path: /shared/marker.ready}}}\nhealth_check: {extra_fatal_log_patterns: "
+     "['CUDA error: .*', '(OOM|out of memory)+']}\n", "valid", 0),
+    ("negative service timeout", GOOD.format(name="f2") + "services:\n  - {name: s, command: [x], "
+     "readiness: {port: 9000, timeout_seconds: -1}}\n", "services.0.readiness.timeout_seconds", 1),
+    # a log pattern is matched in the tick: it must not backtrack for ever
+    ("nested repeat in a fatal pattern", GOOD.format(name="r1") + "health_check: {extra_fatal_log_patterns: "
+     "['^(a+ ?)*$']}\n", "health_check.extra_fatal_log_patterns: '^(a+ ?)*$' repeats a repeat", 1),
+    ("nested repeat in a log probe", GOOD.format(name="r2") + "services:\n  - {name: s, command: [x], "
+     "readiness: {log: {pattern: '(a+)+b'}}}\n", "services.0.readiness.log.pattern: '(a+)+b' repeats a repeat", 1),
+    ("20000 shadow engines", GOOD.format(name="s1").replace(
+        "engine: mocker", "engine: {type: mocker, failover: {shadow_engines: 20000}}"), "engine.failover.shadow_engines", 1),
+    ("scaled to zero", GOOD.format(name="z").replace("workers: 1", "workers: 0"), "valid", 0),
     ("shell metacharacters are data", lambda: GOOD.format(name="sh") + f'environment: {{X: "$(touch {PWNED}); \'x\\""}}\n',
      "valid", 0),
 ]

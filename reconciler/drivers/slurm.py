@@ -13,6 +13,7 @@ from reconciler import hostlist, labels
 from reconciler.drivers.base import DriverError, rotate, step_paths, wrapped_argv
 from reconciler.units import Launch, Unit
 from reconciler.world import Alloc, AllocSpec, Step
+from reconciler.recipe.types import SBATCH_OWNED
 
 SEP = "\x1f"  # unit separator: cannot appear in names we create, unlikely in anyone's
 JOB_FIELDS = ["JobId", "Name", "State", "Reason", "NodeList", "NumNodes", "Comment", "TimeLeft", "SubmitTime"]
@@ -120,7 +121,9 @@ def squeue_steps_argv(user: str) -> list[str]:
     return ["squeue", "-h", "-s", "-u", user, "-o", SEP.join(["%i", "%j", "%N"])]
 
 
-OWN_DIRECTIVES = ("job-name", "comment", "nodes", "output", "parsable")  # they carry the labels and the shape
+# they carry the labels and the shape: a recipe that sets one is refused at load (recipe/types.py); an
+# AllocSpec built otherwise still cannot override them
+OWN_DIRECTIVES = SBATCH_OWNED
 
 
 def sbatch_argv(spec: AllocSpec, owner: str, log: Path) -> list[str]:

@@ -22,7 +22,9 @@ from reconciler.recipe.carried import (  # noqa: F401 - the sections Recipe carr
     ObservabilityConfig, TelemetryConfig, PostEvalConfig, IdentityModelConfig, IdentityContainerConfig,
     IdentityConfig, ReportingConfig, InfraConfig,
 )
-from reconciler.recipe.types import ArgName, check_regex, Env, EnvValue, PlacementConfig, SbatchOptions, SrunOptions, Strict, _env_value  # noqa: F401
+from reconciler.recipe.types import (  # noqa: F401
+    ArgName, Env, EnvValue, PlacementConfig, SbatchOptions, SrunOptions, Strict, _env_value, check_regex,
+)
 from reconciler.backends import ENGINES, engine_list_text
 from reconciler.recipe.bounds import MAX_GPUS_PER_WORKER, MAX_NODES_PER_WORKER, MAX_WORKERS
 from reconciler.topology import MODES, Mode, RoleLayout

@@ -25,7 +25,6 @@ from reconciler.world import ActionFailures, Step
 log = structlog.get_logger("reconciler")
 
 
-
 def clear_marker(recipe_dir: Path, marker: Path) -> bool:
     """Remove a file probe's marker before a launch (a marker of the last life must not make this
     one Ready), only when it lies in the recipe's own directory: an absolute host path a recipe
@@ -37,6 +36,7 @@ def clear_marker(recipe_dir: Path, marker: Path) -> bool:
     if inside:
         marker.unlink(missing_ok=True)
     return inside
+
 
 class Executor:
     def __init__(self, state: StateDir, driver: Driver, observer: Observer):
