@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from collections.abc import Mapping
 
-from reconciler.units import Unit, life_name
+from reconciler.desired.units import Unit, life_name
 
 LIVE_JOB_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING"})
 

@@ -20,7 +20,7 @@ from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, _norm, _scalar
-from reconciler.topology import Endpoint, Mode, Process, TopologyError
+from reconciler.recipe.topology import Endpoint, Mode, Process, TopologyError
 
 MANAGED = ("model", "host", "server-port", "tp", "tensor-parallel-size", "kv-transfer-config")
 EXTRA_CONNECTORS = "extra-kv-connectors"

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 from collections.abc import Mapping
 
-from reconciler.ports import NodePortAllocator
+from reconciler.core.ports import NodePortAllocator
 from reconciler.recipe.mooncake import MooncakeKVStoreConfig
-from reconciler.topology import MODES, Endpoint, Mode, Process, RoleLayout, allocate, processes_per_node
+from reconciler.recipe.topology import MODES, Endpoint, Mode, Process, RoleLayout, allocate, processes_per_node
 
 if TYPE_CHECKING:
     from reconciler.recipe.model import Recipe
@@ -139,7 +139,7 @@ class Backend:
         return [m for m, _ in r.roles.items() if r.backend_for(m).type == self.type]
 
     def check_modes(self, modes: tuple[Mode, ...]) -> None:
-        from reconciler.topology import TopologyError
+        from reconciler.recipe.topology import TopologyError
 
         for m in modes:
             if m not in self.supported_modes:
@@ -199,7 +199,7 @@ class Backend:
         fo = getattr(self, "failover", None)
         if fo is None:
             return {}
-        from reconciler.failover import engine_environment
+        from reconciler.backends.failover import engine_environment
 
         return engine_environment(fo, directory, process.endpoint.engine)
 

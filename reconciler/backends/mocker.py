@@ -20,7 +20,7 @@ from pydantic.dataclasses import dataclass
 
 from reconciler.recipe.failover import FailoverConfig
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, get_key
-from reconciler.topology import Endpoint, Mode, Process
+from reconciler.recipe.topology import Endpoint, Mode, Process
 
 # knob -> flag of reconciler.mocker (None: accepted, not simulated)
 OWN_FLAGS: dict[str, str | None] = {

@@ -19,7 +19,7 @@ from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, get_key, pop_keys
-from reconciler.topology import Endpoint, Mode, Process
+from reconciler.recipe.topology import Endpoint, Mode, Process
 
 MANAGED = frozenset({"model-path", "host", "port", "dist-init-addr", "nnodes", "node-rank",
                      "disaggregation-bootstrap-port", "nccl-port"})

@@ -17,7 +17,7 @@ from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, _norm, static_args
-from reconciler.topology import Endpoint, Mode, Process, TopologyError
+from reconciler.recipe.topology import Endpoint, Mode, Process, TopologyError
 
 OWNED = ("engine", "http-port", "ctrl-port")
 

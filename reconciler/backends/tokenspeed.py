@@ -22,7 +22,7 @@ from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, pop_keys
-from reconciler.topology import Endpoint, Mode, Process
+from reconciler.recipe.topology import Endpoint, Mode, Process
 
 OWNED = ("model", "model-path", "served-model-name", "host", "port", "dist-init-addr", "nnodes", "node-rank",
          "disaggregation-mode", "disaggregation-bootstrap-port")
@@ -44,7 +44,7 @@ class TokenSpeedBackend(Backend):
         return self.recipe.frontend.type == "dynamo"
 
     def allocate_endpoints(self) -> list[Endpoint]:
-        from reconciler.topology import TopologyError
+        from reconciler.recipe.topology import TopologyError
 
         fe = self.recipe.frontend.type
         if not self._dynamo and fe not in DIRECT_FRONTENDS:

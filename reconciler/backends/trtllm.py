@@ -21,8 +21,8 @@ from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, SrunConfig
-from reconciler.ports import NodePortAllocator
-from reconciler.topology import Endpoint, Mode, Process
+from reconciler.core.ports import NodePortAllocator
+from reconciler.recipe.topology import Endpoint, Mode, Process
 
 
 NUMA_GPUS = ("gb200", "gb300", "vrnvl72")  # srtctl: two NUMA nodes of memory per tray, case-sensitive

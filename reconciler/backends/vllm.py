@@ -23,7 +23,7 @@ from pydantic.dataclasses import dataclass
 
 from reconciler.recipe.failover import FailoverConfig
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, get_key, pop_keys
-from reconciler.topology import Endpoint, Mode, Process
+from reconciler.recipe.topology import Endpoint, Mode, Process
 
 # connector name -> the KVTransferConfig srtctl passes (Dynamo's own table agrees: kv_both)
 CONNECTORS: dict[str, dict] = {
@@ -101,7 +101,7 @@ class VLLMBackend(Backend):
         for names in (("tensor-parallel-size", "tp"), ("pipeline-parallel-size", "pp"), ("data-parallel-size", "dp")):
             v = get_key(args, *names) or 1
             if isinstance(v, bool) or not str(v).isdigit() or int(v) < 1:
-                from reconciler.topology import TopologyError
+                from reconciler.recipe.topology import TopologyError
 
                 raise TopologyError(f"roles.{mode}.args.{names[0]}", f"expected a positive whole number, found {v!r}")
             sizes.append(int(v))

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from reconciler.ports import NodePortAllocator
-from reconciler.units import life_name
+from reconciler.core.ports import NodePortAllocator
+from reconciler.desired.units import life_name
 from reconciler.world import Desired, Observed
 
 BLOCK_SECONDS = 3600.0

@@ -28,8 +28,8 @@ from collections.abc import Iterable, Mapping
 
 from dataclasses import replace
 
-from reconciler.topology import Endpoint
-from reconciler.units import Unit
+from reconciler.recipe.topology import Endpoint
+from reconciler.desired.units import Unit
 from reconciler.world import Step
 
 Key = tuple[str, int]  # (role, index)

@@ -20,7 +20,7 @@ from pathlib import Path
 from reconciler import labels
 from reconciler.drivers.base import LAUNCHER, rotate, step_paths, wrapped_argv
 from reconciler.fsutil import atomic_write_text
-from reconciler.units import Launch, Unit
+from reconciler.desired.units import Launch, Unit
 from reconciler.world import Alloc, AllocSpec, Step
 
 KILL_AFTER = 5.0  # seconds between SIGTERM and SIGKILL of a cancelled step
@@ -76,7 +76,7 @@ class LocalDriver:
         """A record file; a corrupt or wrongly typed one reads as empty. ``repair``
         (every path that writes) moves it aside with a CorruptState event; observing
         alone never writes, so ``get`` and ``plan`` stay read-only."""
-        from reconciler.state import StateDir
+        from reconciler.drivers.state import StateDir
 
         return StateDir(self.state_dir, read_only=not repair).read_json(self.dir / f"{what}.json", {}, _VALID[what])
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from reconciler.mocker.engine import Engine, EngineConfig, PromptTooLong, Request
 from reconciler.mocker.metrics import EngineMetrics
 from reconciler.mocker.tokenizer import Vocabulary
-from reconciler.openai import ApiError, error_response, openai_app, parse_json_body, sse
+from reconciler.serving.openai import ApiError, error_response, openai_app, parse_json_body, sse
 
 DEFAULT_MAX_TOKENS = {"chat": 64, "completion": 16}
 

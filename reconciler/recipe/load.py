@@ -16,14 +16,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from reconciler.cluster import Cluster
-from reconciler.cluster import apply as apply_cluster
+from reconciler.recipe.cluster import Cluster
+from reconciler.recipe.cluster import apply as apply_cluster
 from reconciler.errors import RecipeError
 from reconciler.recipe import bounds, v1, variants
 from reconciler.recipe.locate import _kind, _line, _located, _split
 from reconciler.recipe.model import NAME_RE, Recipe
 from reconciler.recipe.passive import not_acted_on
-from reconciler.topology import TopologyError
+from reconciler.recipe.topology import TopologyError
 
 RECIPE_SUFFIXES = (".yaml", ".yml")
 
@@ -223,7 +223,7 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster 
         raise _located(e, path, data, where, lines) from None
     if preflight:
         _check_model_path(recipe, path, cluster, lines)
-        from reconciler.dynamo_install import check_version
+        from reconciler.backends.dynamo_install import check_version
 
         try:
             check_version(recipe)
@@ -240,8 +240,8 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster 
 
 
 def _check_services(recipe: Recipe, path: str, where: dict, lines: dict) -> None:
-    from reconciler.services.spec import ServiceError, discovery_of, resolve
-    from reconciler.units import node_count
+    from reconciler.desired.services.spec import ServiceError, discovery_of, resolve
+    from reconciler.desired.units import node_count
 
     try:
         resolve(recipe)
@@ -250,9 +250,9 @@ def _check_services(recipe: Recipe, path: str, where: dict, lines: dict) -> None
             if e.message.startswith("unsupported feature") else None
         raise RecipeError(path, e.message, key=e.key, line=_line(tuple(e.key.split(".")), where, lines),
                           unsupported=unsupported) from None
-    from reconciler.frontends import owned_arg
+    from reconciler.desired.frontends import owned_arg
 
-    from reconciler.frontends import check as check_frontend
+    from reconciler.desired.frontends import check as check_frontend
 
     wrong = check_frontend(recipe)
     if wrong is not None:

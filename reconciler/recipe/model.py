@@ -27,7 +27,7 @@ from reconciler.recipe.types import (  # noqa: F401
 )
 from reconciler.backends import ENGINES, engine_list_text
 from reconciler.recipe.bounds import MAX_GPUS_PER_WORKER, MAX_NODES_PER_WORKER, MAX_WORKERS
-from reconciler.topology import MODES, Mode, RoleLayout
+from reconciler.recipe.topology import MODES, Mode, RoleLayout
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")  # srtctl has no limit; ours keeps paths sane
 FRONTEND_TYPES = (
@@ -226,12 +226,12 @@ class ReconcileConfig(Strict):
     # config key visible_devices_env sets it
     visible_devices_env: str = Field("CUDA_VISIBLE_DEVICES", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     # the NIC whose IPv4 address the workers pass as an address (--master-addr, MASTER_ADDR, ...),
-    # resolved on each node at launch (reconciler.netaddr); a comma list is tried in order.
+    # resolved on each node at launch (reconciler.desired.netaddr); a comma list is tried in order.
     # srtctl's cluster config key network_interface sets it; unset: hostnames
     network_interface: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:@-]+(,[A-Za-z0-9_.:@-]+)*$")
     # the host directory mounted at /configs, where setup_script is found (srtctl: <srtctl_root>/configs)
     configs_dir: str | None = None
-    # the cluster config's default_bash_preamble: shell text run before every container step (reconciler.preambles)
+    # the cluster config's default_bash_preamble: shell text run before every container step (reconciler.desired.preambles)
     bash_preamble: str | None = None
 
 
@@ -348,7 +348,7 @@ class Recipe(Strict):
 
     def role_layouts(self) -> dict[Mode, RoleLayout]:
         """Nodes, workers and GPUs per worker of each role, srtctl's defaults applied."""
-        from reconciler.topology import TopologyError
+        from reconciler.recipe.topology import TopologyError
 
         gpn = self.resources.gpus_per_node
         out: dict[Mode, RoleLayout] = {}

@@ -1,6 +1,6 @@
 """``engine.mooncake_kv_store`` (v1: ``backend.mooncake_kv_store``): the Mooncake KV store's knobs.
 
-A recipe that sets it runs the ``mooncake-master`` service (``reconciler.services``);
+A recipe that sets it runs the ``mooncake-master`` service (``reconciler.desired.services``);
 a ``services:`` entry of that type is the other spelling of the same thing.
 """
 

@@ -71,7 +71,7 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
         engine = recipe.backend_for(m).type
         if engine == "sglang" or (engine == "vllm" and recipe.frontend.type == "dynamo"):
             out.pop(f"roles.{m}.kv_events", None)
-    from reconciler.units import nvtx_preset
+    from reconciler.desired.units import nvtx_preset
 
     if "observability" in out and nvtx_preset(recipe):
         out["observability"] = ("only the nsys preset's NVTX environment reaches the workers (Backend.nvtx_environment); "
@@ -100,8 +100,8 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
         bound = engine.bind(recipe)
         for knob, why in bound.not_acted_on().items():
             out[f"{prefix}.{knob}"] = why
-    from reconciler.dynamo_install import install_spec
-    from reconciler.units import _containers_used
+    from reconciler.backends.dynamo_install import install_spec
+    from reconciler.desired.units import _containers_used
 
     d = recipe.dynamo
     asks = any(_is_set(recipe, ["dynamo", k]) for k in ("install", "version", "wheel", "source"))
@@ -110,7 +110,7 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
     if fe.type != "dynamo" and asks and d.install:
         out["dynamo.install"] = f"srtctl installs Dynamo only behind the Dynamo frontend; this recipe uses {fe.type}"
 
-    from reconciler import preambles
+    from reconciler.desired import preambles
 
     out |= preambles.not_acted_on(recipe, _containers_used(recipe))
     if not _containers_used(recipe):
@@ -159,8 +159,8 @@ def _is_set(obj: Any, parts: list[str]) -> bool:
 
 
 def _has_mooncake_master(recipe: Recipe) -> bool:
-    from reconciler.services.mooncake import store_of
-    from reconciler.services.spec import ServiceError
+    from reconciler.desired.services.mooncake import store_of
+    from reconciler.desired.services.spec import ServiceError
 
     try:
         return store_of(recipe) is not None

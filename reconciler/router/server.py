@@ -23,7 +23,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from reconciler.openai import ApiError, error_response, openai_app, parse_json_body
+from reconciler.serving.openai import ApiError, error_response, openai_app, parse_json_body
 
 RETRYABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError)
 COOLDOWN = 2.0  # seconds a worker that refused a connection is skipped

@@ -19,7 +19,7 @@ from reconciler.core.plan import Action, CancelAlloc, CancelStep, LaunchStep, Pl
 from reconciler.drivers import Driver, DriverError
 from reconciler.fsutil import write_if_changed
 from reconciler.shell.observe import Observer
-from reconciler.state import StateDir
+from reconciler.drivers.state import StateDir
 from reconciler.world import ActionFailures, Step
 
 log = structlog.get_logger("reconciler")

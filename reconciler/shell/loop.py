@@ -16,14 +16,14 @@ from pathlib import Path
 
 import structlog
 
-from reconciler.cluster import Cluster
+from reconciler.recipe.cluster import Cluster
 from reconciler.core.plan import CancelAlloc, Plan, plan
 from reconciler.core.portplan import reassign_after_bind_failures, release_unused
-from reconciler.desired import build as build_desired
+from reconciler.desired.build import build as build_desired
 from reconciler.drivers import Driver
 from reconciler.errors import ReconcilerError
 from reconciler.fsutil import atomic_write_text
-from reconciler.ports import NodePortAllocator
+from reconciler.core.ports import NodePortAllocator
 from reconciler.shell.execute import Executor
 from reconciler.shell.manifests import DEBOUNCE, Manifests, load_manifests
 from reconciler.shell.observe import Observer
@@ -31,7 +31,7 @@ from reconciler.shell.record import record
 from reconciler.shell.snapshot import Snapshot
 from reconciler.shell.metrics import Metrics
 from reconciler.shell.nodes import NodeWatch
-from reconciler.state import StateDir, suspended_names
+from reconciler.drivers.state import StateDir, suspended_names
 from reconciler.timefmt import iso
 from reconciler.world import Alloc, Observed
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reconciler.cluster import Cluster
+from reconciler.recipe.cluster import Cluster
 from reconciler.errors import RecipeError
 from reconciler.recipe.load import LoadedRecipe, iter_recipe_files, load_file, load_text, outside_link
 from reconciler.recipe.model import Recipe
-from reconciler.state import StateDir
+from reconciler.drivers.state import StateDir
 
 
 @dataclass

@@ -14,7 +14,7 @@ import structlog
 
 from reconciler.core.plan import nodes as policy
 from reconciler.drivers import Driver
-from reconciler.state import StateDir
+from reconciler.drivers.state import StateDir
 from reconciler.timefmt import iso
 from reconciler.world import Alloc
 

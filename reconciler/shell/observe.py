@@ -17,10 +17,10 @@ from reconciler.core.grace import apply_grace
 from reconciler.core.pace import split_due
 from reconciler.core.plan.results import StopReason
 from reconciler.drivers import Driver
-from reconciler.health import HealthTracker
-from reconciler.ports import NodePortAllocator
-from reconciler.probe import probe_units
-from reconciler.state import StateDir
+from reconciler.shell.health import HealthTracker
+from reconciler.core.ports import NodePortAllocator
+from reconciler.shell.probe import probe_units
+from reconciler.drivers.state import StateDir
 from reconciler.world import Alloc, Desired, InFlight, Step, UnitHealth
 
 BIND_FAILURE = re.compile(r"address already in use|EADDRINUSE|\[Errno 98\]", re.IGNORECASE)

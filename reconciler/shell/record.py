@@ -11,11 +11,11 @@ import structlog
 from reconciler.drivers.base import step_log_paths
 from reconciler.shell.observe import tail
 from reconciler.shell.snapshot import Snapshot
-from reconciler.state import StateDir, set_suspended, suspended_names
-from reconciler.status import build_status
+from reconciler.drivers.state import StateDir, set_suspended, suspended_names
+from reconciler.shell.status import build_status
 from reconciler.timefmt import iso
 from reconciler.shell import router_sync
-from reconciler.units import FRONTEND, endpoints_path
+from reconciler.desired.units import FRONTEND, endpoints_path
 from reconciler.world import DesiredRecipe, Observed
 
 log = structlog.get_logger("reconciler")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from reconciler.core.plan import Plan
 from reconciler.core.portplan import Reassigned
-from reconciler.ports import NodePortAllocator
+from reconciler.core.ports import NodePortAllocator
 from reconciler.shell.manifests import Manifests
 from reconciler.world import Desired, InFlight, Observed
 

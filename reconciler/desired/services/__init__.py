@@ -6,6 +6,6 @@ each type supplies (command, ports, phase, readiness); ``units.service_units`` m
 units that the plan places, gates, probes and relaunches like workers.
 """
 
-from reconciler.services.spec import PHASES, Discovery, Readiness, ServiceSpec, discovery_of, resolve
+from reconciler.desired.services.spec import PHASES, Discovery, Readiness, ServiceSpec, discovery_of, resolve
 
 __all__ = ["PHASES", "Discovery", "Readiness", "ServiceSpec", "discovery_of", "resolve"]

@@ -59,7 +59,7 @@ def engine_environment(fo: FailoverConfig, directory: str, engine: int) -> dict[
 def check(recipe) -> None:
     """srtctl's rules, each at its key: the Dynamo frontend, no sidecar, no data parallel,
     ``load-format`` gms or unset. Raises ServiceError."""
-    from reconciler.services.spec import ServiceError
+    from reconciler.desired.services.spec import ServiceError
 
     fo = config_of(recipe)
     declared = [(i, s) for i, s in enumerate(recipe.services) if s.type == GMS_KIND and s.enabled]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
-from reconciler import operate
-from reconciler.cli_common import DRIVER_OPT, INSTANCE_OPT, MANIFESTS_OPT, PORTS_OPT, STATE_OPT, _controller, _fail
+from reconciler.cli import operate
+from reconciler.cli.common import DRIVER_OPT, INSTANCE_OPT, MANIFESTS_OPT, PORTS_OPT, STATE_OPT, _controller, _fail
 from reconciler.errors import ReconcilerError
 from reconciler.timefmt import iso
 
@@ -20,7 +20,7 @@ OUTPUT_OPT = click.option("-o", "--output", type=click.Choice(["text", "json"]),
 def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: str, instance: str | None,
                   name: str) -> dict:
     """describe's document: status, units with their retry times, allocations, recent events."""
-    from reconciler.status import build_status
+    from reconciler.shell.status import build_status
 
     ctl = _controller(manifests, state, driver, port_range=port_range, instance=instance, read_only=True)
     snap = ctl.snapshot()
@@ -166,7 +166,7 @@ def logs(name: str, role: str, index: int, state: str, rank: int, follow: bool, 
 
 def _set_suspended(name: str, manifests: str, state: str, on: bool) -> None:
     from reconciler.recipe.load import iter_recipe_files, load_file
-    from reconciler.state import StateDir, set_suspended
+    from reconciler.drivers.state import StateDir, set_suspended
 
     in_files: dict[str, bool] = {}  # recipe name -> reconcile.suspend in its file
     for f in iter_recipe_files([manifests]) if Path(manifests).is_dir() else []:

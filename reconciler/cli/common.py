@@ -34,7 +34,7 @@ DRIVER_OPT = click.option(
 
 def _cluster():
     """The cluster config in effect (or None); a bad one stops the command, nothing runs on a guess."""
-    from reconciler import cluster
+    from reconciler.recipe import cluster
 
     ctx = click.get_current_context()
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from reconciler.cli_common import (  # noqa: F401 - shared with cli_ops
+from reconciler.cli.common import (  # noqa: F401 - shared with cli_ops
     DRIVER_OPT, INSTANCE_OPT, MANIFESTS_OPT, PORTS_OPT, STATE_OPT, _cluster, _controller, _fail,
 )
 from reconciler.errors import RecipeError, ReconcilerError
@@ -113,9 +113,9 @@ def schema() -> None:
 @STATE_OPT
 def render(recipe: str, nodes: str | None, output: str, state: str, process_exporter: bool) -> None:
     """Dry run: every process a recipe would launch (role, nodes, GPUs, ports, env, argv)."""
-    from reconciler.exporters import config_text
+    from reconciler.backends.exporters import config_text
     from reconciler.recipe.load import load_file
-    from reconciler.render import as_rows, render_units
+    from reconciler.desired.render import as_rows, render_units
 
     try:
         loaded = load_file(recipe, _cluster())
@@ -279,7 +279,7 @@ def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, in
                 for a in rp.deferred:
                     click.echo(click.style("refused: ", fg="red") + a.describe())
         if not acts and not snap.plan.refused_prune:
-            from reconciler.waits import allocation_waits, summary
+            from reconciler.cli.waits import allocation_waits, summary
 
             queued = summary(allocation_waits(snap.plan, snap.observed))
             # exit 0 either way: nothing for `run` to do; the text says what Slurm still has to do
@@ -301,7 +301,7 @@ def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, in
 def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, port_range: str,
         instance: str | None, output: str, wait_ready: bool, timeout: float) -> None:
     """Deployments: readiness per role, status, restarts, age and endpoint (live from the cluster)."""
-    from reconciler import deployments
+    from reconciler.cli import deployments
 
     try:
         ctl = _controller(manifests, state, driver, port_range=port_range, instance=instance, read_only=True)
@@ -319,7 +319,7 @@ def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, 
 
 
 def _register_operations() -> None:
-    from reconciler import cli_ops
+    from reconciler.cli import ops as cli_ops
 
     for command in cli_ops.COMMANDS:
         cli.add_command(command)

@@ -14,13 +14,13 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from reconciler.ports import NodePortAllocator
+from reconciler.core.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
-from reconciler.services import mooncake
-from reconciler.services.kinds import KINDS, PROGRAMS
-from reconciler.services.mooncake import Wiring
-from reconciler.services.spec import WORKER_NODES, Discovery, ServiceSpec
-from reconciler.units import Launch, Unit, container_srun_options, node_count, spec_hash
+from reconciler.desired.services import mooncake
+from reconciler.desired.services.kinds import KINDS, PROGRAMS
+from reconciler.desired.services.mooncake import Wiring
+from reconciler.desired.services.spec import WORKER_NODES, Discovery, ServiceSpec
+from reconciler.desired.units import Launch, Unit, container_srun_options, node_count, spec_hash
 
 # srtctl's placeholders that make sense for one instance on the head node, and {port} (the
 # allocator's port for a generic service, the reconciler's own); other braces stay
@@ -87,7 +87,7 @@ def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, hea
         return {}
     env = {"DYN_REQUEST_PLANE": disc.request_plane}
     if head is not None:
-        env["HEAD_NODE_IP"] = head  # srtctl: the head node's IP (reconciler.netaddr resolves it on workers)
+        env["HEAD_NODE_IP"] = head  # srtctl: the head node's IP (reconciler.desired.netaddr resolves it on workers)
     if disc.event_plane:
         env["DYN_EVENT_PLANE"] = disc.event_plane
     if disc.backend == "file":

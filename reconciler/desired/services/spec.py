@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 
 from reconciler.recipe.model import Recipe
-from reconciler.services.kinds import KINDS, NOT_YET, WORKER_PLACEMENTS
-from reconciler.units import SERVICE_PREFIX
+from reconciler.desired.services.kinds import KINDS, NOT_YET, WORKER_PLACEMENTS
+from reconciler.desired.units import SERVICE_PREFIX
 from reconciler.recipe.types import check_regex
 
 PHASES = ("infra", "before_workers", "with_workers", "after_frontend")
@@ -107,8 +107,8 @@ def _implied(recipe: Recipe, disc: Discovery) -> dict[str, str]:
 
 
 def resolve(recipe: Recipe) -> list[ServiceSpec]:
-    from reconciler import failover
-    from reconciler.services import mooncake  # it raises our ServiceError
+    from reconciler.backends import failover
+    from reconciler.desired.services import mooncake  # it raises our ServiceError
 
     failover.check(recipe)
     store = mooncake.store_of(recipe)
@@ -173,7 +173,7 @@ def _implied_master(store) -> ServiceSpec:
 
 def _gms_readiness(timeout: float) -> Readiness:
     """srtctl's: the supervisor's own ``timeout`` fires first, the probe 30 s later."""
-    from reconciler import failover
+    from reconciler.backends import failover
 
     return Readiness("log", pattern=re.escape(failover.READY_MARKER), timeout=timeout + 30, interval=1.0)
 
@@ -339,7 +339,7 @@ def _probe_port(port: int | str) -> dict:
 
 def _same_port_same_node(recipe: Recipe, specs: list[ServiceSpec], declared: dict[str, int]) -> None:
     """srtctl: two services probing the same fixed port on one node are refused before anything runs."""
-    from reconciler.services.units import instance_ordinals  # it imports this module
+    from reconciler.desired.services.units import instance_ordinals  # it imports this module
 
     seen: dict[tuple[int, int], str] = {}
     for s in specs:

@@ -50,7 +50,7 @@ def _ready_text(r: dict) -> str:
 def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
     import time as _time
 
-    from reconciler.status import build_status
+    from reconciler.shell.status import build_status
 
     snap = ctl.snapshot()
     sd = ctl.state
@@ -62,7 +62,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
         if missing:
             raise ReconcilerError(f"no recipe named {', '.join(missing)} in {manifests}")
         all_names = [n for n in all_names if n in names]
-    from reconciler.waits import allocation_waits
+    from reconciler.cli.waits import allocation_waits
 
     queued = allocation_waits(snap.plan, snap.observed)
     rows = []
@@ -118,7 +118,7 @@ def print_table(rows: list[dict], manifests: str) -> None:
     for r in rows:
         if r["error"]:
             click.echo(click.style("invalid: ", fg="red") + r["error"], err=True)
-    from reconciler.waits import summary
+    from reconciler.cli.waits import summary
 
     queued = summary({r["name"]: r["waitingForAllocation"] for r in rows if r.get("waitingForAllocation") is not None})
     if queued:

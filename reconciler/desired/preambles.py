@@ -3,7 +3,7 @@ and the recipe's ``setup_script`` (cli/mixins/worker_stage.py ``_build_worker_pr
 
 srtctl writes them into one ``bash -c`` text joined with ``&&``: the cluster snippet first (every
 container step: workers, frontend, services), then, on workers, the setup script, then the Dynamo
-install (reconciler.dynamo_install), then the command. Here each is a fixed script that takes its
+install (reconciler.backends.dynamo_install), then the command. Here each is a fixed script that takes its
 input as positional arguments and ``exec``s the rest of its argv unchanged:
 
 * ``setup_script``: its name (validated: a relative path without ``..``) is an argument; the script
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from reconciler.recipe.model import Recipe
 
 if TYPE_CHECKING:
-    from reconciler.units import Unit
+    from reconciler.desired.units import Unit
 
 CONFIGS_MOUNT = "/configs"
 SETUP_TAG = "setup-script"
@@ -58,7 +58,7 @@ def configs_mount(recipe: Recipe) -> dict[str, str]:
 
 def with_cluster_preamble(unit: Unit | None, recipe: Recipe) -> Unit | None:
     """``unit`` with the cluster's snippet before each launch of a container step."""
-    from reconciler.units import spec_hash
+    from reconciler.desired.units import spec_hash
 
     snippet = recipe.reconcile.bash_preamble
     if unit is None or not snippet or not unit.container:

@@ -16,14 +16,16 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from reconciler import dynamo_install, netaddr, preambles
+from reconciler.backends import dynamo_install
+from reconciler.desired import netaddr
+from reconciler.desired import preambles
 from reconciler.backends.base import Runtime
-from reconciler.ports import NodePortAllocator
+from reconciler.core.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
-from reconciler.topology import Endpoint, Process
+from reconciler.recipe.topology import Endpoint, Process
 
 if TYPE_CHECKING:
-    from reconciler.services.mooncake import Wiring
+    from reconciler.desired.services.mooncake import Wiring
 
 FRONTEND = "frontend"
 SERVICE_PREFIX = "svc-"  # the step role of a service: svc-<name>
@@ -204,7 +206,7 @@ def worker_units(
     ``mooncake``: the Mooncake master's wiring, over everything else. Under ``engine.failover``
     every worker is ``1 + shadow_engines`` units, one per engine; ``job_of`` (worker -> job)
     names their shared directory, ``needs`` (worker -> units) what must be Ready before them."""
-    from reconciler import failover
+    from reconciler.backends import failover
 
     engines = failover.engines_per_worker(recipe)
     if engines > 1:
@@ -231,7 +233,7 @@ def worker_units(
 def _worker_unit(recipe: Recipe, ep: Endpoint, ps: list[Process], hostnames: Mapping[int, str], runtime: Runtime,
                  extra_env: Mapping[str, str] | None, mooncake: Wiring | None, job: str,
                  needs: tuple[tuple[str, int], ...], worker_hosts: list[str]) -> Unit:
-    from reconciler import failover
+    from reconciler.backends import failover
 
     backend = recipe.backend_for(ep.mode)
     fo = failover.config_of(recipe)
@@ -312,7 +314,7 @@ def endpoints_path(state_dir: Path, recipe: str) -> Path:
 
 
 def node_count(recipe: Recipe) -> int:
-    from reconciler.topology import allocate
+    from reconciler.recipe.topology import allocate
 
     _, n = allocate(recipe.role_layouts(), recipe.resources.gpus_per_node, recipe.resources.spread_workers)
     return n

@@ -18,21 +18,21 @@ from dataclasses import replace
 from pathlib import Path
 from collections.abc import Mapping
 
-from reconciler.ports import NodePortAllocator, PortsExhausted
+from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.recipe.model import Recipe
-from reconciler.topology import Endpoint
-from reconciler.frontends import frontend_unit
-from reconciler.services import discovery_of, resolve
-from reconciler import failover
+from reconciler.recipe.topology import Endpoint
+from reconciler.desired.frontends import frontend_unit
+from reconciler.desired.services import discovery_of, resolve
+from reconciler.backends import failover
 from reconciler.labels import engine_role
-from reconciler.services import per_worker
-from reconciler.services.units import (ADDRESSED_KINDS, dedicated_ordinal, discovery_env, host_of,
+from reconciler.desired.services import per_worker
+from reconciler.desired.services.units import (ADDRESSED_KINDS, dedicated_ordinal, discovery_env, host_of,
                                        instance_ordinals, mooncake_wiring, service_units)
-from reconciler.preambles import with_cluster_preamble
-from reconciler.units import FRONTEND, _container, runtime_for
+from reconciler.desired.preambles import with_cluster_preamble
+from reconciler.desired.units import FRONTEND, _container, runtime_for
 from reconciler.core.succession import generations
 from reconciler.timefmt import slurm_seconds
-from reconciler.lives import frontend_life, worker_lives
+from reconciler.desired.lives import frontend_life, worker_lives
 from reconciler.world import Alloc, AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy, Step
 
 

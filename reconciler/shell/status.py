@@ -7,7 +7,7 @@ from typing import Any
 from reconciler.core.plan import RecipePlan, WaitReason
 from reconciler.timefmt import iso
 from reconciler.core.plan.classify import unit_order
-from reconciler.units import FRONTEND, is_service_role, life_name
+from reconciler.desired.units import FRONTEND, is_service_role, life_name
 from reconciler.world import DesiredRecipe, Observed
 
 ROLES = ("prefill", "decode", "agg")

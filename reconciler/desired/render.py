@@ -5,14 +5,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from reconciler.ports import NodePortAllocator
-from reconciler.preambles import with_cluster_preamble
+from reconciler.core.ports import NodePortAllocator
+from reconciler.desired.preambles import with_cluster_preamble
 from reconciler.recipe.model import Recipe
-from reconciler.frontends import frontend_unit
-from reconciler.services import discovery_of, resolve
-from reconciler.services import per_worker
-from reconciler.services.units import dedicated_ordinal, discovery_env, mooncake_wiring, service_units, total_nodes
-from reconciler.units import Unit, _container, runtime_for, worker_units
+from reconciler.desired.frontends import frontend_unit
+from reconciler.desired.services import discovery_of, resolve
+from reconciler.desired.services import per_worker
+from reconciler.desired.services.units import dedicated_ordinal, discovery_env, mooncake_wiring, service_units, total_nodes
+from reconciler.desired.units import Unit, _container, runtime_for, worker_units
 
 
 def render_units(recipe: Recipe, nodes: list[str] | None, state_dir: Path, python: str | None = None) -> list[Unit]:

@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from reconciler import dynamo_install
+from reconciler.backends import dynamo_install
 from reconciler.backends.base import Runtime, _norm, cli_args, static_args
-from reconciler.ports import NodePortAllocator
+from reconciler.core.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
-from reconciler.units import FRONTEND, Launch, Unit, _container, container_srun_options, endpoints_path, spec_hash
+from reconciler.desired.units import FRONTEND, Launch, Unit, _container, container_srun_options, endpoints_path, spec_hash
 
 # flags the reconciler sets itself (the probe and `get` rely on them): frontend.port, not args
 OWNED_ARGS = {"builtin": ("host", "port", "life"), "dynamo": ("http-port", "http-host"), "sglang-router": ("host", "port"),

@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from reconciler import failover
+from reconciler.backends import failover
 from reconciler.core.slots import choose_slots, in_slot, layout_gpus, surge_flips
-from reconciler.ports import NodePortAllocator
-from reconciler.preambles import with_cluster_preamble
+from reconciler.core.ports import NodePortAllocator
+from reconciler.desired.preambles import with_cluster_preamble
 from reconciler.recipe.model import Recipe
-from reconciler.topology import Endpoint
-from reconciler.units import Unit, life_name, worker_units
+from reconciler.recipe.topology import Endpoint
+from reconciler.desired.units import Unit, life_name, worker_units
 from reconciler.world import Step
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from reconciler.backends.base import get_key
 from reconciler.recipe.model import Recipe
-from reconciler.services.spec import ServiceError
+from reconciler.desired.services.spec import ServiceError
 
 KIND = "mooncake-master"
 OWNED_ENV = ("MOONCAKE_MASTER", "MOONCAKE_TE_META_DATA_SERVER", "MOONCAKE_CONFIG_PATH")
