@@ -6,9 +6,9 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reconciler.desired import build
+from reconciler.desired.build import build
 from reconciler.core.plan import CancelAlloc, CancelStep, LaunchStep, Plan, SubmitAlloc, plan
-from reconciler.ports import NodePortAllocator
+from reconciler.core.ports import NodePortAllocator
 from reconciler.recipe.load import load_text
 from reconciler.world import Alloc, Desired, Observed, Step, UnitHealth
 

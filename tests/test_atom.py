@@ -10,7 +10,7 @@ import pytest
 
 from reconciler.errors import RecipeError
 from reconciler.recipe.load import load_text
-from reconciler.render import render_units
+from reconciler.desired.render import render_units
 
 BASE = """\
 schema: 2

@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from reconciler.backends import ENGINES
-from reconciler.exporters import config_text
+from reconciler.desired.exporters import config_text
 from reconciler.recipe.load import load_text
-from reconciler.render import render_units
+from reconciler.desired.render import render_units
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "reconcile: {container_runtime: none}\n"  # no container: argv is the process's own, no install preamble

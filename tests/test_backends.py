@@ -13,7 +13,7 @@ import yaml
 from conftest import ROOT
 from reconciler.errors import RecipeError
 from reconciler.recipe.load import load_recipe, load_text
-from reconciler.render import as_rows, render_units
+from reconciler.desired.render import as_rows, render_units
 
 STATE = Path("/st")
 
@@ -253,7 +253,7 @@ def test_trtllm_is_one_mpi_launch_per_endpoint_with_config_file():
     assert d["nodes"] == ["node2", "node3"] and d["ntasks"] == 16 and d["mpi"] == "pmix"
     # srtctl: Dynamo is installed first (0.8.0: the recipe names none), then the MPI ranks
     # become one engine under trtllm-llmapi-launch
-    from reconciler.dynamo_install import strip
+    from reconciler.backends.dynamo_install import strip
 
     argv, script = strip(d["argv"])
     assert "ai-dynamo==0.8.0" in script and "ai-dynamo-runtime==0.8.0" in script
@@ -473,7 +473,7 @@ DYN = ("name: dy\nmodel: {path: /m, container: img.sqsh}\nresources: {gpus_per_n
 def test_dynamo_is_installed_into_the_container_as_srtctl_does_and_the_worker_argv_follows_verbatim():
     import subprocess
 
-    from reconciler.dynamo_install import strip
+    from reconciler.backends.dynamo_install import strip
 
     a = one(rows(DYN + "dynamo: {version: '1.0.1'}\n"), "agg")
     argv, script = strip(a["argv"])
@@ -499,7 +499,7 @@ def test_a_dynamo_version_that_is_not_a_version_is_refused_and_source_builds_are
 
 
 def strip_none(lr):
-    from reconciler.dynamo_install import install_spec
+    from reconciler.backends.dynamo_install import install_spec
 
     return install_spec(lr.recipe) is None
 
@@ -536,7 +536,7 @@ def test_a_role_without_a_container_reads_the_model_from_its_host_path():
 def test_trtllm_numa_cpu_bind_wraps_the_command_in_srtctls_script(tmp_path, mem, numactl, flag):
     """srtctl: bash /configs/numa_cpu_bind.sh [--bind-memory] <numactl> trtllm-llmapi-launch ...,
     TLLM_NUMA_AWARE_WORKER_AFFINITY=0; /configs is <srtctl_root>/configs."""
-    from reconciler import cluster
+    from reconciler.recipe import cluster
 
     (tmp_path / "srtslurm.yaml").write_text("srtctl_root: /opt/srt\n")
     site = cluster.load(tmp_path / "srtslurm.yaml")

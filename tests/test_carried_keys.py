@@ -85,7 +85,7 @@ benchmark: {type: manual}
 def test_mocker_role_model_name_is_kept():
     text = BASE.format(engine="mocker", knobs="", role=", args: {model-name: my-model}")
     lr = load_text(text, "c.yaml")
-    from reconciler.render import as_rows, render_units
+    from reconciler.desired.render import as_rows, render_units
 
     (row, *_) = [r for r in as_rows(render_units(lr.recipe, None, ROOT / "state")) if r["role"] == "agg"]
     argv = row["argv"]

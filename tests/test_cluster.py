@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import cluster
+from reconciler.recipe import cluster
 from reconciler.errors import RecipeError
 from reconciler.recipe.load import load_text
-from reconciler.render import as_rows, render_units
+from reconciler.desired.render import as_rows, render_units
 
 
 def workers(units):

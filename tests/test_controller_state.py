@@ -80,7 +80,7 @@ def test_a_sweep_file_is_one_recipe_per_combination_and_its_edits_converge_the_s
 
 
 def test_files_json_of_an_earlier_version_still_reads(tmp_path):
-    from reconciler.state import StateDir
+    from reconciler.drivers.state import StateDir
 
     st = StateDir(tmp_path)
     (tmp_path / "files.json").write_text(json.dumps({"/m/r.yaml": "r"}))
@@ -108,7 +108,7 @@ def _apply(c):
 
 
 def test_a_broken_file_keeps_its_spec_even_when_this_host_no_longer_passes_preflight(tmp_path):
-    from reconciler import cluster
+    from reconciler.recipe import cluster
 
     m = tmp_path / "manifests"
     m.mkdir()
@@ -172,7 +172,7 @@ def test_a_name_kept_by_a_broken_file_is_not_taken_over_by_another_file(tmp_path
 
 
 def test_launch_to_ready_is_kept_per_life_and_the_last_one_survives_a_relaunch(tmp_path):
-    from reconciler.state import StateDir
+    from reconciler.drivers.state import StateDir
 
     st = StateDir(tmp_path)
     st.count_launch("r", "agg_0", 100.0, restart=False, slot=1)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from reconciler.errors import RecipeError
 from reconciler.recipe.load import load_file
-from reconciler.render import render_units
+from reconciler.desired.render import render_units
 
 
 def _walk(root):

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from reconciler import labels
-from reconciler.desired import build_recipe
+from reconciler.desired.build import build_recipe
 from reconciler.errors import RecipeError
-from reconciler.ports import NodePortAllocator
+from reconciler.core.ports import NodePortAllocator
 from reconciler.recipe.load import load_text
-from reconciler.render import render_units
+from reconciler.desired.render import render_units
 from reconciler.world import Alloc
 
 from conftest import CORPUS  # noqa: E402 - ../shared/corpus beside the checkout, or $RECONCILER_CORPUS

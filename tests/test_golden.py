@@ -7,7 +7,7 @@ environment and the srun options of each process. ``$name`` stands for the proce
 of that name (ports are ours to choose; srtctl uses fixed bases), ``$leader`` for its
 endpoint's first node, ``$ip:leader`` / ``$ip:head`` for the IP of that node (or of the
 recipe's first node) on the configured NIC, which the node learns at launch (a file's
-``network_interface`` sets the cluster's; reconciler.netaddr). Renders run under
+``network_interface`` sets the cluster's; reconciler.desired.netaddr). Renders run under
 tests/golden/srtslurm.yaml, the site config that resolves the recipes' model and container aliases.
 """
 
@@ -21,9 +21,12 @@ import yaml
 
 from dataclasses import replace
 
-from reconciler import cluster, dynamo_install, netaddr, preambles
+from reconciler.recipe import cluster
+from reconciler.backends import dynamo_install
+from reconciler.desired import netaddr
+from reconciler.desired import preambles
 from reconciler.recipe.load import load_file
-from reconciler.render import as_rows, render_units
+from reconciler.desired.render import as_rows, render_units
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(p for p in GOLDEN.glob("*.yaml") if p.name != "srtslurm.yaml")

@@ -9,8 +9,8 @@ import pytest
 
 from reconciler.errors import RecipeError
 from reconciler.recipe.load import load_text
-from reconciler.render import render_units
-from reconciler.services import resolve
+from reconciler.desired.render import render_units
+from reconciler.desired.services import resolve
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "srt-slurm-v2"
 

@@ -1,4 +1,4 @@
-"""Addresses on the configured NIC (reconciler.netaddr): placeholders in the render, the
+"""Addresses on the configured NIC (reconciler.desired.netaddr): placeholders in the render, the
 wrapper script run for real by bash (and through srun on the local Slurm)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from reconciler import netaddr
+from reconciler.desired import netaddr
 
 ECHO = [sys.executable, "-c", "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ.get('MASTER_ADDR')]))"]
 

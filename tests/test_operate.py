@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from reconciler import operate
+from reconciler.cli import operate
 from reconciler.errors import ReconcilerError
-from reconciler.state import set_suspended, suspended_names
+from reconciler.drivers.state import set_suspended, suspended_names
 
 
 @pytest.mark.parametrize("text, secs", [("90", 90), ("90s", 90), ("5m", 300), ("1h30m", 5400), ("2d", 172800),
@@ -105,8 +105,8 @@ def test_suspend_markers(tmp_path):
 
 
 def test_suspension_goes_through_the_desired_cache_both_ways(tmp_path):
-    from reconciler.desired import build
-    from reconciler.ports import NodePortAllocator
+    from reconciler.desired.build import build
+    from reconciler.core.ports import NodePortAllocator
     from reconciler.recipe.load import load_text
     from reconciler.world import Observed
 

@@ -414,7 +414,7 @@ def test_startup_grace_restarts_when_a_reconciler_adopts_a_worker():
 
 
 def test_a_recipe_whose_desired_state_fails_is_held_not_pruned():
-    from reconciler.ports import NodePortAllocator
+    from reconciler.core.ports import NodePortAllocator
 
     c = FakeCluster()
     rs = agg(3)

@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 
 import pytest
 
-from reconciler.ports import NodePortAllocator, PortsExhausted
+from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.recipe.load import load_text
-from reconciler.units import runtime_for, worker_units
+from reconciler.desired.units import runtime_for, worker_units
 
 RECIPE = """\
 name: {name}

@@ -1,4 +1,4 @@
-"""setup_script, default_bash_preamble and host_setup as srtctl treats them (reconciler.preambles):
+"""setup_script, default_bash_preamble and host_setup as srtctl treats them (reconciler.desired.preambles):
 rendered in srtctl's order, run for real by bash, refused with their key where the reconciler cannot."""
 
 from __future__ import annotations
@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import cluster, dynamo_install, preambles
+from reconciler.recipe import cluster
+from reconciler.backends import dynamo_install
+from reconciler.desired import preambles
 from reconciler.errors import RecipeError
 from reconciler.recipe.load import load_text
-from reconciler.render import as_rows, render_units
+from reconciler.desired.render import as_rows, render_units
 
 RECIPE = """\
 name: r

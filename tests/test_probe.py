@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from reconciler import probe
-from reconciler.units import Unit
+from reconciler.shell import probe
+from reconciler.desired.units import Unit
 
 
 class Server:

@@ -14,7 +14,7 @@ import pytest
 
 from harness import Harness, scancel
 from helpers import get, wait_until
-from reconciler.state import StateDir
+from reconciler.drivers.state import StateDir
 
 pytestmark = pytest.mark.slurm
 

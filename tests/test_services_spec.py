@@ -9,12 +9,12 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from reconciler.errors import RecipeError
-from reconciler.probe import probe_dynamo, probe_file, probe_tcp
+from reconciler.shell.probe import probe_dynamo, probe_file, probe_tcp
 from reconciler.recipe.load import load_text
-from reconciler.render import as_rows, render_units
-from reconciler.ports import NodePortAllocator
-from reconciler.services import resolve
-from reconciler.services.units import ports_of
+from reconciler.desired.render import as_rows, render_units
+from reconciler.core.ports import NodePortAllocator
+from reconciler.desired.services import resolve
+from reconciler.desired.services.units import ports_of
 
 BASE = """\
 name: s
@@ -133,7 +133,7 @@ DEDICATED = ("dynamo: {request_plane: nats}\nservices:\n  - {name: etcd, type: e
 
 
 def test_dedicated_puts_the_discovery_plane_on_one_more_node_that_no_worker_uses():
-    from reconciler.desired import build_recipe
+    from reconciler.desired.build import build_recipe
 
     r = recipe(DEDICATED)
     units = render_units(r, None, __import__("pathlib").Path("/st"))
@@ -307,8 +307,8 @@ def test_tcp_and_file_probes(tmp_path):
 def test_workers_away_from_a_pending_head_allocation_wait_instead_of_losing_their_discovery():
     from pathlib import Path
 
-    from reconciler.desired import build_recipe
-    from reconciler.ports import NodePortAllocator
+    from reconciler.desired.build import build_recipe
+    from reconciler.core.ports import NodePortAllocator
     from reconciler.world import Alloc
 
     r = load_text(BASE.replace("roles: {agg: {workers: 1, gpus: 1}}", "roles: {agg: {workers: 2, gpus: 8}}")

@@ -205,7 +205,7 @@ def _iface() -> tuple[str, str] | None:
 
 def test_network_interface_workers_learn_the_head_ip_at_launch_and_serve(stack, corpus):
     """srtctl passes HEAD_NODE_IP as the head's IP on network_interface: the worker's step goes
-    through the address script (reconciler.netaddr), publishes its node's IP and starts dynamo.mocker
+    through the address script (reconciler.desired.netaddr), publishes its node's IP and starts dynamo.mocker
     with it; the stack serves as without."""
     found = _iface()
     if found is None:

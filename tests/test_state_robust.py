@@ -8,7 +8,7 @@ import pytest
 
 from reconciler.drivers.local import LocalDriver
 from reconciler.shell.loop import Controller
-from reconciler.state import StateDir
+from reconciler.drivers.state import StateDir
 
 CORRUPT = [
     ("r/status.json", "{not json", "status", {}),

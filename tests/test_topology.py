@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.topology import RoleLayout, TopologyError, allocate
+from reconciler.recipe.topology import RoleLayout, TopologyError, allocate
 
 
 def place(gpn, spread=False, **roles):

@@ -113,7 +113,7 @@ def schema() -> None:
 @STATE_OPT
 def render(recipe: str, nodes: str | None, output: str, state: str, process_exporter: bool) -> None:
     """Dry run: every process a recipe would launch (role, nodes, GPUs, ports, env, argv)."""
-    from reconciler.backends.exporters import config_text
+    from reconciler.desired.exporters import config_text
     from reconciler.recipe.load import load_file
     from reconciler.desired.render import as_rows, render_units
 
@@ -343,5 +343,3 @@ def main() -> None:
         _fail(f"internal error: {type(e).__name__}: {e} (set RECONCILER_DEBUG=1 for the traceback, and please report it)")
 
 
-if __name__ == "__main__":
-    main()

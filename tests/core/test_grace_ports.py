@@ -7,7 +7,7 @@ import pytest
 from builders import desired, desired_recipe, observed, step, unit
 from reconciler.core.grace import CANCEL_GRACE, INFLIGHT_GRACE, apply_grace
 from reconciler.core.portplan import reassign_after_bind_failures, release_unused
-from reconciler.ports import NodePortAllocator
+from reconciler.core.ports import NodePortAllocator
 from reconciler.world import InFlight
 
 PSEUDO = step(index=1, num=99, pending=True)

@@ -6,8 +6,8 @@ import pytest
 
 from builders import desired, desired_recipe, life, observed, step, unit
 from reconciler.core.plan import plan
-from reconciler.health import HealthTracker
-from reconciler.status import build_status
+from reconciler.shell.health import HealthTracker
+from reconciler.shell.status import build_status
 from reconciler.world import RestartPolicy
 
 A0, A1 = unit(index=0), unit(index=1)
