@@ -46,3 +46,21 @@ class RecipeError(ReconcilerError):
         if self.key:
             where += f": {self.key}"
         return f"{where}: {self.message}"
+
+
+class KeyedError(ValueError):
+    """A rule beyond the schema broken at one key path of a recipe (``roles.decode.workers``).
+    The layers above the recipe raise it (topology, services, frontends, engines); the loader
+    turns it into a located ``RecipeError``. ``unsupported`` names a feature deliberately not
+    supported (as opposed to a mistake)."""
+
+    def __init__(self, key: str, message: str, unsupported: str | None = None):
+        super().__init__(message)
+        self.key, self.message, self.unsupported = key, message, unsupported
+
+
+class ServiceError(KeyedError):
+    """A service (``services:`` or one a section implies) that cannot run as written."""
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.message}"

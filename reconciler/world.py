@@ -1,16 +1,123 @@
-"""What the reconciler sees (Observed) and wants (Desired): plain frozen data.
+"""What the reconciler sees (Observed) and wants (Desired): plain frozen data, defined once.
 
-``plan`` is a pure function of these two plus the time; the drivers fill
-``Observed``, ``desired.build`` fills ``Desired``.
+A ``Unit`` is what runs: one logical worker, service instance or frontend (the thing that is
+scaled, relaunched and rolled), with one or more ``Launch``es (srun steps). ``plan`` is a pure
+function of ``Desired`` and ``Observed`` plus the time; the drivers fill ``Observed``, the
+desired-state pipeline (``reconciler.desired``) fills ``Desired``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from collections.abc import Mapping
 
-from reconciler.desired.units import Unit, life_name
+
+FRONTEND = "frontend"
+SERVICE_PREFIX = "svc-"  # the step role of a service: svc-<name>
+
+
+def is_service_role(role: str) -> bool:
+    return role.startswith(SERVICE_PREFIX)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One srun step."""
+
+    rank: int  # node rank within the unit (0 for MPI launches)
+    nodes: tuple[str, ...]
+    ntasks: int
+    mpi: str | None
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Unit:
+    recipe: str
+    role: str  # prefill | decode | agg | frontend
+    index: int
+    ordinals: tuple[int, ...]  # logical node ordinals of the recipe
+    nodes: tuple[str, ...]  # hostnames, leader first
+    gpus: tuple[int, ...]
+    ports: Mapping[str, int]
+    launches: tuple[Launch, ...]
+    container: str | None
+    files: Mapping[str, str] = field(default_factory=dict)
+    health_port: int | None = None
+    health_path: str = "/health"
+    metrics_path: str | None = None  # Prometheus metrics on the health port (None: the unit serves none)
+    fatal_patterns: tuple[str, ...] = ()
+    srun_options: tuple[tuple[str, str], ...] = ()
+    spec_hash: str = ""
+    # how Ready is told: http (GET health_path is 200), dynamo (a Dynamo system server whose
+    # endpoints are all ready), tcp (the port accepts), log (a line matches probe_arg),
+    # file (probe_arg exists, non-empty), started (running is enough)
+    probe: str = "http"
+    probe_arg: str = ""
+    phase: str = ""  # services only: infra | before_workers | with_workers | after_frontend
+    startup_timeout: float | None = None  # None: the recipe's startup grace
+    probe_interval: float = 0.0  # services: seconds between probes (readiness.interval_seconds); 0: every pass
+    critical: bool = False
+    worker_api: str = ""  # a frontend whose worker set the shell keeps in step with readiness: "sglang-router"
+    scheme: str = "http"  # how a router reaches it: http, or grpc (Backend.is_grpc_mode)
+    slot: int = 0  # which of its two life slots (ports, log files): a surge life takes the other one
+    shares_port: bool = False  # a frontend whose two lives can listen on one port (the built-in router)
+    # units that must be Ready before this one starts (a failover engine: its worker's gms instance)
+    needs: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def is_service(self) -> bool:
+        return bool(self.phase)
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}_{self.index}"
+
+    @property
+    def life(self) -> str:
+        return life_name(self.name, self.slot)
+
+    @property
+    def port_owner(self) -> str:
+        """Who holds its ports in the registry: its life (a worker's lives have ports of their own),
+        or its name when its lives share one address (the built-in router)."""
+        return f"{self.recipe}/{self.name if self.shares_port else self.life}"
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.recipe, self.role, self.index)
+
+    @property
+    def url(self) -> str | None:
+        return f"{self.scheme}://{self.nodes[0]}:{self.health_port}" if self.health_port else None
+
+
+def life_name(unit: str, slot: int) -> str:
+    """A unit has two life slots, so that a surge life can run beside the old one: slot 0 is the
+    unit's own name (as before slots existed), slot 1 ``<name>@b``. Its ports are owned by
+    ``<recipe>/<life>``, and its logs and exit records are ``logs/<life>.<rank>.*``."""
+    return f"{unit}@b" if slot else unit
+
+
+def spec_hash(
+    launches: tuple[Launch, ...], container: str | None, files: Mapping[str, str],
+    srun_options: tuple[tuple[str, str], ...] = (),
+) -> str:
+    doc = {
+        "launches": [[l.rank, l.ntasks, l.mpi, list(l.argv), [list(e) for e in l.env]] for l in launches],
+        "container": container,
+        "files": dict(sorted(files.items())),
+    }
+    if srun_options:
+        doc["srun"] = [list(o) for o in srun_options]
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:10]
+
+
 
 LIVE_JOB_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING"})
 
@@ -59,7 +166,7 @@ class Step:
 
     @property
     def life(self) -> str:
-        """The life's name: its log and exit files and its port owner (``units.life_name``)."""
+        """The life's name: its log and exit files and its port owner (``world.life_name``)."""
         return life_name(f"{self.role}_{self.index}", self.slot)
 
     @property

@@ -9,7 +9,7 @@ from pathlib import Path
 from reconciler.desired.build import build
 from reconciler.core.plan import CancelAlloc, CancelStep, LaunchStep, Plan, SubmitAlloc, plan
 from reconciler.core.ports import NodePortAllocator
-from reconciler.recipe.load import load_text
+from reconciler.desired.admission import load_text
 from reconciler.world import Alloc, Desired, Observed, Step, UnitHealth
 
 STATE = Path("/state")

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reconciler.backends import ENGINES
+from reconciler.backends import BACKENDS
 from reconciler.desired.exporters import config_text
-from reconciler.recipe.load import load_text
+from reconciler.desired.admission import load_text
 from reconciler.desired.render import render_units
+from reconciler.backends.registry import backend_for
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "reconcile: {container_runtime: none}\n"  # no container: argv is the process's own, no install preamble
@@ -63,7 +64,7 @@ def test_every_rendered_process_lands_in_its_own_group(which, tmp_path):
     groups = doc["process_names"]
     names = [g["name"] for g in groups]
     assert names[0] == "frontend" and len(names) == len(set(names))
-    own = {g.name for m, _ in r.roles.items() for g in r.backend_for(m).process_exporter_groups}
+    own = {g.name for m, _ in r.roles.items() for g in backend_for(r, m).process_exporter_groups}
     assert own and own <= set(names)
     for u in render_units(r, None, tmp_path):
         for l in u.launches:
@@ -96,7 +97,7 @@ def test_per_role_engines_each_bring_their_groups():
 
 
 def test_every_engine_declares_its_groups():
-    assert all(cls.process_exporter_groups for cls in ENGINES.values())
+    assert all(cls.process_exporter_groups for cls in BACKENDS.values())
 
 
 def test_render_prints_the_group_file(tmp_path):

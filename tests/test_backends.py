@@ -12,7 +12,7 @@ import yaml
 
 from conftest import ROOT
 from reconciler.errors import RecipeError
-from reconciler.recipe.load import load_recipe, load_text
+from reconciler.desired.admission import load_recipe, load_text
 from reconciler.desired.render import as_rows, render_units
 
 STATE = Path("/st")

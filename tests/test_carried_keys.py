@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.backends import ENGINES, engine_list_text
+from reconciler.backends import BACKENDS
+from reconciler.recipe.engines import ENGINES, engine_list_text
 from reconciler.errors import RecipeError
-from reconciler.recipe.load import load_text
+from reconciler.desired.admission import load_text
 from reconciler.recipe.schema import recipe_json_schema
 from reconciler.recipe.v1 import ENGINE_CONFIG_KEYS
 
@@ -120,7 +121,7 @@ def test_everything_that_lists_engines_reads_the_registry():
     assert recipe_json_schema()["properties"]["engine"]["anyOf"][0]["enum"] == names
     assert sorted(ENGINE_CONFIG_KEYS.values()) == sorted(names)
     docs = (ROOT / "docs" / "backends.md").read_text()
-    for name, cls in ENGINES.items():
+    for name, cls in BACKENDS.items():
         assert f"`{Path(sys.modules[cls.__module__].__file__).name}`" in docs, name
     with pytest.raises(RecipeError) as e:
         load_text(BASE.format(engine="nosuch", knobs="", role=""), "c.yaml")
@@ -134,7 +135,9 @@ def test_every_backend_hook_has_a_caller():
     from reconciler.backends.base import Backend
 
     hooks = [n for n, _ in inspect.getmembers(Backend) if not n.startswith("_") and n not in ("bind", "recipe", "type")]
-    sources = "".join(p.read_text() for p in (ROOT / "reconciler").rglob("*.py") if "backends" not in p.parts)
+    # callers: everything but the engines themselves (the registry binds them, so it is a caller)
+    sources = "".join(p.read_text() for p in (ROOT / "reconciler").rglob("*.py")
+                      if "backends" not in p.parts or p.name == "registry.py")
     base = (ROOT / "reconciler" / "backends" / "base.py").read_text()
     docs = (ROOT / "docs" / "backends.md").read_text()
     for h in hooks:

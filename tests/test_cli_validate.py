@@ -68,7 +68,7 @@ def test_schema_is_json_schema_that_describes_recipes():
     assert s["$schema"].startswith("https://json-schema.org/")
     assert s["additionalProperties"] is False
     assert {"name", "model", "roles", "engine", "reconcile"} <= set(s["properties"])
-    assert "MockerBackend" in s["$defs"]
+    assert "MockerEngine" in s["$defs"]
 
 
 def test_every_problem_of_a_file_is_listed_with_its_key_and_line(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 from reconciler.recipe import cluster
 from reconciler.errors import RecipeError
-from reconciler.recipe.load import load_text
+from reconciler.desired.admission import load_text
 from reconciler.desired.render import as_rows, render_units
 
 

@@ -8,7 +8,7 @@ import collections
 from pathlib import Path
 
 from reconciler.errors import RecipeError
-from reconciler.recipe.load import load_file
+from reconciler.desired.admission import load_file
 from reconciler.desired.render import render_units
 
 

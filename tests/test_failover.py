@@ -15,7 +15,7 @@ from reconciler import labels
 from reconciler.desired.build import build_recipe
 from reconciler.errors import RecipeError
 from reconciler.core.ports import NodePortAllocator
-from reconciler.recipe.load import load_text
+from reconciler.desired.admission import load_text
 from reconciler.desired.render import render_units
 from reconciler.world import Alloc
 

@@ -25,7 +25,7 @@ from reconciler.recipe import cluster
 from reconciler.backends import dynamo_install
 from reconciler.desired import netaddr
 from reconciler.desired import preambles
-from reconciler.recipe.load import load_file
+from reconciler.desired.admission import load_file
 from reconciler.desired.render import as_rows, render_units
 
 GOLDEN = Path(__file__).parent / "golden"

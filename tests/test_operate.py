@@ -107,7 +107,7 @@ def test_suspend_markers(tmp_path):
 def test_suspension_goes_through_the_desired_cache_both_ways(tmp_path):
     from reconciler.desired.build import build
     from reconciler.core.ports import NodePortAllocator
-    from reconciler.recipe.load import load_text
+    from reconciler.desired.admission import load_text
     from reconciler.world import Observed
 
     r = load_text("name: a\nmodel: {path: m}\nengine: {type: mocker}\nroles: {agg: {workers: 1, gpus: 1}}\n"

@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 import pytest
 
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
-from reconciler.recipe.load import load_text
+from reconciler.desired.admission import load_text
 from reconciler.desired.units import runtime_for, worker_units
+from reconciler.backends.registry import endpoints_of
 
 RECIPE = """\
 name: {name}
@@ -42,7 +43,7 @@ def test_ports_unique_per_node_across_recipes(specs):
     seen: dict[tuple[str, int], str] = {}
     for i, (engine, frontend, p, d, nodes) in enumerate(specs):
         recipe = load_text(RECIPE.format(name=f"r{i}", engine=engine, frontend=frontend, p=p, d=d), f"r{i}.yaml").recipe
-        units = worker_units(recipe, recipe.backend.allocate_endpoints(), {0: nodes[0]}, ports, runtime_for(recipe, "/s"))
+        units = worker_units(recipe, endpoints_of(recipe), {0: nodes[0]}, ports, runtime_for(recipe, "/s"))
         for u in units:
             for name, port in u.ports.items():
                 key = (u.nodes[0], port)

@@ -14,7 +14,7 @@ from reconciler.recipe import cluster
 from reconciler.backends import dynamo_install
 from reconciler.desired import preambles
 from reconciler.errors import RecipeError
-from reconciler.recipe.load import load_text
+from reconciler.desired.admission import load_text
 from reconciler.desired.render import as_rows, render_units
 
 RECIPE = """\

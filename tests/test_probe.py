@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from reconciler.shell import probe
-from reconciler.desired.units import Unit
+from reconciler.world import Unit
 
 
 class Server:

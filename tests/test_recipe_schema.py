@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from reconciler.errors import RecipeError
-from reconciler.recipe.load import load_text
+from reconciler.desired.admission import load_text
 
 BASE = """\
 schema: 2
@@ -30,7 +30,7 @@ def test_minimal_schema2_recipe():
     lr = load(BASE)
     r = lr.recipe
     assert r.name == "demo"
-    assert r.backend.type == "mocker"
+    assert r.serving_engine.type == "mocker"
     assert r.roles.agg.workers == 2
     assert r.frontend.type == "dynamo"  # srtctl's default when absent
     lay = r.role_layouts()["agg"]
@@ -161,7 +161,7 @@ def test_v1_layout_is_normalised():
     lr = load(V1)
     r = lr.recipe
     assert lr.layout == "v1"
-    assert r.backend.type == "sglang"  # inferred from sglang_config
+    assert r.serving_engine.type == "sglang"  # inferred from sglang_config
     assert r.roles.prefill.workers == 2 and r.roles.prefill.gpus == 2
     assert r.roles.decode.nodes == "colocate"  # decode_nodes: 0
     assert r.roles.prefill.env == {"A": "1"} and r.roles.decode.args == {"tensor-parallel-size": 4}
@@ -186,7 +186,7 @@ def test_v1_and_schema2_cannot_mix():
 
 
 def test_sweep_and_override_files_load_as_one_recipe_per_deployment():
-    from reconciler.recipe.load import load_all
+    from reconciler.desired.admission import load_all
 
     sweep = load_all(BASE.replace("workers: 2", "workers: '{w}'") + "sweep: {w: [1, 2]}\n", "s.yaml")
     assert [(lr.recipe.name, lr.recipe.roles.agg.workers, lr.variant_of) for lr in sweep] == [
@@ -201,7 +201,7 @@ def test_sweep_and_override_files_load_as_one_recipe_per_deployment():
 
 
 def test_every_bad_variant_of_a_file_is_reported_and_located():
-    from reconciler.recipe.load import load_all
+    from reconciler.desired.admission import load_all
 
     with pytest.raises(RecipeError) as ei:
         load_all(BASE.replace("workers: 2", "workers: '{w}'") + "sweep: {w: [-1, 2, x]}\n", "s.yaml")

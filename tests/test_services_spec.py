@@ -10,7 +10,7 @@ import pytest
 
 from reconciler.errors import RecipeError
 from reconciler.shell.probe import probe_dynamo, probe_file, probe_tcp
-from reconciler.recipe.load import load_text
+from reconciler.desired.admission import load_text
 from reconciler.desired.render import as_rows, render_units
 from reconciler.core.ports import NodePortAllocator
 from reconciler.desired.services import resolve

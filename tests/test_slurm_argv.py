@@ -8,7 +8,7 @@ from reconciler.drivers.base import LAUNCHER, wrapped_argv
 from reconciler.drivers.slurm import (
     SEP, parse_jobs, parse_node_states, parse_steps, sbatch_argv, scancel_argv, squeue_jobs_argv, squeue_steps_argv, srun_argv,
 )
-from reconciler.desired.units import Launch, Unit
+from reconciler.world import Launch, Unit
 from reconciler.world import AllocSpec
 
 LOG = Path("/s/r/logs/alloc-0.out")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.errors import RecipeError
-from reconciler.recipe.load import load_recipe, load_text
+from reconciler.desired.admission import load_recipe, load_text
 from reconciler.desired.render import render_units
 
 PD = """\

@@ -1,25 +1,8 @@
-"""Engine backends. Adding one: its file plus one line in ``registry.ENGINES``."""
+"""Engine backends: what each engine does with its knobs. Adding one: its knobs in
+``recipe/engines.py``, its file here, and one line in ``registry.BACKENDS``."""
 
 from reconciler.backends.base import Backend, HealthProbe, Runtime, SrunConfig, cli_args
-from reconciler.backends.mocker import MockerBackend
-from reconciler.backends.sglang import SGLangBackend
-from reconciler.backends.trtllm import TRTLLMBackend
-from reconciler.backends.vllm import VLLMBackend
-from reconciler.recipe.failover import FailoverConfig
-from reconciler.backends.registry import ENGINES, engine_list_text, engine_names
+from reconciler.backends.registry import BACKENDS, backend_for, backend_of, endpoints_of
 
-__all__ = [
-    "ENGINES",
-    "engine_list_text",
-    "engine_names",
-    "Backend",
-    "HealthProbe",
-    "MockerBackend",
-    "Runtime",
-    "SGLangBackend",
-    "SrunConfig",
-    "TRTLLMBackend",
-    "VLLMBackend",
-    "FailoverConfig",
-    "cli_args",
-]
+__all__ = ["BACKENDS", "Backend", "HealthProbe", "Runtime", "SrunConfig", "backend_for", "backend_of", "cli_args",
+           "endpoints_of"]

@@ -16,10 +16,9 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar, Literal
 
-from pydantic import ConfigDict
-from pydantic.dataclasses import dataclass
 
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, _norm, _scalar
+from reconciler.recipe.engines import AtomEngine
 from reconciler.recipe.topology import Endpoint, Mode, Process, TopologyError
 
 MANAGED = ("model", "host", "server-port", "tp", "tensor-parallel-size", "kv-transfer-config")
@@ -28,16 +27,12 @@ LMCACHE_MP_PORT = 8750  # the node-local lmcache-server service (docs/services.m
 KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 
 
-@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
-class AtomBackend(Backend):
+class AtomBackend(AtomEngine, Backend):
     """ATOM engine on ROCm (``engine.type: atom``)."""
 
-    type: Literal["atom"] = "atom"
     process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = (
         ProcessGroup("atom_server", cmdline=(r"atom\.entrypoints\.openai_server",)),
     )
-    connector: Literal["mooncake"] = "mooncake"
-    mooncake_protocol: Literal["rdma", "tcp"] | None = None  # unset: ATOM chooses
 
     def allocate_endpoints(self) -> list[Endpoint]:
         fe = self.recipe.frontend.type

@@ -1,10 +1,10 @@
 """The Backend contract: how an engine turns a recipe into processes.
 
-A backend is a frozen dataclass whose fields are the engine's knobs (the
-``engine:`` mapping of a recipe). Concrete backends are pydantic dataclasses so
-that those knobs are validated with located errors; the base holds the optional
-hooks and their defaults. A backend is *bound* to its recipe (``bind``) before
-use, which is how ``get_config_for_mode`` reads the role's ``args``.
+An engine's knobs (the ``engine:`` mapping of a recipe) are its schema class in
+``recipe/engines.py``, validated with located errors. A concrete backend extends that
+class with behaviour; this base holds the optional hooks and their defaults. A backend
+is made from the recipe's knobs and *bound* to its recipe (``registry.backend_for``)
+before use, which is how ``get_config_for_mode`` reads the role's ``args``.
 
 Required: ``type``, ``allocate_endpoints``, ``endpoints_to_processes``,
 ``build_worker_command``. Everything else has a default here.
@@ -15,15 +15,23 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from collections.abc import Mapping
 
-from reconciler.core.ports import NodePortAllocator
 from reconciler.recipe.mooncake import MooncakeKVStoreConfig
 from reconciler.recipe.topology import MODES, Endpoint, Mode, Process, RoleLayout, allocate, processes_per_node
 
 if TYPE_CHECKING:
     from reconciler.recipe.model import Recipe
+
+
+class Ports(Protocol):
+    """Where a backend gets its processes' ports: the tick's cross-recipe allocator
+    (``core.ports.NodePortAllocator``), which keeps a port for the same owner and name."""
+
+    def allocate(self, node: str, owner: str, name: str) -> int: ...
+
+    def allocate_block(self, node: str, owner: str, name: str, size: int) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -66,8 +74,13 @@ class HealthProbe:
     kind: str = "http"  # or "dynamo": a Dynamo system server, Ready once all its endpoints are
 
 
-@dataclass(frozen=True)
 class Backend:
+    """Behaviour only: the knobs (``type``, ``mooncake_kv_store`` and the engine's own) come from
+    its schema class, which a concrete backend lists first among its bases."""
+
+    type: str
+    mooncake_kv_store: MooncakeKVStoreConfig | None
+
     # ---------------------------------------------------------------- binding
     def bind(self, recipe: Recipe) -> Backend:
         b = copy.copy(self)
@@ -96,7 +109,7 @@ class Backend:
         return endpoints
 
     def endpoints_to_processes(
-        self, endpoints: list[Endpoint], hostnames: list[str], ports: NodePortAllocator, owner_prefix: str
+        self, endpoints: list[Endpoint], hostnames: list[str], ports: Ports, owner_prefix: str
     ) -> list[Process]:
         """Physical processes; every port comes from ``ports``."""
         out: list[Process] = []
@@ -121,10 +134,6 @@ class Backend:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- optional
-    type: str = "base"
-    # the Mooncake KV store: runs the mooncake-master service, stamps its address on the workers
-    mooncake_kv_store: MooncakeKVStoreConfig | None = None
-
     supported_modes: ClassVar[tuple[Mode, ...]] = MODES
     # the engine's processes for a process exporter, first match wins: launchers before the module
     # they wrap, retitled engine children, the handler (reconciler/exporters.py writes the file)
@@ -136,7 +145,7 @@ class Backend:
     def _own_modes(self) -> list[Mode]:
         """The recipe's roles this engine runs (per-role engines of several types: only its own)."""
         r = self.recipe
-        return [m for m, _ in r.roles.items() if r.backend_for(m).type == self.type]
+        return [m for m, _ in r.roles.items() if r.engine_for(m).type == self.type]
 
     def check_modes(self, modes: tuple[Mode, ...]) -> None:
         from reconciler.recipe.topology import TopologyError

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import ConfigDict
-from pydantic.dataclasses import dataclass
 
-from reconciler.recipe.failover import FailoverConfig
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, get_key
+from reconciler.recipe.engines import MockerEngine
 from reconciler.recipe.topology import Endpoint, Mode, Process
 
 # knob -> flag of reconciler.mocker (None: accepted, not simulated)
@@ -46,33 +44,13 @@ ALWAYS = ("engine_type", "speedup_ratio", "data_parallel_size", "num_gpu_blocks_
           "max_num_batched_tokens")
 
 
-@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
-class MockerBackend(Backend):
+class MockerBackend(MockerEngine, Backend):
     """GPU-less mock engine (``engine.type: mocker``)."""
-
-    type: Literal["mocker"] = "mocker"
-    engine_type: str = "vllm"
-    speedup_ratio: float = 100.0
-    decode_speedup_ratio: float = 1.0
-    num_gpu_blocks_override: int = 16384
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    block_size: int | None = None
-    data_parallel_size: int = 1
-    num_workers: int = 1
-    startup_time: float | None = None
-    kv_transfer_bandwidth: float | None = None
-    kv_cache_dtype: str | None = None
-    enable_prefix_caching: bool = True
-    failover: FailoverConfig | None = None  # the stand-in for vLLM's (see the module docstring)
 
     process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = (
         ProcessGroup("dynamo_mocker", cmdline=(r"dynamo\.mocker",)),
         ProcessGroup("reconciler_mocker", cmdline=(r"reconciler\.mocker",)),
     )
-    enable_chunked_prefill: bool = True
-    preemption_mode: str | None = None
-    served_model_name: str | None = None
 
     @property
     def _dynamo(self) -> bool:

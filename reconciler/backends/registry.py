@@ -1,9 +1,11 @@
-"""The engine registry: ``engine.type`` -> backend class.
+"""The backend registry: ``engine.type`` -> the class that gives its knobs behaviour.
 
-Everything that needs the list of engines reads it from here: the recipe
-schema's ``engine`` union, v1 normalisation (``backend.<type>_config``), the
-JSON Schema, ``validate`` messages and the docs test. Adding an engine is its
-file in ``reconciler/backends/`` plus one line in ``ENGINES``.
+Everything that needs an engine's behaviour asks here with the recipe: ``backend_for``
+(a role's engine, bound to its recipe), ``backend_of`` (the serving role's, as srtctl's
+``config.backend``) and ``endpoints_of`` (the recipe's workers over node ordinals, each
+engine checking its own roles). The names and knob schemas are ``recipe/engines.py``;
+adding an engine is its knobs there, its file in ``reconciler/backends/`` and one line in
+``BACKENDS``.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ from reconciler.backends.tilert import TileRTBackend
 from reconciler.backends.tokenspeed import TokenSpeedBackend
 from reconciler.backends.trtllm import TRTLLMBackend
 from reconciler.backends.vllm import VLLMBackend
+from reconciler.recipe.engines import ENGINES, Engine
+from reconciler.recipe.model import Recipe
+from reconciler.recipe.topology import Endpoint
 
-ENGINES: dict[str, type[Backend]] = {
+BACKENDS: dict[str, type[Backend]] = {
     "sglang": SGLangBackend,
     "vllm": VLLMBackend,
     "trtllm": TRTLLMBackend,
@@ -28,22 +33,44 @@ ENGINES: dict[str, type[Backend]] = {
 }
 
 
-def engine_names() -> list[str]:
-    return list(ENGINES)
+def bind(engine: Engine, recipe: Recipe) -> Backend:
+    """The backend of ``engine`` (a recipe's validated knobs), bound to ``recipe``."""
+    cls = BACKENDS[engine.type]
+    b = object.__new__(cls)
+    b.__dict__.update(engine.__dict__)  # the knobs as validated: not validated again
+    return b.bind(recipe)
 
 
-def engine_list_text(conj: str = "and") -> str:
-    """'sglang, vllm, trtllm and mocker' — for messages."""
-    names = engine_names()
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {conj} {names[-1]}"
+def backend_for(recipe: Recipe, mode: str) -> Backend:
+    """The engine that runs ``mode``: its own ``roles.<mode>.engine``, else the recipe's."""
+    return bind(recipe.engine_for(mode), recipe)
+
+
+def backend_of(recipe: Recipe) -> Backend:
+    """The recipe's engine; with per-role engines, the serving role's (decode, else agg, else
+    prefill), as srtctl's ``config.backend``."""
+    return bind(recipe.serving_engine, recipe)
+
+
+def endpoints_of(recipe: Recipe) -> list[Endpoint]:
+    """Logical workers over node ordinals. Per-role engines of different types: each engine
+    checks the recipe its way (each checks only its own roles), the layout is the generic one."""
+    if not recipe.mixed_engines:
+        return backend_of(recipe).allocate_endpoints()
+    out = None
+    for mode, _ in recipe.roles.items():
+        eps = backend_for(recipe, mode).allocate_endpoints()
+        out = eps if out is None else out
+    return out or []
 
 
 def _check() -> None:
-    # the key must be the class's own `type` literal, or the discriminator would never pick it
-    for name, cls in ENGINES.items():
-        default = cls.__dataclass_fields__["type"].default  # type: ignore[attr-defined]
-        if default != name:
-            raise RuntimeError(f"ENGINES[{name!r}] is {cls.__name__}, whose type is {default!r}")
+    # every engine a recipe may name has a backend of its kind, and nothing else does
+    if list(BACKENDS) != list(ENGINES):
+        raise RuntimeError(f"backends {list(BACKENDS)} differ from the engines {list(ENGINES)} (recipe/engines.py)")
+    for name, cls in BACKENDS.items():
+        if not issubclass(cls, ENGINES[name]):
+            raise RuntimeError(f"BACKENDS[{name!r}] is {cls.__name__}, which does not extend {ENGINES[name].__name__}")
 
 
 _check()

@@ -15,10 +15,9 @@ from __future__ import annotations
 import json
 from typing import ClassVar, Literal
 
-from pydantic import ConfigDict
-from pydantic.dataclasses import dataclass
 
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, get_key, pop_keys
+from reconciler.recipe.engines import SGLangEngine
 from reconciler.recipe.topology import Endpoint, Mode, Process
 
 MANAGED = frozenset({"model-path", "host", "port", "dist-init-addr", "nnodes", "node-rank",
@@ -27,12 +26,8 @@ MANAGED = frozenset({"model-path", "host", "port", "dist-init-addr", "nnodes", "
 NO_CRASH_DUMPS = {"SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "0", "SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0"}
 
 
-@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
-class SGLangBackend(Backend):
+class SGLangBackend(SGLangEngine, Backend):
     """SGLang engine (``engine.type: sglang``)."""
-
-    type: Literal["sglang"] = "sglang"
-    gpu_type: str | None = None
 
     # SGLang retitles its children sglang::<name>
     process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = (

@@ -13,24 +13,20 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import ConfigDict
-from pydantic.dataclasses import dataclass
 
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, _norm, static_args
+from reconciler.recipe.engines import TileRTEngine
 from reconciler.recipe.topology import Endpoint, Mode, Process, TopologyError
 
 OWNED = ("engine", "http-port", "ctrl-port")
 
 
-@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
-class TileRTBackend(Backend):
+class TileRTBackend(TileRTEngine, Backend):
     """TileRT decode engine (``engine.type: tilert``)."""
 
-    type: Literal["tilert"] = "tilert"
     process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = (
         ProcessGroup("tilert_decode", cmdline=(r"tilert\.pd_vllm\.decode_server",)),
     )
-    served_model_name: str | None = None
 
     def allocate_endpoints(self) -> list[Endpoint]:
         for mode in self._own_modes():

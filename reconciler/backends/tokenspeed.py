@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import ConfigDict
-from pydantic.dataclasses import dataclass
 
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, pop_keys
+from reconciler.recipe.engines import TokenSpeedEngine
 from reconciler.recipe.topology import Endpoint, Mode, Process
 
 OWNED = ("model", "model-path", "served-model-name", "host", "port", "dist-init-addr", "nnodes", "node-rank",
@@ -29,11 +28,9 @@ OWNED = ("model", "model-path", "served-model-name", "host", "port", "dist-init-
 DIRECT_FRONTENDS = ("sglang-router", "sgl-router", "none")
 
 
-@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
-class TokenSpeedBackend(Backend):
+class TokenSpeedBackend(TokenSpeedEngine, Backend):
     """TokenSpeed engine (``engine.type: tokenspeed``)."""
 
-    type: Literal["tokenspeed"] = "tokenspeed"
     process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = (
         ProcessGroup("tokenspeed_grpc", cmdline=(r"smg_grpc_servicer\.tokenspeed",)),
         ProcessGroup("dynamo_tokenspeed", cmdline=(r"dynamo\.tokenspeed",)),

@@ -17,11 +17,9 @@ import hashlib
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import ConfigDict
-from pydantic.dataclasses import dataclass
 
-from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, SrunConfig
-from reconciler.core.ports import NodePortAllocator
+from reconciler.backends.base import Ports, Backend, HealthProbe, ProcessGroup, Runtime, SrunConfig
+from reconciler.recipe.engines import TRTLLMEngine
 from reconciler.recipe.topology import Endpoint, Mode, Process
 
 
@@ -29,17 +27,8 @@ NUMA_GPUS = ("gb200", "gb300", "vrnvl72")  # srtctl: two NUMA nodes of memory pe
 ENGINE_DEFAULTS = {"enable_iter_perf_stats": False}
 
 
-@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
-class TRTLLMBackend(Backend):
+class TRTLLMBackend(TRTLLMEngine, Backend):
     """TensorRT-LLM engine (``engine.type: trtllm``)."""
-
-    type: Literal["trtllm"] = "trtllm"
-    served_model_name: str | None = None
-    publish_metrics: bool = True
-    publish_events_and_metrics: bool | None = None
-    sequential_node_start: int = 0
-    numa_memory_bind: bool | Literal["local"] | None = None
-    numa_cpu_bind: bool = False
 
     # srtctl's: the launcher before the module it wraps, MPI engine ranks, the handler, trtllm-serve
     process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = (
@@ -53,10 +42,6 @@ class TRTLLMBackend(Backend):
     carried_knobs: ClassVar[dict[str, str]] = {
         "sequential_node_start": "workers of a node start together; starts are not batched",
     }
-
-    def __post_init__(self) -> None:
-        if self.numa_memory_bind == "local" and not self.numa_cpu_bind:
-            raise ValueError("numa_memory_bind: local requires numa_cpu_bind: true (as in srtctl)")
 
     def not_acted_on(self) -> dict[str, str]:
         out = super().not_acted_on()
@@ -103,7 +88,7 @@ class TRTLLMBackend(Backend):
         return []
 
     def endpoints_to_processes(
-        self, endpoints: list[Endpoint], hostnames: list[str], ports: NodePortAllocator, owner_prefix: str
+        self, endpoints: list[Endpoint], hostnames: list[str], ports: Ports, owner_prefix: str
     ) -> list[Process]:
         # one launch per endpoint: its ports live on the leader node
         out = []

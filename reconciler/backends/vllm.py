@@ -18,11 +18,9 @@ from __future__ import annotations
 import json
 from typing import ClassVar, Literal
 
-from pydantic import ConfigDict
-from pydantic.dataclasses import dataclass
 
-from reconciler.recipe.failover import FailoverConfig
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, get_key, pop_keys
+from reconciler.recipe.engines import VLLMEngine
 from reconciler.recipe.topology import Endpoint, Mode, Process
 
 # connector name -> the KVTransferConfig srtctl passes (Dynamo's own table agrees: kv_both)
@@ -52,20 +50,8 @@ KV_EVENTS_DEFAULTS = {"publisher": "zmq", "topic": "kv-events", "enable_kv_cache
 MASTER_PORT_BASE, MASTER_PORT_STRIDE = 29500, 100
 
 
-@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
-class VLLMBackend(Backend):
+class VLLMBackend(VLLMEngine, Backend):
     """vLLM engine (``engine.type: vllm``)."""
-
-    type: Literal["vllm"] = "vllm"
-    set_visible_devices: bool = False
-    set_cuda_visible_devices: bool | None = None
-    connector: str | None = "nixl"
-    failover: FailoverConfig | None = None  # shadow-engine recovery (reconciler/failover.py)
-    served_model_name: str | None = None
-    allow_prefill_decode_colocation: bool = False
-    allow_prefill_decode_colocation_across_nodes: bool = False
-    dp_launch_mode: Literal["per_gpu", "per_node"] = "per_node"
-    vllm_serve_binary: str = "vllm"
 
     # vLLM retitles its children VLLM::<name>; both launch styles' parents too
     process_exporter_groups: ClassVar[tuple[ProcessGroup, ...]] = (

@@ -30,7 +30,8 @@ def cli(ctx: click.Context, cluster_config: str | None) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Also list notes, and why each carried key has no effect.")
 def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
     """Validate recipe files (or every *.yaml under directories)."""
-    from reconciler.recipe.load import iter_recipe_files, load_file, name_clashes, outside_link
+    from reconciler.recipe.load import iter_recipe_files, name_clashes, outside_link
+    from reconciler.desired.admission import load_file
 
     cluster = _cluster()
     if cluster and output == "text":
@@ -49,7 +50,7 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
                 layouts = lr.recipe.role_layouts()
                 results.append({
                     "path": str(f), "valid": True, "error": None, "name": lr.recipe.name, "layout": lr.layout,
-                    "engine": "/".join(dict.fromkeys(lr.recipe.backend_for(m).type for m, _ in lr.recipe.roles.items())),
+                    "engine": "/".join(dict.fromkeys(lr.recipe.engine_for(m).type for m, _ in lr.recipe.roles.items())),
                     "frontend": lr.recipe.frontend.type,
                     "roles": {m: {"workers": l.workers, "gpus": l.gpus, "nodes": l.nodes} for m, l in layouts.items()},
                     "notes": lr.notes, "not_acted_on": lr.not_acted_on, "variant_of": lr.variant_of,
@@ -114,7 +115,7 @@ def schema() -> None:
 def render(recipe: str, nodes: str | None, output: str, state: str, process_exporter: bool) -> None:
     """Dry run: every process a recipe would launch (role, nodes, GPUs, ports, env, argv)."""
     from reconciler.desired.exporters import config_text
-    from reconciler.recipe.load import load_file
+    from reconciler.desired.admission import load_file
     from reconciler.desired.render import as_rows, render_units
 
     try:

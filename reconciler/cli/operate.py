@@ -14,7 +14,7 @@ from pathlib import Path
 from reconciler.drivers.base import step_log_paths
 from reconciler.errors import ReconcilerError
 from reconciler.timefmt import iso
-from reconciler.desired.units import SERVICE_PREFIX, life_name
+from reconciler.world import SERVICE_PREFIX, life_name
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -165,7 +165,8 @@ def logs(name: str, role: str, index: int, state: str, rank: int, follow: bool, 
 
 
 def _set_suspended(name: str, manifests: str, state: str, on: bool) -> None:
-    from reconciler.recipe.load import iter_recipe_files, load_file
+    from reconciler.recipe.load import iter_recipe_files
+    from reconciler.desired.admission import load_file
     from reconciler.drivers.state import StateDir, set_suspended
 
     in_files: dict[str, bool] = {}  # recipe name -> reconcile.suspend in its file

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from reconciler.core.ports import NodePortAllocator
-from reconciler.desired.units import life_name
+from reconciler.world import life_name
 from reconciler.world import Desired, Observed
 
 BLOCK_SECONDS = 3600.0

@@ -1,7 +1,7 @@
 """Which of its two life slots each worker's desired life goes in. Pure.
 
 A worker (``role_index``) has two slots, each with its own ports and log files
-(``units.life_name``), so that during a rollout with surge the new life runs beside the
+(``world.life_name``), so that during a rollout with surge the new life runs beside the
 old one instead of after it. The slot is read back from the world each tick (step
 labels carry it), never remembered:
 
@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from reconciler.recipe.topology import Endpoint
-from reconciler.desired.units import Unit
+from reconciler.world import Unit
 from reconciler.world import Step
 
 Key = tuple[str, int]  # (role, index)

@@ -29,11 +29,13 @@ from reconciler.desired.services import per_worker
 from reconciler.desired.services.units import (ADDRESSED_KINDS, dedicated_ordinal, discovery_env, host_of,
                                        instance_ordinals, mooncake_wiring, service_units)
 from reconciler.desired.preambles import with_cluster_preamble
-from reconciler.desired.units import FRONTEND, _container, runtime_for
+from reconciler.desired.units import _container, runtime_for
+from reconciler.world import FRONTEND
 from reconciler.core.succession import generations
 from reconciler.timefmt import slurm_seconds
 from reconciler.desired.lives import frontend_life, worker_lives
 from reconciler.world import Alloc, AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy, Step
+from reconciler.backends.registry import backend_of, endpoints_of
 
 
 # the frontend and the services: cheap to restart, and every request goes through them
@@ -116,7 +118,7 @@ def build_recipe(
     steps = steps or []
     gen = generation(recipe)
     rollout = recipe.reconcile.rollout
-    endpoints = recipe.allocate_endpoints()
+    endpoints = endpoints_of(recipe)
     live, successors, retiring = generations([a for a in allocs if a.live], steps)
     svc_specs = resolve(recipe)
     ded_node = dedicated_ordinal(recipe, svc_specs)
@@ -167,7 +169,7 @@ def build_recipe(
         else:
             waiting += extra
     attached = per_worker.units(recipe, svc_specs, units, head, state_dir, disc_env,
-                                _container(recipe, recipe.backend), job_of)
+                                _container(recipe, backend_of(recipe)), job_of)
     fe = None
     services: list = []
     if head is not None:
@@ -177,7 +179,7 @@ def build_recipe(
             rollout.max_surge, ports)
         if old_fe is not None:
             previous = {**previous, (FRONTEND, 0): old_fe}
-        services = service_units(recipe, svc_specs, head, ports, state_dir, disc_env, _container(recipe, recipe.backend),
+        services = service_units(recipe, svc_specs, head, ports, state_dir, disc_env, _container(recipe, backend_of(recipe)),
                                  {o: a.nodes[o - a.start] for o, a in on.items()})
         for u in services:
             job_of[(u.role, u.index)] = on.get(u.ordinals[0], head_alloc).job_id  # type: ignore[union-attr]

@@ -15,6 +15,7 @@ import yaml
 
 from reconciler.backends.base import ProcessGroup
 from reconciler.recipe.model import Recipe
+from reconciler.backends.registry import backend_for, backend_of
 
 LEADING = (ProcessGroup("frontend", cmdline=(r"dynamo\.frontend",)),)
 TRAILING = (
@@ -29,7 +30,7 @@ TRAILING = (
 
 
 def groups(recipe: Recipe) -> list[ProcessGroup]:
-    engines = [recipe.backend_for(m) for m, _ in recipe.roles.items()] or [recipe.backend]
+    engines = [backend_for(recipe, m) for m, _ in recipe.roles.items()] or [backend_of(recipe)]
     out: dict[str, ProcessGroup] = {}
     for g in (*LEADING, *(g for b in engines for g in b.process_exporter_groups), *TRAILING):
         out.setdefault(g.name, g)

@@ -17,7 +17,9 @@ from reconciler.backends import dynamo_install
 from reconciler.backends.base import Runtime, _norm, cli_args, static_args
 from reconciler.core.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
-from reconciler.desired.units import FRONTEND, Launch, Unit, _container, container_srun_options, endpoints_path, spec_hash
+from reconciler.desired.units import _container, container_srun_options, endpoints_path
+from reconciler.world import FRONTEND, Launch, Unit, spec_hash
+from reconciler.backends.registry import backend_of
 
 # flags the reconciler sets itself (the probe and `get` rely on them): frontend.port, not args
 OWNED_ARGS = {"builtin": ("host", "port", "life"), "dynamo": ("http-port", "http-host"), "sglang-router": ("host", "port"),
@@ -83,7 +85,7 @@ def builtin(recipe, head, ports, runtime, state_dir, disc_env, slot: int = 0) ->
 def dynamo(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
     """srtctl: ``python3 -m dynamo.frontend --http-port=P`` + frontend.args, in the job container."""
     port = _port(recipe, head, ports)
-    job_container = _container(recipe, recipe.backend)
+    job_container = _container(recipe, backend_of(recipe))
     container = (recipe.frontend.container_image or job_container) if job_container else None
     pre = dynamo_install.preamble(recipe) if container else []
     argv = [*pre, runtime.engine_python, "-m", "dynamo.frontend", f"--http-port={port}"]
@@ -118,7 +120,7 @@ def _managed_router(recipe, head, ports, runtime, module: str, pre: list[str], w
         argv += ["--prometheus-port", str(metrics), "--prometheus-host", "0.0.0.0"]
     argv += cli_args(args)
     env = {"PYTHONUNBUFFERED": "1", **recipe.environment, **recipe.frontend.env}
-    return _unit(recipe, head, port, argv, env, _container(recipe, recipe.backend), None, worker_api,
+    return _unit(recipe, head, port, argv, env, _container(recipe, backend_of(recipe)), None, worker_api,
                  {"http": port, "prometheus": metrics}, runtime.config_dir)
 
 
@@ -140,7 +142,7 @@ def atomesh(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit | Non
         argv += ["--worker-urls", *urls["agg"]]
     argv += ["--host", "0.0.0.0", "--port", str(port), "--backend", "atom", *static_args(recipe.frontend.args)]
     env = {**recipe.environment, **recipe.frontend.env}
-    job_container = _container(recipe, recipe.backend)
+    job_container = _container(recipe, backend_of(recipe))
     container = (recipe.frontend.container_image or job_container) if job_container else None
     unit = _unit(recipe, head, port, argv, env, container, None, config_dir=runtime.config_dir)
     return replace(unit, health_path="/workers")
@@ -160,7 +162,7 @@ def tilert_router(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit
             "--decode", *[f"{u.nodes[0]}:{u.ports['ctrl']}:{u.ports['http']}" for u in decode],
             "--host", "0.0.0.0", "--port", str(port), *static_args(recipe.frontend.args)]
     env = {**recipe.environment, **recipe.frontend.env}
-    job_container = _container(recipe, recipe.backend)
+    job_container = _container(recipe, backend_of(recipe))
     container = (recipe.frontend.container_image or job_container) if job_container else None
     return _unit(recipe, head, port, argv, env, container, None, config_dir=runtime.config_dir)
 
@@ -168,7 +170,7 @@ def tilert_router(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit
 def check(recipe: Recipe) -> tuple[str, str] | None:
     """(key, message) when the frontend cannot serve this recipe's engines (srtctl's rules)."""
     fe = recipe.frontend.type
-    others = sorted({recipe.backend_for(m).type for m, _ in recipe.roles.items()} - {"atom"})
+    others = sorted({recipe.engine_for(m).type for m, _ in recipe.roles.items()} - {"atom"})
     if fe == "atomesh" and others:
         return "frontend.type", (f"frontend.type atomesh routes ATOM workers only: use engine atom on every role, "
                                  f"or another frontend for {', '.join(others)}")
@@ -176,10 +178,10 @@ def check(recipe: Recipe) -> tuple[str, str] | None:
         return None
     if recipe.frontend.enable_multiple_frontends is not False:
         return "frontend.enable_multiple_frontends", "tilert-router runs one router: set it to false (srtctl's rule)"
-    if set(m for m, _ in recipe.roles.items()) != {"prefill", "decode"} or recipe.backend_for("decode").type != "tilert":
+    if set(m for m, _ in recipe.roles.items()) != {"prefill", "decode"} or recipe.engine_for("decode").type != "tilert":
         return "frontend.type", "tilert-router needs roles.prefill (engine vllm) and roles.decode (engine tilert)"
     pre = recipe.roles.get("prefill")
-    if recipe.backend_for("prefill").type != "vllm" or "TileRTConnector" not in str(
+    if recipe.engine_for("prefill").type != "vllm" or "TileRTConnector" not in str(
             next((v for k, v in pre.args.items() if _norm(k) == "kv-transfer-config"), "")):
         return "roles.prefill.args.kv-transfer-config", ("tilert-router needs a vLLM prefill whose "
                                                          "kv-transfer-config names the TileRTConnector")

@@ -15,8 +15,10 @@ from reconciler.core.ports import NodePortAllocator
 from reconciler.desired.preambles import with_cluster_preamble
 from reconciler.recipe.model import Recipe
 from reconciler.recipe.topology import Endpoint
-from reconciler.desired.units import Unit, life_name, worker_units
+from reconciler.desired.units import worker_units
+from reconciler.world import Unit, life_name
 from reconciler.world import Step
+from reconciler.backends.registry import backend_for, endpoints_of
 
 
 def worker_lives(recipe: Recipe, placed: list[Endpoint], hostnames: dict[int, str], ports: NodePortAllocator,
@@ -27,10 +29,10 @@ def worker_lives(recipe: Recipe, placed: list[Endpoint], hostnames: dict[int, st
     and the names of those that would surge but whose allocation has no GPUs for it (``no_room``)."""
     if not placed:
         return [], {}, frozenset()
-    layout = layout_gpus(recipe.allocate_endpoints())
+    layout = layout_gpus(endpoints_of(recipe))
 
     def gpu_engine(ep: Endpoint) -> bool:
-        return recipe.backend_for(ep.mode).needs_gpus()
+        return backend_for(recipe, ep.mode).needs_gpus()
 
     steps = [s for s in steps if recipe.roles.get(s.role) is not None]
     owners = ports.owners() if any((ep.mode, ep.index) not in {(s.role, s.index) for s in steps} for ep in placed) \

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from reconciler.recipe.model import Recipe
 
 if TYPE_CHECKING:
-    from reconciler.desired.units import Unit
+    from reconciler.world import Unit
 
 CONFIGS_MOUNT = "/configs"
 SETUP_TAG = "setup-script"
@@ -58,7 +58,7 @@ def configs_mount(recipe: Recipe) -> dict[str, str]:
 
 def with_cluster_preamble(unit: Unit | None, recipe: Recipe) -> Unit | None:
     """``unit`` with the cluster's snippet before each launch of a container step."""
-    from reconciler.desired.units import spec_hash
+    from reconciler.world import spec_hash
 
     snippet = recipe.reconcile.bash_preamble
     if unit is None or not snippet or not unit.container:

@@ -12,7 +12,9 @@ from reconciler.desired.frontends import frontend_unit
 from reconciler.desired.services import discovery_of, resolve
 from reconciler.desired.services import per_worker
 from reconciler.desired.services.units import dedicated_ordinal, discovery_env, mooncake_wiring, service_units, total_nodes
-from reconciler.desired.units import Unit, _container, runtime_for, worker_units
+from reconciler.desired.units import _container, runtime_for, worker_units
+from reconciler.world import Unit
+from reconciler.backends.registry import backend_of, endpoints_of
 
 
 def render_units(recipe: Recipe, nodes: list[str] | None, state_dir: Path, python: str | None = None) -> list[Unit]:
@@ -25,19 +27,19 @@ def render_units(recipe: Recipe, nodes: list[str] | None, state_dir: Path, pytho
         raise ValueError(f"the recipe needs {need} nodes, --nodes names {len(hostnames)}")
     ports = NodePortAllocator()
     runtime = runtime_for(recipe, state_dir, python or sys.executable)
-    endpoints = recipe.allocate_endpoints()
+    endpoints = endpoints_of(recipe)
     ded = dedicated_ordinal(recipe, specs)
     ded_host = hostnames[ded] if ded is not None else None
     disc_env = discovery_env(recipe, specs, discovery_of(recipe), hostnames[0], ports, state_dir, ded_host)
     services = service_units(recipe, specs, hostnames[0], ports, state_dir, disc_env,
-                             _container(recipe, recipe.backend), dict(enumerate(hostnames)))
+                             _container(recipe, backend_of(recipe)), dict(enumerate(hostnames)))
     wiring = mooncake_wiring(recipe, specs, hostnames[0], ports, runtime.config_dir, runtime.served_model_name,
                              ded_host)
     workers = [(ep.mode, ep.index) for ep in endpoints]
     units = worker_units(recipe, endpoints, dict(enumerate(hostnames)), ports, runtime, disc_env, wiring,
                          needs=per_worker.needs(specs, workers))
     services += per_worker.units(recipe, specs, units, hostnames[0], state_dir, disc_env,
-                                 _container(recipe, recipe.backend), {})
+                                 _container(recipe, backend_of(recipe)), {})
     fe = frontend_unit(recipe, hostnames[0], ports, runtime, state_dir, disc_env, units)
     return [with_cluster_preamble(u, recipe) for u in services + units + ([fe] if fe else [])]
 

@@ -9,9 +9,7 @@ files, launch shape) and nothing else — not the worker count, not the time.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -23,112 +21,11 @@ from reconciler.backends.base import Runtime
 from reconciler.core.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
 from reconciler.recipe.topology import Endpoint, Process
+from reconciler.world import FRONTEND, Launch, Unit, spec_hash  # noqa: F401 - FRONTEND: the name callers know
+from reconciler.backends.registry import backend_for, backend_of
 
 if TYPE_CHECKING:
     from reconciler.desired.services.mooncake import Wiring
-
-FRONTEND = "frontend"
-SERVICE_PREFIX = "svc-"  # the step role of a service: svc-<name>
-
-
-def is_service_role(role: str) -> bool:
-    return role.startswith(SERVICE_PREFIX)
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One srun step."""
-
-    rank: int  # node rank within the unit (0 for MPI launches)
-    nodes: tuple[str, ...]
-    ntasks: int
-    mpi: str | None
-    argv: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
-    gpus: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class Unit:
-    recipe: str
-    role: str  # prefill | decode | agg | frontend
-    index: int
-    ordinals: tuple[int, ...]  # logical node ordinals of the recipe
-    nodes: tuple[str, ...]  # hostnames, leader first
-    gpus: tuple[int, ...]
-    ports: Mapping[str, int]
-    launches: tuple[Launch, ...]
-    container: str | None
-    files: Mapping[str, str] = field(default_factory=dict)
-    health_port: int | None = None
-    health_path: str = "/health"
-    metrics_path: str | None = None  # Prometheus metrics on the health port (None: the unit serves none)
-    fatal_patterns: tuple[str, ...] = ()
-    srun_options: tuple[tuple[str, str], ...] = ()
-    spec_hash: str = ""
-    # how Ready is told: http (GET health_path is 200), dynamo (a Dynamo system server whose
-    # endpoints are all ready), tcp (the port accepts), log (a line matches probe_arg),
-    # file (probe_arg exists, non-empty), started (running is enough)
-    probe: str = "http"
-    probe_arg: str = ""
-    phase: str = ""  # services only: infra | before_workers | with_workers | after_frontend
-    startup_timeout: float | None = None  # None: the recipe's startup grace
-    probe_interval: float = 0.0  # services: seconds between probes (readiness.interval_seconds); 0: every pass
-    critical: bool = False
-    worker_api: str = ""  # a frontend whose worker set the shell keeps in step with readiness: "sglang-router"
-    scheme: str = "http"  # how a router reaches it: http, or grpc (Backend.is_grpc_mode)
-    slot: int = 0  # which of its two life slots (ports, log files): a surge life takes the other one
-    shares_port: bool = False  # a frontend whose two lives can listen on one port (the built-in router)
-    # units that must be Ready before this one starts (a failover engine: its worker's gms instance)
-    needs: tuple[tuple[str, int], ...] = ()
-
-    @property
-    def is_service(self) -> bool:
-        return bool(self.phase)
-
-    @property
-    def name(self) -> str:
-        return f"{self.role}_{self.index}"
-
-    @property
-    def life(self) -> str:
-        return life_name(self.name, self.slot)
-
-    @property
-    def port_owner(self) -> str:
-        """Who holds its ports in the registry: its life (a worker's lives have ports of their own),
-        or its name when its lives share one address (the built-in router)."""
-        return f"{self.recipe}/{self.name if self.shares_port else self.life}"
-
-    @property
-    def key(self) -> tuple[str, str, int]:
-        return (self.recipe, self.role, self.index)
-
-    @property
-    def url(self) -> str | None:
-        return f"{self.scheme}://{self.nodes[0]}:{self.health_port}" if self.health_port else None
-
-
-def life_name(unit: str, slot: int) -> str:
-    """A unit has two life slots, so that a surge life can run beside the old one: slot 0 is the
-    unit's own name (as before slots existed), slot 1 ``<name>@b``. Its ports are owned by
-    ``<recipe>/<life>``, and its logs and exit records are ``logs/<life>.<rank>.*``."""
-    return f"{unit}@b" if slot else unit
-
-
-def spec_hash(
-    launches: tuple[Launch, ...], container: str | None, files: Mapping[str, str],
-    srun_options: tuple[tuple[str, str], ...] = (),
-) -> str:
-    doc = {
-        "launches": [[l.rank, l.ntasks, l.mpi, list(l.argv), [list(e) for e in l.env]] for l in launches],
-        "container": container,
-        "files": dict(sorted(files.items())),
-    }
-    if srun_options:
-        doc["srun"] = [list(o) for o in srun_options]
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:10]
-
 
 # what srtctl's worker stage sets on every dynamo.* worker, under the recipe's env (cli/mixins/worker_stage.py)
 DYNAMO_WORKER_ENV = {"DYN_LOG": "info,dynamo_runtime::pipeline::network::ingress::push_handler=warn",
@@ -141,7 +38,7 @@ MODEL_MOUNT = "/model"  # where srtctl mounts a local model directory in the con
 
 
 def runtime_for(recipe: Recipe, state_dir: Path, python: str = "python3") -> Runtime:
-    backend = recipe.backend
+    backend = backend_of(recipe)
     path = recipe.model.path
     if path.startswith("hf:"):
         # srtctl: the engine gets the bare Hugging Face id and downloads it itself
@@ -171,7 +68,7 @@ def _containers_allowed(recipe: Recipe, backend) -> bool:
 
 
 def _containers_used(recipe: Recipe) -> bool:
-    return _containers_allowed(recipe, recipe.backend) and any(
+    return _containers_allowed(recipe, backend_of(recipe)) and any(
         (r.container or recipe.model.container) for _, r in recipe.roles.items())
 
 
@@ -214,7 +111,7 @@ def worker_units(
     by_ep: dict[str, list[Process]] = {}
     for mode in dict.fromkeys(ep.mode for ep in endpoints):  # each role through its own engine, one allocator
         mine = [ep for ep in endpoints if ep.mode == mode]
-        for p in recipe.backend_for(mode).endpoints_to_processes(mine, hostnames, ports, f"{recipe.name}/"):  # type: ignore[arg-type]
+        for p in backend_for(recipe, mode).endpoints_to_processes(mine, hostnames, ports, f"{recipe.name}/"):  # type: ignore[arg-type]
             by_ep.setdefault(p.endpoint.name, []).append(p)
     if recipe.frontend.port and recipe.frontend.type in DIRECT_FRONTENDS and "agg_0" in by_ep:
         # the worker is the recipe's public endpoint: it serves on frontend.port (srtctl: 8000)
@@ -235,7 +132,7 @@ def _worker_unit(recipe: Recipe, ep: Endpoint, ps: list[Process], hostnames: Map
                  needs: tuple[tuple[str, int], ...], worker_hosts: list[str]) -> Unit:
     from reconciler.backends import failover
 
-    backend = recipe.backend_for(ep.mode)
+    backend = backend_for(recipe, ep.mode)
     fo = failover.config_of(recipe)
     srun = backend.get_srun_config()
     container = _container(recipe, backend)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Protocol
 
 from reconciler.errors import ReconcilerError
-from reconciler.desired.units import Launch, Unit
+from reconciler.world import Launch, Unit
 from reconciler.world import Alloc, AllocSpec, Step
 
 # Runs inside the step: starts the worker, forwards SIGTERM, and records its exit

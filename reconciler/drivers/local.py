@@ -20,7 +20,7 @@ from pathlib import Path
 from reconciler import labels
 from reconciler.drivers.base import LAUNCHER, rotate, step_paths, wrapped_argv
 from reconciler.fsutil import atomic_write_text
-from reconciler.desired.units import Launch, Unit
+from reconciler.world import Launch, Unit
 from reconciler.world import Alloc, AllocSpec, Step
 
 KILL_AFTER = 5.0  # seconds between SIGTERM and SIGKILL of a cancelled step

@@ -12,7 +12,7 @@ import itertools
 import time
 from collections.abc import Callable
 
-from reconciler.desired.units import Launch, Unit
+from reconciler.world import Launch, Unit
 from reconciler.world import Alloc, AllocSpec, Step
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from reconciler import hostlist, labels
 from reconciler.drivers.base import DriverError, rotate, step_paths, wrapped_argv
-from reconciler.desired.units import Launch, Unit
+from reconciler.world import Launch, Unit
 from reconciler.world import Alloc, AllocSpec, Step
 from reconciler.recipe.types import SBATCH_OWNED
 

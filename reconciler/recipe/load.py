@@ -11,6 +11,7 @@ import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -18,12 +19,16 @@ from pydantic import ValidationError
 
 from reconciler.recipe.cluster import Cluster
 from reconciler.recipe.cluster import apply as apply_cluster
-from reconciler.errors import RecipeError
+from reconciler.errors import KeyedError, RecipeError
 from reconciler.recipe import bounds, v1, variants
 from reconciler.recipe.locate import _kind, _line, _located, _split
 from reconciler.recipe.model import NAME_RE, Recipe
-from reconciler.recipe.passive import not_acted_on
 from reconciler.recipe.topology import TopologyError
+
+# The rules a recipe must meet beyond its schema (``desired.admission.admit``): given the recipe,
+# its data as read and whether this host's view counts (preflight), the keys carried without
+# effect and why; a broken rule raises KeyedError, located here.
+Admit = Callable[[Recipe, dict, bool], dict[str, str]]
 
 RECIPE_SUFFIXES = (".yaml", ".yml")
 
@@ -120,20 +125,21 @@ def read_recipe_text(path: str | Path) -> str:
         raise RecipeError(str(path), f"cannot read: {e.strerror or e}") from None
 
 
-def load_file(path: str | Path, cluster: Cluster | None = None) -> list[LoadedRecipe]:
+def load_file(path: str | Path, cluster: Cluster | None = None, *, admit: Admit) -> list[LoadedRecipe]:
     """Every deployment a file declares: one, or one per sweep combination / override variant."""
-    return load_all(read_recipe_text(path), str(path), cluster)
+    return load_all(read_recipe_text(path), str(path), cluster, admit=admit)
 
 
-def load_recipe(path: str | Path, cluster: Cluster | None = None) -> LoadedRecipe:
+def load_recipe(path: str | Path, cluster: Cluster | None = None, *, admit: Admit) -> LoadedRecipe:
     """A file that declares exactly one deployment."""
-    return _single(load_file(path, cluster), str(path))
+    return _single(load_file(path, cluster, admit=admit), str(path))
 
 
-def load_text(text: str, path: str, cluster: Cluster | None = None, preflight: bool = True) -> LoadedRecipe:
+def load_text(text: str, path: str, cluster: Cluster | None = None, preflight: bool = True, *,
+              admit: Admit) -> LoadedRecipe:
     """``preflight=False``: skip the checks of this host's view (the model directory exists, the
     Dynamo version is one): a spec that already ran is not refused for them."""
-    return _single(load_all(text, path, cluster, preflight), path)
+    return _single(load_all(text, path, cluster, preflight, admit=admit), path)
 
 
 def _single(loaded: list[LoadedRecipe], path: str) -> LoadedRecipe:
@@ -143,7 +149,8 @@ def _single(loaded: list[LoadedRecipe], path: str) -> LoadedRecipe:
     return loaded[0]
 
 
-def load_all(text: str, path: str, cluster: Cluster | None = None, preflight: bool = True) -> list[LoadedRecipe]:
+def load_all(text: str, path: str, cluster: Cluster | None = None, preflight: bool = True, *,
+             admit: Admit) -> list[LoadedRecipe]:
     bounds.check_size(path, len(text.encode(errors="replace")))
     root = bounds.check_text(text, path)
     data = parse_yaml(text, path)
@@ -154,7 +161,7 @@ def load_all(text: str, path: str, cluster: Cluster | None = None, preflight: bo
     lines = key_lines(text, root)
     bounds.check_values(data, path, lines)
     if not variants.is_variant_file(data):
-        lr = _load_data(data, path, lines, cluster, preflight)
+        lr = _load_data(data, path, lines, cluster, preflight, admit)
         lr.text = text
         return [lr]
     try:
@@ -168,7 +175,7 @@ def load_all(text: str, path: str, cluster: Cluster | None = None, preflight: bo
     out, problems = [], []
     for name, d in expanded:
         try:
-            lr = _load_data(copy.deepcopy(d), f"{path} [{name}]", base_lines, cluster, preflight)
+            lr = _load_data(copy.deepcopy(d), f"{path} [{name}]", base_lines, cluster, preflight, admit)
         except RecipeError as e:
             problems += e.problems()
             continue
@@ -183,8 +190,8 @@ def load_all(text: str, path: str, cluster: Cluster | None = None, preflight: bo
     return out
 
 
-def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster | None = None,
-               preflight: bool = True) -> LoadedRecipe:
+def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster | None, preflight: bool,
+               admit: Admit) -> LoadedRecipe:
     where: dict[tuple, str] = {}
     notes: list[str] = []
     layout = "v2"
@@ -223,50 +230,22 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster 
         raise _located(e, path, data, where, lines) from None
     if preflight:
         _check_model_path(recipe, path, cluster, lines)
-        from reconciler.backends.dynamo_install import check_version
-
-        try:
-            check_version(recipe)
-        except ValueError as e:
-            raise RecipeError(path, str(e), key="dynamo.version", line=lines.get(("dynamo", "version"))) from None
     try:
-        recipe.allocate_endpoints()
-    except TopologyError as e:
-        parts = tuple(e.key.split("."))
-        raise RecipeError(path, e.message, key=v1.v1_path(parts, where), line=_line(parts, where, lines)) from None
-    _check_services(recipe, path, where, lines)
-    carried = {v1.v1_path(tuple(k.split(".")), where): why for k, why in not_acted_on(recipe, data).items()}
+        carried = admit(recipe, data, preflight)
+    except KeyedError as e:
+        raise _keyed(e, path, where, lines) from None
+    carried = {v1.v1_path(tuple(k.split(".")), where): why for k, why in carried.items()}
     return LoadedRecipe(path, recipe, layout, notes, carried)
 
 
-def _check_services(recipe: Recipe, path: str, where: dict, lines: dict) -> None:
-    from reconciler.desired.services.spec import ServiceError, discovery_of, resolve
-    from reconciler.desired.units import node_count
-
-    try:
-        resolve(recipe)
-    except ServiceError as e:
-        unsupported = e.message.split(":", 1)[1].split("(")[0].strip() \
-            if e.message.startswith("unsupported feature") else None
-        raise RecipeError(path, e.message, key=e.key, line=_line(tuple(e.key.split(".")), where, lines),
-                          unsupported=unsupported) from None
-    from reconciler.desired.frontends import owned_arg
-
-    from reconciler.desired.frontends import check as check_frontend
-
-    wrong = check_frontend(recipe)
-    if wrong is not None:
-        raise RecipeError(path, wrong[1], key=wrong[0], line=_line(tuple(wrong[0].split(".")), where, lines))
-    key = owned_arg(recipe)
-    if key is not None:
-        raise RecipeError(path, f"the reconciler sets --{key.lstrip('-')} itself (its probe and `get` use it): "
-                                "set frontend.port instead", key=f"frontend.args.{key}",
-                          line=_line(("frontend", "args", key), where, lines))
-    disc = discovery_of(recipe)
-    if disc.backend == "file" and not disc.file_dir and node_count(recipe) > 1:
-        raise RecipeError(path, "file discovery across several nodes needs a directory every node sees: set "
-                                "discovery.shared_dir in the cluster config (or reconcile.discovery_dir)",
-                          key="reconcile.discovery")
+def _keyed(e: KeyedError, path: str, where: dict, lines: dict) -> RecipeError:
+    """A broken rule at its key, located in the file (a topology key as the user wrote it, v1 or 2)."""
+    parts = tuple(e.key.split("."))
+    unsupported = e.unsupported
+    if unsupported is None and e.message.startswith("unsupported feature"):
+        unsupported = e.message.split(":", 1)[1].split("(")[0].strip()
+    key = v1.v1_path(parts, where) if isinstance(e, TopologyError) else e.key
+    return RecipeError(path, e.message, key=key, line=_line(parts, where, lines), unsupported=unsupported)
 
 
 def _absolute_model_path(data: dict, path: str, notes: list[str]) -> None:
@@ -284,7 +263,7 @@ def _absolute_model_path(data: dict, path: str, notes: list[str]) -> None:
 def _check_model_path(recipe: Recipe, path: str, cluster: Cluster | None, lines: dict) -> None:
     """With a cluster config (srtctl's preflight): a local model directory must exist here."""
     model = recipe.model.path
-    if cluster is None or not cluster.config.preflight or recipe.backend.type == "mocker":
+    if cluster is None or not cluster.config.preflight or recipe.serving_engine.type == "mocker":
         return
     if model.startswith("hf:") or not model.startswith(("/", "./", "../", "~")):
         return  # a Hugging Face id (or an alias the cluster config does not know): the engine resolves it

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from reconciler.backends.registry import ENGINES
+from reconciler.recipe.engines import ENGINES
 from reconciler.errors import RecipeError
 from reconciler.recipe import v1
 from reconciler.recipe.model import Recipe

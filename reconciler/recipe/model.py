@@ -25,7 +25,7 @@ from reconciler.recipe.carried import (  # noqa: F401 - the sections Recipe carr
 from reconciler.recipe.types import (  # noqa: F401
     ArgName, Env, EnvValue, PlacementConfig, SbatchOptions, SrunOptions, Strict, _env_value, check_regex,
 )
-from reconciler.backends import ENGINES, engine_list_text
+from reconciler.recipe.engines import ENGINES, Engine, engine_list_text
 from reconciler.recipe.bounds import MAX_GPUS_PER_WORKER, MAX_NODES_PER_WORKER, MAX_WORKERS
 from reconciler.recipe.topology import MODES, Mode, RoleLayout
 
@@ -48,7 +48,7 @@ def _engine_mapping(v: Any) -> Any:
     return v
 
 
-# The one schema field that selects a backend class by `type`: the registry's classes.
+# The one schema field that selects an engine's knobs by `type` (recipe/engines.py).
 EngineConfig = Annotated[
     Union[tuple(ENGINES.values())],  # type: ignore[valid-type]
     Field(discriminator="type"),
@@ -310,9 +310,9 @@ class Recipe(Strict):
 
     # ---------------------------------------------------------------- derived
     @property
-    def backend(self):  # -> Backend, bound to this recipe
-        """The recipe's engine; with per-role engines, the serving role's (decode, else agg, else
-        prefill), as srtctl's ``config.backend``."""
+    def serving_engine(self) -> Engine:
+        """The recipe's engine knobs; with per-role engines, the serving role's (decode, else agg,
+        else prefill), as srtctl's ``config.backend``. Its behaviour: ``backends.backend_of``."""
         eng = self.engine
         if eng is None:
             for mode in ("decode", "agg", "prefill"):
@@ -320,27 +320,17 @@ class Recipe(Strict):
                 if role is not None and role.engine is not None:
                     eng = role.engine
                     break
-        return eng.bind(self)
+        assert eng is not None  # _engines: every role has one when the recipe has none
+        return eng
 
-    def backend_for(self, mode: str):  # -> Backend, bound to this recipe
-        """The engine that runs ``mode``: its own ``roles.<mode>.engine``, else the recipe's."""
+    def engine_for(self, mode: str) -> Engine:
+        """The knobs of the engine that runs ``mode``: its own ``roles.<mode>.engine``, else the recipe's."""
         role = self.roles.get(mode)
-        return role.engine.bind(self) if role is not None and role.engine is not None else self.backend
+        return role.engine if role is not None and role.engine is not None else self.serving_engine
 
     @property
     def mixed_engines(self) -> bool:
-        return len({self.backend_for(m).type for m, _ in self.roles.items()}) > 1
-
-    def allocate_endpoints(self) -> list:
-        """Logical workers over node ordinals. Per-role engines of different types: each engine
-        checks the recipe its way (each checks only its own roles), the layout is the generic one."""
-        if not self.mixed_engines:
-            return self.backend.allocate_endpoints()
-        out = None
-        for mode, _ in self.roles.items():
-            eps = self.backend_for(mode).allocate_endpoints()
-            out = eps if out is None else out
-        return out
+        return len({self.engine_for(m).type for m, _ in self.roles.items()}) > 1
 
     @property
     def disaggregated(self) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.backends.registry import engine_names
+from reconciler.recipe.engines import engine_names
 from reconciler.recipe.model import Recipe, RestartConfig
 
 

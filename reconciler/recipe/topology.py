@@ -18,17 +18,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from reconciler.errors import KeyedError
 from reconciler.labels import engine_role
 
 Mode = Literal["prefill", "decode", "agg"]
 MODES: tuple[Mode, ...] = ("prefill", "decode", "agg")
 
 
-class TopologyError(ValueError):
-    def __init__(self, key: str, message: str):
-        super().__init__(message)
-        self.key = key
-        self.message = message
+class TopologyError(KeyedError):
+    """Workers that do not fit the recipe's nodes, at the key that says so."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +49,7 @@ class Endpoint:
     nodes: tuple[int, ...]  # node ordinals, leader first
     gpus: tuple[int, ...]  # GPU indices used on each of its nodes
     gpus_per_node: int
-    slot: int = 0  # the life slot its ports belong to (units.life_name): a surge life takes the other
+    slot: int = 0  # the life slot its ports belong to (world.life_name): a surge life takes the other
     # shadow-engine recovery: engine k of the worker (0 = the worker itself); each engine is a
     # unit of its own (own ports, own restarts), named after its role ``<mode>-e<k>``
     engine: int = 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from reconciler.backends.registry import ENGINES
+from reconciler.recipe.engines import ENGINES
 
 V1_ROLE = {"prefill": "prefill", "decode": "decode", "agg": "aggregated"}
 RESOURCE_KEYS = {"nodes": "{r}_nodes", "workers": "{r}_workers", "gpus": "gpus_per_{r}", "critical": "{r}_critical"}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reconciler.drivers.base import step_log_paths
-from reconciler.desired.units import Unit
+from reconciler.world import Unit
 
 SCAN_LIMIT = 1 << 20  # bytes of new log read per worker and tick
 # a log whose size did not change is not opened again for this long: on NFS a stat can come from

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from reconciler.recipe.cluster import Cluster
 from reconciler.errors import RecipeError
-from reconciler.recipe.load import LoadedRecipe, iter_recipe_files, load_file, load_text, outside_link
+from reconciler.recipe.load import LoadedRecipe, iter_recipe_files, outside_link
+from reconciler.desired.admission import load_file, load_text
 from reconciler.recipe.model import Recipe
 from reconciler.drivers.state import StateDir
 

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 
 import httptools
 
-from reconciler.desired.units import Unit
+from reconciler.world import Unit
 
 TIMEOUT = 1.0  # per probe, connect to last byte
 CONCURRENCY = 16  # probes in flight at once (an unreachable worker holds one for TIMEOUT)

@@ -7,7 +7,7 @@ from typing import Any
 from reconciler.core.plan import RecipePlan, WaitReason
 from reconciler.timefmt import iso
 from reconciler.core.plan.classify import unit_order
-from reconciler.desired.units import FRONTEND, is_service_role, life_name
+from reconciler.world import FRONTEND, is_service_role, life_name
 from reconciler.world import DesiredRecipe, Observed
 
 ROLES = ("prefill", "decode", "agg")
@@ -149,6 +149,6 @@ def worker_rows(
 
 
 def _last_exit(exits: dict[str, tuple[int, float]], name: str) -> tuple[int, float] | None:
-    """The newest exit record of the unit's two life slots (``units.life_name``)."""
+    """The newest exit record of the unit's two life slots (``world.life_name``)."""
     recs = [r for r in (exits.get(name), exits.get(life_name(name, 1))) if r]
     return max(recs, key=lambda r: r[1], default=None)

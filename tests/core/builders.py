@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reconciler.desired.units import FRONTEND, Launch, Unit
+from reconciler.world import FRONTEND, Launch, Unit
 from reconciler.world import (
     Alloc, AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy, Step, UnitHealth,
 )

@@ -226,7 +226,7 @@ def test_choose_slots(steps, held, want):
 
 
 def test_surge_flips_only_workers_whose_steps_all_run_an_older_spec_with_the_other_slot_free():
-    from reconciler.desired.units import Unit
+    from reconciler.world import Unit
 
     def unit(index, h, slot=0):
         return Unit("r", "agg", index, (0,), ("n1",), (), {}, (), None, spec_hash=h, slot=slot)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reconciler.desired.units import FRONTEND, Unit, is_service_role
+from reconciler.world import FRONTEND, Unit, is_service_role
 from reconciler.world import DesiredRecipe, Observed, Step, UnitHealth
 
 UnitKey = tuple[str, int]  # (role, index) within a recipe

@@ -14,7 +14,7 @@ from __future__ import annotations
 from reconciler.core.plan.classify import Classified, UnitView
 from reconciler.core.plan.relaunch import launches_for
 from reconciler.core.plan.results import LaunchStep, PlaceReason, Wait, WaitReason
-from reconciler.desired.units import SERVICE_PREFIX
+from reconciler.world import SERVICE_PREFIX
 from reconciler.world import DesiredRecipe
 
 

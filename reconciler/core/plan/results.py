@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from reconciler.desired.units import Launch, Unit
+from reconciler.world import Launch, Unit
 from reconciler.world import AllocSpec
 
 

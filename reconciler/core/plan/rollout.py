@@ -26,7 +26,7 @@ from reconciler.core.plan.placement import gate
 from reconciler.core.plan.relaunch import Gate, launches_for, restart_gate
 from reconciler.core.plan.stop import liveness, serving, startup_deadline
 from reconciler.core.plan.results import CancelStep, LaunchStep, PlaceReason, StopReason, Wait, WaitReason
-from reconciler.desired.units import is_service_role
+from reconciler.world import is_service_role
 from reconciler.world import DesiredRecipe, UnitHealth
 
 

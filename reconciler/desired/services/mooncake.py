@@ -26,7 +26,7 @@ from typing import Any
 
 from reconciler.backends.base import get_key
 from reconciler.recipe.model import Recipe
-from reconciler.desired.services.spec import ServiceError
+from reconciler.errors import ServiceError
 
 KIND = "mooncake-master"
 OWNED_ENV = ("MOONCAKE_MASTER", "MOONCAKE_TE_META_DATA_SERVER", "MOONCAKE_CONFIG_PATH")
@@ -52,7 +52,7 @@ class Store:
 
 def store_of(recipe: Recipe) -> Store | None:
     declared = [(i, s) for i, s in enumerate(recipe.services) if s.type == KIND and s.enabled]
-    kv = recipe.backend.mooncake_kv_store
+    kv = recipe.serving_engine.mooncake_kv_store
     if len(declared) > 1:
         raise ServiceError(f"services.{declared[1][0]}", "only one mooncake-master service per recipe")
     if declared and kv is not None:
@@ -99,7 +99,7 @@ def check(recipe: Recipe, store: Store) -> None:
             if var in env:
                 raise ServiceError(f"{at}.{var}", "set by the reconciler from the mooncake-master service it runs "
                                                   "(its own ports); remove it")
-    engine = recipe.backend.type
+    engine = recipe.serving_engine.type
     if engine == "sglang" and recipe.disaggregated:
         uses = [m for m in ("prefill", "decode")
                 if str(get_key(recipe.roles[m].args, "disaggregation-transfer-backend")).lower() == "mooncake"]
@@ -149,7 +149,7 @@ def wiring(recipe: Recipe, store: Store, head: str, ports: Mapping[str, int], co
     master = f"{head}:{ports['rpc']}"
     owned = {"MOONCAKE_MASTER": master, "MOONCAKE_TE_META_DATA_SERVER": f"http://{head}:{ports['metadata']}/metadata"}
     files: dict[str, dict[str, str]] = {}
-    engine = recipe.backend.type
+    engine = recipe.serving_engine.type
     if engine == "vllm":
         doc = {**(store.store_config or {}), "master_server_address": master}
         text = json.dumps(doc, indent=2, sort_keys=True) + "\n"

@@ -27,7 +27,8 @@ from reconciler.labels import split_engine
 from reconciler.recipe.model import Recipe
 from reconciler.desired.services.kinds import KINDS
 from reconciler.desired.services.spec import ServiceSpec
-from reconciler.desired.units import Launch, Unit, container_srun_options, spec_hash
+from reconciler.desired.units import container_srun_options
+from reconciler.world import Launch, Unit, spec_hash
 
 GMS_SERVER = ("python3", "-m", "gpu_memory_service")  # srtctl's per-device server; a declared command replaces it
 SOCKETS_PER_DEVICE = 2  # weights and kv_cache

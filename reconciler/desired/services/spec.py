@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from reconciler.errors import ServiceError  # noqa: F401 - raised here, imported from here by callers
 from reconciler.recipe.model import Recipe
 from reconciler.desired.services.kinds import KINDS, NOT_YET, WORKER_PLACEMENTS
-from reconciler.desired.units import SERVICE_PREFIX
+from reconciler.world import SERVICE_PREFIX
 from reconciler.recipe.types import check_regex
 
 PHASES = ("infra", "before_workers", "with_workers", "after_frontend")
@@ -25,12 +26,6 @@ SINGLE = ("head", "infra", "dedicated")  # one instance
 # service-owned pools here); every node of the recipe
 WORKER_NODES = ("prefill", "decode", "agg", "workers", "compute", "all")
 _ROLE = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
-
-
-class ServiceError(ValueError):
-    def __init__(self, key: str, message: str):
-        super().__init__(f"{key}: {message}")
-        self.key, self.message = key, message
 
 
 @dataclass(frozen=True)
@@ -108,9 +103,10 @@ def _implied(recipe: Recipe, disc: Discovery) -> dict[str, str]:
 
 def resolve(recipe: Recipe) -> list[ServiceSpec]:
     from reconciler.backends import failover
-    from reconciler.desired.services import mooncake  # it raises our ServiceError
+    from reconciler.desired.services import mooncake
+    from reconciler.desired.services.failover import check as check_failover
 
-    failover.check(recipe)
+    check_failover(recipe)
     store = mooncake.store_of(recipe)
     if store is not None:
         mooncake.check(recipe, store)

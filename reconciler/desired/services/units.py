@@ -20,7 +20,9 @@ from reconciler.desired.services import mooncake
 from reconciler.desired.services.kinds import KINDS, PROGRAMS
 from reconciler.desired.services.mooncake import Wiring
 from reconciler.desired.services.spec import WORKER_NODES, Discovery, ServiceSpec
-from reconciler.desired.units import Launch, Unit, container_srun_options, node_count, spec_hash
+from reconciler.desired.units import container_srun_options, node_count
+from reconciler.world import Launch, Unit, spec_hash
+from reconciler.backends.registry import endpoints_of
 
 # srtctl's placeholders that make sense for one instance on the head node, and {port} (the
 # allocator's port for a generic service, the reconciler's own); other braces stay
@@ -77,7 +79,7 @@ def instance_ordinals(recipe: Recipe, spec: ServiceSpec, specs: list[ServiceSpec
         return list(range(total_nodes(recipe, specs if specs is not None else [spec])))
     named = spec.placement in ("prefill", "decode", "agg")
     modes = (spec.placement,) if named else tuple(m for m, _ in recipe.roles.items())
-    return sorted({o for ep in recipe.allocate_endpoints() if ep.mode in modes for o in ep.nodes})
+    return sorted({o for ep in endpoints_of(recipe) if ep.mode in modes for o in ep.nodes})
 
 
 def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, head: str | None,

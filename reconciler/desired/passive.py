@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from reconciler.recipe.model import ACTED_ON, Recipe
+from reconciler.backends.registry import backend_of, bind
 
 SECTION_WHY = "srtctl section: validated, not acted on"
 
@@ -68,7 +69,7 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
                 out[path] = why
     out |= _mooncake_carried(recipe)
     for m in roles:  # SGLang and dynamo.vllm get --kv-events-config from it (srtctl); other engines do not
-        engine = recipe.backend_for(m).type
+        engine = recipe.engine_for(m).type
         if engine == "sglang" or (engine == "vllm" and recipe.frontend.type == "dynamo"):
             out.pop(f"roles.{m}.kv_events", None)
     from reconciler.desired.units import nvtx_preset
@@ -76,7 +77,7 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
     if "observability" in out and nvtx_preset(recipe):
         out["observability"] = ("only the nsys preset's NVTX environment reaches the workers (Backend.nvtx_environment); "
                                 "no nsys capture, tachometer or OTEL export runs")
-    if recipe.backend.type == "trtllm" and _has_mooncake_master(recipe):
+    if recipe.serving_engine.type == "trtllm" and _has_mooncake_master(recipe):
         from reconciler.backends.base import get_key
 
         for m, r in recipe.roles.items():  # a role whose connector reads the store config gets its file
@@ -97,7 +98,7 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
     for prefix, engine in engines:
         if engine is None:
             continue
-        bound = engine.bind(recipe)
+        bound = bind(engine, recipe)
         for knob, why in bound.not_acted_on().items():
             out[f"{prefix}.{knob}"] = why
     from reconciler.backends.dynamo_install import install_spec
@@ -117,7 +118,7 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
         for key in ("container_mounts", "extra_mount"):
             if key in data:
                 out[key] = "no worker runs in a container: there is nothing to mount into"
-    backend = recipe.backend
+    backend = backend_of(recipe)
     for mode, role in recipe.roles.items():
         if role.extra_args and not backend.reads_extra_args(mode):
             out[f"roles.{mode}.extra_args"] = (
@@ -170,11 +171,11 @@ def _has_mooncake_master(recipe: Recipe) -> bool:
 
 def _mooncake_carried(recipe: Recipe) -> dict[str, str]:
     """store_config is read by vLLM and TRT-LLM only."""
-    if recipe.backend.type in ("vllm", "trtllm"):
+    if recipe.serving_engine.type in ("vllm", "trtllm"):
         return {}
     why = "read by vLLM and TRT-LLM workers only (as the JSON file MOONCAKE_CONFIG_PATH names)"
     out = {}
-    kv = recipe.backend.mooncake_kv_store
+    kv = recipe.serving_engine.mooncake_kv_store
     if kv is not None and kv.store_config is not None:
         out["engine.mooncake_kv_store.store_config"] = why
     for i, svc in enumerate(recipe.services):
