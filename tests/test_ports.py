@@ -9,7 +9,8 @@ import pytest
 
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.desired.admission import load_text
-from reconciler.desired.units import runtime_for, worker_units
+from reconciler.desired.runtime import runtime_for
+from reconciler.desired.sources.workers import worker_units
 from reconciler.backends.registry import endpoints_of
 
 RECIPE = """\

@@ -14,7 +14,7 @@ GET /health on the server port. Needs a ROCm GPU: rendered and golden-tested her
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, _norm, _scalar

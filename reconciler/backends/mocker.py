@@ -13,7 +13,7 @@ the lock, so its shadows register with the frontend too (docs/backends.md).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, get_key

@@ -13,7 +13,7 @@ a role with ``kv_events`` publishes them on its own port (``--kv-events-config``
 from __future__ import annotations
 
 import json
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, get_key, pop_keys

@@ -11,7 +11,7 @@ Readiness: GET /health. Needs a TileRT GPU image: rendered and tested here, neve
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, _norm, static_args

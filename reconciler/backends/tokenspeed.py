@@ -16,7 +16,7 @@ bootstrap room, which a disaggregated engine cannot serve.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, pop_keys

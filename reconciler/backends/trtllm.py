@@ -14,7 +14,7 @@ config's ``srtctl_root``), with ``--bind-memory`` for ``numa_memory_bind: local`
 from __future__ import annotations
 
 import hashlib
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import yaml
 

@@ -16,7 +16,7 @@ so those are blocks of consecutive ports.
 from __future__ import annotations
 
 import json
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 
 from reconciler.backends.base import Backend, HealthProbe, ProcessGroup, Runtime, cli_args, get_key, pop_keys

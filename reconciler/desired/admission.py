@@ -17,7 +17,7 @@ from reconciler.desired.frontends import check as check_frontend
 from reconciler.desired.frontends import owned_arg
 from reconciler.desired.passive import not_acted_on
 from reconciler.desired.services.spec import discovery_of, resolve
-from reconciler.desired.units import node_count
+from reconciler.desired.runtime import node_count
 from reconciler.errors import KeyedError
 from reconciler.recipe import load
 from reconciler.recipe.cluster import Cluster

@@ -17,8 +17,8 @@ from reconciler.backends import dynamo_install
 from reconciler.backends.base import Runtime, _norm, cli_args, static_args
 from reconciler.core.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
-from reconciler.desired.units import _container, container_srun_options, endpoints_path
-from reconciler.world import FRONTEND, Launch, Unit, spec_hash
+from reconciler.desired.runtime import _container, container_srun_options, endpoints_path
+from reconciler.world import FRONTEND, Launch, Unit
 from reconciler.backends.registry import backend_of
 
 # flags the reconciler sets itself (the probe and `get` rely on them): frontend.port, not args
@@ -64,7 +64,6 @@ def _unit(recipe: Recipe, head: str, port: int, argv: list[str], env: dict[str, 
         recipe=recipe.name, role=FRONTEND, index=0, ordinals=(0,), nodes=(head,), gpus=(),
         ports=ports or {"http": port}, launches=(launch,), container=container, health_port=port,
         health_path="/health", metrics_path=metrics_path, worker_api=worker_api, srun_options=srun,
-        spec_hash=spec_hash((launch,), container, {}, srun),
     )
 
 

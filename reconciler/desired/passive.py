@@ -72,7 +72,7 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
         engine = recipe.engine_for(m).type
         if engine == "sglang" or (engine == "vllm" and recipe.frontend.type == "dynamo"):
             out.pop(f"roles.{m}.kv_events", None)
-    from reconciler.desired.units import nvtx_preset
+    from reconciler.desired.runtime import nvtx_preset
 
     if "observability" in out and nvtx_preset(recipe):
         out["observability"] = ("only the nsys preset's NVTX environment reaches the workers (Backend.nvtx_environment); "
@@ -102,7 +102,7 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
         for knob, why in bound.not_acted_on().items():
             out[f"{prefix}.{knob}"] = why
     from reconciler.backends.dynamo_install import install_spec
-    from reconciler.desired.units import _containers_used
+    from reconciler.desired.runtime import _containers_used
 
     d = recipe.dynamo
     asks = any(_is_set(recipe, ["dynamo", k]) for k in ("install", "version", "wheel", "source"))

@@ -57,15 +57,13 @@ def configs_mount(recipe: Recipe) -> dict[str, str]:
 
 
 def with_cluster_preamble(unit: Unit | None, recipe: Recipe) -> Unit | None:
-    """``unit`` with the cluster's snippet before each launch of a container step."""
-    from reconciler.world import spec_hash
-
+    """``unit`` with the cluster's snippet before each launch of a container step (its spec hash
+    is the pipeline's last pass, ``desired/passes.finish``)."""
     snippet = recipe.reconcile.bash_preamble
     if unit is None or not snippet or not unit.container:
         return unit
     launches = tuple(replace(l, argv=("bash", "-c", _CLUSTER, CLUSTER_TAG, snippet, *l.argv)) for l in unit.launches)
-    return replace(unit, launches=launches,
-                   spec_hash=spec_hash(launches, unit.container, unit.files, unit.srun_options))
+    return replace(unit, launches=launches)
 
 
 def strip(argv: list[str]) -> tuple[list[str], dict[str, str]]:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from reconciler.recipe.types import Env, EnvValue, PlacementConfig, SrunOptions, Strict, _env_value
+from reconciler.recipe.types import Env, PlacementConfig, SrunOptions, Strict, _env_value
 
 class DynamoSourceConfig(Strict):
     git: str | None = None

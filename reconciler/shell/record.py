@@ -15,7 +15,7 @@ from reconciler.drivers.state import StateDir, set_suspended, suspended_names
 from reconciler.shell.status import build_status
 from reconciler.timefmt import iso
 from reconciler.shell import router_sync
-from reconciler.desired.units import endpoints_path
+from reconciler.desired.runtime import endpoints_path
 from reconciler.world import FRONTEND
 from reconciler.world import DesiredRecipe, Observed
 

@@ -27,8 +27,8 @@ from reconciler.labels import split_engine
 from reconciler.recipe.model import Recipe
 from reconciler.desired.services.kinds import KINDS
 from reconciler.desired.services.spec import ServiceSpec
-from reconciler.desired.units import container_srun_options
-from reconciler.world import Launch, Unit, spec_hash
+from reconciler.desired.runtime import container_srun_options
+from reconciler.world import Launch, Unit
 
 GMS_SERVER = ("python3", "-m", "gpu_memory_service")  # srtctl's per-device server; a declared command replaces it
 SOCKETS_PER_DEVICE = 2  # weights and kv_cache
@@ -84,24 +84,26 @@ def needs(specs: list[ServiceSpec], workers: list[tuple[str, int]]) -> dict[tupl
     return {w: tuple(instance_keys(gating, *w)) for w in workers}
 
 
-def units(recipe: Recipe, specs: list[ServiceSpec], workers: list[Unit], head: str | None, state_dir: Path,
-          disc_env: Mapping[str, str], container: str | None, job_of: Mapping[tuple[str, int], str]) -> list[Unit]:
-    """The instances of every per-worker service, one per placed worker (its engine 0 unit)."""
+def attached(specs: list[ServiceSpec], workers: list[Unit]) -> list[tuple[ServiceSpec, Unit]]:
+    """(service, worker) of every instance: one per placed worker (its engine 0 unit), in spec order."""
     out = []
-    rdir = Path(state_dir).absolute() / recipe.name
-    gating = needs(specs, [(w.role, w.index) for w in workers])
     for s in specs:
         if not s.per_worker or s.external:
             continue
         for w in workers:
             mode, engine = split_engine(w.role)
             if engine == 0 and mode in s.worker_roles:
-                u = _unit(recipe, s, w, head or w.nodes[0], rdir, disc_env, container,
-                          job_of.get((mode, w.index), failover.RENDER_JOB))
-                if s.phase not in ("infra", "before_workers"):  # a later phase: after its worker's gating ones
-                    u = replace(u, needs=gating.get((mode, w.index), ()))
-                out.append(u)
+                out.append((s, w))
     return out
+
+
+def instance_unit(recipe: Recipe, s: ServiceSpec, w: Unit, head: str | None, state_dir: Path,
+                  disc_env: Mapping[str, str], container: str | None, job: str,
+                  gating: tuple[tuple[str, int], ...]) -> Unit:
+    """The instance of ``s`` attached to worker ``w`` (its spec hash is the pipeline's last pass);
+    ``gating``: its worker's before_workers instances, which a later phase's instance waits for."""
+    u = _unit(recipe, s, w, head or w.nodes[0], Path(state_dir).absolute() / recipe.name, disc_env, container, job)
+    return u if s.phase in ("infra", "before_workers") else replace(u, needs=gating)
 
 
 def _unit(recipe: Recipe, s: ServiceSpec, w: Unit, head: str, rdir: Path, disc_env: Mapping[str, str],
@@ -141,5 +143,4 @@ def _unit(recipe: Recipe, s: ServiceSpec, w: Unit, head: str, rdir: Path, disc_e
         recipe=recipe.name, role=instance_role(s, w.role), index=w.index, ordinals=w.ordinals, nodes=w.nodes,
         gpus=w.gpus, ports={}, launches=launches_t, container=ctr, health_port=None, probe=r.kind,
         probe_arg=probe_arg, phase=s.phase, startup_timeout=r.timeout, critical=s.critical, srun_options=srun,
-        spec_hash=spec_hash(launches_t, ctr, {}, srun),
     )

@@ -10,85 +10,14 @@ path of the first problem.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from reconciler.errors import ServiceError  # noqa: F401 - raised here, imported from here by callers
 from reconciler.recipe.model import Recipe
 from reconciler.desired.services.kinds import KINDS, NOT_YET, WORKER_PLACEMENTS
 from reconciler.world import SERVICE_PREFIX
+from reconciler.desired.services.types import (  # noqa: F401 - the names callers import from here
+    ALLOC_PORT, PHASES, SINGLE, WORKER_NODES, WORKER_ROLES, _ROLE, Discovery, Readiness, ServiceSpec, discovery_of)
 from reconciler.recipe.types import check_regex
-
-PHASES = ("infra", "before_workers", "with_workers", "after_frontend")
-WORKER_ROLES = ("prefill", "decode", "agg", "frontend")
-ALLOC_PORT = "{port}"
-SINGLE = ("head", "infra", "dedicated")  # one instance
-# one instance per distinct node of: that role's workers; every worker (compute: there are no
-# service-owned pools here); every node of the recipe
-WORKER_NODES = ("prefill", "decode", "agg", "workers", "compute", "all")
-_ROLE = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
-
-
-@dataclass(frozen=True)
-class Readiness:
-    """One probe per instance: tcp/http on a port (fixed, or one the kind allocates), a log line, a file."""
-
-    kind: str  # tcp | http | log | file | started
-    port: int | None = None
-    port_name: str | None = None
-    path: str = "/"
-    status: int = 200
-    pattern: str = ""
-    file: str = ""
-    timeout: float = 120.0
-    interval: float = 2.0
-
-
-@dataclass(frozen=True)
-class ServiceSpec:
-    name: str
-    kind: str
-    role: str  # the unit role in step labels: svc-<name>
-    phase: str
-    command: tuple[str, ...] | None  # None: the kind builds it from its ports
-    args: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
-    readiness: Readiness
-    critical: bool
-    inherit_discovery_env: bool
-    external: str | None = None
-    preamble: str | None = None
-    options: tuple[tuple[str, object], ...] = ()
-    srun_options: tuple[tuple[str, str], ...] = ()
-    container: str | None = None
-    implied_by: str = ""
-    # placement.per: worker: one instance per worker of these roles, in its device view (per_worker.py)
-    worker_roles: tuple[str, ...] = ()
-
-    @property
-    def per_worker(self) -> bool:
-        return bool(self.worker_roles)
-    port_names: tuple[str, ...] = ()  # a generic service's allocated ports: ("port",) when it uses {port}
-    placement: str = "head"  # head | infra | dedicated (one instance) or a worker-node set (one per node)
-
-
-@dataclass(frozen=True)
-class Discovery:
-    """How Dynamo components find each other: etcd (+ NATS) services, or a shared directory."""
-
-    backend: str  # etcd | file | none
-    file_dir: str | None = None
-    request_plane: str = "tcp"
-    event_plane: str | None = None
-
-
-def discovery_of(recipe: Recipe) -> Discovery:
-    if recipe.frontend.type != "dynamo":
-        return Discovery("none")
-    rc, d = recipe.reconcile, recipe.dynamo
-    backend = rc.discovery or "etcd"
-    event = d.event_plane or ("zmq" if backend == "file" else None)
-    return Discovery(backend, rc.discovery_dir, d.request_plane, event)
-
 
 def _implied(recipe: Recipe, disc: Discovery) -> dict[str, str]:
     """name -> what implies it."""
@@ -335,7 +264,7 @@ def _probe_port(port: int | str) -> dict:
 
 def _same_port_same_node(recipe: Recipe, specs: list[ServiceSpec], declared: dict[str, int]) -> None:
     """srtctl: two services probing the same fixed port on one node are refused before anything runs."""
-    from reconciler.desired.services.units import instance_ordinals  # it imports this module
+    from reconciler.desired.services.layout import instance_ordinals
 
     seen: dict[tuple[int, int], str] = {}
     for s in specs:

@@ -19,10 +19,10 @@ from reconciler.recipe.model import Recipe
 from reconciler.desired.services import mooncake
 from reconciler.desired.services.kinds import KINDS, PROGRAMS
 from reconciler.desired.services.mooncake import Wiring
-from reconciler.desired.services.spec import WORKER_NODES, Discovery, ServiceSpec
-from reconciler.desired.units import container_srun_options, node_count
-from reconciler.world import Launch, Unit, spec_hash
-from reconciler.backends.registry import endpoints_of
+from reconciler.desired.services.layout import dedicated_ordinal, instance_ordinals
+from reconciler.desired.services.types import Discovery, ServiceSpec
+from reconciler.desired.runtime import container_srun_options
+from reconciler.world import Launch, Unit
 
 # srtctl's placeholders that make sense for one instance on the head node, and {port} (the
 # allocator's port for a generic service, the reconciler's own); other braces stay
@@ -58,30 +58,6 @@ def ports_of(spec: ServiceSpec, recipe: str, node: str, ports: NodePortAllocator
     return {n: ports.allocate(node, owner, n) for n in (*KINDS[spec.kind].port_names, *spec.port_names)}
 
 
-def dedicated_ordinal(recipe: Recipe, specs: list[ServiceSpec]) -> int | None:
-    """srtctl's ``dedicated``: one more node after the workers', for the services only (None: not asked)."""
-    if any(s.placement == "dedicated" and not s.external for s in specs):
-        return node_count(recipe)
-    return None
-
-
-def total_nodes(recipe: Recipe, specs: list[ServiceSpec]) -> int:
-    return node_count(recipe) + (dedicated_ordinal(recipe, specs) is not None)
-
-
-def instance_ordinals(recipe: Recipe, spec: ServiceSpec, specs: list[ServiceSpec] | None = None) -> list[int]:
-    """The node ordinals of a service's instances, instance index = position (srtctl: one per node)."""
-    if spec.placement == "dedicated":
-        return [node_count(recipe)]
-    if spec.placement not in WORKER_NODES:
-        return [0]  # head, and infra (the head here)
-    if spec.placement == "all":  # every allocated node, the dedicated one included
-        return list(range(total_nodes(recipe, specs if specs is not None else [spec])))
-    named = spec.placement in ("prefill", "decode", "agg")
-    modes = (spec.placement,) if named else tuple(m for m, _ in recipe.roles.items())
-    return sorted({o for ep in endpoints_of(recipe) if ep.mode in modes for o in ep.nodes})
-
-
 def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, head: str | None,
                   ports: NodePortAllocator, state_dir: Path, dedicated: str | None = None) -> dict[str, str]:
     """What the Dynamo frontend, its workers and inheriting services get (empty without Dynamo)."""
@@ -106,10 +82,10 @@ def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, hea
     return env
 
 
-def service_units(recipe: Recipe, specs: list[ServiceSpec], head: str, ports: NodePortAllocator,
-                  state_dir: Path, disc_env: Mapping[str, str], container: str | None,
-                  nodes: Mapping[int, str] | None = None) -> list[Unit]:
-    """Every instance whose node is known (``nodes``: ordinal -> hostname of running allocations)."""
+def instances(recipe: Recipe, specs: list[ServiceSpec], head: str,
+              nodes: Mapping[int, str] | None = None) -> list[tuple[ServiceSpec, int, int, str, str]]:
+    """(spec, index, ordinal, node, infra node) of every shared instance whose node is known
+    (``nodes``: ordinal -> hostname of running allocations), in spec then instance order."""
     out = []
     known = {0: head, **(nodes or {})}
     ded = dedicated_ordinal(recipe, specs)
@@ -119,10 +95,8 @@ def service_units(recipe: Recipe, specs: list[ServiceSpec], head: str, ports: No
             continue
         if infra is None and any(re.search(r"\{infra_(node|ip)\}", t) for t in _texts(s)):
             continue  # it names the dedicated node, not running yet: it waits (its spec is unknown)
-        for i, o in enumerate(instance_ordinals(recipe, s, specs)):
-            if o in known:
-                out.append(_unit(recipe, s, head, ports, Path(state_dir).absolute() / recipe.name, disc_env,
-                                 container, i, o, known[o], infra or head))
+        out += [(s, i, o, known[o], infra or head) for i, o in enumerate(instance_ordinals(recipe, s, specs))
+                if o in known]
     return out
 
 
@@ -130,11 +104,12 @@ def _texts(s: ServiceSpec) -> list[str]:
     return [*(s.command or ()), *s.args, *(v for _, v in s.env), s.preamble or ""]
 
 
-def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, rdir: Path,
-          disc_env: Mapping[str, str], container: str | None, index: int = 0, ordinal: int = 0,
-          node: str | None = None, infra: str | None = None) -> Unit:
+def service_unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, state_dir: Path,
+                 disc_env: Mapping[str, str], container: str | None, index: int, ordinal: int, node: str,
+                 infra: str) -> Unit:
+    """One instance of a shared service (its spec hash is the pipeline's last pass)."""
     kind = KINDS[s.kind]
-    node, infra = node or head, infra or head
+    rdir = Path(state_dir).absolute() / recipe.name
     p = ports_of(s, recipe.name, node, ports, index)
     data_dir = str(rdir / "services" / s.role)
     files: dict[str, str] = {}
@@ -174,5 +149,5 @@ def _unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, r
         recipe=recipe.name, role=s.role, index=index, ordinals=(ordinal,), nodes=(node,), gpus=(), ports=p,
         launches=(launch,), container=ctr, files=files, health_port=port, health_path=r.path,
         probe=r.kind, probe_arg=probe_arg, phase=s.phase, startup_timeout=r.timeout,
-        critical=s.critical, srun_options=srun, probe_interval=r.interval, spec_hash=spec_hash((launch,), ctr, files, srun),
+        critical=s.critical, srun_options=srun, probe_interval=r.interval,
     )

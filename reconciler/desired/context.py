@@ -1,0 +1,63 @@
+"""Stage 3 of the desired state: what every unit source reads, computed once per recipe and tick.
+
+The runtime (model path, served name, interpreters), the job's container, the discovery
+environment (etcd/NATS addresses: their ports are handed out here, first) and whether every
+address the workers are given is known yet. ``ports`` is the tick's port assignment: the one
+mutable thing the pipeline carries; sources hand ports out of it as they build units, and the
+same owner on the same node always gets the same port back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from reconciler.backends.base import Runtime
+from reconciler.backends.registry import backend_of
+from reconciler.core.ports import NodePortAllocator
+from reconciler.desired.placement import Placement
+from reconciler.desired.services.spec import discovery_of
+from reconciler.desired.services.units import ADDRESSED_KINDS, discovery_env, host_of
+from reconciler.desired.topology import Topology
+from reconciler.desired.runtime import _container, runtime_for
+from reconciler.recipe.model import Recipe
+from reconciler.world import Step
+
+
+@dataclass(frozen=True)
+class Context:
+    top: Topology
+    where: Placement
+    ports: NodePortAllocator
+    state_dir: Path
+    runtime: Runtime
+    steps: tuple[Step, ...]  # the recipe's observed steps: they tell each unit's life slot
+    discovery_env: Mapping[str, str]  # what Dynamo components (and inheriting services) get
+    container: str | None  # the job's container image (None: the workers run on the hosts)
+    addresses_known: bool  # every etcd/NATS/Mooncake address the workers get is known
+
+    @property
+    def recipe(self) -> Recipe:
+        return self.top.recipe
+
+    @property
+    def dedicated_host(self) -> str | None:
+        return self.where.hosts.get(self.top.dedicated) if self.top.dedicated is not None else None
+
+    @property
+    def workers(self) -> tuple:
+        """The workers to build this tick: the placed ones, once the addresses they are given are
+        known (until then what runs is left alone rather than rolled to a spec without them)."""
+        return self.where.placed if self.addresses_known else ()
+
+
+def context(top: Topology, where: Placement, ports: NodePortAllocator, state_dir: Path, python: str,
+            steps: list[Step]) -> Context:
+    recipe = top.recipe
+    ded = where.hosts.get(top.dedicated) if top.dedicated is not None else None
+    env = discovery_env(recipe, list(top.services), discovery_of(recipe), where.head, ports, state_dir, ded)
+    known = not any(s.kind in ADDRESSED_KINDS and not s.external and host_of(s, where.head, ded) is None
+                    for s in top.services)
+    return Context(top, where, ports, Path(state_dir), runtime_for(recipe, state_dir, python), tuple(steps), env,
+                   _container(recipe, backend_of(recipe)), known)

@@ -1,0 +1,150 @@
+"""Stage 2 of the desired state: topology x observed allocations -> placement. Pure.
+
+Allocation placement rule: observed live allocations keep covering the node ordinals they
+were submitted for (their comment says which); ordinals that no live allocation covers go to
+new allocations, cut at worker boundaries and at ``reconcile.nodes_per_allocation``. A worker
+is placed only when the allocation that covers all its ordinals runs; until then it is
+*waiting*. Per allocation index the current job holds the workers; a successor (hand-over)
+is kept beside it and an older job until its last step is gone (``core.succession``).
+``render_placement`` puts every ordinal on a named node instead: what ``render`` shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from reconciler.backends.failover import RENDER_JOB
+from reconciler.core.succession import generations
+from reconciler.desired.topology import Topology
+from reconciler.recipe.model import Recipe
+from reconciler.recipe.topology import Endpoint
+from reconciler.world import Alloc, AllocSpec, Step
+
+Key = tuple[str, int]  # (role, index)
+
+
+@dataclass(frozen=True)
+class Placement:
+    allocs: tuple[AllocSpec, ...]  # every allocation the recipe needs
+    keep: tuple[str, ...]  # job ids of observed allocations that serve it
+    at: Mapping[Key, Alloc]  # worker (and the dedicated node) -> the allocation that holds it (or will)
+    unplaceable: tuple[str, ...]  # workers no allocation can hold (the topology changed under them)
+    placed: tuple[Endpoint, ...]  # workers on running allocations
+    waiting: tuple[Key, ...]  # workers whose allocation is not running yet
+    hosts: Mapping[int, str] = field(default_factory=dict)  # ordinal -> hostname, on running allocations
+    jobs: Mapping[int, str] = field(default_factory=dict)  # ordinal -> job id, on running allocations
+    head_job: str | None = None  # the job that holds ordinal 0 (the frontend's and the services')
+    held_gpus: Mapping[Key, int] = field(default_factory=dict)  # worker -> GPUs per node its allocation holds
+    pending_reason: str = ""  # why an allocation is still pending (Slurm's reason)
+
+    @property
+    def head(self) -> str | None:
+        """The head node (ordinal 0) when its allocation runs."""
+        return self.hosts.get(0)
+
+    def job_of(self, ep: Endpoint) -> str:
+        return self.jobs[ep.nodes[0]]
+
+
+def placement(top: Topology, allocs: list[Alloc], steps: list[Step]) -> Placement:
+    recipe = top.recipe
+    live, successors, retiring = generations([a for a in allocs if a.live], steps)
+    specs, keep, at, unplaceable = place(recipe, [*top.endpoints, *top.reserved], live)
+    kept = {a.index for a in live if a.job_id in keep}
+    # a successor (hand-over) is kept beside the job it follows; an older job until its last step is gone
+    keep += [j for i in sorted(kept) for j in successors.get(i, ())] + retiring
+    on = {o: a for a in live if a.running for o in range(a.start, a.start + len(a.nodes))}
+    placed, waiting = [], []
+    for ep in top.endpoints:
+        alloc = at.get((ep.mode, ep.index))
+        if alloc is not None and alloc.running:
+            placed.append(ep)
+        elif ep.name not in unplaceable:
+            waiting.append((ep.mode, ep.index))
+    head_alloc = next((a for a in live if a.covers((0,))), None)
+    spec_gpus = {s.index: s.gpus_per_node for s in specs}
+    pending = "; ".join(f"allocation {a.index} (job {a.job_id}) {a.state.lower()}: {a.reason}"
+                        for a in live if not a.running and a.reason and a.reason != "None")
+    return Placement(
+        allocs=tuple(specs), keep=tuple(keep), at=at, unplaceable=tuple(unplaceable), placed=tuple(placed),
+        waiting=tuple(waiting), hosts={o: a.nodes[o - a.start] for o, a in on.items()},
+        jobs={o: a.job_id for o, a in on.items()}, head_job=head_alloc.job_id if head_alloc is not None else None,
+        held_gpus={k: spec_gpus.get(a.index, 0) for k, a in at.items()}, pending_reason=pending,
+    )
+
+
+def render_placement(top: Topology, hostnames: list[str]) -> Placement:
+    """Every ordinal on ``hostnames`` (one per node the recipe needs), as ``render`` shows it: no
+    allocation, and the job id a failover directory names is the placeholder ``<job>``."""
+    hosts = dict(enumerate(hostnames))
+    return Placement(allocs=(), keep=(), at={}, unplaceable=(), placed=top.endpoints, waiting=(), hosts=hosts,
+                     jobs={o: RENDER_JOB for o in hosts}, head_job=RENDER_JOB)
+
+
+def place(
+    recipe: Recipe, endpoints: list[Endpoint], live: list[Alloc]
+) -> tuple[list[AllocSpec], list[str], dict[tuple[str, int], Alloc], list[str]]:
+    """Which allocation holds which worker; which allocations to keep and to submit."""
+    gpn = recipe.resources.gpus_per_node
+    placement: dict[tuple[str, int], Alloc] = {}
+    used_by: dict[str, bool] = {a.job_id: False for a in live}
+    covered = {o for a in live for o in range(a.start, a.start + a.count)}
+    uncovered: list[Endpoint] = []
+    unplaceable: list[str] = []
+    for ep in endpoints:
+        holder = next((a for a in live if a.covers(ep.nodes)), None)
+        if holder is not None:
+            placement[(ep.mode, ep.index)] = holder
+            used_by[holder.job_id] = True
+        elif any(o in covered for o in ep.nodes):
+            unplaceable.append(ep.name)  # straddles an existing allocation: the topology changed under it
+        else:
+            uncovered.append(ep)
+    # new allocations for uncovered ordinals, cut at worker boundaries
+    gpus_on: dict[int, int] = {}
+    for ep in endpoints:
+        for o in ep.nodes:
+            gpus_on[o] = max(gpus_on.get(o, 0), max(ep.gpus) + 1 if ep.gpus else 0)
+    chunk = recipe.reconcile.nodes_per_allocation
+    surge = 2 if recipe.reconcile.rollout.surge_gpus else 1  # room for each worker's surge life (mirror GPUs)
+    groups: list[list[Endpoint]] = []
+    for ep in sorted(uncovered, key=lambda e: (e.nodes[0], e.mode, e.index)):
+        if groups:
+            g = groups[-1]
+            g_start, g_end = min(e.nodes[0] for e in g), max(e.nodes[-1] for e in g)
+            contiguous = ep.nodes[0] <= g_end + 1
+            fits = chunk is None or max(g_end, ep.nodes[-1]) - g_start + 1 <= chunk
+            if contiguous and fits:
+                g.append(ep)
+                continue
+        groups.append([ep])
+    taken = {a.index for a in live}
+    next_index = 0
+    new_specs: list[AllocSpec] = []
+    for g in groups:
+        while next_index in taken:
+            next_index += 1
+        start = min(e.nodes[0] for e in g)
+        count = max(e.nodes[-1] for e in g) - start + 1
+        gpus = max(gpus_on.get(o, 0) for o in range(start, start + count))
+        new_specs.append(_spec(recipe, next_index, start, count, min(gpus * surge, gpn)))
+        wanted = Alloc("", recipe.name, next_index, start, count, "WANTED")  # not submitted yet: never running
+        for e in g:
+            placement[(e.mode, e.index)] = wanted
+        taken.add(next_index)
+    keep = [a.job_id for a in live if used_by[a.job_id]]
+    kept_specs = [
+        _spec(recipe, a.index, a.start, a.count,
+              min(gpn, surge * max((gpus_on.get(o, 0) for o in range(a.start, a.start + a.count)), default=0)))
+        for a in live if used_by[a.job_id]
+    ]
+    return kept_specs + new_specs, keep, placement, unplaceable
+
+
+def _spec(recipe: Recipe, index: int, start: int, count: int, gpus: int) -> AllocSpec:
+    return AllocSpec(
+        recipe=recipe.name, index=index, start=start, count=count, gpus_per_node=gpus,
+        partition=recipe.slurm.partition, account=recipe.slurm.account, time_limit=recipe.slurm.time_limit,
+        directives=tuple(sorted(recipe.sbatch_directives.items())),
+    )

@@ -1,0 +1,89 @@
+"""What every unit source shares: the runtime a recipe's engines get (model path, served name,
+interpreters), whether and how its steps run in a container, and a few derived facts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reconciler.desired import preambles
+from reconciler.backends.base import Runtime
+from reconciler.recipe.model import Recipe
+from reconciler.backends.registry import backend_of
+
+
+# frontends that are the engine's own server: the aggregated worker is the public endpoint
+DIRECT_FRONTENDS = ("vllm", "sglang")
+
+MODEL_MOUNT = "/model"  # where srtctl mounts a local model directory in the container
+
+
+def runtime_for(recipe: Recipe, state_dir: Path, python: str = "python3") -> Runtime:
+    backend = backend_of(recipe)
+    path = recipe.model.path
+    if path.startswith("hf:"):
+        # srtctl: the engine gets the bare Hugging Face id and downloads it itself
+        path = path[3:]
+    # srtctl serves a model under its last path component (hf:Qwen/Qwen3-0.6B -> Qwen3-0.6B)
+    default_name = path.rstrip("/").split("/")[-1] or recipe.name
+    return Runtime(
+        model_path=MODEL_MOUNT if _model_mount(recipe) else path,
+        served_model_name=backend.get_served_model_name(default_name),
+        frontend_type=recipe.frontend.type,
+        config_dir=str(Path(state_dir).absolute() / recipe.name / "configs"),
+        python=python,
+        engine_python=recipe.reconcile.engine_python,
+    )
+
+
+def _model_mount(recipe: Recipe) -> str | None:
+    """The host directory mounted at /model: a local model path, when workers run in containers."""
+    path = recipe.model.path
+    if not _containers_used(recipe) or path.startswith("hf:") or not path.startswith("/"):
+        return None
+    return path
+
+
+def _containers_allowed(recipe: Recipe, backend) -> bool:
+    return recipe.reconcile.container_runtime != "none" and backend.uses_container()
+
+
+def _containers_used(recipe: Recipe) -> bool:
+    return _containers_allowed(recipe, backend_of(recipe)) and any(
+        (r.container or recipe.model.container) for _, r in recipe.roles.items())
+
+
+def container_srun_options(recipe: Recipe, config_dir: str) -> dict[str, str]:
+    """srtctl's container flags: the model at /model, the config files, the recipe's mounts; no home, no entrypoint."""
+    mounts = {}
+    if (model := _model_mount(recipe)):
+        mounts[model] = MODEL_MOUNT
+    mounts[config_dir] = config_dir  # engine config files are written there on the host
+    mounts |= preambles.configs_mount(recipe)  # srtctl's configs directory at /configs (setup_script)
+    mounts |= dict(recipe.container_mounts)
+    for m in recipe.extra_mount or []:
+        host, _, ctr = m.partition(":")
+        mounts[host] = ctr or host
+    return {"container-mounts": ",".join(f"{h}:{c}" for h, c in mounts.items()),
+            "no-container-mount-home": "", "no-container-entrypoint": ""}
+
+
+def nvtx_preset(recipe: Recipe) -> bool:
+    """srtctl's automatic nsys preset is on: ``observability.enabled`` and ``observability.nsys``
+    not switched off. The workers then get their engine's NVTX environment (no capture runs here)."""
+    obs = recipe.observability
+    return obs.enabled and obs.nsys.get("enabled", True) is not False
+
+
+def _container(recipe: Recipe, backend) -> str | None:
+    return recipe.model.container if _containers_allowed(recipe, backend) else None
+
+
+def endpoints_path(state_dir: Path, recipe: str) -> Path:
+    return Path(state_dir).absolute() / recipe / "endpoints.json"
+
+
+def node_count(recipe: Recipe) -> int:
+    from reconciler.recipe.topology import allocate
+
+    _, n = allocate(recipe.role_layouts(), recipe.resources.gpus_per_node, recipe.resources.spread_workers)
+    return n

@@ -1,0 +1,189 @@
+"""The engine workers' unit source: one unit per engine of every placed worker (``1 +
+shadow_engines`` under ``engine.failover``), each buildable in either life slot — a slot-1 life
+of a GPU engine runs on the mirror GPUs (``core.slots.in_slot``). A unit has one launch (srun
+step) per node for per-process engines, one spanning all nodes for MPI engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from reconciler.backends.base import Ports, Runtime
+from reconciler.backends.failover import RENDER_JOB, config_of, engines_per_worker, worker_dir
+from reconciler.backends.registry import backend_for
+from reconciler.core.slots import in_slot, layout_gpus
+from reconciler.backends import dynamo_install
+from reconciler.desired import netaddr, preambles
+from reconciler.desired.context import Context
+from reconciler.desired.runtime import (DIRECT_FRONTENDS, MODEL_MOUNT, _container, _containers_allowed, _model_mount,
+                                        container_srun_options, nvtx_preset)
+from reconciler.desired.services import per_worker
+from reconciler.desired.services.mooncake import Wiring
+from reconciler.desired.services.units import mooncake_wiring
+from reconciler.desired.sources.base import Life, Offer
+from reconciler.labels import engine_role
+from reconciler.recipe.model import Recipe
+from reconciler.recipe.topology import Endpoint, Process
+from reconciler.world import Launch, RestartPolicy, Unit
+
+# what srtctl's worker stage sets on every dynamo.* worker, under the recipe's env (cli/mixins/worker_stage.py)
+DYNAMO_WORKER_ENV = {"DYN_LOG": "info,dynamo_runtime::pipeline::network::ingress::push_handler=warn",
+                     "DYN_SKIP_SGLANG_LOG_FORMATTING": "1"}
+
+
+
+def offer(ctx: Context, earlier: tuple[Unit, ...]) -> Offer:
+    recipe, top, where = ctx.recipe, ctx.top, ctx.where
+    specs = list(top.services)
+    placed = ctx.workers
+    workers = [(ep.mode, ep.index) for ep in placed]
+    needs = per_worker.needs(specs, workers)
+    wiring = mooncake_wiring(recipe, specs, where.head, ctx.ports, ctx.runtime.config_dir,
+                             ctx.runtime.served_model_name, ctx.dedicated_host)
+    layout = layout_gpus(top.endpoints)
+    # only nodes that run a worker here publish their address (netaddr); others keep their name
+    worker_hosts = sorted({where.hosts[n] for ep in placed for n in ep.nodes})
+    lives, job_of = [], {}
+    for ep in placed:
+        job = where.job_of(ep)
+        gpu_engine = backend_for(recipe, ep.mode).needs_gpus()
+        held = where.held_gpus.get((ep.mode, ep.index), 0)
+        for k in range(top.engines):
+            e = replace(ep, engine=k)
+            job_of[(e.role, e.index)] = job
+
+            def build(slot: int, e: Endpoint = e, gpu: bool = gpu_engine, held: int = held) -> Unit:
+                return worker_unit(recipe, in_slot(e, slot, gpu, layout, held), where.hosts, ctx.ports, ctx.runtime,
+                                   ctx.discovery_env, wiring, job_of[(e.role, e.index)],
+                                   needs.get((e.mode, e.index), ()), worker_hosts)
+
+            def gpus(slot: int, e: Endpoint = e, gpu: bool = gpu_engine, held: int = held) -> tuple[int, ...]:
+                return in_slot(e, slot, gpu, layout, held).gpus
+
+            # a failover worker's engines share one gms and directory: replaced in place, never surged
+            lives.append(Life((e.role, e.index), build, slotted=True, surges=top.engines == 1, gpus=gpus,
+                              exclusive_gpus=gpu_engine))
+    waiting = [*where.waiting, *(() if ctx.addresses_known else workers_of(where.placed))]
+    waiting += [(engine_role(m, k), i) for m, i in list(waiting) for k in range(1, top.engines)]
+    return Offer(tuple(lives), tuple(waiting), job_of, restart_policies(recipe, top.engines))
+
+
+def workers_of(eps) -> list[tuple[str, int]]:
+    return [(ep.mode, ep.index) for ep in eps]
+
+
+def restart_policies(recipe: Recipe, engines: int) -> dict[str, RestartPolicy]:
+    """Per engine role: the role's policy (every engine of a worker alike)."""
+    out = {}
+    fo = config_of(recipe)
+    for m, r in recipe.roles.items():
+        policy = RestartPolicy(**r.restart.model_dump())
+        if fo is not None and fo.policy is not None:  # the corpus example's engine.failover.restart
+            policy = replace(policy, policy=fo.policy)
+        if fo is not None and fo.restart_backoff_seconds is not None:
+            policy = replace(policy, backoff_seconds=fo.restart_backoff_seconds)
+        out |= {engine_role(m, k): policy for k in range(engines)}
+    return out
+
+
+def worker_units(
+    recipe: Recipe,
+    endpoints: list[Endpoint],
+    hostnames: Mapping[int, str],
+    ports: Ports,
+    runtime: Runtime,
+    extra_env: Mapping[str, str] | None = None,
+    mooncake: Wiring | None = None,
+) -> list[Unit]:
+    """The units of ``endpoints`` as they stand, every engine of each (the pipeline builds them one
+    at a time, in their life slots: ``desired/sources/workers.py``)."""
+    engines = engines_per_worker(recipe)
+    eps = [replace(ep, engine=k) for ep in endpoints for k in range(engines)]
+    hosts = sorted({hostnames[n] for ep in eps for n in ep.nodes})
+    return [worker_unit(recipe, ep, hostnames, ports, runtime, extra_env, mooncake, RENDER_JOB, (), hosts)
+            for ep in eps]
+
+
+def worker_unit(recipe: Recipe, ep: Endpoint, hostnames: Mapping[int, str], ports: Ports, runtime: Runtime,
+                extra_env: Mapping[str, str] | None, mooncake: Wiring | None, job: str,
+                needs: tuple[tuple[str, int], ...], worker_hosts: list[str]) -> Unit:
+    """One engine of one worker (all of whose node ordinals must be in ``hostnames``);
+    ``extra_env``: the discovery environment of a Dynamo recipe, under the recipe's own;
+    ``mooncake``: the Mooncake master's wiring, over everything else; ``job`` names a failover
+    worker's shared directory, ``needs`` what must be Ready before it; ``worker_hosts``: every
+    node that runs a worker now (they publish their addresses, ``netaddr``). Its spec hash is
+    the pipeline's last pass (``desired/passes.py``)."""
+    ps = backend_for(recipe, ep.mode).endpoints_to_processes([ep], hostnames, ports, f"{recipe.name}/")  # type: ignore[arg-type]
+    if recipe.frontend.port and recipe.frontend.type in DIRECT_FRONTENDS and ep.name == "agg_0":
+        # the worker is the recipe's public endpoint: it serves on frontend.port (srtctl: 8000)
+        ps = [replace(ps[0], ports={**ps[0].ports, "http": recipe.frontend.port}), *ps[1:]]
+    return _worker_unit(recipe, ep, ps, hostnames, runtime, extra_env, mooncake, job, needs, worker_hosts)
+
+
+def _worker_unit(recipe: Recipe, ep: Endpoint, ps: list[Process], hostnames: Mapping[int, str], runtime: Runtime,
+                 extra_env: Mapping[str, str] | None, mooncake: Wiring | None, job: str,
+                 needs: tuple[tuple[str, int], ...], worker_hosts: list[str]) -> Unit:
+    backend = backend_for(recipe, ep.mode)
+    fo = config_of(recipe)
+    srun = backend.get_srun_config()
+    container = _container(recipe, backend)
+    container_ok = _containers_allowed(recipe, backend)
+    role = recipe.roles[ep.mode]
+    files = backend.config_files(ep.mode, runtime)
+    if mooncake is not None:
+        files = {**files, **mooncake.files.get(ep.mode, {})}
+    role_container = (role.container or container) if container_ok else None
+    # srtctl installs the recipe's Dynamo into the container first; on the hosts it is there already
+    pre = preambles.setup_script(recipe, bool(role_container))
+    pre += dynamo_install.preamble(recipe) if role_container else []
+    role_runtime = runtime
+    if not role_container and runtime.model_path == MODEL_MOUNT and _model_mount(recipe):
+        role_runtime = replace(runtime, model_path=recipe.model.path)  # this role runs on the host
+    launches = []
+    for p in ps:
+        env = dict(DYNAMO_WORKER_ENV) if recipe.frontend.type == "dynamo" else {}
+        env.update(extra_env or {})
+        if nvtx_preset(recipe):
+            env.update(backend.nvtx_environment)  # under the recipe's and the role's own
+        env.update(recipe.environment)
+        env.update(backend.get_environment_for_mode(ep.mode))
+        env.update(backend.get_process_environment(p))
+        if fo is not None:
+            env.update(backend.get_failover_environment(p, worker_dir(fo, recipe.name, job, ep.mode, ep.index)))
+        if backend.should_set_visible_devices() and (ep.partial_node or fo is not None):
+            env[recipe.reconcile.visible_devices_env] = ",".join(map(str, ep.gpus))
+        if mooncake is not None:
+            env = mooncake.stamp(ep.mode, p.node, env)
+        argv = pre + backend.build_worker_command(p, role_runtime)
+        if srun.per_process:
+            nodes, ntasks = (p.node,), 1
+        else:
+            nodes, ntasks = p.hosts, backend.process_ntasks(p)
+        if recipe.reconcile.network_interface:
+            # srtctl passes IPs on network_interface: each node learns its own at launch
+            argv, env = netaddr.resolve_at_launch(
+                argv, env, worker_hosts, recipe.reconcile.network_interface, f"{runtime.config_dir}/addr",
+                nodes[0] if len(nodes) == 1 else None)
+        launches.append(Launch(p.node_rank, nodes, ntasks, srun.mpi, tuple(argv), tuple(sorted(env.items())), ep.gpus))
+    launches_t = tuple(launches)
+    probe = backend.health_probe(ep.mode)
+    patterns = tuple(backend.fatal_log_patterns(ep.mode)) if recipe.health_check.fatal_log_markers else ()
+    patterns += tuple(recipe.health_check.extra_fatal_log_patterns)
+    hosts = tuple(hostnames[n] for n in ep.nodes)
+    own = backend.srun_options(ep) | (container_srun_options(recipe, runtime.config_dir) if role_container else {})
+    merged = {**own, **recipe.srun_options, **role.srun_options}
+    if "container-mounts" in own and merged["container-mounts"] != own["container-mounts"]:
+        # a recipe's own mounts add to the model and config mounts the argv relies on
+        merged["container-mounts"] = own["container-mounts"] + "," + merged["container-mounts"]
+    srun_opts = tuple(sorted(merged.items()))
+    return Unit(
+        recipe=recipe.name, role=ep.role, index=ep.index, ordinals=ep.nodes, nodes=hosts, gpus=ep.gpus,
+        ports=dict(ps[0].ports), launches=launches_t, container=role_container, files=files,
+        health_port=ps[0].ports.get(probe.port_name), health_path=probe.path, slot=ep.slot,
+        metrics_path=backend.prometheus_metrics_path, fatal_patterns=patterns, probe=probe.kind,
+        srun_options=srun_opts,
+        scheme="grpc" if backend.is_grpc_mode() else "http", needs=needs,
+    )
+
+
