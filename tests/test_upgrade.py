@@ -1,0 +1,61 @@
+"""An upgrade over running workers rolls nothing: the reconciler of the release before the
+desired-state pipeline was restructured (a6d1ec6) deploys a recipe on the real Slurm and is
+stopped; the current one starts on the same state and adopts every step — same step ids, no
+launch, no cancel — over several ticks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness import Harness
+from helpers import wait_until
+from test_e2e import DISAGG
+
+ROOT = Path(__file__).resolve().parents[1]
+BEFORE = "a6d1ec6"  # the last commit before the package layout and the pipeline changed
+
+
+@pytest.fixture
+def old_checkout(tmp_path):
+    """The release before, checked out beside this one (its own reconciler package)."""
+    have = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{BEFORE}^{{commit}}"], capture_output=True)
+    if have.returncode != 0:
+        if os.environ.get("RECONCILER_REQUIRE_SLURM") == "1":
+            pytest.fail(f"commit {BEFORE} is not in this clone's history: the upgrade test needs it")
+        pytest.skip(f"commit {BEFORE} is not in this clone's history")
+    where = tmp_path / "before"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(where), BEFORE], check=True,
+                   capture_output=True, timeout=60)
+    yield where
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)], capture_output=True,
+                   timeout=60)
+
+
+@pytest.mark.slurm
+def test_an_upgrade_adopts_every_running_step(tmp_path, old_checkout):
+    h = Harness(tmp_path, "slurm")
+    try:
+        name = h.name("upg")
+        (h.manifests / f"{name}.yaml").write_text(DISAGG.format(name=name, decode=2))
+        new_env = h.env
+        h.env = {**new_env, "PYTHONPATH": str(old_checkout)}  # `python -m reconciler.cli` is the old one
+        h.start()
+        h.wait_ready(name, timeout=90)
+        before = h.steps(name)
+        assert {"prefill_0", "decode_0", "decode_1", "frontend_0"} <= set(before), before
+        assert h.stop() == 0
+        acted = len(h.actions(name))
+        h.env = new_env
+        h.start()
+        start = h.ticks()
+        wait_until(lambda: h.ticks() >= start + 5, timeout=60, what="5 ticks of the upgraded reconciler")
+        assert h.actions(name)[acted:] == [], "the upgrade launched or cancelled something"
+        assert h.steps(name) == before
+        assert h.get(name)["status"] == "Ready"
+    finally:
+        h.stop()
+        h.cleanup()
