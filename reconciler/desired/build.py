@@ -126,7 +126,7 @@ def assemble(ctx: Context) -> DesiredRecipe:
     for source in SOURCES:
         offer = source.offer(ctx, earlier)
         job_of |= offer.job_of
-        lived = live(offer.lives, recipe, ctx.steps, job_of, ctx.ports, rollout.max_surge)
+        lived = live(offer.lives, recipe, ctx.steps, job_of, ctx.ports, rollout.max_surge, ctx.runtime.config_dir)
         made[source.kind] += lived.units
         earlier += lived.units
         waiting += offer.waiting

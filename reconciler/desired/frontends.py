@@ -17,7 +17,7 @@ from reconciler.backends import dynamo_install
 from reconciler.backends.base import Runtime, _norm, cli_args, static_args
 from reconciler.core.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
-from reconciler.desired.runtime import _container, container_srun_options, endpoints_path
+from reconciler.desired.runtime import _container, endpoints_path
 from reconciler.world import FRONTEND, Launch, Unit
 from reconciler.backends.registry import backend_of
 
@@ -55,11 +55,9 @@ def _port(recipe: Recipe, head: str, ports: NodePortAllocator) -> int:
 
 
 def _unit(recipe: Recipe, head: str, port: int, argv: list[str], env: dict[str, str], container: str | None,
-          metrics_path: str | None, worker_api: str = "", ports: dict[str, int] | None = None,
-          config_dir: str = "") -> Unit:
+          metrics_path: str | None, worker_api: str = "", ports: dict[str, int] | None = None) -> Unit:
     launch = Launch(0, (head,), 1, None, tuple(argv), tuple(sorted(env.items())))
-    own = container_srun_options(recipe, config_dir) if container else {}
-    srun = tuple(sorted({**own, **recipe.srun_options}.items()))
+    srun = tuple(sorted(recipe.srun_options.items()))  # the container's flags: desired/passes.py:wrap
     return Unit(
         recipe=recipe.name, role=FRONTEND, index=0, ordinals=(0,), nodes=(head,), gpus=(),
         ports=ports or {"http": port}, launches=(launch,), container=container, health_port=port,
@@ -90,7 +88,7 @@ def dynamo(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
     argv = [*pre, runtime.engine_python, "-m", "dynamo.frontend", f"--http-port={port}"]
     argv += cli_args(dict(recipe.frontend.args))
     env = {**disc_env, "PYTHONUNBUFFERED": "1", **recipe.environment, **recipe.frontend.env}
-    return _unit(recipe, head, port, argv, env, container, "/metrics", config_dir=runtime.config_dir)
+    return _unit(recipe, head, port, argv, env, container, "/metrics")
 
 
 def sglang_router(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
@@ -120,7 +118,7 @@ def _managed_router(recipe, head, ports, runtime, module: str, pre: list[str], w
     argv += cli_args(args)
     env = {"PYTHONUNBUFFERED": "1", **recipe.environment, **recipe.frontend.env}
     return _unit(recipe, head, port, argv, env, _container(recipe, backend_of(recipe)), None, worker_api,
-                 {"http": port, "prometheus": metrics}, runtime.config_dir)
+                 {"http": port, "prometheus": metrics})
 
 
 def atomesh(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit | None:
@@ -143,7 +141,7 @@ def atomesh(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit | Non
     env = {**recipe.environment, **recipe.frontend.env}
     job_container = _container(recipe, backend_of(recipe))
     container = (recipe.frontend.container_image or job_container) if job_container else None
-    unit = _unit(recipe, head, port, argv, env, container, None, config_dir=runtime.config_dir)
+    unit = _unit(recipe, head, port, argv, env, container, None)
     return replace(unit, health_path="/workers")
 
 
@@ -163,7 +161,7 @@ def tilert_router(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit
     env = {**recipe.environment, **recipe.frontend.env}
     job_container = _container(recipe, backend_of(recipe))
     container = (recipe.frontend.container_image or job_container) if job_container else None
-    return _unit(recipe, head, port, argv, env, container, None, config_dir=runtime.config_dir)
+    return _unit(recipe, head, port, argv, env, container, None)
 
 
 def check(recipe: Recipe) -> tuple[str, str] | None:

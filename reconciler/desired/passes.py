@@ -1,7 +1,9 @@
 """Stage 5 of the desired state: the passes every unit goes through alike, whatever its source.
 
-* ``finish``: the cluster's ``default_bash_preamble`` before each launch of a container step
-  (srtctl), then the spec hash over what the unit runs. A unit's hash is final only here, and
+* ``finish``: a container step's own srun flags and mounts (``wrap``: the model at /model, the
+  config directory, the recipe's mounts; a recipe's own ``container-mounts`` add to them), the
+  cluster's ``default_bash_preamble`` before each of its launches (srtctl), then the spec hash
+  over what the unit runs. A unit's hash is final only here, and
   its life slot is chosen by comparing hashes, so ``live`` finishes every unit it builds.
 * ``live``: life slots. Each unit in its slot (``core.slots.choose_slots``: read back from the
   steps, never remembered); a unit whose steps on its allocation all run an older spec surges
@@ -19,16 +21,29 @@ from dataclasses import dataclass, field, replace
 from reconciler.core.ports import NodePortAllocator
 from reconciler.core.slots import choose_slots, surge_flips
 from reconciler.desired.preambles import with_cluster_preamble
+from reconciler.desired.runtime import container_srun_options
 from reconciler.desired.sources.base import Key, Life
 from reconciler.recipe.model import Recipe
 from reconciler.world import Step, Unit, life_name, spec_hash
 
 
-def finish(unit: Unit | None, recipe: Recipe) -> Unit | None:
+def finish(unit: Unit | None, recipe: Recipe, config_dir: str) -> Unit | None:
     if unit is None:
         return None
-    unit = with_cluster_preamble(unit, recipe)
+    unit = with_cluster_preamble(wrap(unit, recipe, config_dir), recipe)
     return replace(unit, spec_hash=spec_hash(unit.launches, unit.container, unit.files, unit.srun_options))
+
+
+def wrap(unit: Unit, recipe: Recipe, config_dir: str) -> Unit:
+    """A container step with srtctl's container flags under its own srun options."""
+    if not unit.container:
+        return unit
+    own = container_srun_options(recipe, config_dir)
+    merged = {**own, **dict(unit.srun_options)}
+    if merged["container-mounts"] != own["container-mounts"]:
+        # a recipe's own mounts add to the model and config mounts the argv relies on
+        merged["container-mounts"] = own["container-mounts"] + "," + merged["container-mounts"]
+    return replace(unit, srun_options=tuple(sorted(merged.items())))
 
 
 @dataclass(frozen=True)
@@ -39,7 +54,7 @@ class Lived:
 
 
 def live(lives: tuple[Life, ...], recipe: Recipe, steps: tuple[Step, ...], job_of: Mapping[Key, str],
-         ports: NodePortAllocator, max_surge: int) -> Lived:
+         ports: NodePortAllocator, max_surge: int, config_dir: str) -> Lived:
     if not lives:
         return Lived(())
     by_key = {life.key: life for life in lives}
@@ -47,7 +62,7 @@ def live(lives: tuple[Life, ...], recipe: Recipe, steps: tuple[Step, ...], job_o
     slot = _slots(lives, recipe.name, mine, job_of, ports)
 
     def build(key: Key, s: int) -> Unit | None:
-        return finish(by_key[key].build(s), recipe)
+        return finish(by_key[key].build(s), recipe, config_dir)
 
     units = {life.key: build(life.key, slot[life.key]) for life in lives}
     surging = [u for life in lives if life.surges and (u := units[life.key]) is not None]

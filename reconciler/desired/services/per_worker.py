@@ -27,7 +27,6 @@ from reconciler.labels import split_engine
 from reconciler.recipe.model import Recipe
 from reconciler.desired.services.kinds import KINDS
 from reconciler.desired.services.spec import ServiceSpec
-from reconciler.desired.runtime import container_srun_options
 from reconciler.world import Launch, Unit
 
 GMS_SERVER = ("python3", "-m", "gpu_memory_service")  # srtctl's per-device server; a declared command replaces it
@@ -136,8 +135,7 @@ def _unit(recipe: Recipe, s: ServiceSpec, w: Unit, head: str, rdir: Path, disc_e
     launches_t = tuple(launches)
     r = s.readiness
     ctr = (s.container or container) if kind.job_container else (s.container or None)
-    own = container_srun_options(recipe, str(rdir / "configs")) if ctr else {}
-    srun = tuple(sorted({**own, **recipe.srun_options, **dict(s.srun_options)}.items()))
+    srun = tuple(sorted({**recipe.srun_options, **dict(s.srun_options)}.items()))  # + the container's: passes.wrap
     probe_arg = {"log": r.pattern, "file": str(rdir / r.file)}.get(r.kind, "")
     return Unit(
         recipe=recipe.name, role=instance_role(s, w.role), index=w.index, ordinals=w.ordinals, nodes=w.nodes,

@@ -21,7 +21,6 @@ from reconciler.desired.services.kinds import KINDS, PROGRAMS
 from reconciler.desired.services.mooncake import Wiring
 from reconciler.desired.services.layout import dedicated_ordinal, instance_ordinals
 from reconciler.desired.services.types import Discovery, ServiceSpec
-from reconciler.desired.runtime import container_srun_options
 from reconciler.world import Launch, Unit
 
 # srtctl's placeholders that make sense for one instance on the head node, and {port} (the
@@ -143,8 +142,7 @@ def service_unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAlloc
     port = r.port if r.port is not None else (p.get(r.port_name) if r.port_name else None)
     probe_arg = {"log": r.pattern, "file": str(rdir / fill(r.file)), "http": str(r.status)}.get(r.kind, "")
     ctr = (s.container or container) if kind.job_container else (s.container or None)
-    own = container_srun_options(recipe, str(rdir / "configs")) if ctr else {}
-    srun = tuple(sorted({**own, **recipe.srun_options, **dict(s.srun_options)}.items()))
+    srun = tuple(sorted({**recipe.srun_options, **dict(s.srun_options)}.items()))  # + the container's: passes.wrap
     return Unit(
         recipe=recipe.name, role=s.role, index=index, ordinals=(ordinal,), nodes=(node,), gpus=(), ports=p,
         launches=(launch,), container=ctr, files=files, health_port=port, health_path=r.path,

@@ -17,7 +17,7 @@ from reconciler.backends import dynamo_install
 from reconciler.desired import netaddr, preambles
 from reconciler.desired.context import Context
 from reconciler.desired.runtime import (DIRECT_FRONTENDS, MODEL_MOUNT, _container, _containers_allowed, _model_mount,
-                                        container_srun_options, nvtx_preset)
+                                        nvtx_preset)
 from reconciler.desired.services import per_worker
 from reconciler.desired.services.mooncake import Wiring
 from reconciler.desired.services.units import mooncake_wiring
@@ -171,11 +171,8 @@ def _worker_unit(recipe: Recipe, ep: Endpoint, ps: list[Process], hostnames: Map
     patterns = tuple(backend.fatal_log_patterns(ep.mode)) if recipe.health_check.fatal_log_markers else ()
     patterns += tuple(recipe.health_check.extra_fatal_log_patterns)
     hosts = tuple(hostnames[n] for n in ep.nodes)
-    own = backend.srun_options(ep) | (container_srun_options(recipe, runtime.config_dir) if role_container else {})
-    merged = {**own, **recipe.srun_options, **role.srun_options}
-    if "container-mounts" in own and merged["container-mounts"] != own["container-mounts"]:
-        # a recipe's own mounts add to the model and config mounts the argv relies on
-        merged["container-mounts"] = own["container-mounts"] + "," + merged["container-mounts"]
+    # the container's own flags and mounts go under these: desired/passes.py:wrap
+    merged = {**backend.srun_options(ep), **recipe.srun_options, **role.srun_options}
     srun_opts = tuple(sorted(merged.items()))
     return Unit(
         recipe=recipe.name, role=ep.role, index=ep.index, ordinals=ep.nodes, nodes=hosts, gpus=ep.gpus,
