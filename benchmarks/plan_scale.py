@@ -22,7 +22,7 @@ from reconciler.desired.build import build  # noqa: E402
 from reconciler.drivers.slurm import SlurmDriver  # noqa: E402
 from reconciler.core.plan import plan  # noqa: E402
 from reconciler.core.ports import NodePortAllocator  # noqa: E402
-from reconciler.recipe.load import load_text  # noqa: E402
+from reconciler.desired.admission import load_text  # noqa: E402
 from reconciler.world import Alloc, Observed, Step  # noqa: E402
 
 TEXT = """\
