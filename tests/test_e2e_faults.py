@@ -73,7 +73,11 @@ def test_hung_engine_is_detected_and_relaunched(h, markers):
     (h.manifests / f"{name}.yaml").write_text(text)
     h.start()
     first = h.wait_steps(name, {"agg_0"})["agg_0"]
-    h.wait_ready(name)
+    # Ready as run saw it (its Condition event): a `get` started in the few seconds before the hang
+    # may take longer than that on a loaded machine, and would then never see it Ready
+    events = h.state / "events.jsonl"
+    wait_until(lambda: events.exists() and f'"{name}", "message": "Ready=True' in events.read_text(), timeout=60,
+               what=f"{name} Ready (reconciler log:\n{h.log()[-3000:]})")
     wait_until(lambda: (s := h.steps(name).get("agg_0")) and s[0] != first[0], timeout=40, what="relaunch of the hung engine")
     events = (h.state / "events.jsonl").read_text()
     assert ("fatal log line: FATAL mocker: simulated engine hang" in events) == markers
