@@ -78,3 +78,37 @@ def test_get_wait_without_runs_flags_waits_on_runs_status(h, tmp_path):
     # an explicit flag that disagrees is used, with a warning
     r = bare(h, "get", name, "--instance", "someone-else")
     assert "differs from the running reconciler's" in r.stderr, r.stderr
+
+
+CRASHING = """\
+schema: 2
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles: {{agg: {{workers: 1, gpus: 1, args: {{no-such-flag: "1"}}, restart: {{backoff_seconds: 1}}}}}}
+frontend: {{type: builtin}}
+"""
+
+
+def test_a_crash_looping_worker_says_why_in_get_and_describe(h):
+    name = h.name("crash")
+    (h.manifests / f"{name}.yaml").write_text(CRASHING.format(name=name))
+    h.start()
+
+    def row() -> dict | None:
+        r = bare(h, "get", name, "-o", "json")
+        got = json.loads(r.stdout)[0] if r.returncode == 0 else {}
+        return got if got.get("restarts", 0) >= 1 and got.get("reason") else None
+
+    got = wait_until(row, timeout=90, interval=0.5, what=f"{name} with a REASON")
+    assert got["reason"] in ("CrashLoopBackOff", "Error"), got
+    assert got["reasonMessage"].startswith("agg_0: exited 2") and "unrecognized arguments" in got["reasonMessage"], got
+    text = bare(h, "get", name, "-o", "wide").stdout
+    # the word moves between CrashLoopBackOff (waiting out the backoff) and Error (the new life is starting)
+    assert "REASON" in text and ("CrashLoopBackOff" in text or "Error" in text), text
+    assert "unrecognized arguments" in text, text
+    r = bare(h, "describe", name)
+    assert r.returncode == 0 and "agg_0: " in r.stdout and "unrecognized arguments" in r.stdout, r.stdout
+    r = bare(h, "logs", name)  # no role: the only worker
+    assert r.returncode == 0 and "unrecognized arguments" in r.stdout, r.stdout + r.stderr

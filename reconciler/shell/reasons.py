@@ -16,7 +16,7 @@ from reconciler.drivers.base import step_log_paths
 from reconciler.world import life_name
 
 # what says "this is why it died" when the backend names no pattern of its own
-GENERIC_FATAL = re.compile(r"(?i)\b(error|exception|fatal|panic(ked)?|segmentation fault|out of memory)\b")
+GENERIC_FATAL = re.compile(r"(?i)(\w*(error|exception)\b|\bfatal\b|\bpanic(ked)?\b|segmentation fault|out of memory)")
 SCAN_BYTES = 1 << 20  # the first MiB of a life's log: a crash at start is near its top
 STOP_WORDS = {  # StopReason values (launches.json stoppedFor) -> the word
     "fatal log line": "FatalLogLine",
