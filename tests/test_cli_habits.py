@@ -82,3 +82,21 @@ def test_recorded_settings_round_trip_and_comparison(tmp_path):
     assert not run_settings.same("portRange", "1-3", rec["portRange"])
     (tmp_path / "run.json").write_text("{not json")
     assert run_settings.read(tmp_path) is None
+
+
+def test_the_repo_ships_no_manifests_and_the_dev_cluster_config_runs_srtctls_examples(tmp_path, corpus):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    # the first `run` in a fresh clone deploys exactly what the user dropped into manifests/
+    assert not list((ROOT / "manifests").glob("*.y*ml")) if (ROOT / "manifests").is_dir() else True
+    cfg = tmp_path / "srtslurm.yaml"
+    cfg.write_text((ROOT / "examples" / "srtslurm.yaml.in").read_text().replace("@ROOT@", str(ROOT)))
+    r = subprocess.run([sys.executable, "-m", "reconciler.cli", "--cluster-config", str(cfg), "validate",
+                        str(corpus / "srt-slurm-v2" / "mocker")], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0 and "2 valid, 0 invalid" in r.stderr, r.stdout + r.stderr
+    assert "host runtime from the cluster config" in subprocess.run(
+        [sys.executable, "-m", "reconciler.cli", "--cluster-config", str(cfg), "validate", "-v",
+         str(corpus / "srt-slurm-v2" / "mocker" / "dynamo-agg.yaml")], capture_output=True, text=True).stdout
