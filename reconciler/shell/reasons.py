@@ -86,8 +86,8 @@ def unit_reason(row: dict, launch: dict, state: Path, recipe: str, patterns: tup
     ex = row.get("lastExit")
     stopped = launch.get("stoppedFor") or launch.get("lastStoppedFor")
     stop_word = STOP_WORDS.get(stopped or "")
-    failed = row["phase"] in ("BackOff", "Failed") or (ex and ex["code"] != 0) or stop_word
-    if not failed or not (ex or stop_word or row.get("restarts")):
+    down = row["phase"] in ("BackOff", "Failed")  # the plan holds it back after a failure
+    if not down and not ((ex and ex["code"] != 0 and row.get("restarts")) or stop_word):
         return None
     if row["phase"] == "BackOff":
         word = "CrashLoopBackOff"
@@ -103,6 +103,8 @@ def unit_reason(row: dict, launch: dict, state: Path, recipe: str, patterns: tup
                      + f" at {ex['at']}")
     if stopped and stop_word:
         parts.append(f"stopped: {stopped}")
+    if not ex and not stop_word:
+        parts.append("ended without an exit status (cancelled outside the reconciler, or its node went away)")
     if row["phase"] == "Failed":
         parts.append("not restarted (restart policy)")
     log = failed_life_log(state, recipe, row["name"], bool(row.get("steps")))
