@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler import reasons, run_settings
-from reconciler.cli_context import ephemeral_range, port_range_warnings
+from reconciler.cli import run_settings
+from reconciler.shell import reasons
+from reconciler.cli.context import ephemeral_range, port_range_warnings
 from reconciler.errors import ReconcilerError
-from reconciler.logs_pick import pick
+from reconciler.cli.logs_pick import pick
 
 
 def test_port_range_warnings():
