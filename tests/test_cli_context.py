@@ -55,7 +55,8 @@ def test_get_wait_without_runs_flags_waits_on_runs_status(h, tmp_path):
     path = h.manifests / f"{name}.yaml"
     path.write_text(RECIPE.format(name=name, workers=1))
     h.start()
-    wait_until(lambda: recorded_phase(h, name) == "Ready", timeout=90, what=f"{name} Ready in status.json")
+    # generous: the dev Slurm is shared, and an allocation may queue behind other people's jobs
+    wait_until(lambda: recorded_phase(h, name) == "Ready", timeout=240, what=f"{name} Ready in status.json")
 
     path.write_text(RECIPE.format(name=name, workers=2))  # a scale-up, as in the report
     r = bare(h, "get", name, "--wait", "--timeout", "60")
@@ -101,7 +102,7 @@ def test_a_crash_looping_worker_says_why_in_get_and_describe(h):
         got = json.loads(r.stdout)[0] if r.returncode == 0 else {}
         return got if got.get("restarts", 0) >= 1 and got.get("reason") else None
 
-    got = wait_until(row, timeout=90, interval=0.5, what=f"{name} with a REASON")
+    got = wait_until(row, timeout=240, interval=0.5, what=f"{name} with a REASON")
     assert got["reason"] in ("CrashLoopBackOff", "Error"), got
     assert got["reasonMessage"].startswith("agg_0: exited 2") and "unrecognized arguments" in got["reasonMessage"], got
     text = bare(h, "get", name, "-o", "wide").stdout
@@ -110,5 +111,6 @@ def test_a_crash_looping_worker_says_why_in_get_and_describe(h):
     assert "unrecognized arguments" in text, text
     r = bare(h, "describe", name)
     assert r.returncode == 0 and "agg_0: " in r.stdout and "unrecognized arguments" in r.stdout, r.stdout
-    r = bare(h, "logs", name)  # no role: the only worker
-    assert r.returncode == 0 and "unrecognized arguments" in r.stdout, r.stdout + r.stderr
+    # no role: the only worker; its current life's log (empty for a moment after each relaunch)
+    wait_until(lambda: "unrecognized arguments" in (r := bare(h, "logs", name)).stdout and r.returncode == 0,
+               timeout=60, interval=0.5, what="the crash in `logs NAME`")

@@ -72,7 +72,7 @@ def test_status_page_shows_the_deployment_and_a_killed_worker(h, browser, tmp_pa
     (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name))
     port = free_port()
     h.start("--ui-addr", f"127.0.0.1:{port}")
-    h.wait_ready(name)
+    h.wait_ready(name, timeout=240)  # the dev Slurm is shared: an allocation may queue for a while
     endpoint = h.get(name)["endpoint"]
     for _ in range(5):  # some traffic for the plots (loopback / this host only)
         code, _ = post(f"{endpoint}/v1/chat/completions",
