@@ -119,10 +119,13 @@ def kill_and_time(run: Run, name: str, ready_timeout: float) -> tuple[float, flo
 
 
 def main() -> None:
+    global PORTS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--resync", type=float, default=1.0)
+    ap.add_argument("--port-range", default=None, help="ports for the workers (default 32400-32600)")
     a = ap.parse_args()
+    PORTS = a.port_range or PORTS
     sys.path.insert(0, str(ROOT))
     rows: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory(prefix="mttr-") as d:

@@ -29,7 +29,7 @@ def recipe_files() -> list[tuple[str, Path]]:
     corpus = corpus_dir()
     files = [(f"corpus/{p.relative_to(corpus)}", p)
              for sub in ("srt-slurm-v1", "srt-slurm-v2") for p in sorted((corpus / sub).rglob("*.yaml"))]
-    files += [(f"manifests/{p.name}", p) for p in sorted((ROOT / "manifests").glob("*.yaml"))]
+    files += [(f"examples/{p.name}", p) for p in sorted((ROOT / "examples").glob("*.yaml"))]
     return files
 
 

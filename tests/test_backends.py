@@ -431,10 +431,10 @@ def test_render_cli_json_on_corpus(corpus, recipe):
 
 
 def test_render_cli_with_explicit_nodes_and_text_output():
-    r = run_render("manifests/mocker-disagg.yaml", "--nodes", "gpu07")
+    r = run_render("examples/mocker-disagg.yaml", "--nodes", "gpu07")
     assert r.returncode == 0, r.stderr
     assert "prefill_0  nodes=gpu07" in r.stdout and "argv:" in r.stdout
-    r = run_render("manifests/mocker-disagg.yaml", "--nodes", "")
+    r = run_render("examples/mocker-disagg.yaml", "--nodes", "")
     assert r.returncode == 0
     bad = run_render(str(ROOT / "nope.yaml"))
     assert bad.returncode == 1 and "cannot read" in bad.stderr

@@ -14,8 +14,8 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "reconciler.cli", *args], capture_output=True, text=True, cwd=cwd)
 
 
-def test_validate_example_manifests_exit_0():
-    r = run("validate", "manifests/")
+def test_validate_examples_exit_0():
+    r = run("validate", "examples/")
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("valid") >= 2
 
@@ -34,7 +34,7 @@ def test_validate_bad_files_exit_1_with_key_or_line(tmp_path):
 
 
 def test_validate_json_output(tmp_path):
-    good = ROOT / "manifests" / "mocker-agg.yaml"
+    good = ROOT / "examples" / "mocker-agg.yaml"
     bad = write(tmp_path, "bad.yaml", "name: b\n")
     r = run("validate", "-o", "json", str(good), str(bad))
     assert r.returncode == 1

@@ -204,6 +204,8 @@ def _setup_logging(verbose: bool = False, fmt: str = "auto") -> None:
 @click.option("--resync", type=float, default=5.0, show_default=True, help="Seconds between full passes.")
 @click.option("--metrics-addr", default=None, metavar="HOST:PORT",
               help="Serve Prometheus metrics at http://HOST:PORT/metrics.")
+@click.option("--ui-addr", default=None, metavar="HOST:PORT",
+              help="Serve the status page at http://HOST:PORT/ (read-only; :PORT binds 127.0.0.1).")
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default="auto", show_default=True,
               help="auto: human-readable on a terminal, JSON lines otherwise.")
 @click.option("--notify", "notify_url", default=None, metavar="URL",
@@ -211,8 +213,8 @@ def _setup_logging(verbose: bool = False, fmt: str = "auto") -> None:
 @click.option("--node-cooldown", type=click.FloatRange(min=0), default=120.0, show_default=True, metavar="SEC",
               help="After a node failure, new allocations exclude the node until it has been back this long.")
 def run(manifests: str, state: str, driver: str | None, port_range: str, instance: str | None, once: bool,
-        allow_empty: bool, resync: float, metrics_addr: str | None, log_format: str, notify_url: str | None,
-        node_cooldown: float) -> None:
+        allow_empty: bool, resync: float, metrics_addr: str | None, ui_addr: str | None, log_format: str,
+        notify_url: str | None, node_cooldown: float) -> None:
     """Watch the manifests and keep the cluster converged (SIGTERM/SIGINT stop it; workloads keep running)."""
     import signal
 
@@ -245,7 +247,34 @@ def run(manifests: str, state: str, driver: str | None, port_range: str, instanc
     structlog.get_logger("reconciler").info(
         "reconciler started", manifests=str(Path(manifests).absolute()), state=str(Path(state).absolute()),
         driver=ctl.driver.name, instance=ctl.driver.owner, resync=resync, metrics=metrics_addr, notify=notify_url)
-    ctl.run(resync=resync, once=once)
+    from reconciler.cli import run_settings
+
+    settings = {
+        "instance": ctl.driver.owner, "portRange": f"{ctl.ports.base}-{ctl.ports.limit}",
+        "driver": ctl.driver.name, "manifests": str(Path(manifests).absolute()), "state": str(Path(state).absolute()),
+        "clusterConfig": str(Path(ctl.cluster.path).absolute()) if ctl.cluster else None,
+        "metricsAddr": metrics_addr, "uiAddr": ui_addr}
+
+    def started() -> None:  # holding the lock: read commands default to these (cli_context.resolve)
+        run_settings.write(Path(state), settings)
+        if ui_addr:
+            _serve_ui(ctl, ui_addr, settings)
+
+    ctl.run(resync=resync, once=once, on_locked=started)
+
+
+def _serve_ui(ctl, addr: str, settings: dict) -> None:
+    from reconciler.ui import StatusUI
+
+    host, _, port = addr.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        _fail(f"--ui-addr: expected HOST:PORT (or :PORT), found {addr!r}")
+    ui = StatusUI(settings)
+    try:
+        ui.serve(f"{host or '127.0.0.1'}:{port}")
+    except OSError as e:
+        _fail(f"--ui-addr {addr}: cannot listen: {e.strerror or e}")
+    ctl.ui = ui
 
 
 @cli.command("plan")
@@ -259,6 +288,10 @@ def run(manifests: str, state: str, driver: str | None, port_range: str, instanc
 def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, instance: str | None,
              allow_empty: bool, output: str) -> None:
     """Show the actions `run` would take now. Exit 0: nothing to do; 2: changes pending; 1: error."""
+    from reconciler.cli.context import resolve
+
+    v = resolve(state, manifests=manifests, driver=driver, port_range=port_range, instance=instance)
+    manifests, driver, port_range, instance = v["manifests"], v["driver"], v["port_range"], v["instance"]
     try:
         snap = _controller(manifests, state, driver, allow_empty, port_range, instance, read_only=True).snapshot()
     except ReconcilerError as e:
@@ -289,40 +322,11 @@ def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, in
     sys.exit(2 if acts or snap.plan.refused_prune else 0)
 
 
-@cli.command()
-@click.argument("names", nargs=-1)
-@MANIFESTS_OPT
-@STATE_OPT
-@DRIVER_OPT
-@PORTS_OPT
-@INSTANCE_OPT
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
-@click.option("--wait", "wait_ready", is_flag=True, help="Wait until every listed recipe is Ready (progress on a TTY).")
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="With --wait: give up after SEC (exit 1).")
-def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, port_range: str,
-        instance: str | None, output: str, wait_ready: bool, timeout: float) -> None:
-    """Deployments: readiness per role, status, restarts, age and endpoint (live from the cluster)."""
-    from reconciler.cli import deployments
-
-    try:
-        ctl = _controller(manifests, state, driver, port_range=port_range, instance=instance, read_only=True)
-        rows = deployments.get_rows(ctl, names, manifests)
-        if wait_ready:
-            rows = deployments.wait_ready(ctl, names, manifests, rows, timeout)
-    except ReconcilerError as e:
-        _fail(str(e))
-    if output == "json":
-        click.echo(json.dumps(rows, indent=2))
-    else:
-        deployments.print_table(rows, manifests)
-    if wait_ready and not all(r["status"] == "Ready" for r in rows):
-        sys.exit(1)
-
-
 def _register_operations() -> None:
+    from reconciler.cli import get as cli_get
     from reconciler.cli import ops as cli_ops
 
-    for command in cli_ops.COMMANDS:
+    for command in (cli_get.get, *cli_ops.COMMANDS):
         cli.add_command(command)
 
 

@@ -11,11 +11,12 @@ from reconciler.errors import RecipeError
 
 MANIFESTS_OPT = click.option(
     "--manifests", "manifests", default="manifests", show_default=True, type=click.Path(file_okay=False),
-    help="Directory of recipe files.",
+    envvar="RECONCILER_MANIFESTS",
+    help="Directory of recipe files (read commands: the running reconciler's, from STATE/run.json).",
 )
 STATE_OPT = click.option(
     "--state", "state", default="state", show_default=True, type=click.Path(file_okay=False),
-    help="Directory for status, logs and the port registry.",
+    envvar="RECONCILER_STATE", help="Directory for status, logs and the port registry ($RECONCILER_STATE).",
 )
 PORTS_OPT = click.option(
     "--port-range", "port_range", default="20000-32000", show_default=True, envvar="RECONCILER_PORT_RANGE",
@@ -37,8 +38,11 @@ def _cluster():
     from reconciler.recipe import cluster
 
     ctx = click.get_current_context()
+    obj = ctx.find_root().obj or {}
+    if obj.get("cluster_config_none"):
+        return None  # the running reconciler found none: a srtslurm.yaml near this shell is not its
     try:
-        return cluster.load((ctx.find_root().obj or {}).get("cluster_config"))
+        return cluster.load(obj.get("cluster_config"))
     except RecipeError as e:
         _fail(f"cluster config: {e}")
 
@@ -54,10 +58,10 @@ def _controller(manifests: str, state: str, driver: str | None, allow_empty: boo
             raise ValueError
     except ValueError:
         _fail(f"--port-range: expected LO-HI with 0 < LO < HI <= 65536, found {port_range!r}")
-    if hi > 32768:
-        # Dynamo 1.6 reads DYN_SYSTEM_PORT as a signed 16-bit number: a worker given 33004 exits at start
-        click.echo(f"warning: --port-range {port_range} goes above 32767; Dynamo workers refuse a system "
-                   "port there (DYN_SYSTEM_PORT is read as i16)", err=True)
+    from reconciler.cli.context import ephemeral_range, port_range_warnings
+
+    for msg in port_range_warnings(lo, hi, ephemeral_range()):
+        click.echo(click.style("warning: ", fg="yellow") + msg, err=True)
     try:
         drv = make_driver(driver, Path(state), instance)
     except ValueError as e:

@@ -73,6 +73,11 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
         prev = sd.status(name)
         st = build_status(name, snap.desired.recipes.get(name), snap.observed, snap.plan.recipes.get(name),
                           snap.manifests.invalid.get(name), prev, sd.launches(name), now, sd.exits(name))
+        from reconciler.shell import reasons
+
+        launches = sd.launches(name)
+        reasons.annotate(st["workers"], snap.desired.recipes.get(name), sd.root, name, launches)
+        reason, why = reasons.recipe_reason(st["workers"])
         created = _parse_iso(st["createdAt"])
         invalid = snap.manifests.invalid.get(name) or snap.desired.held.get(name)
         rows.append({
@@ -82,6 +87,8 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
             "endpoint": st["endpoint"], "restarts": sum(w["restarts"] for w in st["workers"]),
             "age_seconds": int(now - created) if created else None, "conditions": st["conditions"],
             "error": invalid, "waitingForAllocation": queued.get(name),
+            "reason": reason or ("InvalidSpec" if invalid else None), "reasonMessage": why,
+            "nodes": sorted({n for w in st["workers"] for n in w["nodes"]}),
         })
     return rows
 
@@ -100,24 +107,39 @@ def _gone_row(name: str, rp, observed, prev: dict, now: float) -> dict:
         "endpoint": prev.get("endpoint"), "restarts": sum(w.get("restarts", 0) for w in prev.get("workers", [])),
         "age_seconds": int(now - created) if created else None, "conditions": [],
         "error": ("manifest missing: kept running by the prune guard (" + rp.detail + ")") if refused else None,
-        "waitingForAllocation": None,
+        "waitingForAllocation": None, "reason": None, "reasonMessage": None,
+        "nodes": sorted({n for w in prev.get("workers", []) for n in w.get("nodes", [])}),
     }
 
 
-def print_table(rows: list[dict], manifests: str) -> None:
+HEADER = ("NAME", "READY", "STATUS", "REASON", "RESTARTS", "AGE", "ENDPOINT")
+WIDE = ("NODES", "MESSAGE")
+
+
+def table_rows(rows: list[dict], wide: bool = False) -> list[tuple[str, ...]]:
+    out = []
+    for r in rows:
+        cells = (r["name"], _ready_text(r), r["status"], r.get("reason") or "-", str(r["restarts"]),
+                 _age(r["age_seconds"]), r["endpoint"] or "-")
+        if wide:
+            cells += (",".join(r.get("nodes") or []) or "-", r.get("reasonMessage") or "-")
+        out.append(cells)
+    return out
+
+
+def print_table(rows: list[dict], manifests: str, wide: bool = False, header: bool = True) -> None:
     if not rows:
         click.echo(f"no recipes in {manifests}", err=True)
         return
-    table = [("NAME", "READY", "STATUS", "RESTARTS", "AGE", "ENDPOINT")]
-    for r in rows:
-        table.append((r["name"], _ready_text(r), r["status"], str(r["restarts"]), _age(r["age_seconds"]),
-                      r["endpoint"] or "-"))
+    table = ([HEADER + (WIDE if wide else ())] if header else []) + table_rows(rows, wide)
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     for r in rows:
         if r["error"]:
             click.echo(click.style("invalid: ", fg="red") + r["error"], err=True)
+        elif r.get("reasonMessage") and not wide:
+            click.echo(click.style(f"{r['reason']}: ", fg="red") + f"{r['name']}/{r['reasonMessage']}", err=True)
     from reconciler.cli.waits import summary
 
     queued = summary({r["name"]: r["waitingForAllocation"] for r in rows if r.get("waitingForAllocation") is not None})

@@ -21,7 +21,10 @@ def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: st
                   name: str) -> dict:
     """describe's document: status, units with their retry times, allocations, recent events."""
     from reconciler.shell.status import build_status
+    from reconciler.cli.context import resolve
 
+    v = resolve(state, manifests=manifests, driver=driver, port_range=port_range, instance=instance)
+    manifests, driver, port_range, instance = v["manifests"], v["driver"], v["port_range"], v["instance"]
     ctl = _controller(manifests, state, driver, port_range=port_range, instance=instance, read_only=True)
     snap = ctl.snapshot()
     known = set(snap.desired.recipes) | set(snap.manifests.invalid) | set(snap.desired.held)
@@ -30,6 +33,9 @@ def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: st
     sd, rp = ctl.state, snap.plan.recipes.get(name)
     st = build_status(name, snap.desired.recipes.get(name), snap.observed, rp, snap.manifests.invalid.get(name),
                       sd.status(name), sd.launches(name), snap.now, sd.exits(name)) if rp else {}
+    from reconciler.shell import reasons
+
+    reasons.annotate(st.get("workers", []), snap.desired.recipes.get(name), sd.root, name, sd.launches(name))
     later = dict(rp.relaunch_later) if rp else {}
     waits = dict(rp.waiting) if rp else {}
     for w in st.get("workers", []):
@@ -74,14 +80,17 @@ def describe(name: str, manifests: str, state: str, driver: str | None, port_ran
     click.echo("Conditions:")
     for c in doc["conditions"]:
         click.echo(f"  {c['type']:<12} {c['status']:<6} {c['reason']:<18} {c['message']}  (since {c['lastTransitionTime']})")
-    rows = [("UNIT", "NODES", "PORTS", "PHASE", "RESTARTS", "LAST EXIT", "NEXT RETRY")]
+    rows = [("UNIT", "NODES", "PORTS", "PHASE", "REASON", "RESTARTS", "LAST EXIT", "NEXT RETRY")]
     for u in doc["units"]:
         ex = u.get("lastExit")
         rows.append((u["name"], ",".join(u["nodes"]) or "-", " ".join(f"{k}={v}" for k, v in u["ports"].items()) or "-",
-                     u["phase"], str(u["restarts"]), f"{ex['code']} at {ex['at']}" if ex else "-",
+                     u["phase"], u.get("reason") or "-", str(u["restarts"]), f"{ex['code']} at {ex['at']}" if ex else "-",
                      u["nextRetry"] or (u["waiting"] or "-")))
     click.echo("Units:")
     _table(rows, "  ")
+    for u in doc["units"]:
+        if u.get("message"):
+            click.echo(f"  {u['name']}: " + click.style(u["reason"], fg="red") + f": {u['message']}")
     click.echo("Allocations:")
     if not doc["allocations"]:
         click.echo("  none")
@@ -136,8 +145,10 @@ def events(name: str | None, state: str, follow: bool, since: str | None, output
 
 @click.command()
 @click.argument("name")
-@click.argument("role")
-@click.argument("index", type=click.IntRange(min=0), default=0, required=False)
+@click.argument("role", required=False)
+@click.argument("index", type=click.IntRange(min=0), default=None, required=False)
+@click.option("-r", "--role", "role_opt", default=None, help="The role (decode, prefill, agg, frontend, a service).")
+@click.option("-i", "--index", "index_opt", type=click.IntRange(min=0), default=None, help="The worker index (default 0).")
 @STATE_OPT
 @click.option("--rank", type=click.IntRange(min=0), default=0, show_default=True,
               help="The node rank of a multi-node worker.")
@@ -145,10 +156,14 @@ def events(name: str | None, state: str, follow: bool, since: str | None, output
 @click.option("-p", "--previous", is_flag=True, help="The life before the last relaunch.")
 @click.option("--tail", "tail_n", type=click.IntRange(min=0), default=None,
               help="Only the last N lines (before following).")
-def logs(name: str, role: str, index: int, state: str, rank: int, follow: bool, previous: bool,
-         tail_n: int | None) -> None:
-    """A worker's or service's output: `logs NAME decode 1`, `logs NAME etcd`."""
+def logs(name: str, role: str | None, index: int | None, role_opt: str | None, index_opt: int | None, state: str,
+         rank: int, follow: bool, previous: bool, tail_n: int | None) -> None:
+    """A worker's or service's output: `logs NAME` (its frontend, or its only worker), `logs NAME decode 1`,
+    `logs NAME -r decode -i 1`, `logs NAME etcd`."""
+    from reconciler.cli.logs_pick import pick
+
     try:
+        role, index = pick(Path(state), name, role_opt or role, index_opt if index_opt is not None else index)
         path = operate.log_path(Path(state), name, role, index, rank, previous)
     except ReconcilerError as e:
         _fail(str(e))
@@ -168,6 +183,9 @@ def _set_suspended(name: str, manifests: str, state: str, on: bool) -> None:
     from reconciler.recipe.load import iter_recipe_files
     from reconciler.desired.admission import load_file
     from reconciler.drivers.state import StateDir, set_suspended
+    from reconciler.cli.context import resolve
+
+    manifests = resolve(state, manifests=manifests)["manifests"]
 
     in_files: dict[str, bool] = {}  # recipe name -> reconcile.suspend in its file
     for f in iter_recipe_files([manifests]) if Path(manifests).is_dir() else []:

@@ -169,7 +169,7 @@ class StateDir:
         rec["lastReadyAfter"] = rec.pop("readyAfter", rec.get("lastReadyAfter"))  # the last life's, kept
         rec["ports"] = ports or {}
         rec.pop("replace", None)
-        rec.pop("stoppedFor", None)
+        rec["lastStoppedFor"] = rec.pop("stoppedFor", None)  # why the life before ended (get's REASON)
         self._write_launches(name, data)
         return rec
 

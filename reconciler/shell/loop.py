@@ -59,6 +59,7 @@ class Controller:
         self.executor = Executor(self.state, driver, self.observer)
         self.nodes = NodeWatch(self.state, driver)  # suspect nodes after a node failure
         self.metrics: Metrics | None = None  # run --metrics-addr
+        self.ui = None  # run --ui-addr: reconciler.ui.StatusUI, handed each tick's result
         self._live_allocs: dict[str, Alloc] = {}  # last tick's live allocations (to notice one lost)
         self._cancelled: set[str] = set()  # allocations we released: their going is no loss
         self._ending: dict[str, tuple[Alloc, float]] = {}  # lost, waiting for Slurm's end state
@@ -149,6 +150,11 @@ class Controller:
         self._write_progress(snap.now)
         if self.metrics is not None:
             self._observe(snap, done, time.monotonic() - t0)
+        if self.ui is not None:
+            try:
+                self.ui.on_tick(self, snap)
+            except Exception as e:  # noqa: BLE001 - the status page never stops the loop
+                log.warning("status page: cannot build the page", error=f"{type(e).__name__}: {e}")
         return snap, done
 
     def _note_lost_allocations(self, snap: Snapshot) -> None:
@@ -216,8 +222,10 @@ class Controller:
         self._lock.write(f"{os.getpid()}\n")
         self._lock.flush()
 
-    def run(self, resync: float = 5.0, once: bool = False) -> None:
+    def run(self, resync: float = 5.0, once: bool = False, on_locked=None) -> None:
         self.lock()
+        if on_locked is not None:
+            on_locked()  # e.g. record run's settings: only the reconciler holding the lock may
         if not once:
             threading.Thread(target=self._watch, name="manifest-watch", daemon=True).start()
         while not self._stop.is_set():

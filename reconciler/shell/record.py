@@ -14,6 +14,7 @@ from reconciler.shell.snapshot import Snapshot
 from reconciler.drivers.state import StateDir, set_suspended, suspended_names
 from reconciler.shell.status import build_status
 from reconciler.timefmt import iso
+from reconciler.shell import reasons
 from reconciler.shell import router_sync
 from reconciler.desired.runtime import endpoints_path
 from reconciler.world import FRONTEND
@@ -77,8 +78,11 @@ def record(state: StateDir, snap: Snapshot) -> None:
 def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> None:
     d, p = snap.desired.recipes.get(name), snap.plan
     prev = state.status(name)
+    launches = state.launches(name)
     st = build_status(name, d, snap.observed, p.recipes.get(name), snap.manifests.invalid.get(name), prev,
-                      state.launches(name), now, state.exits(name))
+                      launches, now, state.exits(name))
+    reasons.annotate(st["workers"], d, state.root, name, launches)  # why a unit is down, for get and the UI
+    st["reason"], st["reasonMessage"] = reasons.recipe_reason(st["workers"])
     lost = state.read_json(state.path_of(name, "allocation-lost.json"), None, lambda x: isinstance(x, dict))
     if lost:
         st["lastAllocationLost"] = lost  # Slurm's state and reason for the last allocation that went away

@@ -78,7 +78,8 @@ def build_status(
         "name": name,
         "phase": phase,
         "observedGeneration": d.generation if d else None,
-        "createdAt": prev.get("createdAt") or iso(now),
+        # AGE counts from this life of the deployment: a recipe made again after a delete starts at 0
+        "createdAt": (prev.get("createdAt") if prev.get("phase") != "Deleted" else None) or iso(now),
         "updatedAt": iso(now),
         "conditions": conds,
         "roles": role_counts(rp, rows),

@@ -1,0 +1,112 @@
+"""`reconciler get`: deployments as a table (or json, yaml, wide), once, watched (-w), or waited on."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from reconciler.cli.common import DRIVER_OPT, INSTANCE_OPT, MANIFESTS_OPT, PORTS_OPT, STATE_OPT, _controller, _fail
+from reconciler.errors import ReconcilerError
+
+# what a watch prints a row again for (AGE alone changing is not news)
+WATCHED = ("status", "reason", "restarts", "endpoint", "roles")
+
+
+@click.command()
+@click.argument("names", nargs=-1)
+@MANIFESTS_OPT
+@STATE_OPT
+@DRIVER_OPT
+@PORTS_OPT
+@INSTANCE_OPT
+@click.option("-o", "--output", type=click.Choice(["text", "wide", "json", "yaml"]), default="text",
+              help="wide: also the nodes and why a deployment is down.")
+@click.option("--wait", "wait_ready", is_flag=True,
+              help="Wait until `run` records every listed recipe Ready (progress on stderr).")
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="With --wait: give up after SEC (exit 1).")
+@click.option("-w", "--watch", is_flag=True, help="After the table, print a row again whenever it changes (Ctrl-C stops).")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+              help="With --watch: seconds between looks.")
+def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, port_range: str,
+        instance: str | None, output: str, wait_ready: bool, timeout: float, watch: bool, interval: float) -> None:
+    """Deployments: readiness per role, status, reason, restarts, age and endpoint (live from the cluster,
+    with the running reconciler's settings)."""
+    from pathlib import Path
+
+    from reconciler.cli import deployments, get_wait
+    from reconciler.cli.context import resolve
+
+    v = resolve(state, manifests=manifests, driver=driver, port_range=port_range, instance=instance)
+    manifests, driver, port_range, instance = v["manifests"], v["driver"], v["port_range"], v["instance"]
+    ok = True
+    try:
+        ctl = _controller(manifests, state, driver, port_range=port_range, instance=instance, read_only=True)
+        rows = deployments.get_rows(ctl, names, manifests)
+        if wait_ready:
+            want = [r["name"] for r in rows]
+            gens = _generations(ctl, want)
+            ok = get_wait.wait(Path(state), want, gens, timeout)
+            rows = deployments.get_rows(ctl, names, manifests)
+    except ReconcilerError as e:
+        _fail(str(e))
+    _print(rows, output, manifests)
+    if watch:
+        _watch(ctl, names, manifests, output, rows, interval)
+    if wait_ready and not ok:
+        sys.exit(1)
+
+
+def _generations(ctl, names: list[str]) -> dict[str, str | None]:
+    """The generation each file is at now (what `run`'s recorded status must have observed)."""
+    snap = ctl.snapshot()
+    return {n: (d.generation if (d := snap.desired.recipes.get(n)) else None) for n in names}
+
+
+def _print(rows: list[dict], output: str, manifests: str, header: bool = True) -> None:
+    from reconciler.cli import deployments
+
+    if output == "json":
+        click.echo(json.dumps(rows, indent=2))
+    elif output == "yaml":
+        import yaml
+
+        click.echo(yaml.safe_dump(rows, sort_keys=False), nl=False)
+    else:
+        deployments.print_table(rows, manifests, wide=output == "wide", header=header)
+
+
+def _watch(ctl, names: tuple[str, ...], manifests: str, output: str, rows: list[dict], interval: float) -> None:
+    from reconciler.cli import deployments
+
+    seen = {r["name"]: tuple(json.dumps(r.get(k), sort_keys=True) for k in WATCHED) for r in rows}
+    try:
+        while True:
+            time.sleep(interval)
+            try:
+                rows = deployments.get_rows(ctl, names, manifests)
+            except ReconcilerError as e:
+                click.echo(f"error: {e}", err=True)
+                continue
+            changed = []
+            for r in rows:
+                key = tuple(json.dumps(r.get(k), sort_keys=True) for k in WATCHED)
+                if seen.get(r["name"]) != key:
+                    seen[r["name"]] = key
+                    changed.append(r)
+            if changed and output in ("json", "yaml"):
+                for r in changed:  # one document per change, as kubectl get -w -o json does
+                    click.echo(json.dumps(r) if output == "json" else "---\n" + _yaml(r), nl=output == "json")
+            elif changed:
+                _print(changed, output, manifests, header=False)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        return
+
+
+def _yaml(r: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(r, sort_keys=False)

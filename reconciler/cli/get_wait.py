@@ -1,0 +1,75 @@
+"""`get --wait`: wait on the status `run` records (state/<name>/status.json), never on a plan of our own.
+
+A plan made here with other settings than `run`'s (port range, instance, cluster config) sees
+workers `run` does not: it would name replacements `run` never makes and wait for them forever.
+The recorded status is what `run` decided; its ``observedGeneration`` says which version of the
+file it describes, so a Ready from before an edit is not taken for the edit's Ready.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from reconciler.cli import run_settings
+from reconciler.drivers.state import StateDir
+
+
+def recorded_rows(state: Path, names: list[str], generations: dict[str, str | None]) -> list[dict]:
+    """One row per name from `run`'s status files: phase, roles, conditions, and whether it is done."""
+    sd = StateDir(Path(state), read_only=True)
+    rows = []
+    for name in names:
+        st = sd.status(name)
+        want = generations.get(name)
+        seen = st.get("observedGeneration")
+        current = want is None or seen == want
+        phase = st.get("phase") or "Unknown"
+        note = None
+        if not st:
+            phase, note = "Pending", "not yet seen by `run`"
+        elif not current:
+            note = "`run` has not applied the current file yet"
+        rows.append({"name": name, "status": phase if current else "Pending", "recordedPhase": phase,
+                     "roles": {r: c for r, c in (st.get("roles") or {}).items() if r != "frontend"},
+                     "conditions": st.get("conditions") or [], "error": st.get("error") or note,
+                     "ready": current and phase == "Ready"})
+    return rows
+
+
+def wait(state: Path, names: list[str], generations: dict[str, str | None], timeout: float,
+         poll: float = 0.5) -> bool:
+    """Block (with progress on stderr) until every recipe's recorded status is Ready; False at the timeout."""
+    from reconciler.cli.deployments import _ready_text, _why
+
+    tty = sys.stderr.isatty()
+    deadline = time.monotonic() + timeout
+    last = ""
+    warned = False
+    while True:
+        rows = recorded_rows(state, names, generations)
+        if all(r["ready"] for r in rows):
+            if tty and last:
+                click.echo("\r\033[K", nl=False, err=True)
+            return True
+        if not warned and not run_settings.run_alive(state):
+            warned = True
+            click.echo(click.style("warning: ", fg="yellow") + f"no `reconciler run` is running on {state}: "
+                       "nothing changes the status this waits on until one starts", err=True)
+        line = "waiting: " + "; ".join(
+            f"{r['name']} {_ready_text(r)} {r['status']}" + (f" ({_why(r)})" if _why(r) else "")
+            for r in rows if not r["ready"])
+        if tty:
+            click.echo("\r\033[K" + line[:200], nl=False, err=True)
+        elif line != last:
+            click.echo(line, err=True)
+        last = line
+        if time.monotonic() > deadline:
+            if tty:
+                click.echo("", err=True)
+            click.echo(f"error: not Ready after {timeout:g}s", err=True)
+            return False
+        time.sleep(poll)

@@ -1,0 +1,131 @@
+"""Why a unit is down, in kubectl's words: CrashLoopBackOff, Error, Killed, FatalLogLine, Unhealthy...
+
+A unit whose last life failed gets a ``reason`` (one word, for a REASON column) and a ``message``
+(the exit, the reconciler's own reason for stopping it, and the first fatal line of that life's
+log) on its status row. Read from state/ only: the launcher's exit records, launches.json and
+the logs; a log is scanned once per (size, mtime), whoever asks.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+from reconciler.drivers.base import step_log_paths
+from reconciler.world import life_name
+
+# what says "this is why it died" when the backend names no pattern of its own
+GENERIC_FATAL = re.compile(r"(?i)(\w*(error|exception)\b|\bfatal\b|\bpanic(ked)?\b|segmentation fault|out of memory)")
+SCAN_BYTES = 1 << 20  # the first MiB of a life's log: a crash at start is near its top
+STOP_WORDS = {  # StopReason values (launches.json stoppedFor) -> the word
+    "fatal log line": "FatalLogLine",
+    "liveness probes failed": "Unhealthy",
+    "not Ready within the startup grace": "StartupTimeout",
+    "a rank died: relaunching the whole worker": "RankLost",
+}
+_cache: dict[tuple[str, int, float, tuple[str, ...]], str | None] = {}
+
+
+def exit_word(code: int) -> str:
+    """kubectl's words for how a process ended (128+n: killed by signal n)."""
+    if code == 0:
+        return "Completed"
+    if code > 128:
+        sig = code - 128
+        return {signal.SIGKILL: "Killed", signal.SIGTERM: "Terminated", signal.SIGSEGV: "Segfault",
+                signal.SIGABRT: "Aborted", signal.SIGINT: "Interrupted"}.get(sig, f"Signal{sig}")
+    return "Error"
+
+
+def first_fatal_line(path: Path, patterns: tuple[str, ...]) -> str | None:
+    """The first line of the log matching the unit's fatal patterns, else a generic error word."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    key = (str(path), st.st_size, st.st_mtime, patterns)
+    if key in _cache:
+        return _cache[key]
+    try:
+        with path.open("rb") as f:
+            text = f.read(SCAN_BYTES).decode(errors="replace")
+    except OSError:
+        return None
+    compiled = [re.compile(p) for p in patterns]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    found = next((ln for ln in lines if any(p.search(ln) for p in compiled)), None) \
+        or next((ln for ln in lines if GENERIC_FATAL.search(ln) and not ln.startswith("Traceback")), None)
+    if len(_cache) > 512:
+        _cache.clear()
+    _cache[key] = found[:300] if found else None
+    return _cache[key]
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:
+        return -1.0
+
+
+def failed_life_log(state: Path, recipe: str, unit: str, running: bool) -> Path | None:
+    """The log of the unit's last ended life: the newest one when nothing runs, else the one before."""
+    slots = [step_log_paths(state, recipe, life_name(unit, s), 0).log for s in (0, 1)]
+    cands = [p for s in slots for p in (s, s.with_name(s.name + ".1")) if p.exists()]
+    cands.sort(key=_mtime, reverse=True)
+    if running:
+        cands = cands[1:]
+    return cands[0] if cands else None
+
+
+def unit_reason(row: dict, launch: dict, state: Path, recipe: str, patterns: tuple[str, ...]) -> tuple[str, str] | None:
+    """(reason, message) for a unit row whose last life failed and that is not Ready now; else None."""
+    if row.get("ready"):
+        return None
+    ex = row.get("lastExit")
+    stopped = launch.get("stoppedFor") or launch.get("lastStoppedFor")
+    stop_word = STOP_WORDS.get(stopped or "")
+    down = row["phase"] in ("BackOff", "Failed")  # the plan holds it back after a failure
+    if not down and not ((ex and ex["code"] != 0 and row.get("restarts")) or stop_word):
+        return None
+    if row["phase"] == "BackOff":
+        word = "CrashLoopBackOff"
+    elif stop_word:
+        word = stop_word
+    elif ex:
+        word = exit_word(ex["code"])
+    else:
+        word = "Error"
+    parts = []
+    if ex:
+        parts.append(f"exited {ex['code']}" + (f" ({exit_word(ex['code'])})" if ex["code"] > 128 else "")
+                     + f" at {ex['at']}")
+    if stopped and stop_word:
+        parts.append(f"stopped: {stopped}")
+    if not ex and not stop_word:
+        parts.append("ended without an exit status (cancelled outside the reconciler, or its node went away)")
+    if row["phase"] == "Failed":
+        parts.append("not restarted (restart policy)")
+    log = failed_life_log(state, recipe, row["name"], bool(row.get("steps")))
+    line = first_fatal_line(log, patterns) if log else None
+    if line:
+        parts.append(f"log: {line}")
+    return word, "; ".join(parts) or word
+
+
+def annotate(rows: list[dict], d, state: Path, recipe: str, launches: dict[str, dict]) -> None:
+    """Add ``reason`` / ``message`` to every unit row (None when nothing failed)."""
+    patterns = {u.name: tuple(u.fatal_patterns) for u in d.all_units} if d is not None else {}
+    for row in rows:
+        got = unit_reason(row, launches.get(row["name"], {}), state, recipe, patterns.get(row["name"], ()))
+        row["reason"], row["message"] = got if got else (None, None)
+
+
+def recipe_reason(rows: list[dict]) -> tuple[str | None, str | None]:
+    """The deployment's REASON: its first failing worker's, else a service's or the frontend's."""
+    order = sorted(rows, key=lambda r: (r["role"].startswith("svc-") or r["role"] == "frontend",))
+    for r in order:
+        if r.get("reason"):
+            return r["reason"], f"{r['name']}: {r['message']}"
+    return None, None

@@ -1,0 +1,83 @@
+"""The status page's document (GET /api/status): built from what `run` recorded in state/ and its
+last snapshot, after each tick, on the loop's thread; served as it is by the HTTP thread."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from reconciler.timefmt import iso
+
+EVENTS_TAIL = 64 << 10  # bytes of events.jsonl read for "recent events"
+ROLES = ("prefill", "decode", "agg")
+
+
+def recent_events(state: Path, n: int = 30) -> list[dict]:
+    """The last ``n`` events, newest first, from the end of events.jsonl only."""
+    path = Path(state) / "events.jsonl"
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - EVENTS_TAIL))
+            lines = f.read().decode(errors="replace").splitlines()[1 if size > EVENTS_TAIL else 0:]
+    except OSError:
+        return []
+    out = []
+    for line in reversed(lines):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(e, dict):
+            out.append({k: e.get(k) for k in ("time", "kind", "recipe", "message")})
+        if len(out) >= n:
+            break
+    return out
+
+
+def unit_row(w: dict, launch: dict) -> dict:
+    return {
+        "name": w.get("name"), "role": w.get("role"), "phase": w.get("phase"), "ready": bool(w.get("ready")),
+        "nodes": w.get("nodes") or [], "ports": w.get("ports") or {}, "steps": w.get("steps") or [],
+        "life": launch.get("launches", 0), "restarts": w.get("restarts", 0),
+        "reason": w.get("reason"), "message": w.get("message"), "lastExit": w.get("lastExit"),
+        "since": iso(launch["lastLaunch"]) if isinstance(launch.get("lastLaunch"), (int, float)) else None,
+    }
+
+
+def deployment(name: str, st: dict, launches: dict[str, dict], benchmark: dict | None) -> dict:
+    workers = st.get("workers") or []
+    ready_cond = next((c for c in st.get("conditions", []) if c.get("type") == "Ready"), {})
+    prog = next((c for c in st.get("conditions", []) if c.get("type") == "Progressing"), {})
+    return {
+        "name": name, "phase": st.get("phase", "Unknown"), "endpoint": st.get("endpoint"),
+        "roles": st.get("roles") or {}, "reason": st.get("reason"), "reasonMessage": st.get("reasonMessage"),
+        "createdAt": st.get("createdAt"), "readySince": ready_cond.get("lastTransitionTime")
+        if ready_cond.get("status") == "True" else None,
+        "progress": prog.get("message") if prog.get("status") == "True" else None,
+        "error": st.get("error"),
+        "workers": [unit_row(w, launches.get(w.get("name"), {})) for w in workers if w.get("role") in ROLES],
+        "services": [unit_row(w, launches.get(w.get("name"), {})) for w in workers if w.get("role") not in ROLES],
+        "benchmark": benchmark,
+    }
+
+
+def build(ctl, names: list[str], settings: dict) -> dict:
+    """Everything the page shows except the plots (see ui.server for those)."""
+    sd = ctl.state
+    deps = []
+    for name in sorted(names):
+        st = sd.status(name)
+        if not st or st.get("phase") == "Deleted":
+            continue
+        bench = sd.read_json(sd.path_of(name, "benchmark.json"), None, lambda x: isinstance(x, dict))
+        deps.append(deployment(name, st, sd.launches(name), bench))
+    return {
+        "generatedAt": iso(time.time()), "settings": settings,
+        "controller": {"ticks": ctl.ticks, "actions": ctl.actions_done, "tickFailures": ctl.tick_failures},
+        "deployments": deps, "events": recent_events(sd.root),
+        # no autoscaler exists yet: the section says so rather than showing nothing
+        "autoscaler": {"available": False, "decisions": []},
+    }
