@@ -73,6 +73,7 @@ class Controller:
         self._said: set[str] = set()
         self._desired_cache: dict = {}
         self._manifest_cache: dict = {}  # path -> (stat signature, what it loaded)
+        self._gone: dict[str, float] = {}  # applied file -> when first seen missing (a save may recreate it)
         self.clock = time.time  # the loop's clock and its way to wait (a test drives both)
         self.sleep = self._wake.wait
 
@@ -102,7 +103,8 @@ class Controller:
         return ports
 
     def load_manifests(self, now: float | None = None) -> Manifests:
-        return load_manifests(self.manifests_dir, self.state, now, self.debounce, self.cluster, self._manifest_cache)
+        return load_manifests(self.manifests_dir, self.state, now, self.debounce, self.cluster, self._manifest_cache,
+                              self._gone if self.debounce > 0 else None)
 
     # ---------------------------------------------------------------- one read of the world
     def snapshot(self) -> Snapshot:

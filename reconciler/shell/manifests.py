@@ -24,16 +24,23 @@ class Manifests:
 
 
 DEBOUNCE = 0.5  # seconds a file must be unchanged before it is applied (an editor may still be writing it)
+# seconds a file that was applied may be missing before its recipes count as deleted: editors and
+# tools save by delete-then-create or rename-then-copy (``mv f f~; cp f~ f``), and the moment
+# between must not tear a deployment down
+DELETE_GRACE = 3.0
 
 
 def load_manifests(directory: Path, state: StateDir, now: float | None = None, debounce: float = DEBOUNCE,
-                   cluster: Cluster | None = None, cache: dict | None = None) -> Manifests:
+                   cluster: Cluster | None = None, cache: dict | None = None,
+                   gone: dict[str, float] | None = None, delete_grace: float = DELETE_GRACE) -> Manifests:
     """Read every recipe file. An invalid file keeps its recipe on the last spec applied from it
     (state/<name>/last-applied.yaml); two files with one recipe name: the first wins. A file
     modified less than ``debounce`` seconds ago is not read yet: its recipe stays on its last
     applied spec (a new file waits), so a half-written file is never applied. ``cache`` (kept by
     a long-lived caller): a file whose inode, size and mtime are as when it last loaded cleanly
-    is not parsed again."""
+    is not parsed again. ``gone`` (kept by a long-lived caller): file path -> when it was first
+    seen missing; an applied file missing for less than ``delete_grace`` keeps its recipes on
+    their last applied spec, like a file being written."""
     m = Manifests()
     known = state.files()
     files = iter_recipe_files([directory]) if directory.is_dir() else []
@@ -72,15 +79,40 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
             name = lr.recipe.name
             if name in m.recipes:  # claimed by an earlier file (a broken one keeps its claim)
                 other = next(p for p, ns in m.paths.items() if name in ns)
-                m.invalid[name] = f"{path}: recipe name {name!r} is also used by {other}; this file is ignored"
-                continue
+                if name not in known.get(path, ()) or name in known.get(other, ()):
+                    m.invalid[name] = f"{path}: recipe name {name!r} is also used by {other}; this file is ignored"
+                    continue
+                # the file this recipe was applied from keeps it, though a newcomer sorts first
+                m.paths[other].remove(name)
+                if not m.paths[other]:
+                    del m.paths[other]
+                m.invalid[name] = f"{other}: recipe name {name!r} is also used by {path}; this file is ignored"
             m.recipes[name] = lr.recipe
             m.texts[name] = lr.text
             m.paths.setdefault(path, []).append(name)
+    present = {str(f) for f in files}
+    if gone is not None and now is not None and delete_grace > 0:
+        _hold_missing(m, state, known, present, gone, now, delete_grace, cluster)
     if cache is not None:
-        for gone in set(cache) - {str(f) for f in files}:
-            del cache[gone]
+        for path in set(cache) - present:
+            del cache[path]
     return m
+
+
+def _hold_missing(m: Manifests, state: StateDir, known: dict[str, list[str]], present: set[str],
+                  gone: dict[str, float], now: float, grace: float, cluster: Cluster | None) -> None:
+    """An applied file missing for less than ``grace`` seconds is held on its last applied spec,
+    never taken for a deletion: a save by delete-then-create must not cancel anything."""
+    for path in set(gone) - (set(known) - present):
+        del gone[path]  # back (or forgotten): its next disappearance starts a new grace
+    for path, names in known.items():
+        if path in present or path in m.paths:
+            continue
+        since = gone.setdefault(path, now)
+        if now - since >= grace:
+            continue  # deleted for good: its recipes go
+        m.settling[path] = since + grace
+        _keep_last_applied(m, state, path, names, True, cluster)
 
 
 def _load_cached(f: Path, cluster: Cluster | None, cache: dict | None) -> list[LoadedRecipe]:
@@ -107,10 +139,20 @@ def _expanded_from(state: StateDir, path: str) -> list[str]:
 def _keep_last_applied(m: Manifests, state: StateDir, path: str, names: list[str], texts: bool,
                        cluster: Cluster | None) -> None:
     """The file cannot be applied now: its recipes stay on the last spec applied from it."""
+    known = state.files()
     for name in names:
         last = state.last_applied(name)
-        if last is None or name in m.recipes:
+        if last is None:
             continue
+        if name in m.recipes:
+            other = next((p for p, ns in m.paths.items() if name in ns), None)
+            if other is None or other == path or name in known.get(other, ()):
+                continue
+            # a newcomer took the name of the recipe this file was applied as: it is not the newcomer's
+            m.paths[other].remove(name)
+            if not m.paths[other]:
+                del m.paths[other]
+            m.invalid.setdefault(name, f"{other}: recipe name {name!r} is also used by {path}; this file is ignored")
         try:
             m.recipes[name] = load_text(last, f"{path} (last applied)", cluster, preflight=False).recipe
         except Exception:  # noqa: BLE001 - no usable last spec: the recipe is only Invalid (or waits)

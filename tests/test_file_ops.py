@@ -1,0 +1,111 @@
+"""File operations on manifests/ that must never take a deployment down (issue 32, items 1, 2).
+
+The rule tests drive ``load_manifests`` on its own clock; the e2e tests run the real
+reconciler on the real local Slurm and read the cluster back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from harness import Harness
+from helpers import wait_until
+from reconciler.drivers.local import LocalDriver
+from reconciler.shell.loop import Controller
+from reconciler.shell.manifests import DELETE_GRACE, load_manifests
+from test_e2e import KEEP
+
+GOOD = "name: r\nmodel: {path: m}\nengine: mocker\nroles: {agg: {workers: 1, gpus: 1}}\n"
+
+
+def _applied(c: Controller, now: float, gone: dict) -> object:
+    """One pass as the running controller makes it; what it applied is recorded."""
+    m = load_manifests(c.manifests_dir, c.state, now, 0.5, None, None, gone)
+    for name, text in m.texts.items():
+        c.state.write_last_applied(name, text)
+    c.state.write_files(m.paths)
+    return m
+
+
+def test_a_newcomer_with_a_running_recipes_name_never_takes_it(tmp_path):
+    m = tmp_path / "manifests"
+    m.mkdir()
+    (m / "good.yaml").write_text(GOOD)
+    os.utime(m / "good.yaml", (0, 0))
+    c = Controller(m, tmp_path / "state", LocalDriver(tmp_path / "state"))
+    gone: dict = {}
+    first = _applied(c, 100.0, gone)
+    assert first.recipes["r"].roles.agg.workers == 1
+    (m / "collide.yaml").write_text(GOOD.replace("workers: 1", "workers: 3"))  # sorts before good.yaml
+    os.utime(m / "collide.yaml", (0, 0))
+    for _ in range(2):  # and again: the newcomer never becomes the owner
+        got = _applied(c, 200.0, gone)
+        assert got.recipes["r"].roles.agg.workers == 1
+        assert "collide.yaml" in got.invalid["r"] and "this file is ignored" in got.invalid["r"]
+        assert got.paths == {str(m / "good.yaml"): ["r"]}
+    # the owner broken meanwhile: it keeps its claim on its last applied spec
+    (m / "good.yaml").write_text(GOOD.replace("workers: 1", "workers: [1]"))
+    os.utime(m / "good.yaml", (0, 0))
+    broken = _applied(c, 300.0, gone)
+    assert broken.recipes["r"].roles.agg.workers == 1
+    assert str(m / "collide.yaml") not in broken.paths
+
+
+def test_a_deleted_file_is_held_for_a_grace_and_a_recreated_one_is_never_a_deletion(tmp_path):
+    m = tmp_path / "manifests"
+    m.mkdir()
+    (m / "r.yaml").write_text(GOOD)
+    os.utime(m / "r.yaml", (0, 0))
+    c = Controller(m, tmp_path / "state", LocalDriver(tmp_path / "state"))
+    gone: dict = {}
+    _applied(c, 100.0, gone)
+    (m / "r.yaml").rename(m / "r.yaml~")  # an editor's save: rename, then copy back
+    held = _applied(c, 200.0, gone)
+    assert held.recipes["r"].roles.agg.workers == 1 and held.settling == {str(m / "r.yaml"): 200.0 + DELETE_GRACE}
+    assert _applied(c, 200.0 + DELETE_GRACE / 2, gone).recipes.get("r") is not None
+    shutil.copy(m / "r.yaml~", m / "r.yaml")
+    os.utime(m / "r.yaml", (0, 0))
+    assert _applied(c, 201.0, gone).recipes["r"].roles.agg.workers == 1
+    assert gone == {}
+    (m / "r.yaml").unlink()  # deleted for good: gone once the grace is over, a new grace each time
+    assert "r" in _applied(c, 300.0, gone).recipes
+    assert "r" not in _applied(c, 300.0 + DELETE_GRACE, gone).recipes
+
+
+def _restarts(h: Harness, name: str) -> int:
+    data = json.loads((h.state / name / "launches.json").read_text())
+    return sum(int(r.get("restarts", 0)) for r in data.values())
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("save", ["delete-then-create", "rename-then-copy"])
+def test_saving_by_delete_and_recreate_tears_nothing_down(tmp_path, save):
+    h = Harness(tmp_path, "slurm")
+    try:
+        name = h.name("save")
+        f = h.manifests / f"{name}.yaml"
+        f.write_text(KEEP.format(name=name))
+        h.start("--allow-empty")  # the only file: its deletion is not refused as a mis-mounted directory
+        h.wait_ready(name, timeout=90)
+        step, job = h.steps(name)["agg_0"][0], h.jobs(name)
+        before = len(h.actions(name))
+        text = f.read_text()
+        if save == "delete-then-create":
+            f.unlink()
+        else:
+            f.rename(f.with_name(f.name + "~"))
+        # a whole tick (the second from now) sees the file missing; without the grace it cancels
+        first = h.ticks()
+        wait_until(lambda: h.ticks() >= first + 2, timeout=30, what="a tick that sees the file missing")
+        f.write_text(text)
+        h.idle(name, ticks=5)  # a grace and a debounce later: still nothing done
+        assert h.actions(name)[before:] == []
+        assert h.steps(name)["agg_0"][0] == step and h.jobs(name) == job
+        assert _restarts(h, name) == 0
+        assert h.get(name)["status"] == "Ready"
+    finally:
+        h.cleanup()
