@@ -7,6 +7,7 @@ whichever comes first. ``snapshot()`` alone (``get``, ``plan``) writes nothing.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -32,6 +33,7 @@ from reconciler.shell.snapshot import Snapshot
 from reconciler.shell.metrics import Metrics
 from reconciler.shell.nodes import NodeWatch
 from reconciler.drivers.state import StateDir, suspended_names
+from reconciler.shell.tickfail import TickHealth
 from reconciler.timefmt import iso
 from reconciler.world import Alloc, Observed
 
@@ -66,6 +68,8 @@ class Controller:
         self.ticks = 0
         self.actions_done = 0
         self.tick_failures = 0  # in a row
+        self.health = TickHealth(self.state)
+        self.last_error = ""
         # get / plan show the files as they are now; only run waits for an edit to settle
         self.debounce = 0.0 if read_only else DEBOUNCE
         self._stop = threading.Event()
@@ -198,10 +202,13 @@ class Controller:
                                   restarts)
 
     def _write_progress(self, now: float) -> None:
-        """state/controller.json: ticks and actions so far — what tests and operators watch."""
-        atomic_write_text(self.state.root / "controller.json",
-                          f'{{"pid": {os.getpid()}, "ticks": {self.ticks}, "actions": {self.actions_done}, '
-                          f'"tickFailures": {self.tick_failures}, "lastTick": "{iso(now)}"}}\n')
+        """state/controller.json: ticks and actions so far — what tests and operators watch.
+        ``lastTick`` is the last pass, failed or not; ``lastError`` is set while passes fail."""
+        data = {"pid": os.getpid(), "ticks": self.ticks, "actions": self.actions_done,
+                "tickFailures": self.tick_failures, "lastTick": iso(now)}
+        if self.tick_failures:
+            data["lastError"] = self.last_error
+        atomic_write_text(self.state.root / "controller.json", json.dumps(data) + "\n")
 
     # ---------------------------------------------------------------- the loop
     def lock(self) -> None:
@@ -233,20 +240,36 @@ class Controller:
         while not self._stop.is_set():
             self._wake.clear()
             wait = resync
-            try:
-                snap, _done = self.tick()
-                self.tick_failures = 0
-                self._log_waiting(snap.plan)
-                wait = next_wait(snap, resync)
-            except Exception as e:  # noqa: BLE001 - the loop must survive anything and retry
-                self.tick_failures += 1
-                wait = min(2.0 ** (self.tick_failures - 1), TICK_BACKOFF_MAX)
-                log.exception("tick failed", error=f"{type(e).__name__}: {e}", failures=self.tick_failures,
-                              retry_in=f"{wait:g}s")
+            wait = self.step(resync)
             if once:
                 break
             self.sleep(wait)
         log.info("controller stopped; workloads keep running")
+
+    def step(self, resync: float) -> float:
+        """One pass of the loop, which survives anything; returns how long to wait for the next."""
+        try:
+            snap, _done = self.tick()
+        except Exception as e:  # noqa: BLE001 - the loop must survive anything and retry
+            self.tick_failures += 1
+            self.last_error = f"{type(e).__name__}: {e}"
+            wait = min(2.0 ** (self.tick_failures - 1), TICK_BACKOFF_MAX)
+            log.exception("tick failed", error=self.last_error, failures=self.tick_failures, retry_in=f"{wait:g}s")
+            now = self.clock()
+            self.health.failed(e, self.tick_failures, now)
+            if self.metrics is not None:
+                self.metrics.tick_failed(getattr(self.driver, "tally", Counter()))
+            try:
+                self._write_progress(now)
+            except OSError as w:
+                log.error("cannot write state/controller.json", error=str(w))
+            return wait
+        if self.tick_failures:
+            self.tick_failures = 0
+            self.health.succeeded(snap.now)
+            self._write_progress(snap.now)
+        self._log_waiting(snap.plan)
+        return next_wait(snap, resync)
 
     def _log_waiting(self, p: Plan) -> None:
         """A wait is logged when it first appears (or its reason changes), not again each tick."""

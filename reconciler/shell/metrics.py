@@ -24,6 +24,7 @@ class Metrics:
                               buckets=TICK_BUCKETS)
         self.actions = Counter("reconciler_actions", "Actions taken", ["kind", "outcome"], registry=r)
         self.slurm = Counter("reconciler_slurm_commands", "Slurm commands run", ["verb", "outcome"], registry=r)
+        self.tick_failures = Counter("reconciler_tick_failures", "Reconcile passes that failed", registry=r)
         self.recipes = Gauge("reconciler_recipes", "Recipes by phase", ["phase"], registry=r)
         self.workers = Gauge("reconciler_workers", "Workers (and services) per recipe and role",
                              ["recipe", "role", "state"], registry=r)
@@ -42,12 +43,20 @@ class Metrics:
     def action(self, kind: str, ok: bool) -> None:
         self.actions.labels(kind, "ok" if ok else "failed").inc()
 
-    def observe_tick(self, snap: Snapshot, done: list, seconds: float, driver_commands: Tally,
-                     phases: dict[str, str], restarts: dict[tuple[str, str], int]) -> None:
-        self.tick.observe(seconds)
+    def tick_failed(self, driver_commands: Tally) -> None:
+        """A failed pass still counts its commands: the failed ones by verb say what failed."""
+        self.tick_failures.inc()
+        self._count_commands(driver_commands)
+
+    def _count_commands(self, driver_commands: Tally) -> None:
         for (verb, ok), n in (driver_commands - self._seen_commands).items():
             self.slurm.labels(verb, "ok" if ok else "failed").inc(n)
         self._seen_commands = Tally(driver_commands)
+
+    def observe_tick(self, snap: Snapshot, done: list, seconds: float, driver_commands: Tally,
+                     phases: dict[str, str], restarts: dict[tuple[str, str], int]) -> None:
+        self.tick.observe(seconds)
+        self._count_commands(driver_commands)
         for phase in ("Ready", "Progressing", "Degraded", "Invalid", "Suspended", "Error"):
             self.recipes.labels(phase).set(sum(p == phase for p in phases.values()))
         series: set[tuple[str, str, str]] = set()
