@@ -119,12 +119,24 @@ def test_a_partial_body_times_out(tmp_path):
         proc.stop()
 
 
-def test_headers_that_never_end_are_cut_off(tmp_path):
-    proc, url = start_mocker(tmp_path, "--speedup-ratio", "0", "--request-timeout", "1")
+@pytest.mark.parametrize("server", ["mocker", "router"])
+@pytest.mark.parametrize("sent", [b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n", b""], ids=["partial", "silent"])
+def test_headers_that_never_end_are_cut_off(tmp_path, server, sent):
+    """Half-open connections (headers that never end, or nothing at all) are closed by both servers."""
+    if server == "mocker":
+        proc, url = start_mocker(tmp_path, "--speedup-ratio", "0", "--request-timeout", "1")
+    else:
+        ep = tmp_path / "endpoints.json"
+        write_endpoints(ep, [])
+        port = free_port()
+        proc = Proc("reconciler.router", "--host", "127.0.0.1", "--port", str(port), "--endpoints-file", str(ep),
+                    "--request-timeout", "1", log=tmp_path / "router.log")
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: get(url + "/health")[0] == 200, what="router up")
     try:
         host, port = url.removeprefix("http://").split(":")
         s = socket.create_connection((host, int(port)), timeout=15)
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # and nothing more
+        s.sendall(sent)  # and nothing more
         t0 = time.monotonic()
         assert s.recv(4096) == b""  # the server closed the connection
         assert time.monotonic() - t0 < 10

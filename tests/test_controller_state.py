@@ -185,3 +185,29 @@ def test_launch_to_ready_is_kept_per_life_and_the_last_one_survives_a_relaunch(t
     st.count_launch("r", "agg_0", 200.0, restart=True)
     rec = st.launches("r")["agg_0"]
     assert "readyAfter" not in rec and rec["lastReadyAfter"] == 42.5 and rec["slot"] == 0
+
+
+def test_a_removed_lock_file_is_made_and_locked_again_so_a_second_run_cannot_start(tmp_path):
+    """`rm -rf state/*` under a running reconciler: the lock comes back at the next pass."""
+    import pytest
+
+    from reconciler.errors import ReconcilerError
+
+    m = tmp_path / "manifests"
+    m.mkdir()
+    c = Controller(m, tmp_path / "state", LocalDriver(tmp_path / "state"), allow_empty=True)
+    c.lock()
+    for f in (tmp_path / "state").iterdir():
+        if f.is_file():
+            f.unlink()
+    c.step(5.0)
+    assert (tmp_path / "state" / "run.lock").read_text() == f"{os.getpid()}\n"
+    second = Controller(m, tmp_path / "state", LocalDriver(tmp_path / "state"), allow_empty=True)
+    with pytest.raises(ReconcilerError, match="another reconciler"):
+        second.lock()
+    # the other way round: a second run took the new file first; the first one stops, it does not fight
+    (tmp_path / "state" / "run.lock").unlink()
+    second.lock()
+    with pytest.raises(ReconcilerError, match="another reconciler"):
+        c.step(5.0)
+    assert c._stop.is_set()

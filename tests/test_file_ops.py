@@ -109,3 +109,57 @@ def test_saving_by_delete_and_recreate_tears_nothing_down(tmp_path, save):
         assert h.get(name)["status"] == "Ready"
     finally:
         h.cleanup()
+
+
+ROUTED = """\
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles: {{agg: {{workers: 1, gpus: 1}}}}
+frontend: {{type: builtin, args: {{poll-interval: 0.1}}}}
+"""
+
+
+@pytest.mark.slurm
+def test_wiping_state_under_a_running_reconciler_fails_no_request_and_keeps_the_lock(tmp_path):
+    """`rm -rf state/*` while running: the router keeps its last list until the endpoints file is
+    written again, and the lock is made again so a second `run` is refused."""
+    import subprocess
+    import sys
+
+    from test_surge_e2e import Client
+
+    h = Harness(tmp_path, "slurm")
+    client = None
+    try:
+        name = h.name("wipe")
+        (h.manifests / f"{name}.yaml").write_text(ROUTED.format(name=name))
+        h.start()
+        endpoint = h.wait_ready(name, timeout=90)["endpoint"]
+        routed = h.state / name / "endpoints.json"
+        wait_until(lambda: routed.exists() and len(json.loads(routed.read_text())["workers"]) == 1,
+                   what="the worker routed")
+        step = h.steps(name)["agg_0"][0]
+        client = Client(endpoint, limit=3000)
+        client.start()
+        wait_until(lambda: client.ok >= 20, what="requests before the wipe")
+        for p in h.state.iterdir():
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        wait_until(lambda: (h.state / "run.lock").exists() and routed.exists(), timeout=30,
+                   what="the lock and the endpoints file made again")
+        n = client.ok
+        wait_until(lambda: client.ok >= n + 50, timeout=60, what="requests after the wipe")
+        second = subprocess.run([sys.executable, "-m", "reconciler.cli", "run", "--manifests", str(h.manifests),
+                                 "--state", str(h.state), "--driver", "slurm"],
+                                capture_output=True, text=True, timeout=60, cwd=tmp_path, env=h.env)
+        assert second.returncode != 0 and "another reconciler" in second.stderr, second.stderr[-2000:]
+        client.halt.set()
+        client.join(15)
+        assert client.failed == [], (client.ok, client.failed[:5])
+        assert h.steps(name)["agg_0"][0] == step  # adopted, not relaunched
+    finally:
+        if client is not None:
+            client.halt.set()
+            client.join(15)
+        h.cleanup()

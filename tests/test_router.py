@@ -125,3 +125,34 @@ def test_router_metrics_and_models(router, tmp_path):
         assert json.loads(get(url + "/v1/models")[1])["data"][0]["id"] == "m"
     finally:
         a.stop()
+
+
+def test_a_vanished_endpoints_file_keeps_the_last_list_and_a_new_one_is_followed(router, tmp_path):
+    """`rm -rf state/*` under a running reconciler: the router keeps serving its last workers."""
+    url, ep, proc = router
+    a, aurl = start_mocker(tmp_path, "--speedup-ratio", "0", name="a")
+    try:
+        write_endpoints(ep, [{"url": aurl, "role": "agg"}])
+        wait_workers(url, agg=1)
+        ep.unlink()
+        wait_until(lambda: "is gone" in proc.output(), what="the router to notice the file gone")
+        assert [post(url + "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] for _ in range(5)] == [200] * 5
+        write_endpoints(ep, [])  # written again: followed as ever
+        wait_workers(url)
+    finally:
+        a.stop()
+
+
+def test_an_oversized_body_is_413_at_the_router_as_at_the_engine(router, tmp_path):
+    url, ep, _ = router
+    a, aurl = start_mocker(tmp_path, "--speedup-ratio", "0", name="a")
+    try:
+        write_endpoints(ep, [{"url": aurl, "role": "agg"}])
+        wait_workers(url, agg=1)
+        big = b'{"prompt": "' + b"x" * (20 * 1024 * 1024) + b'"}'
+        for target in (url, aurl):
+            status, raw = post(target + "/v1/completions", big)
+            assert status == 413, (target, raw[:200])
+            assert "larger than" in json.loads(raw)["error"]["message"]
+    finally:
+        a.stop()

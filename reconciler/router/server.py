@@ -99,11 +99,11 @@ class Router:
         try:
             st = os.stat(self.endpoints_file)
         except FileNotFoundError:
-            if self._stamp is not None or self.pool.workers:
-                self.pool.update([])
+            # gone (state/ wiped, or being rewritten by hand): the last list keeps serving until the
+            # reconciler writes the file again; a deployment deleted for good takes its router along
+            if self._stamp is not None:
                 self._stamp = None
-                log("WARN", f"{self.endpoints_file} is gone: no workers")
-                return True
+                log("WARN", f"{self.endpoints_file} is gone: serving its last list ({self.pool.roles() or 'none'})")
             return False
         stamp = (st.st_mtime_ns, st.st_size)
         if stamp == self._stamp:

@@ -8,8 +8,9 @@ from typing import Any
 
 from aiohttp import web
 
-ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 408: "timeout", 503: "service_unavailable",
-               502: "bad_gateway"}
+ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 408: "timeout", 413: "invalid_request_error",
+               503: "service_unavailable", 502: "bad_gateway"}
+MAX_BODY = 16 * 1024 * 1024  # bytes a request body may have
 MAX_DEPTH = 64  # JSON nesting a request may have; real ones use 4 or 5
 REQUEST_TIMEOUT = 30.0  # seconds a client may take to send its body
 
@@ -21,7 +22,7 @@ def openai_app(*, health, metrics, models, chat, completions, on_startup, on_cle
     Serve it with ``handler_cancellation=True`` (``run_app``): a client that goes
     away cancels its handler, which is how abandoned requests free their slot.
     """
-    app = web.Application(client_max_size=16 * 1024 * 1024)
+    app = web.Application(client_max_size=MAX_BODY)
     app["request_timeout"] = request_timeout
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
@@ -53,6 +54,9 @@ async def parse_json_body(request: web.Request) -> dict[str, Any]:
         raw = await asyncio.wait_for(request.read(), timeout)
     except TimeoutError:
         raise ApiError(408, f"request body not received within {timeout:g}s") from None
+    except web.HTTPRequestEntityTooLarge:
+        # aiohttp's own exception would be a plain-text 413 here and a 500 through a catch-all
+        raise ApiError(413, f"request body is larger than {MAX_BODY} bytes") from None
     try:
         body = json.loads(raw)
     except RecursionError:

@@ -217,19 +217,46 @@ class Controller:
 
         self.state.root.mkdir(parents=True, exist_ok=True)
         path = self.state.root / "run.lock"
-        self._lock = open(path, "a+")  # noqa: SIM115 - held for the life of the controller
+        lock = open(path, "a+")  # noqa: SIM115 - held for the life of the controller
         try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self._lock.seek(0)
-            holder = self._lock.read().strip() or "?"
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            lock.close()
             raise ReconcilerError(
                 f"another reconciler (pid {holder}) is running on {self.state.root.absolute()}; stop it first"
             ) from None
-        self._lock.seek(0)
-        self._lock.truncate()
-        self._lock.write(f"{os.getpid()}\n")
-        self._lock.flush()
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        old, self._lock = getattr(self, "_lock", None), lock
+        if old is not None:
+            old.close()
+
+    def keep_lock(self) -> None:
+        """The lock file removed under us (``rm -rf state/*``) is made and locked again at once: a
+        lock on a deleted file keeps nobody out. Should another ``run`` have taken the new file
+        first, this one stops (leaving every workload running): two would fight."""
+        held = getattr(self, "_lock", None)
+        if held is None:
+            return
+        try:
+            same = os.stat(self.state.root / "run.lock").st_ino == os.fstat(held.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return
+        try:
+            self.lock()
+        except ReconcilerError as e:
+            log.error("the lock file was replaced and another reconciler holds it now; stopping", error=str(e))
+            self.stop()
+            raise
+        log.warning("state/run.lock was removed; made and locked again")
+        self.state.event("LockRecreated", None, "state/run.lock was removed under the running reconciler; "
+                         "it is made and locked again")
 
     def run(self, resync: float = 5.0, once: bool = False, on_locked=None) -> None:
         self.lock()
@@ -241,13 +268,14 @@ class Controller:
             self._wake.clear()
             wait = resync
             wait = self.step(resync)
-            if once:
+            if once or self._stop.is_set():
                 break
             self.sleep(wait)
         log.info("controller stopped; workloads keep running")
 
     def step(self, resync: float) -> float:
         """One pass of the loop, which survives anything; returns how long to wait for the next."""
+        self.keep_lock()  # raises (and the loop ends) when another reconciler took the state directory
         try:
             snap, _done = self.tick()
         except Exception as e:  # noqa: BLE001 - the loop must survive anything and retry
