@@ -185,3 +185,30 @@ def test_run_with_every_probe_beside_a_good_recipe_within_the_memory_budget(tmp_
         empty.mkdir()
         subprocess.run([*base, "--manifests", str(empty), "--allow-empty"], capture_output=True, timeout=120,
                        cwd=tmp_path)
+
+
+def test_a_fifo_or_symlink_loop_is_refused_by_validate_and_render_and_reported_by_run(tmp_path):
+    """A FIFO named on the command line must not hang validate/render; run says what it skipped."""
+    import os
+    import subprocess
+    import sys
+
+    m = tmp_path / "m"
+    m.mkdir()
+    os.mkfifo(m / "pipe.yaml")
+    (m / "loop.yaml").symlink_to(m / "loop.yaml")
+    for cmd in ("validate", "render"):
+        for entry, what in (("pipe.yaml", "a FIFO"), ("loop.yaml", "a symlink loop")):
+            r = subprocess.run([sys.executable, "-m", "reconciler.cli", cmd, str(m / entry)], capture_output=True,
+                               text=True, timeout=30)
+            assert r.returncode != 0 and f"{m / entry}: {what}" in r.stdout + r.stderr, (cmd, r.stdout, r.stderr)
+    from reconciler.drivers.local import LocalDriver
+    from reconciler.shell.loop import Controller
+
+    c = Controller(m, tmp_path / "state", LocalDriver(tmp_path / "state"), allow_empty=True)
+    for _ in range(2):
+        c.step(5.0)
+    events = [json.loads(l) for l in (tmp_path / "state" / "events.jsonl").read_text().splitlines()]
+    skipped = sorted(e["message"] for e in events if e["kind"] == "FileSkipped")
+    assert skipped == [f"{m / 'loop.yaml'}: a symlink loop, not a recipe file; skipped",
+                       f"{m / 'pipe.yaml'}: a FIFO (named pipe), not a recipe file; skipped"]  # once each

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from reconciler.recipe.cluster import Cluster
 from reconciler.recipe.cluster import apply as apply_cluster
 from reconciler.errors import KeyedError, RecipeError
 from reconciler.recipe import bounds, v1, variants
+from reconciler.recipe.entries import not_regular
 from reconciler.recipe.locate import _kind, _line, _located, _split
 from reconciler.recipe.model import NAME_RE, Recipe
 from reconciler.recipe.topology import TopologyError
@@ -114,8 +116,15 @@ def read_recipe_text(path: str | Path) -> str:
     try:
         if path.is_dir():
             raise RecipeError(str(path), "a directory, not a recipe file")
+        why = not_regular(path)
+        if why:
+            raise RecipeError(str(path), f"{why}, not a recipe file")
         bounds.check_size(str(path), path.stat().st_size)
-        with open(path, "rb") as f:
+        # O_NONBLOCK: a FIFO put there after the check must not hang the reader (it is refused below)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise RecipeError(str(path), "not a regular file, not a recipe file")
             raw = f.read(bounds.max_manifest_bytes() + 1)  # the file may grow between stat and read
         bounds.check_size(str(path), len(raw))
         return raw.decode()

@@ -77,6 +77,7 @@ class Controller:
         self._said: set[str] = set()
         self._desired_cache: dict = {}
         self._manifest_cache: dict = {}  # path -> (stat signature, what it loaded)
+        self._skipped: dict[str, str] = {}  # entries passed over, as last reported
         self._gone: dict[str, float] = {}  # applied file -> when first seen missing (a save may recreate it)
         self.clock = time.time  # the loop's clock and its way to wait (a test drives both)
         self.sleep = self._wake.wait
@@ -143,6 +144,7 @@ class Controller:
         self.driver.reap()
         snap = self.snapshot()
         self.ports = snap.ports  # this tick's assignment is the registry from now on
+        self._report_skipped(snap.manifests.skipped)
         self._cancelled |= self.nodes.release_requeued(self._live_allocs, snap.observed.allocs, snap.now)
         self._note_lost_allocations(snap)
         self.nodes.tick(snap.now)
@@ -162,6 +164,14 @@ class Controller:
             except Exception as e:  # noqa: BLE001 - the status page never stops the loop
                 log.warning("status page: cannot build the page", error=f"{type(e).__name__}: {e}")
         return snap, done
+
+    def _report_skipped(self, skipped: dict[str, str]) -> None:
+        """A *.yaml entry that is no file is passed over; said once (and again if it changes)."""
+        for path, what in skipped.items():
+            if self._skipped.get(path) != what:
+                log.warning("manifest entry skipped", path=path, what=what)
+                self.state.event("FileSkipped", None, f"{path}: {what}, not a recipe file; skipped")
+        self._skipped = dict(skipped)
 
     def _note_lost_allocations(self, snap: Snapshot) -> None:
         """An allocation that left the queue without our scancel: say why, with Slurm's own words.

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from reconciler.recipe.cluster import Cluster
 from reconciler.errors import RecipeError
+from reconciler.recipe.entries import skipped_entries
 from reconciler.recipe.load import LoadedRecipe, iter_recipe_files, outside_link
 from reconciler.desired.admission import load_file, load_text
 from reconciler.recipe.model import Recipe
@@ -21,6 +22,7 @@ class Manifests:
     paths: dict[str, list[str]] = field(default_factory=dict)  # file path -> its recipe names (a sweep: several)
     files_seen: int = 0
     settling: dict[str, float] = field(default_factory=dict)  # file path -> when it will have been stable long enough
+    skipped: dict[str, str] = field(default_factory=dict)  # *.yaml entry that is no file (FIFO, symlink loop) -> what
 
 
 DEBOUNCE = 0.5  # seconds a file must be unchanged before it is applied (an editor may still be writing it)
@@ -45,6 +47,7 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
     known = state.files()
     files = iter_recipe_files([directory]) if directory.is_dir() else []
     m.files_seen = len(files)
+    m.skipped = skipped_entries(directory) if files or directory.is_dir() else {}
     for f in files:
         path = str(f)
         if now is not None and debounce > 0:
