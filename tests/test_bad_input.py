@@ -98,6 +98,22 @@ PROBES = [
      "readiness: {log: {pattern: '(a+)+b'}}}\n", "services.0.readiness.log.pattern: '(a+)+b' repeats a repeat", 1),
     ("20000 shadow engines", GOOD.format(name="s1").replace(
         "engine: mocker", "engine: {type: mocker, failover: {shadow_engines: 20000}}"), "engine.failover.shadow_engines", 1),
+    # values the reconciler would overwrite in silence, or coerce (issue 32)
+    ("role env VLLM_PORT", GOOD.format(name="e1").replace("gpus: 1}", "gpus: 1, env: {VLLM_PORT: '5000'}}"),
+     "roles.agg.env.VLLM_PORT: VLLM_PORT is set by the reconciler", 1),
+    ("environment DYN_SYSTEM_PORT", GOOD.format(name="e2") + "environment: {DYN_SYSTEM_PORT: '9090'}\n",
+     "environment.DYN_SYSTEM_PORT: DYN_SYSTEM_PORT is set by the reconciler", 1),
+    ("kv_events endpoint", GOOD.format(name="e3").replace("gpus: 1}", "gpus: 1, kv_events: {endpoint: 'tcp://*:1'}}"),
+     "roles.agg.kv_events: kv_events.endpoint is the reconciler's", 1),
+    ("kv_events own keys", GOOD.format(name="e4").replace("gpus: 1}", "gpus: 1, kv_events: {topic: t}}"), "valid", 0),
+    ("empty engine_python", GOOD.format(name="e5") + "reconcile: {engine_python: ''}\n",
+     "reconcile.engine_python: expected one command or path", 1),
+    ("relative discovery_dir", GOOD.format(name="e6") + "reconcile: {discovery: file, discovery_dir: shared/d}\n",
+     "reconcile.discovery_dir: expected an absolute directory", 1),
+    ("failover restart 1", GOOD.format(name="e7").replace("engine: mocker", "engine: {type: mocker, failover: "
+     "{restart: 1}}"), "engine.failover.restart: expected always, never, on-failure or a boolean, found 1", 1),
+    ("failover restart true", GOOD.format(name="e8").replace("engine: mocker", "engine: {type: mocker, failover: "
+     "{restart: true}}"), "valid", 0),
     ("scaled to zero", GOOD.format(name="z").replace("workers: 1", "workers: 0"), "valid", 0),
     ("shell metacharacters are data", lambda: GOOD.format(name="sh") + f'environment: {{X: "$(touch {PWNED}); \'x\\""}}\n',
      "valid", 0),

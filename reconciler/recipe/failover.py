@@ -25,9 +25,9 @@ class FailoverConfig(BaseModel):
             raise ValueError(f"expected an absolute directory below /, found {v!r}")
         return v
 
-    @field_validator("restart")
+    @field_validator("restart", mode="before")
     @classmethod
-    def _policy(cls, v: Any) -> Any:
+    def _policy(cls, v: Any) -> Any:  # before: a number (1, 0) is not taken for a boolean
         if v is None or isinstance(v, bool) or v in ("always", "never", "on-failure"):
             return v
         raise ValueError(f"expected always, never, on-failure or a boolean, found {v!r}")

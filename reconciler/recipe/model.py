@@ -23,7 +23,7 @@ from reconciler.recipe.carried import (  # noqa: F401 - the sections Recipe carr
     IdentityConfig, ReportingConfig, InfraConfig,
 )
 from reconciler.recipe.types import (  # noqa: F401
-    ArgName, Env, EnvValue, PlacementConfig, SbatchOptions, SrunOptions, Strict, _env_value, check_regex,
+    ArgName, Env, EnvValue, PlacementConfig, SbatchOptions, SrunOptions, Strict, WorkerEnv, _env_value, check_regex,
 )
 from reconciler.recipe.engines import ENGINES, Engine, engine_list_text
 from reconciler.recipe.bounds import MAX_GPUS_PER_WORKER, MAX_NODES_PER_WORKER, MAX_WORKERS
@@ -104,12 +104,20 @@ class RoleConfig(Strict):
     workers: int | None = Field(None, ge=0, le=MAX_WORKERS)
     gpus: int | None = Field(None, ge=1, le=MAX_GPUS_PER_WORKER)
     srun_options: SrunOptions = {}
-    env: Env = {}
+    env: WorkerEnv = {}
     args: dict[ArgName, Any] = {}
     extra_args: list[str] = []
     engine: EngineConfig | None = None
     container: str | None = None
     kv_events: bool | dict[str, Any] | None = None
+
+    @field_validator("kv_events")
+    @classmethod
+    def _kv_events(cls, v: Any) -> Any:
+        if isinstance(v, dict) and "endpoint" in v:
+            raise ValueError("kv_events.endpoint is the reconciler's: each worker publishes on a port it "
+                             "allocates (tcp://*:<port>); remove endpoint")
+        return v
     sidecar: bool | None = None
     critical: bool = True
     restart: Annotated[RestartConfig, BeforeValidator(_restart_shorthand)] = RestartConfig()
@@ -217,7 +225,8 @@ class ReconcileConfig(Strict):
     # workers' launch-to-Ready + 60 s, at least 120 s; at most half the time limit either way)
     handover_seconds: float | None = Field(None, gt=0)
     container_runtime: Literal["pyxis", "none"] = "pyxis"
-    engine_python: str = "python3"  # the interpreter that runs dynamo.* and the engines' modules
+    # the interpreter that runs dynamo.* and the engines' modules: one word (a command or a path)
+    engine_python: str = "python3"
     liveness_failures: int = Field(3, ge=1)
     # how Dynamo components find each other: etcd (srtctl's way) or files in a shared directory
     discovery: Literal["etcd", "file"] | None = None
@@ -233,6 +242,21 @@ class ReconcileConfig(Strict):
     configs_dir: str | None = None
     # the cluster config's default_bash_preamble: shell text run before every container step (reconciler.desired.preambles)
     bash_preamble: str | None = None
+
+    @field_validator("engine_python")
+    @classmethod
+    def _engine_python(cls, v: str) -> str:
+        if not v or any(c.isspace() for c in v):
+            raise ValueError(f"expected one command or path (like python3 or /opt/venv/bin/python), found {v!r}")
+        return v
+
+    @field_validator("discovery_dir")
+    @classmethod
+    def _discovery_dir(cls, v: str | None) -> str | None:
+        # every node must see the same directory: a relative one would be each step's working directory
+        if v is not None and not v.startswith("/"):
+            raise ValueError(f"expected an absolute directory every node of the recipe sees, found {v!r}")
+        return v
 
 
 # Top-level sections the reconciler reads; everything else is carried for srtctl.
@@ -259,7 +283,7 @@ class Recipe(Strict):
     health_check: HealthCheckConfig = HealthCheckConfig()
     observability: ObservabilityConfig = ObservabilityConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
-    environment: Env = {}
+    environment: WorkerEnv = {}
     container_mounts: dict[str, str] = {}
     extra_mount: list[str] | None = None
     srun_options: SrunOptions = {}

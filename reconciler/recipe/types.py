@@ -28,6 +28,21 @@ def _env_name(k: str) -> str:
 EnvValue = Annotated[str, BeforeValidator(_env_value)]
 Env = dict[Annotated[str, AfterValidator(_env_name)], EnvValue]
 
+# variables the reconciler sets per worker process from the ports it allocates: a recipe's value
+# would be overwritten in silence (or, kept, collide with another worker's port block)
+PROCESS_OWNED_ENV = ("VLLM_PORT", "DYN_SYSTEM_PORT", "DYN_VLLM_KV_EVENT_PORT", "VLLM_NIXL_SIDE_CHANNEL_PORT")
+
+
+def _worker_env_name(k: str) -> str:
+    k = _env_name(k)
+    if k in PROCESS_OWNED_ENV:
+        raise ValueError(f"{k} is set by the reconciler for each worker process (from the ports it allocates "
+                         "on the node); remove it")
+    return k
+
+
+WorkerEnv = dict[Annotated[str, AfterValidator(_worker_env_name)], EnvValue]
+
 # the options the reconciler sets itself: they carry its labels, the job's shape and the logs
 # its probes read, so a recipe may not set them (nor an abbreviation, which sbatch/srun expand)
 # (``requeue`` is the recipe's to choose: a requeued job is released and replaced, docs/operations.md)
