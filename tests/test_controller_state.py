@@ -211,3 +211,21 @@ def test_a_removed_lock_file_is_made_and_locked_again_so_a_second_run_cannot_sta
     with pytest.raises(ReconcilerError, match="another reconciler"):
         c.step(5.0)
     assert c._stop.is_set()
+
+
+def test_ports_taken_by_a_build_that_failed_are_released_for_the_next_recipe(tmp_path):
+    from reconciler.drivers.memory import MemoryDriver
+
+    m = tmp_path / "manifests"
+    m.mkdir()
+    text = "name: {n}\nmodel: {{path: m}}\nengine: mocker\nfrontend: {{type: none}}\nroles: {{agg: {{workers: {w}, gpus: 1}}}}\n"
+    (m / "a-big.yaml").write_text(text.format(n="a-big", w=3))  # built first: cannot get ports for all three
+    (m / "b-small.yaml").write_text(text.format(n="b-small", w=1))
+    c = Controller(m, tmp_path / "state", MemoryDriver(host="node0"))
+    c.debounce = 0
+    c.ports.set_range(28400, 28402)  # two ports on the node
+    for _ in range(3):  # allocations submitted, then the units get their ports
+        snap, _ = c.tick()
+    assert "PortsExhausted" in snap.desired.held["a-big"]
+    assert "b-small" in snap.desired.recipes  # it got a port the failed build had taken
+    assert {o.split("/")[0] for o in c.ports.owners()} == {"b-small"}

@@ -165,6 +165,18 @@ class NodePortAllocator:
                 freed += 1
         return freed
 
+    def release_taken_since(self, recipe: str, before: tuple[tuple[str, str, int], ...]) -> int:
+        """Free the ports a recipe's units took since ``before`` (its ``owned_by_recipe`` then): a
+        build that failed half-way must not keep what it took, or the next recipe finds none."""
+        keep = set(before)
+        freed = 0
+        for node, key, port in self.owned_by_recipe(recipe):
+            if (node, key, port) not in keep:
+                self._by_key[node].pop(key, None)
+                self._by_node[node].pop(port, None)
+                freed += 1
+        return freed
+
     def release_node_owner(self, node: str, owner: str) -> None:
         keys = self._by_key.get(node, {})
         for key in [k for k in keys if _owned(k, owner)]:

@@ -66,6 +66,7 @@ def build(
     owned = ports.owned_index() if cache is not None else {}
     for name, r in recipes.items():
         allocs = observed.allocs_of(name)
+        before = owned.get(name, ()) if cache is not None else ports.owned_by_recipe(name)
         try:
             steps = observed.steps_of(name)
             if cache is None:
@@ -76,8 +77,10 @@ def build(
                 out[name] = replace(out[name], suspended=True)  # fully computed, never acted on
         except PortsExhausted as e:
             held[name] = f"{type(e).__name__}: {e}"
+            ports.release_taken_since(name, before)  # what runs keeps its ports; the half-built rest is freed
         except Exception as e:  # noqa: BLE001 - one recipe's failure must not stop the others
             held[name] = f"cannot compute its desired state: {type(e).__name__}: {e}"
+            ports.release_taken_since(name, before)
     if cache is not None:
         for gone in set(cache) - set(recipes):
             del cache[gone]
