@@ -187,6 +187,17 @@ def test_a_generic_per_worker_service_gets_the_worker_s_view():
     assert units["svc-gms-agg_1"].needs == ()
 
 
+def test_a_per_worker_service_s_env_preamble_and_marker_get_the_placeholders_too():
+    t = text(gpus=2, extra="services:\n  - {name: mon, type: generic, command: [mon], env: {WHO: "
+                           "'{worker_role}-{worker_index}@{node}'}, preamble: 'echo {worker_gpus}', "
+                           "placement: {node: agg, per: worker}, readiness: {file: {path: 'ready-{worker_index}'}}}\n")
+    mon = by_name(render_units(load_text(t, "fo.yaml", preflight=False).recipe, None, Path("/s")))["svc-mon-agg_1"]
+    launch = mon.launches[0]
+    assert dict(launch.env)["WHO"] == "agg-1@node1"
+    assert launch.argv[2].startswith("echo 2,3\n") and launch.argv[-1] == "mon"
+    assert mon.probe_arg.endswith("/ready-1")
+
+
 def test_engine_roles_fit_the_step_label_scheme():
     assert labels.engine_role("agg", 0) == "agg" and labels.engine_role("decode", 2) == "decode-e2"
     assert labels.split_engine("decode-e2") == ("decode", 2) and labels.split_engine("agg") == ("agg", 0)

@@ -114,7 +114,16 @@ def _unit(recipe: Recipe, s: ServiceSpec, w: Unit, head: str, rdir: Path, disc_e
     # the worker's device view: the same mask its engines get, so "device k" is one GPU for both
     env[recipe.reconcile.visible_devices_env] = gpus
     launches = []
+    first: dict[str, str] = {}
     for rank, node in enumerate(w.nodes):
+        values = {"node": node, "node_ip": node, "head_node": head, "head_ip": head, "index": str(w.index),
+                  "role": w.role, "worker_role": w.role, "worker_index": str(w.index),
+                  "worker_node_rank": str(rank), "worker_gpus": gpus, "worker_gpu_count": str(len(w.gpus))}
+        first = first or values
+
+        def fill(text: str, values: dict[str, str] = values) -> str:
+            return _PLACEHOLDER.sub(lambda m: values[m[1]], text)
+
         if s.kind == failover.GMS_KIND:
             fo = failover.config_of(recipe)
             assert fo is not None  # failover.check: a gms service needs engine.failover
@@ -124,19 +133,18 @@ def _unit(recipe: Recipe, s: ServiceSpec, w: Unit, head: str, rdir: Path, disc_e
                     str(int(s.readiness.timeout - 30)), *server]
             lenv = env | {"GMS_SOCKET_DIR": directory}
         else:
-            values = {"node": node, "node_ip": node, "head_node": head, "head_ip": head, "index": str(w.index),
-                      "role": w.role, "worker_role": w.role, "worker_index": str(w.index),
-                      "worker_node_rank": str(rank), "worker_gpus": gpus, "worker_gpu_count": str(len(w.gpus))}
-            argv = [_PLACEHOLDER.sub(lambda m: values[m[1]], a) for a in (*(s.command or ()), *s.args)]
-            lenv = env
+            # as for a head-node service: the command, its env and its preamble, each instance its own values
+            argv = [fill(a) for a in (*(s.command or ()), *s.args)]
+            lenv = {k: fill(v) for k, v in env.items()}
         if s.preamble:
-            argv = ["/bin/bash", "-c", f'{s.preamble}\nexec "$@"', s.role, *argv]
+            argv = ["/bin/bash", "-c", f'{fill(s.preamble)}\nexec "$@"', s.role, *argv]
         launches.append(Launch(rank, (node,), 1, None, tuple(argv), tuple(sorted(lenv.items())), w.gpus))
     launches_t = tuple(launches)
     r = s.readiness
     ctr = (s.container or container) if kind.job_container else (s.container or None)
     srun = tuple(sorted({**recipe.srun_options, **dict(s.srun_options)}.items()))  # + the container's: passes.wrap
-    probe_arg = {"log": r.pattern, "file": str(rdir / r.file)}.get(r.kind, "")
+    probe_arg = {"log": r.pattern, "file": str(rdir / _PLACEHOLDER.sub(lambda m: first[m[1]], r.file or ""))
+                 }.get(r.kind, "")
     return Unit(
         recipe=recipe.name, role=instance_role(s, w.role), index=w.index, ordinals=w.ordinals, nodes=w.nodes,
         gpus=w.gpus, ports={}, launches=launches_t, container=ctr, health_port=None, probe=r.kind,
