@@ -186,3 +186,58 @@ def test_requeued_allocation_is_released_and_replaced_off_the_node(mn, summary):
     assert victim in job_field(after["agg_1"][0].split(".")[0], "ExcNodeList")
     summary(f"node failure (requeued job): agg_1 Ready on {after['agg_1'][1]} {time.monotonic() - t0:.1f}s after "
             f"{victim} failed (Slurm would have held the job for its requeue delay)")
+
+
+TWO_NODE = """\
+schema: 2
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 4}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles:
+  agg: {{workers: 1, gpus: 8, restart: {{backoff_seconds: 0.5}}}}
+frontend: {{type: none}}
+"""
+
+
+def test_a_node_back_at_once_never_leaves_a_two_node_worker_unplaceable(mn, summary):
+    """ReturnToService=2's case on this cluster (ReturnToService=1), without touching its config:
+    the node is downed and resumed at once, so it is back before the reconciler asks — every node
+    of the lost job is suspect, and excluding them all would leave 1 node for a 2-node worker."""
+    name = mn.name("mnback")
+    (mn.manifests / f"{name}.yaml").write_text(TWO_NODE.format(name=name))
+    mn.start("--node-cooldown", "600", "--allow-empty")  # the suspects stay suspect for the whole test
+    mn.wait_ready(name, timeout=60)
+    before = ranks(mn, name)
+    job = before[("agg_0", 0)][0].split(".")[0]
+    nodes = sorted(v[1] for v in before.values())
+    assert len(nodes) == 2
+    import os
+    import signal
+
+    # the reconciler is held while the job ends and the node comes back, so that its next pass sees
+    # the loss and both nodes usable in one go (with ReturnToService=2 the node may be back first)
+    os.kill(mn.proc.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        sh("scontrol", "update", f"nodename={nodes[0]}", "state=down", f"reason=mntest {name}")
+        wait_until(lambda: job not in sh("squeue", "-h", "-o", "%i").split(), timeout=60, what=f"job {job} ended")
+        sh("scontrol", "update", f"nodename={nodes[0]}", "state=resume")
+        # back for Slurm: its slurmd answered (resumed, it is IDLE+NOT_RESPONDING for a moment)
+        wait_until(lambda: " State=IDLE " in sh("scontrol", "-o", "show", "node", nodes[0]), timeout=60,
+                   what=f"{nodes[0]} back")
+    finally:
+        os.kill(mn.proc.pid, signal.SIGCONT)
+    wait_until(lambda: set(suspects(mn)) == set(nodes), timeout=60,
+               what=f"both nodes of job {job} suspect (log:\n{mn.log()[-3000:]})")
+    wait_until(lambda: (r := ranks(mn, name)) and r.get(("agg_0", 0), ("",))[0].split(".")[0] not in ("", job)
+               and len(r) == 2, timeout=90, what=f"agg_0 placed again (log:\n{mn.log()[-3000:]})")
+    mn.wait_ready(name, timeout=60)
+    ready = time.monotonic() - t0
+    assert "Requested node configuration is not available" not in mn.log()
+    relaxed = events(mn, "ExclusionRelaxed")
+    assert relaxed and relaxed[0]["recipe"] == name and len(relaxed[0]["nodes"]) == 1, relaxed
+    # the steps gone before the harness reads them per unit (a 2-rank worker is two steps)
+    (mn.manifests / f"{name}.yaml").unlink()
+    wait_until(lambda: not ranks(mn, name), timeout=60, what="the worker's steps gone")
+    summary(f"node back at once (ReturnToService=2's case): the 2-node worker Ready {ready:.1f}s after the failure")

@@ -107,6 +107,11 @@ class SlurmDriver:
         r = self._run(scontrol_nodes_argv(nodes), check=False)
         return parse_node_states(r.stdout) if r.returncode == 0 else {}
 
+    def partition_nodes(self, partition: str | None) -> tuple[str, ...] | None:
+        """The nodes of ``partition`` (None: the default one), or None when Slurm does not say."""
+        r = self._run(["scontrol", "-o", "show", "partition", *([partition] if partition else [])], check=False)
+        return parse_partition_nodes(r.stdout, partition) if r.returncode == 0 else None
+
     def reap(self) -> None:
         self._children = [p for p in self._children if p.poll() is None]
 
@@ -180,6 +185,16 @@ def scancel_argv(job_or_step: str) -> list[str]:
 
 def scontrol_nodes_argv(nodes: list[str]) -> list[str]:
     return ["scontrol", "-o", "show", "node", hostlist.compress(nodes)]
+
+
+def parse_partition_nodes(text: str, partition: str | None) -> tuple[str, ...] | None:
+    """`scontrol -o show partition` -> the nodes of ``partition`` (None: the one with Default=YES)."""
+    for line in text.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if (fields.get("PartitionName") == partition) if partition else fields.get("Default") == "YES":
+            nodes = fields.get("Nodes", "")
+            return tuple(hostlist.expand(nodes)) if nodes and nodes != "(null)" else ()
+    return None
 
 
 def parse_node_states(text: str) -> dict[str, tuple[str, str]]:

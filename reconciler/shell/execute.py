@@ -20,7 +20,7 @@ from reconciler.drivers import Driver, DriverError
 from reconciler.fsutil import write_if_changed
 from reconciler.shell.observe import Observer
 from reconciler.drivers.state import StateDir
-from reconciler.world import ActionFailures, Step
+from reconciler.world import ActionFailures, AllocSpec, Step
 
 log = structlog.get_logger("reconciler")
 
@@ -45,7 +45,8 @@ class Executor:
         self.observer = observer
         self.failures: dict[str, ActionFailures] = {}  # recipe -> its actions' failures in a row
         self.on_action: Callable[[str, bool], None] | None = None  # (kind, succeeded): the metrics
-        self.exclude: tuple[str, ...] = ()  # suspect nodes (shell/nodes.py): every new allocation avoids them
+        # suspect nodes (shell/nodes.py) a new allocation avoids, as many as leave it placeable
+        self.exclusion: Callable[[AllocSpec], tuple[str, ...]] = lambda spec: ()
         self.submitted_excluding: dict[str, tuple[str, ...]] = {}  # job id -> what it was submitted excluding
 
     def execute(self, p: Plan) -> list[Action]:
@@ -88,9 +89,10 @@ class Executor:
         elif isinstance(a, CancelAlloc):
             self.driver.cancel_alloc(a.job_id)
         elif isinstance(a, SubmitAlloc):
-            job = self.driver.submit(replace(a.spec, exclude=self.exclude) if self.exclude else a.spec)
-            if self.exclude:
-                self.submitted_excluding[job] = self.exclude
+            exclude = self.exclusion(a.spec)
+            job = self.driver.submit(replace(a.spec, exclude=exclude) if exclude else a.spec)
+            if exclude:
+                self.submitted_excluding[job] = exclude
         elif isinstance(a, LaunchStep):
             u, l = a.unit, a.launch
             for path, content in u.files.items():

@@ -148,7 +148,7 @@ class Controller:
         self._cancelled |= self.nodes.release_requeued(self._live_allocs, snap.observed.allocs, snap.now)
         self._note_lost_allocations(snap)
         self.nodes.tick(snap.now)
-        self.executor.exclude = self.nodes.excluded()
+        self.executor.exclusion = self.nodes.exclusion_for
         self._cancelled |= self.nodes.release_stale(snap.observed.allocs, self.executor.submitted_excluding)
         done = self.executor.execute(snap.plan)
         self._cancelled |= {a.job_id for a in done if isinstance(a, CancelAlloc)}

@@ -16,7 +16,8 @@ from reconciler.core.plan import nodes as policy
 from reconciler.drivers import Driver
 from reconciler.drivers.state import StateDir
 from reconciler.timefmt import iso
-from reconciler.world import Alloc
+from reconciler import hostlist
+from reconciler.world import Alloc, AllocSpec
 
 log = structlog.get_logger("reconciler")
 FILE = "nodes.json"
@@ -53,6 +54,24 @@ class NodeWatch:
 
     def excluded(self) -> tuple[str, ...]:
         return policy.excluded(self.suspects)
+
+    def exclusion_for(self, spec: AllocSpec) -> tuple[str, ...]:
+        """The suspects a new allocation excludes: as many as leave it placeable in its partition
+        (Slurm refuses a job the partition cannot hold: "Requested node configuration is not
+        available"). The partition is asked only while a node is suspect."""
+        if not self.suspects:
+            return ()
+        ask = getattr(self.driver, "partition_nodes", None)
+        pool = ask(spec.partition) if ask else None
+        also = [n for k, v in spec.directives if k == "exclude" for n in hostlist.expand(v)]
+        out = policy.placeable_exclusion(self.suspects, spec.count, pool, also)
+        kept_in = sorted(set(self.suspects) - set(out))
+        if kept_in:
+            msg = (f"allocation {spec.index} needs {spec.count} node(s) of {len(pool or ())} in its partition: "
+                   f"suspect {','.join(kept_in)} not excluded (nodes Slurm reports failed are excluded first)")
+            log.warning("suspect exclusion relaxed", recipe=spec.recipe, nodes=kept_in)
+            self.state.event("ExclusionRelaxed", spec.recipe, msg, nodes=kept_in)
+        return out
 
     def release_requeued(self, previous: Mapping[str, Alloc], current: list[Alloc], now: float) -> set[str]:
         """Cancel our allocations that Slurm requeued (or shrank); return their job ids. The nodes

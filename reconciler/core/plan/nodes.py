@@ -92,6 +92,23 @@ def excluded(suspects: Mapping[str, Suspect]) -> tuple[str, ...]:
     return tuple(sorted(suspects))
 
 
+def placeable_exclusion(suspects: Mapping[str, Suspect], need: int, pool: Iterable[str] | None,
+                        also: Iterable[str] = ()) -> tuple[str, ...]:
+    """The suspects an allocation of ``need`` nodes excludes, so that it stays placeable: at most as
+    many of the partition's nodes (``pool``; None: not known, all are excluded) as leave ``need``
+    beside the recipe's own exclusions (``also``). Nodes Slurm still reports failed go first (the
+    most recent failure first), then nodes back in their cool-down (the most recently back first):
+    a suspect that serves beats a worker that cannot be placed at all."""
+    if pool is None:
+        return excluded(suspects)
+    pool_set = set(pool) - set(also)
+    room = max(0, len(pool_set) - need)
+    inside = [s for s in suspects.values() if s.node in pool_set]
+    order = sorted(inside, key=lambda s: (s.back_at is not None, -(s.back_at or s.since), s.node))
+    keep_out = {s.node for s in order[:room]}
+    return tuple(sorted(keep_out | {n for n in suspects if n not in pool_set}))
+
+
 def cooldown_ends(suspects: Mapping[str, Suspect], cooldown: float) -> float | None:
     """The next moment a suspect could leave the set (None: none is back yet)."""
     ends = [s.back_at + cooldown for s in suspects.values() if s.back_at is not None]
