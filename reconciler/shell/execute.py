@@ -7,7 +7,10 @@ actions go through.
 
 from __future__ import annotations
 
+import errno
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from collections.abc import Callable
 from pathlib import Path
@@ -64,10 +67,15 @@ class Executor:
                 failed.add(a.recipe)
                 prev = self.failures.get(a.recipe)
                 self.failures[a.recipe] = ActionFailures((prev.count if prev else 0) + 1, time.time())
-                log.error("action failed", recipe=a.recipe, action=a.describe(), error=str(e),
+                full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+                why = f"state/ could not be written, the disk is full: {e}" if full else str(e)
+                log.error("action failed", recipe=a.recipe, action=a.describe(), error=why,
                           exc_info=not isinstance(e, DriverError | OSError))
-                self.state.event("ActionFailed", a.recipe, f"{a.describe()}: {e}",
-                                 failures=self.failures[a.recipe].count)
+                try:
+                    self.state.event("ActionFailed", a.recipe, f"{a.describe()}: {why}",
+                                     failures=self.failures[a.recipe].count)
+                except OSError:
+                    pass  # a full disk: the log line is all that can be said
                 if self.on_action:
                     self.on_action(type(a).__name__, False)
                 continue
@@ -80,12 +88,28 @@ class Executor:
             self.failures.pop(recipe, None)
         return done
 
+    @contextmanager
+    def _done_anyway(self, a: Action) -> Iterator[None]:
+        """The bookkeeping after an action that ran: a state directory that refuses the write (a
+        full disk) is said as such; the action is not reported failed, nor retried as if it had."""
+        try:
+            yield
+        except OSError as e:
+            what = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else e.strerror or str(e)
+            msg = f"{a.describe()}: done, but its record could not be written to state/ ({what}: {e})"
+            log.error("state not written", recipe=a.recipe, action=a.describe(), error=str(e))
+            try:
+                self.state.event("StateWriteFailed", a.recipe, msg)
+            except OSError:
+                pass  # the log line above is all that can be said
+
     def _do(self, a: Action) -> None:
         if isinstance(a, CancelStep):
             self.driver.cancel_step(a.step_id)
             self.observer.cancelling(a.step_id, time.time())
             if a.reason.ends_unit:  # an old life leaving beside its running successor is not the unit's end
-                self.state.mark_stopped(a.recipe, a.unit, a.reason.value)
+                with self._done_anyway(a):
+                    self.state.mark_stopped(a.recipe, a.unit, a.reason.value)
         elif isinstance(a, CancelAlloc):
             self.driver.cancel_alloc(a.job_id)
         elif isinstance(a, SubmitAlloc):
@@ -103,8 +127,9 @@ class Executor:
             handle = self.driver.launch(a.job_id, u, l, name)
             now = time.time()
             if l.rank == 0:
-                self.state.count_launch(u.recipe, u.name, now, restart=a.reason.restart,
-                                        ports={u.nodes[0]: dict(u.ports)} if u.ports else {}, slot=u.slot)
+                with self._done_anyway(a):
+                    self.state.count_launch(u.recipe, u.name, now, restart=a.reason.restart,
+                                            ports={u.nodes[0]: dict(u.ports)} if u.ports else {}, slot=u.slot)
                 self.observer.tracker.new_life(u.key)
             if handle is not None:
                 pseudo = Step(f"{a.job_id}.pending-{u.life}-{l.rank}", u.recipe, u.role, u.index, l.rank,
