@@ -212,9 +212,11 @@ def _setup_logging(verbose: bool = False, fmt: str = "auto") -> None:
               help="POST each condition change as JSON to URL (retried a few times; never blocks the loop).")
 @click.option("--node-cooldown", type=click.FloatRange(min=0), default=120.0, show_default=True, metavar="SEC",
               help="After a node failure, new allocations exclude the node until it has been back this long.")
+@click.option("--standby", is_flag=True,
+              help="If another reconciler holds the state directory, wait and take over when it ends.")
 def run(manifests: str, state: str, driver: str | None, port_range: str, instance: str | None, once: bool,
         allow_empty: bool, resync: float, metrics_addr: str | None, ui_addr: str | None, log_format: str,
-        notify_url: str | None, node_cooldown: float) -> None:
+        notify_url: str | None, node_cooldown: float, standby: bool) -> None:
     """Watch the manifests and keep the cluster converged (SIGTERM/SIGINT stop it; workloads keep running)."""
     import signal
 
@@ -260,7 +262,7 @@ def run(manifests: str, state: str, driver: str | None, port_range: str, instanc
         if ui_addr:
             _serve_ui(ctl, ui_addr, settings)
 
-    ctl.run(resync=resync, once=once, on_locked=started)
+    ctl.run(resync=resync, once=once, on_locked=started, standby=standby)
 
 
 def _serve_ui(ctl, addr: str, settings: dict) -> None:

@@ -53,6 +53,10 @@ def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, 
     except ReconcilerError as e:
         _fail(str(e))
     _print(rows, output, manifests)
+    if output in ("text", "wide"):
+        from reconciler.shell.lease import describe
+
+        click.echo(describe(Path(state)))  # which reconciler is active, which waits (run --standby)
     if watch:
         _watch(ctl, names, manifests, output, rows, interval)
     if wait_ready and not ok:

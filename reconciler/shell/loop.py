@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import threading
 from collections import Counter
@@ -34,6 +35,7 @@ from reconciler.shell.metrics import Metrics
 from reconciler.shell.nodes import NodeWatch
 from reconciler.drivers.state import StateDir, suspended_names
 from reconciler.shell.tickfail import TickHealth
+from reconciler.shell.lease import wait_for_lease
 from reconciler.timefmt import iso
 from reconciler.world import Alloc, Observed
 
@@ -214,7 +216,7 @@ class Controller:
     def _write_progress(self, now: float) -> None:
         """state/controller.json: ticks and actions so far — what tests and operators watch.
         ``lastTick`` is the last pass, failed or not; ``lastError`` is set while passes fail."""
-        data = {"pid": os.getpid(), "ticks": self.ticks, "actions": self.actions_done,
+        data = {"pid": os.getpid(), "host": socket.gethostname(), "ticks": self.ticks, "actions": self.actions_done,
                 "tickFailures": self.tick_failures, "lastTick": iso(now)}
         if self.tick_failures:
             data["lastError"] = self.last_error
@@ -268,8 +270,13 @@ class Controller:
         self.state.event("LockRecreated", None, "state/run.lock was removed under the running reconciler; "
                          "it is made and locked again")
 
-    def run(self, resync: float = 5.0, once: bool = False, on_locked=None) -> None:
-        self.lock()
+    def run(self, resync: float = 5.0, once: bool = False, on_locked=None, standby: bool = False) -> None:
+        """``standby``: another reconciler holds the state directory: wait and take over when it ends."""
+        if not standby:
+            self.lock()
+        elif not wait_for_lease(self.lock, self.state.root, self._stop.is_set, self._stop.wait):
+            log.info("standby stopped before taking over")
+            return
         if on_locked is not None:
             on_locked()  # e.g. record run's settings: only the reconciler holding the lock may
         if not once:
