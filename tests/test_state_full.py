@@ -9,7 +9,7 @@ import json
 
 from reconciler.drivers.memory import MemoryDriver
 from reconciler.shell.loop import Controller
-from reconciler.state import StateDir
+from reconciler.drivers.state import StateDir
 
 RECIPE = "name: r\nmodel: {path: m}\nengine: mocker\nfrontend: {type: none}\nroles: {agg: {workers: 1, gpus: 1}}\n"
 

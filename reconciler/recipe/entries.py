@@ -8,6 +8,8 @@ import os
 import stat
 from pathlib import Path
 
+RECIPE_SUFFIXES = (".yaml", ".yml")  # what a recipe file's name ends in (the loader's list too)
+
 
 def not_regular(path: Path) -> str | None:
     """Why ``path`` is no file a recipe can be read from (a FIFO would block the reader for good,
@@ -30,8 +32,6 @@ def not_regular(path: Path) -> str | None:
 def skipped_entries(directory: Path) -> dict[str, str]:
     """*.yaml/*.yml entries under ``directory`` that ``iter_recipe_files`` passes over because they
     are not files: path -> what they are (``run`` says so, once, instead of nothing)."""
-    from reconciler.recipe.load import RECIPE_SUFFIXES  # the loader's own list (it imports this module)
-
     out: dict[str, str] = {}
     for f in sorted(directory.rglob("*")):
         if f.suffix not in RECIPE_SUFFIXES or any(part.startswith(".") for part in f.relative_to(directory).parts):

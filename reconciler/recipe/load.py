@@ -22,7 +22,7 @@ from reconciler.recipe.cluster import Cluster
 from reconciler.recipe.cluster import apply as apply_cluster
 from reconciler.errors import KeyedError, RecipeError
 from reconciler.recipe import bounds, v1, variants
-from reconciler.recipe.entries import not_regular
+from reconciler.recipe.entries import RECIPE_SUFFIXES, not_regular
 from reconciler.recipe.locate import _kind, _line, _located, _split
 from reconciler.recipe.model import NAME_RE, Recipe
 from reconciler.recipe.topology import TopologyError
@@ -32,7 +32,6 @@ from reconciler.recipe.topology import TopologyError
 # effect and why; a broken rule raises KeyedError, located here.
 Admit = Callable[[Recipe, dict, bool], dict[str, str]]
 
-RECIPE_SUFFIXES = (".yaml", ".yml")
 
 
 @dataclass
