@@ -1,7 +1,9 @@
 """Chaos on the real Slurm: seeded random faults, invariants sampled all along.
 
 Faults: a worker step killed (scancel), the allocation killed, the controller
-kill -9'd and restarted, scale edits, invalid edits. Invariants, sampled every
+kill -9'd and restarted, scale edits, invalid edits, the file deleted and recreated (as an
+editor saves: nothing may be relaunched), the controller frozen (SIGSTOP for
+RECONCILER_CHAOS_FREEZE seconds, 60 by default: the workers serve on, nothing is relaunched). Invariants, sampled every
 0.2 s: never two steps for one worker (``Harness.steps`` asserts it), never more
 worker steps than the larger of the desired counts before and after the fault,
 the job without our marker untouched. Each fault must converge (every desired
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import time
 
@@ -27,6 +30,7 @@ pytestmark = pytest.mark.slurm
 FAULTS = int(os.environ.get("RECONCILER_CHAOS_FAULTS", "12"))
 SEED = int(os.environ.get("RECONCILER_CHAOS_SEED", "20261203"))
 BOUND = 60.0  # crash-loop backoff is capped at 2 s in the recipe: convergence is not waiting on it
+FREEZE = float(os.environ.get("RECONCILER_CHAOS_FREEZE", "60"))
 
 
 @pytest.fixture
@@ -59,10 +63,11 @@ def _chaos(h: Harness, rng: random.Random, foreign: str, summary) -> None:
     _converge(h, name, workers, workers, foreign)
     times: list[float] = []
     slowest: dict[str, float] = {}
-    kinds = ["kill-step", "kill-alloc", "kill9-controller", "scale", "invalid-edit"]
+    kinds = ["kill-step", "kill-alloc", "kill9-controller", "scale", "invalid-edit", "delete-recreate", "freeze"]
     for i in range(FAULTS):
         kind = kinds[i] if i < len(kinds) else rng.choice(kinds)  # every kind at least once
         before = workers
+        untouched = h.steps(name) if kind in ("delete-recreate", "freeze") else None
         if kind == "kill-step":
             sid, _ = rng.choice(sorted(h.steps(name).values()))
             scancel(sid)
@@ -76,6 +81,19 @@ def _chaos(h: Harness, rng: random.Random, foreign: str, summary) -> None:
             f.write_text(text(workers))
         elif kind == "invalid-edit":
             f.write_text(text(workers) + "roles: [not, a, mapping\n")
+        elif kind == "delete-recreate":
+            f.unlink()
+            time.sleep(rng.uniform(0.05, 0.5))  # the editor's gap between the delete and the write
+            f.write_text(text(workers))
+        elif kind == "freeze":
+            os.kill(h.proc.pid, signal.SIGSTOP)
+            try:
+                deadline = time.monotonic() + FREEZE
+                while time.monotonic() < deadline:  # the invariants hold while nobody reconciles
+                    _converge(h, name, workers, workers, foreign)
+                    time.sleep(1.0)
+            finally:
+                os.kill(h.proc.pid, signal.SIGCONT)
         if kind == "invalid-edit":
             # the last applied spec keeps running, marked Invalid; then the file is fixed
             times.append(_converge(h, name, workers, workers, foreign, status="Invalid"))
@@ -83,6 +101,10 @@ def _chaos(h: Harness, rng: random.Random, foreign: str, summary) -> None:
             _converge(h, name, workers, workers, foreign)
         else:
             times.append(_converge(h, name, workers, max(before, workers), foreign))
+        if untouched is not None:
+            first = h.ticks()
+            wait_until(lambda: h.ticks() >= first + 5, timeout=60, what="5 passes after the fault")
+            assert h.steps(name) == untouched, f"{kind}: workers relaunched: {untouched} -> {h.steps(name)}"
         slowest[kind] = max(slowest.get(kind, 0.0), times[-1])
     per_kind = ", ".join(f"{k} {t:.1f}" for k, t in sorted(slowest.items(), key=lambda kv: -kv[1]))
     summary(f"chaos: seed {SEED}, faults {len(times)}, converged {len(times)}/{FAULTS}, "
