@@ -119,7 +119,10 @@ def write_endpoints(state: StateDir, d: DesiredRecipe, o: Observed, now: float) 
         return  # only the builtin router reads an endpoints file
     workers = [
         {"url": u.url, "role": u.role, "name": u.name, "node": u.nodes[0]}
-        for u in d.units if o.ready.get(u.key)
+        # serving, not just Ready at this probe: one slow /health answer (a 1 s probe timeout on a busy
+        # node) must not empty the list of a one-worker role and turn every request into a 503 until
+        # the next pass (the SGLang/vLLM routers get the same tolerance, router_sync.serving)
+        for u in d.units if router_sync.serving(d, o, u)
     ] + [{"url": u.url, "role": u.role, "name": u.life, "node": u.nodes[0]} for u in router_sync.old_lives(d, o, now, strict=True)]
     state.write_json(endpoints_path(state.root, d.name), {"recipe": d.name, "workers": workers})
 
