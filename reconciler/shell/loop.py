@@ -81,6 +81,7 @@ class Controller:
         self._manifest_cache: dict = {}  # path -> (stat signature, what it loaded)
         self._skipped: dict[str, str] = {}  # entries passed over, as last reported
         self._gone: dict[str, float] = {}  # applied file -> when first seen missing (a save may recreate it)
+        self.single_pass = False  # run --once: no later pass will look again
         self.clock = time.time  # the loop's clock and its way to wait (a test drives both)
         self.sleep = self._wake.wait
 
@@ -110,8 +111,10 @@ class Controller:
         return ports
 
     def load_manifests(self, now: float | None = None) -> Manifests:
+        # a file gone for a moment (an editor's save) is held for a next pass to see it back; a
+        # single pass (run --once) has none, so it acts on what is there
         return load_manifests(self.manifests_dir, self.state, now, self.debounce, self.cluster, self._manifest_cache,
-                              self._gone if self.debounce > 0 else None)
+                              self._gone if self.debounce > 0 and not self.single_pass else None)
 
     # ---------------------------------------------------------------- one read of the world
     def snapshot(self) -> Snapshot:
@@ -279,6 +282,7 @@ class Controller:
             return
         if on_locked is not None:
             on_locked()  # e.g. record run's settings: only the reconciler holding the lock may
+        self.single_pass = once
         if not once:
             threading.Thread(target=self._watch, name="manifest-watch", daemon=True).start()
         while not self._stop.is_set():
