@@ -1,20 +1,39 @@
-"""A light stand-in engine for benchmarks: one process answering GET <any path> with 200 on many ports.
+"""A light stand-in engine and router for benchmarks: one process answering GET on many ports.
 
     python benchmarks/health_farm.py        # then write one port number per line to its stdin
 
 Each port is acknowledged with "ok <port>" (or "err <port> <why>") on stdout. HTTP/1.1 with
 keep-alive, like a real engine's server, so a prober that reuses connections can. One asyncio
 loop, so thousands of "workers" cost one process and a few MB.
+
+Any path answers 200 "ok", as an engine's /health does, except the built-in router's life
+probe ``/health?life=a|b``: the reconciler reads a router as Ready only when the JSON body
+names the life it asked for (``probe.probe_life``), so that is answered as
+``reconciler.router`` answers it (``{"status": "ok", "life": "<life>"}``).
+
+Its figures belong to docs/performance.md, section "One tick (benchmarks/tick.py)": it is
+tick.py's stand-in, run at its smallest size by tests/test_benchmarks.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import resource
 import sys
 
 BODY = b"ok"
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n" + BODY
+LIFE = re.compile(rb"^GET /health\?(?:[^ ]*&)?life=([ab])(?:[& ])")
+
+
+def answer(head: bytes) -> bytes:
+    """The response to one request head: the router's life probe names its life, anything else is "ok"."""
+    m = LIFE.match(head)
+    if not m:
+        return RESPONSE
+    body = b'{"status": "ok", "life": "' + m.group(1) + b'"}'
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
 
 
 async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -23,7 +42,7 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             head = await reader.readuntil(b"\r\n\r\n")
             if not head:
                 break
-            writer.write(RESPONSE)
+            writer.write(answer(head))
             await writer.drain()
             if b"connection: close" in head.lower():
                 break

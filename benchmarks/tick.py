@@ -1,6 +1,9 @@
 """The controller's whole tick, not only plan(): CPU, wall time, files and cluster queries per tick.
 
     python benchmarks/tick.py [--sizes 10,50,200,1000] [--ticks 10] [--profile N]
+    python benchmarks/tick.py --smoke      # its smallest size (2 recipes, 2 ticks): CI runs it
+
+Its table is docs/performance.md, section "One tick (benchmarks/tick.py)".
 
 Runs the real ``Controller`` (manifests, state/, desired build, probes, status, events, the
 plan, the router's endpoints) against N recipes of 2 mocker workers and a builtin router
@@ -10,7 +13,8 @@ each (3 units per recipe). What stands in, so that 1,000 recipes fit this 2-core
   reconciler's side of it, parsing, is timed by benchmarks/plan_scale.py), counts queries,
   and writes each step's log file as a launcher would;
 - every worker and router is one port of ``health_farm.py``: one asyncio process
-  answering HTTP/1.1 200 with keep-alive, like an engine's /health.
+  answering HTTP/1.1 200 with keep-alive, like an engine's /health, and the router's life
+  probe (``/health?life=a``) with the life it names, as ``reconciler.router`` does.
 
 Per N it prints: CPU per settled tick (all threads of the process, probes included), per
 unit, wall time per tick, files read and written per tick, and cluster queries per minute
@@ -189,7 +193,10 @@ def main() -> None:
     ap.add_argument("--sizes", default="10,50,200,1000")
     ap.add_argument("--ticks", type=int, default=10)
     ap.add_argument("--profile", type=int, default=0, help="profile the settled ticks at this size")
+    ap.add_argument("--smoke", action="store_true", help="the smallest size (2 recipes, 2 ticks): that it runs")
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes, args.ticks = "2", 2
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     sizes = [int(s) for s in args.sizes.split(",")]
