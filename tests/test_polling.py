@@ -1,8 +1,10 @@
 """How often the loop asks the cluster, per situation: settled, waiting on Slurm's queue, converging.
 
 The loop runs for one simulated minute on a fake clock (its sleeps advance the clock, no real
-waiting) against an in-memory driver that counts its queries; probes answer Ready for every
-unit that runs (the probe is not what is measured here). The real-Slurm counterpart is
+waiting) against the real Slurm driver in front of a Slurm held in memory (tests/slurm_world.py):
+every command the driver builds is recorded as its argv, and squeue answers in its own format,
+so what is counted is the commands a login node would run. Probes answer Ready for every unit
+that runs (the probe is not what is measured here). The real-Slurm counterpart is
 tests/test_queue_wait.py (the reconciler's metrics count squeue calls per tick).
 """
 
@@ -15,6 +17,7 @@ import pytest
 import reconciler.shell.observe as observe
 from reconciler.drivers.memory import MemoryDriver
 from reconciler.shell.loop import Controller
+from slurm_world import RecordingSlurm
 
 RECIPE = ("name: {name}\nmodel: {{path: m}}\nengine: mocker\nfrontend: {{type: none}}\n"
           "roles: {{agg: {{workers: 2, gpus: 1}}}}\n")
@@ -31,20 +34,22 @@ class FakeClock:
 
 
 def run_for(tmp_path, monkeypatch, recipes: int, ready: bool, seconds: float = MINUTE, **driver_kw):
-    """Deploy, let it settle (fake time), then count the queries of ``seconds`` more."""
+    """Deploy, let it settle (fake time), then record the commands of ``seconds`` more: (their
+    names, the ticks, the loop's waits, the controller)."""
     monkeypatch.setattr(observe, "probe_units", lambda units: {u.key: ready for u in units})
     m = tmp_path / "manifests"
     m.mkdir()
     for i in range(recipes):
         (m / f"r{i}.yaml").write_text(RECIPE.format(name=f"r{i}"))
     clock = FakeClock()
-    drv = MemoryDriver(clock=clock, **driver_kw)
+    drv = RecordingSlurm(tmp_path / "state", clock=clock, **driver_kw)
     c = Controller(m, tmp_path / "state", drv)
     c.debounce = 0
     c.clock = clock
     for _ in range(3):  # submit, launch, see them run
         c.tick()
-    start_queries, start_ticks, end = drv.queries, c.ticks, clock.t + seconds
+    assert len(drv.jobs) == recipes, drv.argvs  # the allocations were submitted (sbatch) and are listed
+    start_commands, start_ticks, end = len(drv.argvs), c.ticks, clock.t + seconds
     waits: list[float] = []
 
     def sleep(w: float) -> None:
@@ -55,34 +60,40 @@ def run_for(tmp_path, monkeypatch, recipes: int, ready: bool, seconds: float = M
 
     c.sleep = sleep
     c.run(resync=RESYNC, once=False)
-    return drv.queries - start_queries, c.ticks - start_ticks, waits, c
+    return drv.verbs(start_commands), c.ticks - start_ticks, waits, c
 
 
-@pytest.mark.parametrize("recipes", [1, 10])
+def looks(ticks: int) -> list[str]:
+    """One job query and one step query per tick, nothing else."""
+    return ["squeue", "squeue -s"] * ticks
+
+
+@pytest.mark.parametrize("recipes", [1, 50])
 def test_settled_exactly_two_queries_per_resync(tmp_path, monkeypatch, recipes):
-    queries, ticks, waits, c = run_for(tmp_path, monkeypatch, recipes, ready=True)
+    commands, ticks, waits, c = run_for(tmp_path, monkeypatch, recipes, ready=True)
     assert set(waits) == {RESYNC}
-    assert queries == 2 * ticks == 2 * int(MINUTE / RESYNC)  # 24 a minute, whatever the number of recipes
+    assert ticks == int(MINUTE / RESYNC)
+    assert commands == looks(ticks)  # 24 squeue a minute, whatever the number of recipes
     assert not c.tick_failures
 
 
 def test_an_allocation_queued_for_long_is_looked_at_on_the_resync(tmp_path, monkeypatch):
-    queries, ticks, waits, _ = run_for(tmp_path, monkeypatch, 10, ready=True, alloc_state="PENDING",
-                                       queued_for=600.0, reason="Resources")
-    assert set(waits) == {RESYNC} and queries == 2 * int(MINUTE / RESYNC)
+    commands, ticks, waits, _ = run_for(tmp_path, monkeypatch, 10, ready=True, alloc_state="PENDING",
+                                        queued_for=600.0, reason="Resources")
+    assert set(waits) == {RESYNC} and commands == looks(int(MINUTE / RESYNC))
 
 
 def test_a_just_submitted_allocation_is_looked_at_less_and_less_often(tmp_path, monkeypatch):
-    queries, ticks, waits, _ = run_for(tmp_path, monkeypatch, 10, ready=True, alloc_state="PENDING",
-                                       reason="Priority")
+    commands, ticks, waits, _ = run_for(tmp_path, monkeypatch, 10, ready=True, alloc_state="PENDING",
+                                        reason="Priority")
     assert min(waits) >= 1.0  # never the converging interval
     assert waits == sorted(waits) and waits[-1] == RESYNC
-    assert queries == 2 * ticks <= 2 * (int(MINUTE / RESYNC) + 6)  # a few quicker looks in the first seconds
+    assert commands == looks(ticks) and ticks <= int(MINUTE / RESYNC) + 6  # a few quicker looks in the first seconds
 
 
 def test_converging_ticks_at_the_active_interval(tmp_path, monkeypatch):
-    queries, ticks, waits, _ = run_for(tmp_path, monkeypatch, 1, ready=False, seconds=10.0)
-    assert set(waits) == {0.5} and queries == 2 * ticks == 40  # workers starting: probe twice a second
+    commands, ticks, waits, _ = run_for(tmp_path, monkeypatch, 1, ready=False, seconds=10.0)
+    assert set(waits) == {0.5} and ticks == 20 and commands == looks(20)  # workers starting: probe twice a second
 
 
 def test_a_settled_tick_rewrites_no_state_file_but_the_tick_counter(tmp_path, monkeypatch):
