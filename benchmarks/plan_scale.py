@@ -1,29 +1,41 @@
-"""plan() time at scale, and Slurm commands per tick at 1 vs 50 recipes.
+"""plan() time at scale, and the Slurm commands of one observation at 1 vs 50 recipes.
 
-    python benchmarks/plan_scale.py
+    python benchmarks/plan_scale.py [--sizes 100,1000,5000] [--commands-at 1,50]
+    python benchmarks/plan_scale.py --smoke      # its smallest sizes: CI runs it
+
+Its tables are docs/performance.md, section "plan() at scale (benchmarks/plan_scale.py)".
 
 Builds N recipes x 10 mocker workers, a synthetic observed state in which every
 worker runs (the steady state a resync sees), and times desired-state building and
-plan() separately. Then counts the cluster commands one observation issues through
-the Slurm driver at 1 and at 50 recipes (with squeue stubbed by a recorder: the point
-is the number of calls, which must not grow with the recipes). Prints; asserts nothing.
+plan() separately. Then the real ``Controller`` deploys 1 and 50 such recipes through the
+real Slurm driver in front of an in-memory Slurm (tests/slurm_world.py: every argv the
+driver builds is recorded, squeue answers in its own format with every allocation and
+step listed), and one more observation is made: its commands (which must not grow with the
+recipes) and the time the driver's parsers take to read squeue's answer. Prints; asserts nothing.
 """
 
 from __future__ import annotations
 
+import argparse
+from collections import Counter
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # slurm_world: the recording Slurm shared with tests/test_polling.py
 
 from reconciler.desired.build import build  # noqa: E402
-from reconciler.drivers.slurm import SlurmDriver  # noqa: E402
+from reconciler import labels  # noqa: E402
+from reconciler.drivers.slurm import parse_jobs, parse_steps  # noqa: E402
 from reconciler.core.plan import plan  # noqa: E402
 from reconciler.core.ports import NodePortAllocator  # noqa: E402
 from reconciler.desired.admission import load_text  # noqa: E402
 from reconciler.world import Alloc, Observed, Step  # noqa: E402
+from slurm_world import RecordingSlurm  # noqa: E402
 
 TEXT = """\
 name: {name}
@@ -70,36 +82,81 @@ def bench(n: int, repeat: int = 3) -> None:
         t_cached.append(t4 - t3)
         assert not p.actions, "steady state must plan nothing"
     workers = n * 10
-    print(f"{n:>5} recipes x 10 = {workers:>6} workers: plan() {statistics.median(t_plan) * 1e3:8.1f} ms"
-          f"   (per worker {statistics.median(t_plan) / workers * 1e6:.1f} us)"
-          f"   desired build {statistics.median(t_build) * 1e3:8.1f} ms, steady-state (cached) "
-          f"{statistics.median(t_cached) * 1e3:7.1f} ms")
+    print(f"{n:>7} {workers:>7} {statistics.median(t_plan) * 1e3:>10.1f} "
+          f"{statistics.median(t_plan) / workers * 1e6:>9.1f} {statistics.median(t_build) * 1e3:>9.1f} "
+          f"{statistics.median(t_cached) * 1e3:>15.1f}")
 
 
-class Recorder(SlurmDriver):
-    """The Slurm driver with its subprocess calls counted instead of run."""
+def deployed(tmp: Path, n: int) -> RecordingSlurm:
+    """The real Slurm driver in front of an in-memory Slurm (tests/slurm_world.py) after the real
+    ``Controller`` deployed ``n`` recipes of 10 workers through it (sbatch, srun recorded; squeue
+    answering in its own format with every allocation and step listed)."""
+    import reconciler.shell.observe as observe
+    from reconciler.shell.loop import Controller
 
-    def __init__(self, n: int):
-        super().__init__(Path("/tmp"), user="bench")
-        self.n = n
+    observe.probe_units = lambda units, **kw: {u.key: True for u in units}  # Ready: the probe is not measured
+    m = tmp / "manifests"
+    m.mkdir()
+    for i in range(n):
+        (m / f"r{i}.yaml").write_text(TEXT.format(name=f"r{i}"))
+    drv = RecordingSlurm(tmp / "state", nodes=("gpu-a01", "gpu-a02"))
+    c = Controller(m, tmp / "state", drv)
+    c.debounce = 0
+    for _ in range(3):  # submit, launch, see them run
+        c.tick()
+    steps = sum(1 for name, _ in drv.steps.values() if name.startswith("rcl:"))
+    if len(drv.jobs) != n or steps != 10 * n:
+        raise SystemExit(f"{n} recipes did not deploy: {len(drv.jobs)} allocations, {steps} steps")
+    return drv
 
-    def _run(self, argv, check=True):
-        import subprocess
 
-        self.commands += 1
-        return subprocess.CompletedProcess(argv, 0, "", "")
+def observation(n: int, repeat: int) -> tuple[list[str], float, int]:
+    """The commands one observation issues at ``n`` deployed recipes, the median time the driver
+    takes to read squeue's answer into allocations and steps, and the lines it read."""
+    with tempfile.TemporaryDirectory(prefix="plan-scale-") as tmp:
+        drv = deployed(Path(tmp), n)
+        before = len(drv.argvs)
+        allocs, steps = drv.observe()
+        verbs = drv.verbs(before)
+        if len(allocs) != n or len(steps) != 10 * n:
+            raise SystemExit(f"the driver read {len(allocs)} allocations and {len(steps)} steps of {n} recipes")
+        jobs_text, steps_text = drv.squeue_jobs(), drv.squeue_steps()
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            allocs = parse_jobs(jobs_text, drv.owner)
+            parse_steps(steps_text, drv.owner, labels.tags({a.recipe for a in allocs}))
+            times.append(time.perf_counter() - t0)
+        return verbs, statistics.median(times), jobs_text.count("\n") + steps_text.count("\n")
 
 
-def commands_per_tick(n: int) -> int:
-    d = Recorder(n)
-    d.observe()
-    return d.commands
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="100,1000,5000", help="recipes (x 10 workers) to time plan() at")
+    ap.add_argument("--commands-at", default="1,50", help="recipe counts to count one observation's commands at")
+    ap.add_argument("--smoke", action="store_true", help="the smallest sizes (10 recipes; commands at 1 and 2): that it runs")
+    a = ap.parse_args()
+    import logging
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    if a.smoke:
+        a.sizes, a.commands_at = "10", "1,2"
+    print("plan() at scale (target: <= 100 ms at 10,000 workers)")
+    print(f"{'recipes':>7} {'workers':>7} {'plan() ms':>10} {'us/worker':>9} {'build ms':>9} {'cached build ms':>15}")
+    for n in map(int, a.sizes.split(",")):
+        bench(n, repeat=3 if n < 5000 else 1)
+    print("one observation through the Slurm driver (squeue answering in its own format)")
+    print(f"{'recipes':>7} {'steps':>6} {'commands':>8} {'squeue lines':>12} {'parse ms':>9}  argv")
+    seen = []
+    for n in map(int, a.commands_at.split(",")):
+        verbs, parse, lines = observation(n, 5)
+        seen.append(verbs)
+        print(f"{n:>7} {10 * n:>6} {len(verbs):>8} {lines:>12} {parse * 1e3:>9.2f}  {', '.join(f'{v} x{k}' for v, k in Counter(verbs).items())}")
+    print(f"Slurm commands per observation: {'equal' if all(v == seen[0] for v in seen) else 'NOT equal'} "
+          f"at {a.commands_at} recipes")
 
 
 if __name__ == "__main__":
-    print("plan() at scale (target: <= 100 ms at 10,000 workers)")
-    for n in (100, 1000, 5000):
-        bench(n, repeat=3 if n < 5000 else 1)
-    one, fifty = commands_per_tick(1), commands_per_tick(50)
-    print(f"Slurm commands per observation: {one} at 1 recipe, {fifty} at 50 recipes "
-          f"({'equal' if one == fifty else 'NOT equal'})")
+    main()
