@@ -148,7 +148,7 @@ def main() -> None:
     for n in map(int, a.sizes.split(",")):
         bench(n, repeat=3 if n < 5000 else 1)
     print("one observation through the Slurm driver (squeue answering in its own format)")
-    print(f"{'recipes':>7} {'steps':>6} {'commands':>8} {'squeue lines':>12} {'parse ms':>9}  argv")
+    print(f"{'recipes':>7} {'steps':>6} {'commands':>8} {'squeue lines':>12} {'parse ms':>9}  which")
     seen = []
     for n in map(int, a.commands_at.split(",")):
         verbs, parse, lines = observation(n, 5)
