@@ -1,6 +1,9 @@
 """Time from dropping a recipe file to every worker running and healthy, on a real Slurm.
 
     python benchmarks/converge.py [--workers 8] [--driver slurm|local] [--runs 3]
+    python benchmarks/converge.py --smoke      # its smallest size (1 worker, 1 run): CI runs it
+
+Its table is docs/performance.md, section "File drop to healthy workers (benchmarks/converge.py)".
 
 Starts `reconciler run` on a scratch manifests/state directory, drops an N-worker
 mocker recipe, and measures until every worker answers /health 200 (read from the
@@ -72,7 +75,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--driver", default=None)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true", help="the smallest size (1 worker, 1 run): that it runs")
     a = ap.parse_args()
+    if a.smoke:
+        a.workers, a.runs = 1, 1
     driver = a.driver or ("slurm" if shutil.which("sbatch") else "local")
     tmp = Path(tempfile.mkdtemp(prefix="converge-"))
     (tmp / "manifests").mkdir()
@@ -89,8 +95,9 @@ def main() -> None:
             up, down = one_run(tmp, driver, a.workers, i)
             ups.append(up)
             downs.append(down)
-            print(f"run {i + 1}: file dropped -> {a.workers} workers healthy in {up:.2f} s; "
-                  f"file deleted -> workers gone in {down:.2f} s")
+            if i == 0:
+                print(f"{'run':>3} {'workers':>7} {'drop -> healthy s':>17} {'delete -> gone s':>16}")
+            print(f"{i + 1:>3} {a.workers:>7} {up:>17.2f} {down:>16.2f}", flush=True)
         print(f"converge ({driver}, {a.workers} workers): median {statistics.median(ups):.2f} s "
               f"(target <= 5 s, ratio {statistics.median(ups) / 5:.2f}); teardown median {statistics.median(downs):.2f} s")
     finally:

@@ -1,6 +1,9 @@
 """Throughput and latency of one mocker engine, directly and through the router.
 
     python benchmarks/mocker_bench.py [--concurrency 64] [--duration 10] [--max-tokens 64] [--speedup 0]
+    python benchmarks/mocker_bench.py --smoke      # its smallest size (2 streams, 1 s): CI runs it
+
+Its table is docs/performance.md, section "One engine and the router (benchmarks/mocker_bench.py)".
 
 Starts one engine and one router on loopback, drives N concurrent streaming clients
 for a fixed time against each, and prints requests/s, output tokens/s, TTFT and ITL
@@ -98,10 +101,13 @@ async def drive(url: str, concurrency: int, duration: float, max_tokens: int) ->
     }
 
 
-def show(name: str, r: dict) -> None:
-    print(f"{name:>8}: {r['req_s']:8.1f} req/s {r['tok_s']:9.0f} out tok/s  "
-          f"TTFT p50 {r['ttft_p50'] * 1e3:7.2f} ms p99 {r['ttft_p99'] * 1e3:7.2f} ms  "
-          f"ITL p50 {r['itl_p50'] * 1e3:6.2f} ms p99 {r['itl_p99'] * 1e3:6.2f} ms  errors {r['errors']}")
+HEADER = (f"{'path':>8} {'streams':>7} {'req/s':>8} {'out tok/s':>9} {'TTFT p50 ms':>11} {'TTFT p99 ms':>11} "
+          f"{'ITL p50 ms':>10} {'ITL p99 ms':>10} {'errors':>6}")
+
+
+def show(name: str, streams: int, r: dict) -> None:
+    print(f"{name:>8} {streams:>7} {r['req_s']:8.1f} {r['tok_s']:9.0f} {r['ttft_p50'] * 1e3:11.2f} "
+          f"{r['ttft_p99'] * 1e3:11.2f} {r['itl_p50'] * 1e3:10.2f} {r['itl_p99'] * 1e3:10.2f} {r['errors']:>6}", flush=True)
 
 
 async def main() -> None:
@@ -110,7 +116,10 @@ async def main() -> None:
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--speedup", type=float, default=0.0, help="engine speedup ratio; 0 = no simulated delay")
+    ap.add_argument("--smoke", action="store_true", help="the smallest size (2 streams, 1 s, 8 tokens): that it runs")
     a = ap.parse_args()
+    if a.smoke:
+        a.concurrency, a.duration, a.max_tokens = 2, 1.0, 8
     tmp = Path(tempfile.mkdtemp(prefix="mocker-bench-"))
     eport, rport = free_port(), free_port()
     eng_url, rt_url = f"http://127.0.0.1:{eport}", f"http://127.0.0.1:{rport}"
@@ -125,12 +134,13 @@ async def main() -> None:
     try:
         await wait_up(eng_url)
         await wait_up(rt_url)
-        await drive(eng_url, 4, 1.0, 8)  # warm-up
+        await drive(eng_url, 4, 1.0 if not a.smoke else 0.2, 8)  # warm-up
         print(f"mocker benchmark: {a.concurrency} streams x {a.duration:g}s, max_tokens {a.max_tokens}, speedup {a.speedup:g}")
+        print(HEADER)
         direct = await drive(eng_url, a.concurrency, a.duration, a.max_tokens)
-        show("direct", direct)
+        show("direct", a.concurrency, direct)
         routed = await drive(rt_url, a.concurrency, a.duration, a.max_tokens)
-        show("router", routed)
+        show("router", a.concurrency, routed)
         print(f"router/direct: TTFT p50 x{routed['ttft_p50'] / direct['ttft_p50']:.2f} "
               f"(+{(routed['ttft_p50'] - direct['ttft_p50']) * 1e3:.2f} ms), "
               f"ITL p50 x{routed['itl_p50'] / direct['itl_p50']:.2f} "

@@ -3,18 +3,24 @@ workers Ready elsewhere, and the requests that failed through the router meanwhi
 
     sudo bash scripts/slurm-multinode.sh up --nodes 3
     python benchmarks/node_failure.py [--how down|slurmd] [--runs 3] [--clients 2] [--resync 5]
+    python benchmarks/node_failure.py --smoke      # its smallest size (1 run, 1 client, resync 1): CI runs it
+
+Its table is docs/performance.md, section "Node failure (benchmarks/node_failure.py)".
 
 A mocker recipe with one worker per node allocation (2 workers, the built-in router) runs under
 `reconciler run` against $SLURM_CONF (default /tmp/slurm-mn/slurm.conf). Each run fails the node
 of the last worker — `scontrol update state=down` or its slurmd killed — waits until that worker
 is Ready on another node, counts the clients' failed requests, then brings the node back (resume,
 or the script restarting the slurmd) and waits out the cool-down (0 here) before the next run.
-Needs root (scontrol update, killing a slurmd). Prints figures; asserts nothing.
+Needs root (scontrol update, killing a slurmd). It holds the cluster's tests.lock (beside its
+slurm.conf) as the multinode tests do: a node failure must not hit another run's workers.
+Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import signal
@@ -135,10 +141,19 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--clients", type=int, default=2)
     ap.add_argument("--resync", type=float, default=5.0, help="the reconciler's --resync: a lost job is seen within it")
+    ap.add_argument("--smoke", action="store_true", help="the smallest size (1 run, 1 client, resync 1): that it runs")
     a = ap.parse_args()
+    if a.smoke:
+        a.runs, a.clients, a.resync = 1, 1, 1.0
     conf = Path(os.environ.setdefault("SLURM_CONF", "/tmp/slurm-mn/slurm.conf"))
     if not conf.is_file():
         raise SystemExit(f"{conf} not found: start the cluster with scripts/slurm-multinode.sh up --nodes 3")
+    with open(conf.parent / "tests.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        measure(a, conf)
+
+
+def measure(a: argparse.Namespace, conf: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="node-failure-"))
     (tmp / "manifests").mkdir()
     state = tmp / "state"
@@ -170,8 +185,11 @@ def main() -> None:
                 untouched = all(after[n]["steps"] == s for n, s in others.items())
                 repairs.append(took)
                 failures.append(failed1 - failed0)
-                print(f"run {i + 1}: {victim} {a.how} -> agg_1 Ready on {after['agg_1']['nodes'][0]} in {took:.2f} s; "
-                      f"requests ok {ok1 - ok0}, failed {failed1 - failed0}; other workers untouched: {untouched}")
+                if i == 0:
+                    print(f"{'run':>3} {'how':>6} {'failed node':>11} {'moved to':>8} {'repair s':>8} {'requests ok':>11} "
+                          f"{'failed':>6}  others untouched")
+                print(f"{i + 1:>3} {a.how:>6} {victim:>11} {after['agg_1']['nodes'][0]:>8} {took:>8.2f} {ok1 - ok0:>11} "
+                      f"{failed1 - failed0:>6}  {untouched}", flush=True)
                 restore(victim, a.how, state / "nodes.json")
         finally:
             clients.stop()

@@ -1,6 +1,9 @@
 """aiperf against each serving stack the reconciler deploys on a real Slurm, in one run.
 
-    python benchmarks/stacks.py [--requests 60] [--concurrency 1,4,16]
+    python benchmarks/stacks.py [--requests 40] [--concurrency 1,4,16] [--stacks builtin,dynamo,sglang-router]
+    python benchmarks/stacks.py --smoke      # its smallest size (builtin stack, 2 requests, concurrency 1): CI runs it
+
+Its table is docs/performance.md, section "Serving stacks (benchmarks/stacks.py)".
 
 Stacks: built-in router + built-in mocker; dynamo.frontend + dynamo.mocker (with etcd);
 sglang-router + built-in mocker. For each: drop the recipe into a scratch manifests
@@ -101,9 +104,16 @@ def fmt(v: float | None, nd: int = 1) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--requests", type=int, default=60)
+    ap.add_argument("--requests", type=int, default=40, help="aiperf requests per concurrency")
     ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument("--stacks", default=",".join(s[1] for s in STACKS), help="frontend types of the stacks to run")
+    ap.add_argument("--smoke", action="store_true", help="the smallest size (the builtin stack, 2 requests at concurrency 1): that it runs")
     a = ap.parse_args()
+    if a.smoke:  # aiperf's own start-up (~20 s) is most of a run: one stack
+        a.requests, a.concurrency, a.stacks = 2, "1", "builtin"
+    chosen = a.stacks.split(",")
+    if unknown := set(chosen) - {s[1] for s in STACKS}:
+        raise SystemExit(f"--stacks: unknown {sorted(unknown)}; known: {[s[1] for s in STACKS]}")
     for need in (AIPERF, DYNAMO_PY):
         if not need.exists():
             raise SystemExit(f"missing {need}: run scripts/stacks-install.sh")
@@ -123,6 +133,8 @@ def main() -> None:
     rows = []
     try:
         for i, (label, frontend, python) in enumerate(STACKS):
+            if frontend not in chosen:
+                continue
             name = f"bench-stack-{i}"
             f = tmp / "manifests" / f"{name}.yaml"
             t0 = time.monotonic()

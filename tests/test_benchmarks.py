@@ -1,0 +1,139 @@
+"""Benchmarks that cannot rot: each script under benchmarks/ runs at its smallest size (``--smoke``).
+
+Marked ``bench`` (and ``slurm`` / ``multinode`` where it needs that cluster, so CI's strict mode
+fails instead of skipping). What is asserted is only that the benchmark completes and prints its
+table: the header, then a row with numbers. Never a figure: timing is the benchmark's to report,
+not a test's to judge. A script added to benchmarks/ without an entry here fails
+``test_every_benchmark_has_a_smoke_test``; each names its section of docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import harness
+from helpers import get
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+PERFORMANCE = ROOT / "docs" / "performance.md"
+STRICT = os.environ.get("RECONCILER_REQUIRE_SLURM") == "1"
+NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:ms|s|%)?(?![\w.])")
+
+
+@dataclass(frozen=True)
+class Smoke:
+    header: str  # a regex the table's header line matches
+    numbers: int  # a row of the table: a later line with at least this many numbers
+    marks: tuple = ()
+    needs: tuple[str, ...] = field(default=())  # files under the checkout it needs (installed stacks)
+    root: bool = False  # needs root (scontrol update)
+
+
+SMOKES = {
+    "tick.py": Smoke(r"recipes\s+units\s+cpu/tick", 9),
+    "plan_scale.py": Smoke(r"recipes\s+workers\s+plan\(\) ms", 6),
+    "mocker_bench.py": Smoke(r"path\s+streams\s+req/s", 8),
+    "converge.py": Smoke(r"run\s+workers\s+drop -> healthy s", 4, (pytest.mark.slurm,)),
+    "mttr.py": Smoke(r"^\s+what\s+figure$", 2, (pytest.mark.slurm,)),
+    "node_failure.py": Smoke(r"run\s+how\s+failed node", 4, (pytest.mark.multinode,), root=True),
+    "stacks.py": Smoke(r"^\| stack \| conc \| req/s", 9, (pytest.mark.slurm,),
+                       needs=(".stacks/aiperf/bin/aiperf", ".stacks/dynamo/bin/python")),
+}
+# not a benchmark of its own: tick.py's stand-in engine, run by test_health_farm_answers_as_engine_and_router
+HELPERS = {"health_farm.py": "test_health_farm_answers_as_engine_and_router"}
+
+
+def table(out: str, header: str, numbers: int) -> tuple[str, str]:
+    """The header line and the first row after it with ``numbers`` numbers (AssertionError otherwise)."""
+    lines = out.splitlines()
+    at = next((i for i, line in enumerate(lines) if re.search(header, line)), None)
+    assert at is not None, f"no table header /{header}/ in:\n{out[-3000:]}"
+    row = next((line for line in lines[at + 1:] if len(NUMBER.findall(line)) >= numbers), None)
+    assert row is not None, f"no row with {numbers} numbers after {lines[at]!r} in:\n{out[-3000:]}"
+    return lines[at], row
+
+
+def test_every_benchmark_has_a_smoke_test():
+    scripts = sorted(p.name for p in BENCH.glob("*.py"))
+    assert scripts, f"no benchmarks in {BENCH}"
+    missing = [s for s in scripts if s not in SMOKES and s not in HELPERS]
+    assert not missing, f"benchmarks without a smoke test (add them to SMOKES in {Path(__file__).name}): {missing}"
+    assert sorted({*SMOKES, *HELPERS}) == scripts, "SMOKES names a benchmark that is gone"
+
+
+@pytest.mark.parametrize("script", sorted(SMOKES))
+def test_every_benchmark_names_its_performance_section(script):
+    doc = ast.get_docstring(ast.parse((BENCH / script).read_text())) or ""
+    m = re.search(r'docs/performance\.md, section "([^"]+)"', doc)
+    assert m, f"{script}'s docstring does not name its docs/performance.md section"
+    headings = [line.lstrip("#").strip().replace("`", "") for line in PERFORMANCE.read_text().splitlines()
+                if line.startswith("## ")]
+    assert m.group(1) in headings, f"{script}: no section {m.group(1)!r} in docs/performance.md ({headings})"
+    assert "--smoke" in doc, f"{script}'s docstring does not show its smallest size (--smoke)"
+
+
+def _params():
+    return [pytest.param(name, marks=(pytest.mark.bench, *s.marks), id=name.removesuffix(".py"))
+            for name, s in sorted(SMOKES.items())]
+
+
+@pytest.mark.parametrize("script", _params())
+def test_benchmark_runs_at_its_smallest_size(script, tmp_path, summary):
+    smoke = SMOKES[script]
+    absent = [n for n in smoke.needs if not (ROOT / n).exists()]
+    if absent or (smoke.root and os.geteuid() != 0):
+        why = f"missing {absent} (scripts/stacks-install.sh)" if absent else "needs root"
+        if STRICT:
+            pytest.fail(f"RECONCILER_REQUIRE_SLURM=1 but {script} cannot run: {why}")
+        pytest.skip(why)
+    lo = next(harness._ranges)  # this test's own 100 ports, apart from every other test's
+    # TMPDIR stays: aiperf's ZMQ sockets live under it, and a pytest tmp_path is past their path limit
+    env = {**os.environ, "RECONCILER_PORT_RANGE": f"{lo}-{lo + 99}",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    r = subprocess.run([sys.executable, str(BENCH / script), "--smoke"], capture_output=True, text=True,
+                       timeout=240, cwd=tmp_path, env=env)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, f"{script} --smoke exited {r.returncode}:\n{out[-4000:]}"
+    header, row = table(r.stdout, smoke.header, smoke.numbers)
+    summary(f"{script} --smoke:\n{header}\n{row}")
+
+
+@pytest.mark.bench
+def test_health_farm_answers_as_engine_and_router():
+    """tick.py's stand-in: 200 "ok" for an engine's /health, and the router's life probe answered
+    with the life it names, which is what the reconciler's probe requires of a router."""
+    from reconciler.probe import probe_life, probe_one
+
+    p = subprocess.Popen([sys.executable, str(BENCH / "health_farm.py")], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, bufsize=1)
+    try:
+        port = next(harness._ranges)
+        p.stdin.write(f"{port}\n")
+        p.stdin.flush()
+        assert p.stdout.readline().split() == ["ok", str(port)]
+        assert get(f"http://127.0.0.1:{port}/health") == (200, b"ok")
+        assert probe_one("127.0.0.1", port, "/health")
+        assert probe_life("127.0.0.1", port, "/health?life=a", "a")
+        assert probe_life("127.0.0.1", port, "/health?life=b", "b")
+        assert not probe_life("127.0.0.1", port, "/health", "a")  # no life asked: not a router's answer
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_table_reads_a_header_and_a_row_with_numbers():
+    out = "noise\n recipes units cpu/tick\n       2      6      3.4ms   0.564ms\n"
+    assert table(out, r"recipes\s+units", 4)[1].split()[0] == "2"
+    with pytest.raises(AssertionError, match="no row"):
+        table(" recipes units\n- - - -\n", r"recipes\s+units", 2)
+    with pytest.raises(AssertionError, match="no table header"):
+        table("1 2 3 4\n", r"recipes", 2)
