@@ -46,7 +46,16 @@ def sse_events(raw: bytes) -> list:
     return out
 
 
+class NotYet(Exception):
+    """Raised by a poll's own condition for "not yet" (a file not written yet, a command that
+    failed for now): retried, like a false result. Anything else but an AssertionError is too."""
+
+
 def wait_until(fn, timeout: float = 20, interval: float = 0.05, what: str = "condition"):
+    """Poll ``fn`` until it returns something true. Only its own "not yet" is retried: a false
+    result, or an exception such as a refused connection or a file not there yet. An
+    AssertionError is an invariant that failed (a duplicate step, say) and fails the test at
+    once: a poll must never retry it until it happens to hold."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -54,7 +63,9 @@ def wait_until(fn, timeout: float = 20, interval: float = 0.05, what: str = "con
             last = fn()
             if last:
                 return last
-        except Exception as e:  # noqa: BLE001 - keep polling until the deadline
+        except AssertionError:
+            raise
+        except Exception as e:  # noqa: BLE001 - not yet: keep polling until the deadline
             last = e
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
