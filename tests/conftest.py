@@ -122,3 +122,34 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     p = tmp_path / name
     p.write_text(text)
     return p
+
+
+@pytest.fixture
+def nic():
+    """(interface, IPv4 address) of a non-loopback interface on this host, for the
+    network_interface tests. As root (CI) the test makes its own: a veth pair named for this
+    process, the address 198.51.100.x/32 (TEST-NET-2, documentation only: nothing is sent to it),
+    removed afterwards; so the address is known and does not depend on the machine's network.
+    Otherwise an existing interface; none: a skip, or a failure under RECONCILER_REQUIRE_SLURM=1."""
+    name = f"rclt{os.getpid() % 100000}"
+    ip = f"198.51.100.{os.getpid() % 250 + 1}"
+    made = os.geteuid() == 0 and shutil.which("ip") is not None and subprocess.run(
+        ["ip", "link", "add", name, "type", "veth", "peer", "name", name + "p"], capture_output=True).returncode == 0
+    try:
+        if made:
+            for argv in (["ip", "addr", "add", f"{ip}/32", "dev", name], ["ip", "link", "set", name, "up"]):
+                r = subprocess.run(argv, capture_output=True, text=True)
+                assert r.returncode == 0, f"{' '.join(argv)}: {r.stderr}"
+            yield name, ip
+            return
+        out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
+        found = next(((f[1], f[3].split("/")[0]) for f in map(str.split, out.splitlines()) if f[1] != "lo"), None)
+        if found is None:
+            msg = "no non-loopback IPv4 interface on this machine, and not root to make one"
+            if os.environ.get("RECONCILER_REQUIRE_SLURM") == "1":
+                pytest.fail(f"RECONCILER_REQUIRE_SLURM=1 but {msg}")
+            pytest.skip(msg)
+        yield found
+    finally:
+        if made:
+            subprocess.run(["ip", "link", "del", name], capture_output=True)

@@ -1,5 +1,6 @@
 """Addresses on the configured NIC (reconciler.desired.netaddr): placeholders in the render, the
-wrapper script run for real by bash (and through srun on the local Slurm)."""
+wrapper script run for real by bash (and through srun on the local Slurm). The interface is the
+``nic`` fixture's (conftest.py: as root, a veth pair the test makes)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,6 @@ import pytest
 from reconciler.desired import netaddr
 
 ECHO = [sys.executable, "-c", "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ.get('MASTER_ADDR')]))"]
-
-
-def _iface() -> tuple[str, str] | None:
-    """A non-loopback interface of this machine with its IPv4 address."""
-    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        f = line.split()
-        if f[1] != "lo":
-            return f[1], f[3].split("/")[0]
-    return None
 
 
 def test_address_positions_get_placeholders_and_nothing_else():
@@ -54,11 +45,8 @@ def _run(tmp_path, iface, me, hosts, argv, env_vars, env, wait="3"):
                           env={**os.environ, **env, "RCL_ADDR_WAIT_S": wait})
 
 
-def test_the_wrapper_substitutes_its_own_ip_and_a_published_peer(tmp_path):
-    found = _iface()
-    if found is None:
-        pytest.skip("no non-loopback IPv4 interface on this machine")
-    iface, ip = found
+def test_the_wrapper_substitutes_its_own_ip_and_a_published_peer(tmp_path, nic):
+    iface, ip = nic
     (tmp_path / "addr").mkdir()
     (tmp_path / "addr" / "nodeB").write_text("10.9.8.7\n")
     odd = "$(touch pwned) `x` ; 'q' \"d\" @rcl-ip:nodeB@"  # recipe text: substituted, never run
@@ -83,11 +71,8 @@ def test_no_address_on_the_interface_or_a_silent_peer_falls_back_to_the_hostname
 
 
 @pytest.mark.slurm
-def test_the_wrapper_under_srun_learns_the_node_name_from_slurm(tmp_path):
-    found = _iface()
-    if found is None:
-        pytest.skip("no non-loopback IPv4 interface on this machine")
-    iface, ip = found
+def test_the_wrapper_under_srun_learns_the_node_name_from_slurm(tmp_path, nic):
+    iface, ip = nic
     node = subprocess.run(["sinfo", "-h", "-o", "%n"], capture_output=True, text=True, timeout=30).stdout.split()[0]
     cmd = ["srun", "-N1", "-n1", "-J", "rcl-test-netaddr", "--time=1", "bash", "-c", netaddr.SCRIPT, netaddr.TAG,
            iface, str(tmp_path / "addr"), "", node, "MASTER_ADDR", *ECHO, "--master-addr", netaddr.token(node)]

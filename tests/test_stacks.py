@@ -198,19 +198,11 @@ def test_file_discovery_runs_no_etcd_or_nats(stack, corpus):
     assert wait_until(lambda: serves(g["endpoint"], model), timeout=30, what="a chat completion")
 
 
-def _iface() -> tuple[str, str] | None:
-    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
-    return next(((f[1], f[3].split("/")[0]) for f in map(str.split, out.splitlines()) if f[1] != "lo"), None)
-
-
-def test_network_interface_workers_learn_the_head_ip_at_launch_and_serve(stack, corpus):
+def test_network_interface_workers_learn_the_head_ip_at_launch_and_serve(stack, corpus, nic):
     """srtctl passes HEAD_NODE_IP as the head's IP on network_interface: the worker's step goes
     through the address script (reconciler.desired.netaddr), publishes its node's IP and starts dynamo.mocker
     with it; the stack serves as without."""
-    found = _iface()
-    if found is None:
-        pytest.skip("no non-loopback IPv4 interface")
-    iface, ip = found
+    iface, ip = nic  # as root its own veth: the address is one nothing else on the host has
     h = stack
     h.config(network_interface=f"nosuch0,{iface}")
     name, f = copy_recipe(h, corpus, "srt-slurm-v2/mocker/dynamo-agg.yaml")
