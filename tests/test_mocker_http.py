@@ -104,23 +104,39 @@ def test_health_is_503_until_startup_time_passes(tmp_path):
         proc.stop()
 
 
-def _fire(url, n, body):
-    threads = [threading.Thread(target=post, args=(url + "/v1/completions", body), daemon=True) for _ in range(n)]
+def _fire(url, n, body, results: list | None = None):
+    """``n`` completions in threads; each one's (status, body) lands in ``results``."""
+    out = results if results is not None else []
+
+    def one() -> None:
+        out.append(post(url + "/v1/completions", body, timeout=90))
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(n)]
     for t in threads:
         t.start()
     return threads
+
+
+def _finished(threads: list, results: list, n: int, max_tokens: int) -> None:
+    """Every request answered 200 with a whole completion of ``max_tokens`` tokens."""
+    for t in threads:
+        t.join(90)
+    assert not any(t.is_alive() for t in threads), "a request did not finish"
+    assert [r[0] for r in results] == [200] * n, results
+    assert [json.loads(r[1])["usage"]["completion_tokens"] for r in results] == [max_tokens] * n
 
 
 def test_request_beyond_max_num_seqs_waits(tmp_path):
     s = 3
     proc, url = start_mocker(tmp_path, "--speedup-ratio", "1", "--max-num-seqs", str(s))
     try:
-        threads = _fire(url, s + 1, {"prompt": "wait for me", "max_tokens": 300})
+        results: list = []
+        threads = _fire(url, s + 1, {"prompt": "wait for me", "max_tokens": 300}, results)
         wait_until(lambda: metric(url, "vllm:num_requests_running") == s and metric(url, "vllm:num_requests_waiting") == 1,
                    timeout=15, what=f"{s} running and 1 waiting")
-        for t in threads:
-            t.join(60)
-        wait_until(lambda: metric(url, "vllm:num_requests_running") == 0, what="drained")
+        _finished(threads, results, s + 1, 300)  # the one that waited was served in full too
+        assert metric(url, "vllm:num_requests_running") == 0 and metric(url, "vllm:num_requests_waiting") == 0
+        assert metric(url, "vllm:request_success_total") == s + 1
     finally:
         proc.stop()
 
@@ -133,12 +149,12 @@ def test_kv_exhaustion_causes_counted_preemptions(tmp_path):
                              "--no-enable-prefix-caching")
     try:
         body = {"prompt": "one two three four five", "max_tokens": 20}
-        first = _fire(url, 1, body)
+        results: list = []
+        first = _fire(url, 1, body, results)
         wait_until(lambda: metric(url, "vllm:num_requests_running") == 1, timeout=15, what="the first running")
-        second = _fire(url, 1, body)
+        second = _fire(url, 1, body, results)
         wait_until(lambda: metric(url, "vllm:num_preemptions_total") > 0, timeout=30, what="a preemption")
-        for t in first + second:
-            t.join(60)
+        _finished(first + second, results, 2, 20)  # preempted, yet both completed in full
         assert metric(url, "vllm:request_success_total") == 2
     finally:
         proc.stop()
@@ -158,7 +174,8 @@ def test_hang_after_stays_alive_but_stops_answering(tmp_path):
     proc, url = start_mocker(tmp_path, "--hang-after", "0.5")
     try:
         wait_until(lambda: "FATAL mocker: simulated engine hang" in proc.output(), timeout=10, what="fatal line")
-        with pytest.raises(OSError):  # a timeout: the process is alive but silent
+        # a timeout, not a refused or closed connection: the process listens, accepts, and is silent
+        with pytest.raises(TimeoutError):
             get(url + "/health", timeout=1)
         assert proc.p.poll() is None
     finally:

@@ -59,14 +59,21 @@ def test_balances_streams_and_follows_endpoint_file_changes(router, tmp_path):
         assert status == 200 and ev[-1] == "[DONE]" and len(ev) == 6  # 4 tokens + final + DONE
         write_endpoints(ep, [{"url": aurl, "role": "agg"}, {"url": burl, "role": "agg", "extra": 1}])
         wait_workers(url, agg=2)
-        threads = [threading.Thread(target=post, args=(url + "/v1/completions", {"prompt": "x", "max_tokens": 20}))
-                   for _ in range(16)]
+        results: list = []
+
+        def one() -> None:
+            results.append(post(url + "/v1/completions", {"prompt": "x", "max_tokens": 20}))
+
+        threads = [threading.Thread(target=one) for _ in range(16)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(30)
+        assert [r[0] for r in results] == [200] * 16, results
+        assert all(json.loads(r[1])["usage"]["completion_tokens"] == 20 for r in results), results
         served_a = metric(aurl, "vllm:request_success_total")
         served_b = metric(burl, "vllm:request_success_total")
+        assert served_a + served_b == 1 + 16, (served_a, served_b)  # the stream before, then all 16 once
         assert served_b > 0 and served_a > 1, (served_a, served_b)  # both got traffic
     finally:
         a.stop()
