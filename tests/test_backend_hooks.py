@@ -97,7 +97,19 @@ def test_per_role_engines_each_bring_their_groups():
 
 
 def test_every_engine_declares_its_groups():
-    assert all(cls.process_exporter_groups for cls in BACKENDS.values())
+    """Each engine's groups are ones a process exporter can use (a unique name, and compiling
+    cmdline regexes or comm names), and each engine is among RECIPES or the tilert example, so
+    its groups are checked above against the argv the reconciler renders for it."""
+    seen: set[str] = set()
+    for engine, cls in BACKENDS.items():
+        assert cls.process_exporter_groups, engine
+        for g in cls.process_exporter_groups:
+            assert g.name and g.name not in seen and (g.cmdline or g.comm), (engine, g)
+            seen.add(g.name)
+            for pattern in g.cmdline:
+                re.compile(pattern)
+    checked = {recipe(body).backend.type for body in RECIPES.values()} | {"tilert"}
+    assert set(BACKENDS) <= checked, f"engines whose groups no test matches to a rendered argv: {set(BACKENDS) - checked}"
 
 
 def test_render_prints_the_group_file(tmp_path):

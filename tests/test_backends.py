@@ -14,6 +14,7 @@ from conftest import ROOT
 from reconciler.errors import RecipeError
 from reconciler.desired.admission import load_recipe, load_text
 from reconciler.desired.render import as_rows, render_units
+from rendered import assert_renders_its_workers
 
 STATE = Path("/st")
 
@@ -405,7 +406,8 @@ def test_every_valid_corpus_recipe_renders(corpus):
             recipe = load_recipe(f).recipe
         except RecipeError:
             continue
-        assert as_rows(render_units(recipe, None, STATE)), f
+        units = render_units(recipe, None, STATE)
+        assert_renders_its_workers(recipe, units, f)
         n += 1
     assert n > 500
 

@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from conftest import ROOT, write
+from schema_check import problems as schema_problems
 
 
 def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -69,6 +72,22 @@ def test_schema_is_json_schema_that_describes_recipes():
     assert s["additionalProperties"] is False
     assert {"name", "model", "roles", "engine", "reconcile"} <= set(s["properties"])
     assert "MockerEngine" in s["$defs"]
+    # it describes recipes: the project's own manifests validate against it, with nothing left over
+    manifests = sorted((ROOT / "manifests").glob("*.yaml"))
+    assert manifests
+    for f in manifests:
+        assert schema_problems(yaml.safe_load(f.read_text()), s) == [], f
+    good = {"name": "g", "model": {"path": "/m"}, "engine": {"type": "mocker", "speedup_ratio": 10},
+            "resources": {"gpus_per_node": 8}, "roles": {"prefill": {"workers": 1, "gpus": 1},
+                                                         "decode": {"workers": 2, "gpus": 1}},
+            "frontend": {"type": "builtin"}, "reconcile": {"rollout": {"max_surge": 1}}}
+    assert schema_problems(good, s) == []
+    # and refuses what the reconciler refuses: an unknown key, a wrong type, a count out of range
+    assert any("unknown key 'bogus'" in p for p in schema_problems({**good, "bogus": 1}, s))
+    assert any("$.resources.gpus_per_node" in p for p in
+               schema_problems({**good, "resources": {"gpus_per_node": "eight"}}, s))
+    assert any("$.roles.decode.workers" in p for p in
+               schema_problems({**good, "roles": {"decode": {"workers": -1, "gpus": 1}}}, s))
 
 
 def test_every_problem_of_a_file_is_listed_with_its_key_and_line(tmp_path):

@@ -10,6 +10,7 @@ from pathlib import Path
 from reconciler.errors import RecipeError
 from reconciler.desired.admission import load_file
 from reconciler.desired.render import render_units
+from rendered import assert_renders_its_workers
 
 
 def _walk(root):
@@ -43,7 +44,7 @@ def test_corpus_validates_or_names_unsupported_feature(corpus, summary):
         valid += len(loaded)
         for lr in loaded:
             units = render_units(lr.recipe, None, Path("/state"))
-            assert units, f"{f} [{lr.recipe.name}] renders no process"
+            assert_renders_its_workers(lr.recipe, units, f"{f} [{lr.recipe.name}]")
             rendered += 1
     lines = [f"corpus: {len(files)} files ({variant_files} sweep/override), {deployments} deployments after "
              f"expansion, {valid} valid, {rendered} rendered, {sum(rejected.values())} refused"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 
@@ -240,6 +241,26 @@ def test_errors_are_located(data, key, fragment):
 
 # --- the corpus -----------------------------------------------------------------------------------
 
+def _sections(data: dict) -> int:
+    return sum(1 for k in data if str(k).startswith(("override_", "zip_override_")))
+
+
+def _jobs(data: dict) -> int | None:
+    """How many jobs srtctl makes of the file, counted from its text where that is plain: a
+    top-level sweep (every combination, or the zipped lists' length), or override_ sections
+    without sweeps or zips of their own (one each). None: only "one per section at least" holds."""
+    sweep = data.get("sweep")
+    if isinstance(sweep, dict) and "base" not in data:
+        params = sweep["parameters"] if "parameters" in sweep else {k: v for k, v in sweep.items() if k != "mode"}
+        lengths = [len(v) for v in params.values()]
+        return lengths[0] if sweep.get("mode") == "zip" else math.prod(lengths)
+    sections = [v for k, v in data.items() if str(k).startswith(("override_", "zip_override_"))]
+    if "base" in data and all(str(k).startswith("override_") or not str(k).startswith("zip_override_") for k in data) \
+            and "sweep" not in data["base"] and not any(isinstance(v, dict) and "sweep" in v for v in sections):
+        return len(sections)
+    return None
+
+
 def test_every_variant_file_in_the_corpus_expands(corpus):
     files = sorted(p for sub in ("srt-slurm-v1", "srt-slurm-v2") for p in (corpus / sub).rglob("*.yaml"))
     variant_files = 0
@@ -249,7 +270,8 @@ def test_every_variant_file_in_the_corpus_expands(corpus):
             continue
         variant_files += 1
         out = expand(data, str(f))
-        assert out, f
+        assert len(out) == _jobs(data) if _jobs(data) else len(out) >= _sections(data), (f, [n for n, _ in out])
+        assert len({name for name, _ in out}) == len(out), f"{f}: two variants share a name"
         for name, recipe in out:
             assert isinstance(name, str) and name and recipe["name"] == name, f
             assert not any(k in ("sweep", "base") or str(k).startswith(("override_", "zip_override_"))
