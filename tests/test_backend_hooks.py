@@ -108,7 +108,7 @@ def test_every_engine_declares_its_groups():
             seen.add(g.name)
             for pattern in g.cmdline:
                 re.compile(pattern)
-    checked = {recipe(body).backend.type for body in RECIPES.values()} | {"tilert"}
+    checked = {recipe(body).engine.type for body in RECIPES.values()} | {"tilert"}
     assert set(BACKENDS) <= checked, f"engines whose groups no test matches to a rendered argv: {set(BACKENDS) - checked}"
 
 

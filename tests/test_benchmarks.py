@@ -111,7 +111,7 @@ def test_benchmark_runs_at_its_smallest_size(script, tmp_path, summary):
 def test_health_farm_answers_as_engine_and_router():
     """tick.py's stand-in: 200 "ok" for an engine's /health, and the router's life probe answered
     with the life it names, which is what the reconciler's probe requires of a router."""
-    from reconciler.probe import probe_life, probe_one
+    from reconciler.shell.probe import probe_life, probe_one
 
     p = subprocess.Popen([sys.executable, str(BENCH / "health_farm.py")], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True, bufsize=1)
