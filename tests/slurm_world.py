@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from reconciler import hostlist, labels
+from reconciler import hostlist
 from reconciler.drivers.base import step_paths, wrapped_argv
 from reconciler.drivers.slurm import JOB_FIELDS, SEP, SlurmDriver, srun_argv
 from reconciler.desired.units import Launch, Unit
@@ -118,7 +118,3 @@ class RecordingSlurm(SlurmDriver):
 def _stamp(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
 
-
-def ours(drv: RecordingSlurm) -> int:
-    """How many of the listed jobs are the reconciler's (as the driver's parser reads them)."""
-    return sum(1 for r in drv.jobs.values() if labels.parse_job(r["Name"], r["Comment"], drv.owner))
