@@ -22,7 +22,7 @@ from pathlib import Path
 from reconciler import hostlist
 from reconciler.drivers.base import step_paths, wrapped_argv
 from reconciler.drivers.slurm import JOB_FIELDS, SEP, SlurmDriver, srun_argv
-from reconciler.desired.units import Launch, Unit
+from reconciler.world import Launch, Unit
 
 FOREIGN = "4242"  # the user's own interactive job: squeue -u lists it, the reconciler must leave it
 
