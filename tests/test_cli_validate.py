@@ -72,10 +72,10 @@ def test_schema_is_json_schema_that_describes_recipes():
     assert s["additionalProperties"] is False
     assert {"name", "model", "roles", "engine", "reconcile"} <= set(s["properties"])
     assert "MockerEngine" in s["$defs"]
-    # it describes recipes: the project's own manifests validate against it, with nothing left over
-    manifests = sorted((ROOT / "manifests").glob("*.yaml"))
-    assert manifests
-    for f in manifests:
+    # it describes recipes: the project's own examples validate against it, with nothing left over
+    examples = sorted((ROOT / "examples").glob("*.yaml"))
+    assert examples
+    for f in examples:
         assert schema_problems(yaml.safe_load(f.read_text()), s) == [], f
     good = {"name": "g", "model": {"path": "/m"}, "engine": {"type": "mocker", "speedup_ratio": 10},
             "resources": {"gpus_per_node": 8}, "roles": {"prefill": {"workers": 1, "gpus": 1},
