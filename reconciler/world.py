@@ -12,6 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 from collections.abc import Mapping
 
 
@@ -134,8 +135,9 @@ class Alloc:
     state: str  # PENDING, RUNNING, COMPLETING, ...
     reason: str = ""
     nodes: tuple[str, ...] = ()
-    time_left: str = ""  # squeue's TimeLeft (UNLIMITED, 29:58, 1-00:00:00); informational
+    time_left: str = ""  # squeue's TimeLeft (UNLIMITED, 29:58, 1-00:00:00), read each tick: the hand-over's clock
     submitted: float | None = None  # squeue's SubmitTime (epoch): how long a pending one has waited
+    time_limit: str = ""  # squeue's TimeLimit: the limit Slurm granted (with --time-min, maybe less than asked)
 
     @property
     def running(self) -> bool:
@@ -240,6 +242,11 @@ class Observed:
     health: Mapping[tuple[str, str, int], UnitHealth] = field(default_factory=dict)
     action_failures: Mapping[str, ActionFailures] = field(default_factory=dict)  # recipe -> its failed actions
     previous_ready: Mapping[tuple[str, str, int], bool] = field(default_factory=dict)  # unit key -> its old life's probe
+    # job id -> (when the job must be gone, why) before its time limit: a reservation over its nodes,
+    # its node quarantined (shell/slurm_watch.py); the hand-over counts it as the job's end
+    deadlines: Mapping[str, tuple[float, str]] = field(default_factory=dict)
+    # job id -> core.plan.pending.PendingInfo: Slurm's reason and expected start of a pending allocation
+    pending: Mapping[str, Any] = field(default_factory=dict)
 
     @cached_property
     def _index(self) -> dict[str, tuple[list[Alloc], list[Step]]]:
@@ -274,7 +281,9 @@ class AllocSpec:
     account: str | None = None
     time_limit: str | None = None
     directives: tuple[tuple[str, str], ...] = ()
-    exclude: tuple[str, ...] = ()  # suspect nodes (core/plan/nodes.py): the executor sets them at submit
+    exclude: tuple[str, ...] = ()  # suspect, quarantined, reserved nodes: the executor sets them at submit
+    time_min: str | None = None  # sbatch --time-min (slurm.time_min)
+    reservation: str | None = None  # sbatch --reservation (slurm.reservation)
 
 
 @dataclass(frozen=True)

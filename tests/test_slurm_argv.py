@@ -17,7 +17,8 @@ LOG = Path("/s/r/logs/alloc-0.out")
 def test_squeue_formats():
     assert squeue_jobs_argv("alice") == [
         "squeue", "-h", "-u", "alice", "-O",
-        f"JobId:{SEP},Name:{SEP},State:{SEP},Reason:{SEP},NodeList:{SEP},NumNodes:{SEP},Comment:{SEP},TimeLeft:{SEP},SubmitTime:{SEP}",
+        f"JobId:{SEP},Name:{SEP},State:{SEP},Reason:{SEP},NodeList:{SEP},NumNodes:{SEP},Comment:{SEP},TimeLeft:{SEP},SubmitTime:{SEP},"
+        f"TimeLimit:{SEP}",
     ]
     assert squeue_steps_argv("alice") == ["squeue", "-h", "-s", "-u", "alice", "-o", f"%i{SEP}%j{SEP}%N"]
 
@@ -44,6 +45,13 @@ def test_sbatch_full_and_directives_cannot_take_over_the_labels():
         "--exclusive", "--mem=0",
         "--wrap", "exec sleep infinity",
     ]
+
+
+def test_sbatch_time_min_and_reservation():
+    spec = AllocSpec("r", 0, 0, 1, 0, time_limit="04:00:00", time_min="1:00:00", reservation="maint,gpu_pool")
+    argv = sbatch_argv(spec, "me", LOG)
+    assert argv[argv.index("--time=04:00:00") + 1:][:2] == ["--time-min=1:00:00", "--reservation=maint,gpu_pool"]
+    assert not [a for a in sbatch_argv(AllocSpec("r", 0, 0, 1, 0), "me", LOG) if a.startswith(("--time", "--res"))]
 
 
 def test_sbatch_excludes_suspect_nodes_with_the_recipes_own():
@@ -124,3 +132,34 @@ def test_parse_jobs_reads_time_left_and_the_submit_time_in_local_time():
     assert a.submitted == time.mktime((2026, 12, 4, 2, 46, 20, 0, 0, -1))
     (b,) = parse_jobs(line.replace("2026-12-04T02:46:20", "N/A"), "me")
     assert b.submitted is None
+
+
+def test_parse_jobs_reads_the_granted_time_limit():
+    line = SEP.join(["42", "rcl:me:r:a0", "RUNNING", "None", "n1", "1",
+                     "reconciler/v1 owner=me recipe=r alloc=0 start=0 nodes=1", "4:10", "N/A", "5:00"]) + SEP
+    (a,) = parse_jobs(line, "me")
+    assert (a.time_left, a.time_limit) == ("4:10", "5:00")
+
+
+def test_slow_queries_argv_and_parsers():
+    import time
+
+    from reconciler.core.plan.reservations import Reservation
+    from reconciler.drivers import slurm_queue as q
+
+    assert q.reservations_argv() == ["scontrol", "-o", "show", "reservation"]
+    assert q.sinfo_nodes_argv(None) == ["sinfo", "-h", "-N", "-o", "%N"]
+    assert q.sinfo_nodes_argv("gpu") == ["sinfo", "-h", "-N", "-o", "%N", "--partition=gpu"]
+    assert q.squeue_start_argv("alice") == ["squeue", "--start", "-h", "-t", "PENDING", "-u", "alice", "-o",
+                                            f"%i{SEP}%S{SEP}%r"]
+    text = ("ReservationName=maint StartTime=2030-01-01T00:00:00 EndTime=2030-01-01T00:01:00 Duration=00:01:00 "
+            "Nodes=rnode[1-2] NodeCnt=2 CoreCnt=64 Features=(null) PartitionName=(null) Flags=MAINT,IGNORE_JOBS "
+            "TRES=cpu=64 Users=nobody Groups=(null) Accounts=(null) Licenses=(null) State=INACTIVE\n"
+            "ReservationName=broken StartTime=Unknown EndTime=x Nodes=a\n")
+    t0 = time.mktime((2030, 1, 1, 0, 0, 0, 0, 0, -1))
+    assert q.parse_reservations(text) == [Reservation("maint", t0, t0 + 60, frozenset({"rnode1", "rnode2"}),
+                                                      frozenset({"nobody"}), frozenset(),
+                                                      frozenset({"MAINT", "IGNORE_JOBS"}))]
+    assert q.parse_sinfo_nodes("rnode1\nrnode2\nrnode1\n") == ["rnode1", "rnode2"]
+    assert q.parse_starts(f"12{SEP}2030-01-01T00:00:00{SEP}Resources\n13{SEP}N/A{SEP}Priority\n") == {
+        "12": (t0, "Resources"), "13": (None, "Priority")}

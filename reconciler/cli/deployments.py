@@ -89,6 +89,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
             "error": invalid, "waitingForAllocation": queued.get(name),
             "reason": reason or ("InvalidSpec" if invalid else None), "reasonMessage": why,
             "nodes": sorted({n for w in st["workers"] for n in w["nodes"]}),
+            "pendingAllocations": st.get("pendingAllocations", []),
         })
     return rows
 

@@ -44,15 +44,21 @@ def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: st
         wait = waits.get(w["name"])
         w["waiting"] = f"{wait.reason.value}: {wait.detail}" if wait and wait.detail else (
             wait.reason.value if wait else None)
+    o = snap.observed
     allocs = [{"job": a.job_id, "index": a.index, "state": a.state, "reason": a.reason, "nodes": list(a.nodes),
-               "timeLeft": a.time_left or None} for a in snap.observed.allocs_of(name)]
+               "timeLeft": a.time_left or None, "timeLimit": a.time_limit or None,
+               **({"endsBy": iso(o.deadlines[a.job_id][0]), "endsWhy": o.deadlines[a.job_id][1]}
+                  if a.job_id in o.deadlines else {}),
+               **(o.pending[a.job_id].doc(snap.now) if a.job_id in o.pending else {})}
+              for a in o.allocs_of(name)]
     return {"name": name, "phase": st.get("phase", "Unknown"), "endpoint": st.get("endpoint"),
             "suspended": bool((d := snap.desired.recipes.get(name)) and d.suspended),
             "error": snap.manifests.invalid.get(name) or snap.desired.held.get(name),
             "conditions": st.get("conditions", []), "units": st.get("workers", []), "allocations": allocs,
             "events": operate.read_events(Path(state), name)[-20:],
             "lastAllocationLost": sd.read_json(sd.recipe_dir(name) / "allocation-lost.json", None,
-                                               lambda x: isinstance(x, dict))}
+                                               lambda x: isinstance(x, dict)),
+            "quarantinedNodes": {n: {"until": iso(q.until), "why": q.why} for n, q in ctl.slurm.quarantined.items()}}
 
 
 @click.command()
@@ -98,7 +104,14 @@ def describe(name: str, manifests: str, state: str, driver: str | None, port_ran
         click.echo(f"  job {a['job']} (allocation {a['index']}): {a['state']}"
                    + (f", reason {a['reason']}" if a["reason"] and a["reason"] != "None" else "")
                    + (f", nodes {','.join(a['nodes'])}" if a["nodes"] else "")
-                   + (f", time left {a['timeLeft']}" if a["timeLeft"] else ""))
+                   + (f", time left {a['timeLeft']}" if a["timeLeft"] else "")
+                   + (f" of {a['timeLimit']} granted" if a.get("timeLimit") and a["timeLeft"] else ""))
+        if a.get("endsWhy"):
+            click.echo(f"    must end by {a['endsBy']}: {a['endsWhy']}")
+        if a.get("message"):  # pending: Slurm's reason in words and its expected start
+            click.echo(f"    {a['message']}")
+    for node, q in doc["quarantinedNodes"].items():
+        click.echo(f"  node {node} quarantined until {q['until']}: {q['why']}")
     if doc["lastAllocationLost"]:
         lost = doc["lastAllocationLost"]
         click.echo(f"  last lost: {lost['message']} (at {lost['at']})")

@@ -146,5 +146,6 @@ def _spec(recipe: Recipe, index: int, start: int, count: int, gpus: int) -> Allo
     return AllocSpec(
         recipe=recipe.name, index=index, start=start, count=count, gpus_per_node=gpus,
         partition=recipe.slurm.partition, account=recipe.slurm.account, time_limit=recipe.slurm.time_limit,
+        time_min=recipe.slurm.time_min, reservation=recipe.slurm.reservation,
         directives=tuple(sorted(recipe.sbatch_directives.items())),
     )

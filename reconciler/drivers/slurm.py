@@ -10,13 +10,16 @@ from collections import Counter
 from pathlib import Path
 
 from reconciler import hostlist, labels
+from reconciler.drivers import slurm_queue as queue
 from reconciler.drivers.base import DriverError, rotate, step_paths, wrapped_argv
+from reconciler.core.plan.reservations import Reservation
 from reconciler.world import Launch, Unit
 from reconciler.world import Alloc, AllocSpec, Step
 from reconciler.recipe.types import SBATCH_OWNED
 
 SEP = "\x1f"  # unit separator: cannot appear in names we create, unlikely in anyone's
-JOB_FIELDS = ["JobId", "Name", "State", "Reason", "NodeList", "NumNodes", "Comment", "TimeLeft", "SubmitTime"]
+JOB_FIELDS = ["JobId", "Name", "State", "Reason", "NodeList", "NumNodes", "Comment", "TimeLeft", "SubmitTime",
+              "TimeLimit"]
 CORE_FIELDS = 7  # a line without TimeLeft and SubmitTime (an older squeue) still parses
 TIMEOUT = 60
 # squeue prints times as the user's SLURM_TIME_FORMAT says (%s, relative...): ours parses ISO
@@ -35,9 +38,10 @@ class SlurmDriver:
         self._children: list[subprocess.Popen] = []
 
     # ---------------------------------------------------------------- helpers
-    def _run(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
+    def _run(self, argv: list[str], check: bool = True, verb: str | None = None) -> subprocess.CompletedProcess:
         self.commands += 1
-        self.tally[(argv[0], False)] += 1  # until it answers
+        verb = verb or argv[0]
+        self.tally[(verb, False)] += 1  # until it answers
         try:
             r = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
                                env=SLURM_ENV)
@@ -46,8 +50,8 @@ class SlurmDriver:
         except subprocess.TimeoutExpired:
             raise DriverError(f"{argv[0]} did not answer within {TIMEOUT}s") from None
         if r.returncode == 0:
-            self.tally[(argv[0], False)] -= 1
-            self.tally[(argv[0], True)] += 1
+            self.tally[(verb, False)] -= 1
+            self.tally[(verb, True)] += 1
         if check and r.returncode != 0:
             raise DriverError(f"{' '.join(argv[:2])} failed (exit {r.returncode}): {r.stderr.strip() or r.stdout.strip()}")
         return r
@@ -111,6 +115,18 @@ class SlurmDriver:
         """The nodes of ``partition`` (None: the default one), or None when Slurm does not say."""
         r = self._run(["scontrol", "-o", "show", "partition", *([partition] if partition else [])], check=False)
         return parse_partition_nodes(r.stdout, partition) if r.returncode == 0 else None
+    def reservations(self) -> list[Reservation]:
+        """Every reservation slurmctld knows (asked at a slow pace: shell/slurm_watch.py)."""
+        r = self._run(queue.reservations_argv(), check=False, verb="scontrol-reservations")
+        return queue.parse_reservations(r.stdout) if r.returncode == 0 else []
+
+    def pending_starts(self, job_ids: list[str]) -> dict[str, tuple[float | None, str]]:
+        """job id -> (Slurm's expected start, its reason) for pending jobs: ``squeue --start``."""
+        if not job_ids:
+            return {}
+        r = self._run(queue.squeue_start_argv(self.user), check=False, verb="squeue-start")
+        starts = queue.parse_starts(r.stdout) if r.returncode == 0 else {}
+        return {j: starts[j] for j in job_ids if j in starts}
 
     def reap(self) -> None:
         self._children = [p for p in self._children if p.poll() is None]
@@ -149,6 +165,10 @@ def sbatch_argv(spec: AllocSpec, owner: str, log: Path) -> list[str]:
         argv.append(f"--account={spec.account}")
     if spec.time_limit:
         argv.append(f"--time={spec.time_limit}")
+    if spec.time_min:  # backfill may start it sooner with a shorter limit: squeue's TimeLimit says which
+        argv.append(f"--time-min={spec.time_min}")
+    if spec.reservation:
+        argv.append(f"--reservation={spec.reservation}")
     exclude = list(spec.exclude)
     for k, v in spec.directives:
         if k == "exclude":  # the recipe's own exclusions join the suspect nodes in one --exclude
@@ -224,12 +244,13 @@ def parse_jobs(text: str, owner: str) -> list[Alloc]:
         job_id, name, state, reason, nodelist, _num, comment = (x.strip() for x in f[:CORE_FIELDS])
         time_left = f[CORE_FIELDS].strip() if len(f) > CORE_FIELDS else ""
         submitted = parse_submit_time(f[CORE_FIELDS + 1]) if len(f) > CORE_FIELDS + 1 else None
+        granted = f[CORE_FIELDS + 2].strip() if len(f) > CORE_FIELDS + 2 else ""
         lab = labels.parse_job(name, comment, owner)
         if lab is None:
             continue  # not ours: never touched
         nodes = tuple(hostlist.expand(nodelist)) if state == "RUNNING" else ()
         out.append(Alloc(job_id, lab.recipe, lab.index, lab.start, lab.count, state, reason, nodes, time_left,
-                         submitted))
+                         submitted, granted))
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from aiohttp import web
@@ -32,6 +33,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--startup-time", type=float, default=0.0, help="seconds /health answers 503 before 200")
     p.add_argument("--crash-after", type=float, default=None, help="fault: print a FATAL line and exit 3 after SEC")
+    p.add_argument("--crash-on-nodes", default=None,
+                   help="faults apply only on these Slurm nodes (comma list; $SLURMD_NODENAME): a node-bound failure")
     p.add_argument("--hang-after", type=float, default=None, help="fault: print a FATAL line and stop answering after SEC")
     args = p.parse_args(argv)
     for name in ("num_gpu_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
@@ -50,8 +53,11 @@ def main(argv: list[str] | None = None) -> None:
         max_num_batched_tokens=a.max_num_batched_tokens, enable_prefix_caching=a.enable_prefix_caching,
         max_model_len=a.max_model_len,
     )
+    here = os.environ.get("SLURMD_NODENAME", "")
+    # a node-bound fault (a bad GPU, a broken mount): elsewhere the engine is healthy
+    faulty = a.crash_on_nodes is None or here in a.crash_on_nodes.split(",")
     scfg = ServerConfig(host=a.host, port=a.port, model_name=a.model_name, startup_time=a.startup_time,
-                        crash_after=a.crash_after, hang_after=a.hang_after, request_timeout=a.request_timeout,
+                        crash_after=a.crash_after if faulty else None, hang_after=a.hang_after if faulty else None, request_timeout=a.request_timeout,
                         model_path=a.model_path)
     vocab, which = vocabulary(a.model_path)
     server = MockerServer(scfg, ecfg, vocab)

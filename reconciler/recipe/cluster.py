@@ -55,6 +55,7 @@ class ClusterConfig(Strict):
     default_account: str | None = None
     default_partition: str | None = None
     default_time_limit: str | None = None
+    default_time_min: str | None = None  # ours: slurm.time_min for recipes that do not set it
     gpus_per_node: int | None = Field(None, ge=1, le=64)
     default_gpu_type: str | None = None
     network_interface: str | None = None
@@ -97,7 +98,7 @@ class ClusterConfig(Strict):
 
 # keys this reconciler reads; the rest are srtctl's and reported as carried
 ACTED_ON = frozenset({
-    "default_account", "default_partition", "default_time_limit", "gpus_per_node", "default_gpu_type",
+    "default_account", "default_partition", "default_time_limit", "default_time_min", "gpus_per_node", "default_gpu_type",
     "default_sbatch_directives", "model_paths", "containers", "default_mounts",
     "host_runtime", "default_srun_options", "preflight", "discovery", "visible_devices_env", "network_interface",
     "srtctl_root", "default_bash_preamble",
@@ -174,6 +175,7 @@ def apply(data: dict[str, Any], cluster: Cluster | None) -> tuple[dict[str, Any]
     default("slurm", "account", c.default_account)
     default("slurm", "partition", c.default_partition)
     default("slurm", "time_limit", c.default_time_limit)
+    _default_time_min(d, c.default_time_min, notes)
     default("resources", "gpus_per_node", c.gpus_per_node)
     default("resources", "gpu_type", c.default_gpu_type)
     model = d.get("model")
@@ -233,3 +235,20 @@ def _resolve_containers(node: Any, aliases: dict[str, str], path: tuple, notes: 
     elif isinstance(node, list):
         for i, v in enumerate(node):
             _resolve_containers(v, aliases, (*path, i), notes)
+
+
+def _default_time_min(d: dict, value: str | None, notes: list[str]) -> None:
+    """The cluster's default --time-min, for a recipe that sets none; not for one whose own time
+    limit is shorter (the default is the site's, the limit the recipe's: the recipe wins)."""
+    from reconciler.timefmt import slurm_seconds
+
+    sec = d.setdefault("slurm", {})
+    if value is None or not isinstance(sec, dict) or sec.get("time_min") is not None:
+        return
+    low, high = slurm_seconds(value), slurm_seconds(str(sec["time_limit"])) if sec.get("time_limit") else None
+    if low is not None and high is not None and low > high:
+        notes.append(f"slurm.time_min from the cluster config ({value}) not used: longer than the recipe's "
+                     f"time limit {sec['time_limit']}")
+        return
+    sec["time_min"] = value
+    notes.append(f"slurm.time_min from the cluster config: {value}")

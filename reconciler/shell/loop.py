@@ -33,6 +33,7 @@ from reconciler.shell.record import record
 from reconciler.shell.snapshot import Snapshot
 from reconciler.shell.metrics import Metrics
 from reconciler.shell.nodes import NodeWatch
+from reconciler.shell.slurm_watch import SlurmWatch
 from reconciler.drivers.state import StateDir, suspended_names
 from reconciler.shell.tickfail import TickHealth
 from reconciler.shell.lease import wait_for_lease
@@ -62,6 +63,7 @@ class Controller:
         self.observer = Observer(self.state, driver)
         self.executor = Executor(self.state, driver, self.observer)
         self.nodes = NodeWatch(self.state, driver)  # suspect nodes after a node failure
+        self.slurm = SlurmWatch(self.state, driver)  # reservations, pending explanations, quarantine
         self.metrics: Metrics | None = None  # run --metrics-addr
         self.ui = None  # run --ui-addr: reconciler.ui.StatusUI, handed each tick's result
         self._live_allocs: dict[str, Alloc] = {}  # last tick's live allocations (to notice one lost)
@@ -132,8 +134,11 @@ class Controller:
                                 self._desired_cache, self.allow_empty, hold=unusable,
                                 suspended=suspended_names(self.state.root))
         ready, health = self.observer.health(desired, facts.steps, now)
+        self.slurm.refresh(facts.allocs, desired, now)  # the slow questions, only when due
         observed = Observed(facts.allocs, facts.steps, ready, health, dict(self.executor.failures),
-                            self.observer.previous_ready(desired, facts.steps))
+                            self.observer.previous_ready(desired, facts.steps),
+                            self.slurm.deadlines(facts.allocs, desired, self.nodes.excluded(), now),
+                            self.slurm.pending(facts.allocs))
         p = plan(desired, observed, now)
         release_unused(ports, desired, observed, p.refused_prune)
         return Snapshot(m, desired, observed, p, ports, reassigned, facts.failed_launches, now)
@@ -153,10 +158,13 @@ class Controller:
         self._cancelled |= self.nodes.release_requeued(self._live_allocs, snap.observed.allocs, snap.now)
         self._note_lost_allocations(snap)
         self.nodes.tick(snap.now)
-        self.executor.exclusion = self.nodes.exclusion_for
-        self._cancelled |= self.nodes.release_stale(snap.observed.allocs, self.executor.submitted_excluding)
+        self.executor.exclusion = lambda spec: self.slurm.exclude_for(spec, self.nodes.exclusion_for(spec), snap.now)
+        wished = {*self.nodes.excluded(), *self.slurm.quarantined, *(n for r in self.slurm.reservations for n in r.nodes)}
+        self._cancelled |= self.nodes.release_stale(snap.observed.allocs, self.executor.submitted_excluding, wished)
         done = self.executor.execute(snap.plan)
         self._cancelled |= {a.job_id for a in done if isinstance(a, CancelAlloc)}
+        self.slurm.failures(done, snap.observed, [f.step for f in snap.failed_launches], snap.now)
+        self.slurm.note(snap.observed.pending, snap.observed.deadlines, snap.observed.allocs, snap.now)
         record(self.state, snap)
         self.ticks += 1
         self.actions_done += len(done)

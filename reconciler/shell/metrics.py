@@ -32,9 +32,12 @@ class Metrics:
                               ["recipe", "role"], registry=r)
         self.ready_after = Histogram("reconciler_launch_to_ready_seconds", "From a launch to the unit's Ready",
                                      ["role"], registry=r, buckets=READY_BUCKETS)
+        self.pending = Gauge("reconciler_pending_seconds", "Seconds the longest-waiting pending allocation of a "
+                             "deployment has waited in Slurm's queue (0: none pending)", ["recipe"], registry=r)
         self._launched: dict[tuple[str, str, int], float] = {}  # unit key -> when its launch was issued
         self._seen_commands: Tally = Tally()
         self._series: set[tuple[str, str, str]] = set()
+        self._pending_series: set[str] = set()
 
     def serve(self, addr: str) -> None:
         host, _, port = addr.rpartition(":")
@@ -68,6 +71,16 @@ class Metrics:
         for gone in self._series - series:  # a deleted recipe's series disappear with it
             self.workers.remove(*gone)
         self._series = series
+        waited: dict[str, float] = {name: 0.0 for name in snap.desired.recipes}
+        for a in snap.observed.allocs:
+            info = snap.observed.pending.get(a.job_id)
+            if info is not None and a.recipe in waited:
+                waited[a.recipe] = max(waited[a.recipe], info.waited(snap.now))
+        for name in self._pending_series - set(waited):
+            self.pending.remove(name)
+        for name, sec in waited.items():
+            self.pending.labels(name).set(sec)
+        self._pending_series = set(waited)
         for (name, role), n in restarts.items():
             self.restarts.labels(name, role).set(n)
         for a in done:

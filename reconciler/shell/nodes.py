@@ -92,15 +92,17 @@ class NodeWatch:
             done.add(job_id)
         return done
 
-    def release_stale(self, allocs: list[Alloc], excluding: dict[str, tuple[str, ...]]) -> set[str]:
-        """Cancel our pending allocations submitted excluding a node that is no longer suspect (the
-        plan submits them again with today's exclusion); ``excluding`` forgets jobs that left."""
+    def release_stale(self, allocs: list[Alloc], excluding: dict[str, tuple[str, ...]],
+                      wished: set[str] | None = None) -> set[str]:
+        """Cancel our pending allocations submitted excluding a node that no policy wants excluded any
+        more (``wished``: suspect, quarantined, reserved; default: the suspects) — the plan submits
+        them again with today's exclusion; ``excluding`` forgets jobs that left."""
         live = {a.job_id: a for a in allocs if a.live}
         for job in set(excluding) - set(live):
             del excluding[job]
         pending = {j: exc for j, exc in excluding.items() if live[j].state == "PENDING"}
         done = set()
-        for job in policy.stale_pending(pending, self.excluded()):
+        for job in policy.stale_pending(pending, tuple(sorted(wished)) if wished is not None else self.excluded()):
             a = live[job]
             try:
                 self.driver.cancel_alloc(job)
@@ -108,7 +110,7 @@ class NodeWatch:
                 log.warning("cannot release a pending allocation", job=job, error=str(e))
                 continue
             msg = (f"allocation {a.index} (job {job}) waits excluding {','.join(excluding[job])}, no longer all "
-                   f"suspect: released, submitted again with the current exclusion")
+                   f"suspect, quarantined or reserved: released, submitted again with the current exclusion")
             self.state.event("AllocationResubmitted", a.recipe, msg, job=job)
             del excluding[job]
             done.add(job)

@@ -29,6 +29,8 @@ def build_status(
     fe = next((r for r in rows if r["role"] == FRONTEND), None)
     pending_actions = rp.actions or rp.deferred
     suspended = bool(d and d.suspended)
+    # Slurm's reason in words and its expected start, per pending allocation (core/plan/pending.py)
+    pending = sorted((o.pending[a.job_id] for a in o.allocs_of(name) if a.job_id in o.pending), key=lambda p: p.index)
     conds = []
 
     def cond(kind: str, status: bool, reason: str, message: str) -> None:
@@ -52,6 +54,8 @@ def build_status(
     elif suspended:
         cond("Progressing", False, "Suspended", "suspended (reconcile.suspend or `reconciler suspend`): no actions "
              "are taken; what runs keeps running")
+    elif d.waiting and pending:
+        cond("Progressing", True, "AllocationPending", "; ".join(p.explain(now) for p in pending))
     elif d.waiting and d.pending_reason:
         cond("Progressing", True, "AllocationPending", d.pending_reason)
     elif d.waiting:
@@ -85,6 +89,7 @@ def build_status(
         "roles": role_counts(rp, rows),
         "endpoint": fe["url"] if fe else None,
         "workers": rows,
+        "pendingAllocations": [p.doc(now) for p in pending],
     }
 
 

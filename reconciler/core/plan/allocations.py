@@ -1,13 +1,15 @@
 """compute_allocations: submit what a recipe needs and does not have; release what it no longer needs.
 
-compute_handover: a running allocation whose time left (squeue's TimeLeft) falls below the
-hand-over time gets a successor at the same index, submitted now — and so does one whose GPU
+compute_handover: a running allocation whose time left (squeue's TimeLeft, read each tick: the end
+Slurm granted; or less, when a reservation will take its nodes or its node is quarantined —
+``time_left``) falls below the hand-over time gets a successor at the same index, submitted now — and so does one whose GPU
 workers must surge but have no GPUs there for a second life (``surge_allocs``); once the successor runs,
 the workers move onto it with the rollout's surge rules (``core/succession.py``) and the old
 job is released when its last step is gone — before Slurm ends it. The hand-over time is
 ``reconcile.handover_seconds``, else the moves it takes (workers per role / max_surge) times
 the longest launch-to-Ready seen for the recipe's workers (kept in state/launches.json) plus
-pick-up and drain, + 60 s, at least 120 s; either way at most half the time limit, so that a
+pick-up and drain, + 60 s, at least 120 s; either way at most half the time limit (the one the
+recipe asks for, and the one Slurm granted: ``--time-min`` lets it grant less), so that a
 successor is never due the moment it starts.
 """
 
@@ -67,8 +69,11 @@ def compute_handover(d: DesiredRecipe, observed: Observed, now: float
             continue  # none yet (submitted as missing), or nothing runs to hand over from
         # a surge allocation only for workers whose old life serves: the others are replaced in place
         surge = any(observed.ready.get((d.name, *k)) for k in d.surge_allocs.get(spec.index, ()))
-        left = slurm_seconds(held[0].time_left)
-        short = left is not None and left <= limit
+        left, why = time_left(held[0], observed, now)
+        # the hand-over time is at most half the limit Slurm granted (--time-min may have cut it)
+        granted = slurm_seconds(held[0].time_limit)
+        cap = min(limit, granted / 2) if granted else limit
+        short = left is not None and left <= cap
         if len(held) > 1:
             if not (surge or short) and not any(a.running for a in held[1:]):
                 # the reason went away (the change was reverted) while it queued: it would move everything
@@ -78,11 +83,22 @@ def compute_handover(d: DesiredRecipe, observed: Observed, now: float
             submit.append(SubmitAlloc(spec, f"surge allocation beside job {held[0].job_id}: its workers have no "
                                             "GPUs there for a second life"))
         elif short:
-            submit.append(SubmitAlloc(spec, f"successor of job {held[0].job_id}: {held[0].time_left} left, "
-                                            f"hand-over at {limit:.0f}s"))
+            submit.append(SubmitAlloc(spec, f"successor of job {held[0].job_id}: {why}, hand-over at {cap:.0f}s"))
         elif left is not None:
-            due = min(due, now + left - limit) if due is not None else now + left - limit
+            due = min(due, now + left - cap) if due is not None else now + left - cap
     return tuple(submit), tuple(drop), due
+
+
+def time_left(a: Alloc, observed: Observed, now: float) -> tuple[float | None, str]:
+    """(seconds the job has left, in words): squeue's TimeLeft, read each tick (the end Slurm
+    granted, lowered limits included), or less when it must be gone sooner (a reservation over its
+    nodes, its node quarantined: ``observed.deadlines``)."""
+    left = slurm_seconds(a.time_left)
+    why = f"{a.time_left} left"
+    dl = observed.deadlines.get(a.job_id)
+    if dl is not None and (left is None or dl[0] - now < left):
+        left, why = dl[0] - now, dl[1]
+    return left, why
 
 
 def release_all(name: str, allocs: list[Alloc], reason: StopReason) -> tuple[CancelAlloc, ...]:
