@@ -137,3 +137,16 @@ def test_the_cli_takes_the_cluster_config_and_refuses_a_bad_one_without_a_traceb
     r = run("--cluster-config", str(bad), "validate", str(recipe))
     assert r.returncode == 1 and "default_partiton: unknown key" in r.stdout + r.stderr
     assert "Traceback" not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("recipe_slurm, want, note", [
+    ("", "1:00:00", "slurm.time_min from the cluster config: 1:00:00"),
+    ("slurm: {time_min: '30'}\n", "30", None),  # the recipe's own wins
+    ("slurm: {time_limit: '40'}\n", None, "not used: longer than the recipe's time limit 40"),
+    ("slurm: {time_limit: '2:00:00'}\n", "1:00:00", "slurm.time_min from the cluster config: 1:00:00"),
+])
+def test_the_cluster_default_time_min(tmp_path, recipe_slurm, want, note):
+    c = _cfg(tmp_path, "default_time_min: '1:00:00'\n")
+    lr = load_text(RECIPE % "m" + recipe_slurm, "r.yaml", c)
+    assert lr.recipe.slurm.time_min == want
+    assert note is None or any(note in n for n in lr.notes), lr.notes

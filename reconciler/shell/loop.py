@@ -163,7 +163,7 @@ class Controller:
         self._cancelled |= self.nodes.release_stale(snap.observed.allocs, self.executor.submitted_excluding, wished)
         done = self.executor.execute(snap.plan)
         self._cancelled |= {a.job_id for a in done if isinstance(a, CancelAlloc)}
-        self.slurm.failures(done, snap.observed, [f.step for f in snap.failed_launches], snap.now)
+        self.slurm.failures(done, snap.observed, [f.step for f in snap.failed_launches], snap.desired, snap.now)
         self.slurm.note(snap.observed.pending, snap.observed.deadlines, snap.observed.allocs, snap.now)
         record(self.state, snap)
         self.ticks += 1

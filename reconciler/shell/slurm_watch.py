@@ -146,9 +146,12 @@ class SlurmWatch:
                                  "its workers move to a successor before then", job=job)
         self._said_threat = threats
 
-    def failures(self, actions: Iterable[object], observed, failed_launches: Iterable[Step], now: float) -> None:
+    def failures(self, actions: Iterable[object], observed, failed_launches: Iterable[Step], desired: Desired,
+                 now: float) -> None:
         """Charge this tick's worker failures to their nodes; quarantine the ones over the threshold."""
-        new = qpolicy.failures(actions, observed, failed_launches, now)
+        rank_nodes = {(d.name, u.name): tuple(n for l in u.launches for n in l.nodes[:1])
+                      for d in desired.recipes.values() for u in d.units}
+        new = qpolicy.failures(actions, observed, failed_launches, now, rank_nodes)
         before = dict(self.quarantined)
         history, quarantined = qpolicy.step(self.history, before, new, now, self.policy)
         for node in sorted(set(quarantined) - set(before)):

@@ -143,3 +143,54 @@ def test_the_router_moving_to_another_node_is_probed_where_its_old_life_runs():
     old_fe = next(s for s in c.steps.values() if s.role == "frontend")
     assert old_fe.job_id == old.job_id and prev.nodes == old_fe.nodes and prev.slot == old_fe.slot
     assert d.frontend.nodes != prev.nodes and d.frontend.slot != prev.slot
+
+
+def _plan_with(c: FakeCluster, recipes: dict, now: float, deadlines: dict):
+    from reconciler.core.plan import plan
+
+    d = c.desired(recipes)
+    return plan(d, dataclasses.replace(c.observed(d), deadlines=deadlines), now)
+
+
+@pytest.mark.parametrize("time_left, granted, hand_over", [
+    ("5:00", "10:00", False),  # 300 s left, hand-over at 120 s
+    ("1:59", "10:00", True),
+    # Slurm granted 3 minutes (--time-min, or a limit lowered with scontrol): at most half of it, 90 s
+    ("1:40", "3:00", False),
+    ("1:29", "3:00", True),
+])
+def test_the_hand_over_follows_the_limit_slurm_granted(time_left, granted, hand_over):
+    c = FakeCluster()
+    c.converge(spec(handover="handover_seconds: 120"))
+    (job,) = list(c.allocs)
+    c.allocs[job] = dataclasses.replace(c.allocs[job], time_left=time_left, time_limit=granted)
+    assert bool(submits(c.plan(spec(), now=1000.0))) is hand_over
+
+
+@pytest.mark.parametrize("deadline_in, hand_over", [(580.0, False), (121.0, False), (119.0, True), (-5.0, True)])
+def test_a_deadline_before_the_time_limit_moves_the_hand_over(deadline_in, hand_over):
+    c = FakeCluster()
+    c.converge(spec())
+    old = left(c, "9:50")  # 590 s left
+    why = "reservation maint takes n1 from 2026-12-05T00:00:00Z"
+    p = _plan_with(c, spec(), 1000.0, {old.job_id: (1000.0 + deadline_in, why)})
+    got = submits(p)
+    assert bool(got) is hand_over
+    if got:
+        assert why in got[0].describe()
+    else:  # woken when it is due
+        assert p.requeue_after == pytest.approx(deadline_in - 120.0)
+
+
+def test_a_successor_for_a_deadline_is_kept_while_the_deadline_holds():
+    c = FakeCluster()
+    c.converge(spec())
+    old = left(c, "9:00")
+    c.pending = True
+    dl = {old.job_id: (1050.0, "reservation maint")}
+    c.apply(_plan_with(c, spec(), 1000.0, dl))
+    assert len(c.allocs) == 2
+    assert not _plan_with(c, spec(), 1000.0, dl).actions  # kept, waited for
+    # the reservation was deleted: the queued successor would move everything for nothing
+    (drop,) = _plan_with(c, spec(), 1000.0, {}).actions
+    assert isinstance(drop, CancelAlloc) and drop.job_id != old.job_id

@@ -53,8 +53,11 @@ class Policy:
     cooldown: float = COOLDOWN
 
 
-def failures(actions: Iterable[object], observed: Observed, failed_launches: Iterable[Step], now: float) -> list[Failure]:
-    """The worker failures this tick's actions and launches reveal, one per node."""
+def failures(actions: Iterable[object], observed: Observed, failed_launches: Iterable[Step], now: float,
+             rank_nodes: Mapping[tuple[str, str], tuple[str, ...]] | None = None) -> list[Failure]:
+    """The worker failures this tick's actions and launches reveal, one per node and unit.
+    ``rank_nodes``: (recipe, unit) -> the node of each rank (the desired units'), to find the
+    node of a rank that is gone."""
     steps = {s.step_id: s for s in observed.steps}
     out: list[Failure] = []
     for a in actions:
@@ -74,16 +77,12 @@ def failures(actions: Iterable[object], observed: Observed, failed_launches: Ite
         if isinstance(a, CancelStep) and a.reason is StopReason.RANK_LOST and a.step_id in steps:
             s = steps[a.step_id]
             have = {x.rank for x in observed.steps if x.unit_key == s.unit_key and x.job_id == s.job_id}
-            gone = [n for r, n in enumerate(_unit_nodes(observed, s)) if r not in have]
+            nodes = (rank_nodes or {}).get((s.recipe, a.unit), ())
+            gone = [n for r, n in enumerate(nodes) if r not in have]
             out += [Failure(n, now, "lost rank", f"{s.recipe}/{a.unit}") for n in gone]
     out += [Failure(n, now, "launch failed", f"{s.recipe}/{s.role}_{s.index}") for s in failed_launches for n in s.nodes]
     seen: set[tuple[str, str]] = set()
     return [f for f in out if (f.node, f.unit) not in seen and not seen.add((f.node, f.unit))]  # type: ignore[func-returns-value]
-
-
-def _unit_nodes(observed: Observed, s: Step) -> list[str]:
-    ranks = sorted((x for x in observed.steps if x.unit_key == s.unit_key and x.job_id == s.job_id), key=lambda x: x.rank)
-    return [n for x in ranks for n in x.nodes]
 
 
 def step(history: Iterable[Failure], quarantined: Mapping[str, Quarantined], new: Iterable[Failure], now: float,
