@@ -1,0 +1,151 @@
+"""Slurm-native time on the real (one-node) Slurm: allocations submitted with --time-min, a job whose
+limit Slurm lowered is handed over in time with no failed request, and a pending allocation held
+behind a foreign job is explained as ``squeue --start`` explains it."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import time
+
+import pytest
+
+from harness import Harness, scancel, sh
+from helpers import free_port, get, wait_until
+from test_operations import _metric
+from test_surge_e2e import Client
+
+pytestmark = pytest.mark.slurm
+
+TEXT = """\
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles: {{agg: {{workers: 2, gpus: 1, restart: {{backoff_seconds: 1}}}}}}
+frontend: {{type: builtin, args: {{poll-interval: 0.2}}}}
+slurm: {{time_limit: "10", time_min: "2"}}
+reconcile: {{handover_seconds: 40, rollout: {{pickup_seconds: 1, drain_seconds: 1}}}}
+"""
+
+
+def job_fields(job: str) -> dict[str, str]:
+    return dict(t.split("=", 1) for t in sh("scontrol", "-o", "show", "job", job).split() if "=" in t)
+
+
+def events(h: Harness, recipe: str | None = None) -> list[dict]:
+    try:
+        lines = (h.state / "events.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [e for e in map(json.loads, lines) if recipe is None or e["recipe"] == recipe]
+
+
+def test_a_job_whose_limit_slurm_lowered_is_handed_over_in_time_with_no_failed_request(tmp_path):
+    h = Harness(tmp_path, "slurm")
+    client = None
+    try:
+        name = h.name("lowered")
+        (h.manifests / f"{name}.yaml").write_text(TEXT.format(name=name))
+        h.start()
+        endpoint = h.wait_ready(name)["endpoint"]
+        (first,) = h.jobs(name)
+        f = job_fields(first)
+        assert (f["TimeLimit"], f["TimeMin"]) == ("00:10:00", "00:02:00")  # submitted with --time-min
+        routed = tmp_path / "state" / name / "endpoints.json"
+        wait_until(lambda: len(json.loads(routed.read_text())["workers"]) == 2, what="both workers routed")
+        client = Client(endpoint, limit=20000)
+        client.start()
+        wait_until(lambda: client.ok >= 5, what="requests before the limit is lowered")
+        # Slurm lowers the limit (as backfill with --time-min would grant less): 60-120 s left now,
+        # far less than the 10 minutes asked for; the plan reads the end from squeue each tick
+        elapsed = time.time() - time.mktime(time.strptime(job_fields(first)["StartTime"], "%Y-%m-%dT%H:%M:%S"))
+        minutes = math.ceil((elapsed + 60) / 60)
+        sh("scontrol", "update", f"jobid={first}", f"timelimit={minutes}")
+        end = time.mktime(time.strptime(job_fields(first)["EndTime"], "%Y-%m-%dT%H:%M:%S"))
+        wait_until(lambda: first not in h.jobs(name) and len(h.jobs(name)) == 1, timeout=end - time.time() + 30,
+                   interval=0.5, what=f"the hand-over away from job {first} (jobs: {h.jobs(name)})")
+        gone_at = time.time()
+        assert gone_at < end  # released by us before Slurm's lowered end
+        g = h.wait_ready(name)
+        assert g["endpoint"] == endpoint
+        n = client.ok
+        wait_until(lambda: client.ok >= n + 5, what="requests after the hand-over")
+        client.halt.set()
+        client.join(15)
+        evs = events(h, name)
+        assert [e for e in evs if e["kind"] == "AllocationLost"] == []
+        succ = [e for e in evs if e["kind"] == "SubmitAlloc" and f"successor of job {first}" in e["message"]]
+        assert len(succ) == 1, [e["message"] for e in evs if e["kind"] == "SubmitAlloc"]
+        assert client.failed == [], (client.ok, client.failed[:5])
+    finally:
+        if client is not None:
+            client.halt.set()
+            client.join(15)
+        h.cleanup()
+
+
+QUEUED = """\
+name: {name}
+model: {{path: m}}
+engine: mocker
+frontend: {{type: none}}
+roles: {{agg: {{workers: 1, gpus: 1}}}}
+"""
+
+
+def start_row(job: str) -> tuple[str, str] | None:
+    """(expected start, reason) as `squeue --start` prints them for ``job``."""
+    for line in sh("squeue", "--start", "-h", "-j", job, "-o", "%i|%S|%r").splitlines():
+        j, start, reason = line.split("|")
+        if j == job:
+            return start, reason
+    return None
+
+
+def test_a_pending_allocation_is_explained_as_squeue_start_explains_it(tmp_path):
+    h = Harness(tmp_path, "slurm")
+    gpus = int(sh("scontrol", "-o", "show", "node").split("Gres=gpu:")[1].split()[0].split("(")[0])
+    # a foreign job holding every GPU of the cluster for 3 minutes: ours waits behind it (Resources)
+    foreign = sh("sbatch", "--parsable", f"--gres=gpu:{gpus}", "--time=3", "--output=/dev/null",
+                 f"--chdir={tmp_path}", "--job-name=slurmtime-gpu-hog", "--wrap", "sleep 170").strip()
+    try:
+        wait_until(lambda: job_fields(foreign)["JobState"] == "RUNNING", timeout=120,
+                   what="the foreign job holding every GPU to run")
+        name = h.name("queued")
+        (h.manifests / f"{name}.yaml").write_text(QUEUED.format(name=name))
+        mport = free_port()
+        h.start("--metrics-addr", f"127.0.0.1:{mport}")
+        (job,) = wait_until(lambda: h.jobs(name), timeout=30, what="our allocation submitted")
+
+        def same():
+            row = start_row(job)
+            if row is None or row[0] in ("N/A", ""):
+                return None  # the backfill scheduler has not estimated it yet
+            r = h.cli("describe", name, "-o", "json")
+            (a,) = [a for a in json.loads(r.stdout)["allocations"] if a["job"] == job]
+            start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.mktime(time.strptime(row[0], "%Y-%m-%dT%H:%M:%S"))))
+            return (a, row) if (a.get("expectedStart"), a.get("reason")) == (start, row[1]) else None
+
+        a, row = wait_until(same, timeout=120, interval=2, what="describe to match squeue --start")
+        assert row[1] == "Resources" and "the nodes or GPUs it needs are in use" in a["reasonText"]
+        assert a["message"].startswith(f"allocation 0 (job {job}) pending ")
+        (g,) = json.loads(h.cli("get", name, "-o", "json").stdout)
+        (p,) = g["pendingAllocations"]
+        assert (p["job"], p["reason"], p["expectedStart"]) == (job, "Resources", a["expectedStart"])
+        # the running reconciler said it in an event, and exports the seconds it has waited
+        wait_until(lambda: any(e["kind"] == "AllocationPending" and e.get("expectedStart") == a["expectedStart"]
+                               for e in events(h, name)), timeout=60, what="the AllocationPending event")
+        waited = wait_until(lambda: _metric(get(f"http://127.0.0.1:{mport}/metrics", timeout=3)[1].decode(),
+                                            "reconciler_pending_seconds", recipe=name), timeout=30,
+                            what="reconciler_pending_seconds > 0")
+        assert waited > 0
+        scancel(foreign)
+        h.wait_ready(name, timeout=90)
+        assert _metric(get(f"http://127.0.0.1:{mport}/metrics", timeout=3)[1].decode(),
+                       "reconciler_pending_seconds", recipe=name) == 0
+    finally:
+        subprocess.run(["scancel", foreign], capture_output=True, timeout=60)  # ours; maybe ended already
+        h.cleanup()
+
