@@ -13,7 +13,7 @@ import math
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from reconciler.recipe.carried import (  # noqa: F401 - the sections Recipe carries
     DynamoSourceConfig, DynamoConfig, SweepConfig, BenchmarkConfig, ProfilingPhaseConfig, ProfilingConfig,
@@ -27,6 +27,7 @@ from reconciler.recipe.types import (  # noqa: F401
 )
 from reconciler.recipe.engines import ENGINES, Engine, engine_list_text
 from reconciler.recipe.bounds import MAX_GPUS_PER_WORKER, MAX_NODES_PER_WORKER, MAX_WORKERS
+from reconciler.recipe.slurm import SlurmConfig  # noqa: F401 - a section of Recipe
 from reconciler.recipe.topology import MODES, Mode, RoleLayout
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")  # srtctl has no limit; ours keeps paths sane
@@ -69,49 +70,6 @@ class ResourceConfig(Strict):
     gpus_per_node: int = Field(4, ge=1, le=64)
     spread_workers: bool = False
     het_jobs: bool | None = None
-
-
-class SlurmConfig(Strict):
-    account: str | None = None
-    partition: str | None = None
-    time_limit: str | None = None
-    # ours: sbatch --time-min, the shortest limit the recipe accepts; Slurm may start the job earlier
-    # with a limit between the two (backfill) and the hand-over follows the limit it granted
-    time_min: str | None = None
-    # sbatch --reservation: the allocations run inside these reservations (a comma list of names)
-    reservation: str | None = None
-
-    @field_validator("time_limit", "time_min", mode="before")
-    @classmethod
-    def _time(cls, v: Any) -> Any:
-        if v is None:
-            return v
-        v = str(v)
-        if not re.fullmatch(r"(\d+-)?\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE", v, re.I):
-            raise ValueError(f"expected a Slurm time limit like '04:00:00', '2-00:00:00' or '90', found {v!r}")
-        return v
-
-    @field_validator("time_min")
-    @classmethod
-    def _time_min(cls, v: str | None, info: ValidationInfo) -> str | None:
-        from reconciler.timefmt import slurm_seconds
-
-        if v is None:
-            return v
-        low, high = slurm_seconds(v), slurm_seconds(info.data.get("time_limit"))
-        if low is None or low < 60:
-            raise ValueError(f"expected a time of at least one minute (a worker must have time to start), found {v!r}")
-        if high is not None and low > high:
-            raise ValueError(f"{v!r} is longer than slurm.time_limit {info.data.get('time_limit')!r}: "
-                             "Slurm would refuse the job")
-        return v
-
-    @field_validator("reservation")
-    @classmethod
-    def _reservation(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*", v):
-            raise ValueError(f"expected a Slurm reservation name (or a comma list of them), found {v!r}")
-        return v
 
 
 class RestartConfig(Strict):
