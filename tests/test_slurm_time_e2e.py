@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from harness import Harness, scancel, sh
+from harness import Harness, sh
 from helpers import free_port, get, wait_until
 from test_operations import _metric
 from test_surge_e2e import Client
@@ -91,10 +93,39 @@ def test_a_job_whose_limit_slurm_lowered_is_handed_over_in_time_with_no_failed_r
 QUEUED = """\
 name: {name}
 model: {{path: m}}
+resources: {{gpus_per_node: 8}}
 engine: mocker
 frontend: {{type: none}}
-roles: {{agg: {{workers: 1, gpus: 1}}}}
+roles: {{agg: {{workers: 1, gpus: 8}}}}
 """
+
+
+class Hog(threading.Thread):
+    """Foreign jobs holding every GPU that is free, taking the ones other users' jobs free as they go
+    (the test cluster is shared), 2-minute limits: an 8-GPU allocation of ours waits behind them."""
+
+    def __init__(self, tmp: Path):
+        super().__init__(daemon=True)
+        self.tmp, self.jobs, self.halt = tmp, [], threading.Event()
+
+    def free(self) -> int:
+        node = dict(t.split("=", 1) for t in sh("scontrol", "-d", "-o", "show", "node").split() if "=" in t)
+        return int(node["Gres"].split(":")[-1].split("(")[0]) - int(node["GresUsed"].split(":")[-1].split("(")[0])
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            n = self.free()
+            if n > 0:
+                self.jobs.append(sh("sbatch", "--parsable", f"--gres=gpu:{n}", "--time=2", "--output=/dev/null",
+                                    f"--chdir={self.tmp}", "--job-name=slurmtime-gpu-hog", "--wrap",
+                                    "sleep 110").strip())
+            self.halt.wait(0.5)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(30)
+        for j in self.jobs:  # ours; some may have ended already
+            subprocess.run(["scancel", j], capture_output=True, timeout=60)
 
 
 def start_row(job: str) -> tuple[str, str] | None:
@@ -108,13 +139,10 @@ def start_row(job: str) -> tuple[str, str] | None:
 
 def test_a_pending_allocation_is_explained_as_squeue_start_explains_it(tmp_path):
     h = Harness(tmp_path, "slurm")
-    gpus = int(sh("scontrol", "-o", "show", "node").split("Gres=gpu:")[1].split()[0].split("(")[0])
-    # a foreign job holding every GPU of the cluster for 3 minutes: ours waits behind it (Resources)
-    foreign = sh("sbatch", "--parsable", f"--gres=gpu:{gpus}", "--time=3", "--output=/dev/null",
-                 f"--chdir={tmp_path}", "--job-name=slurmtime-gpu-hog", "--wrap", "sleep 170").strip()
+    hog = Hog(tmp_path)
+    hog.start()
     try:
-        wait_until(lambda: job_fields(foreign)["JobState"] == "RUNNING", timeout=120,
-                   what="the foreign job holding every GPU to run")
+        wait_until(lambda: hog.jobs and hog.free() == 0, timeout=60, what="every GPU held")
         name = h.name("queued")
         (h.manifests / f"{name}.yaml").write_text(QUEUED.format(name=name))
         mport = free_port()
@@ -131,7 +159,7 @@ def test_a_pending_allocation_is_explained_as_squeue_start_explains_it(tmp_path)
             return (a, row) if (a.get("expectedStart"), a.get("reason")) == (start, row[1]) else None
 
         a, row = wait_until(same, timeout=120, interval=2, what="describe to match squeue --start")
-        # Resources; or Priority when other users' jobs queued behind the hog are ahead of ours
+        # Resources; or Priority when other users' jobs queued behind the hogs are ahead of ours
         assert row[1] in ("Resources", "Priority") and a["reasonText"] == words(row[1])
         assert a["message"].startswith(f"allocation 0 (job {job}) pending ")
         (g,) = json.loads(h.cli("get", name, "-o", "json").stdout)
@@ -144,11 +172,11 @@ def test_a_pending_allocation_is_explained_as_squeue_start_explains_it(tmp_path)
                                             "reconciler_pending_seconds", recipe=name), timeout=30,
                             what="reconciler_pending_seconds > 0")
         assert waited > 0
-        scancel(foreign)
-        h.wait_ready(name, timeout=90)
+        hog.stop()
+        h.wait_ready(name, timeout=240)
         assert _metric(get(f"http://127.0.0.1:{mport}/metrics", timeout=3)[1].decode(),
                        "reconciler_pending_seconds", recipe=name) == 0
     finally:
-        subprocess.run(["scancel", foreign], capture_output=True, timeout=60)  # ours; maybe ended already
+        hog.stop()
         h.cleanup()
 
