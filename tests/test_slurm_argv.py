@@ -148,8 +148,6 @@ def test_slow_queries_argv_and_parsers():
     from reconciler.drivers import slurm_queue as q
 
     assert q.reservations_argv() == ["scontrol", "-o", "show", "reservation"]
-    assert q.sinfo_nodes_argv(None) == ["sinfo", "-h", "-N", "-o", "%N"]
-    assert q.sinfo_nodes_argv("gpu") == ["sinfo", "-h", "-N", "-o", "%N", "--partition=gpu"]
     assert q.squeue_start_argv("alice") == ["squeue", "--start", "-h", "-t", "PENDING", "-u", "alice", "-o",
                                             f"%i{SEP}%S{SEP}%r"]
     text = ("ReservationName=maint StartTime=2030-01-01T00:00:00 EndTime=2030-01-01T00:01:00 Duration=00:01:00 "
@@ -160,6 +158,5 @@ def test_slow_queries_argv_and_parsers():
     assert q.parse_reservations(text) == [Reservation("maint", t0, t0 + 60, frozenset({"rnode1", "rnode2"}),
                                                       frozenset({"nobody"}), frozenset(),
                                                       frozenset({"MAINT", "IGNORE_JOBS"}))]
-    assert q.parse_sinfo_nodes("rnode1\nrnode2\nrnode1\n") == ["rnode1", "rnode2"]
     assert q.parse_starts(f"12{SEP}2030-01-01T00:00:00{SEP}Resources\n13{SEP}N/A{SEP}Priority\n") == {
         "12": (t0, "Resources"), "13": (None, "Priority")}
