@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import labels, namespaces
+from reconciler import labels
+from reconciler.recipe import namespaces
 from reconciler.drivers.local import LocalDriver
 from reconciler.shell.loop import Controller
 

@@ -10,7 +10,7 @@ import pytest
 
 from harness import Harness
 from helpers import wait_until
-from reconciler import namespaces
+from reconciler.recipe import namespaces
 
 KEEP = """\
 name: {name}

@@ -30,7 +30,7 @@ def cli(ctx: click.Context, cluster_config: str | None) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Also list notes, and why each carried key has no effect.")
 def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
     """Validate recipe files (or every *.yaml under directories)."""
-    from reconciler import namespaces
+    from reconciler.recipe import namespaces
     from reconciler.recipe.load import iter_recipe_files, name_clashes, outside_link
     from reconciler.desired.admission import load_file
 

@@ -58,7 +58,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
     gone = {n: rp for n, rp in snap.plan.recipes.items() if rp.state.name in ("PRUNE_REFUSED", "TEARDOWN")}
     all_names = sorted(set(snap.desired.recipes) | set(snap.manifests.invalid) | set(snap.desired.held) | set(gone))
     if names:
-        from reconciler import namespaces
+        from reconciler.recipe import namespaces
 
         names = tuple(namespaces.from_ref(n) for n in names)  # FOLDER/NAME, or a top-level NAME
         missing = [namespaces.display(n) for n in names if n not in all_names]
@@ -122,7 +122,7 @@ WIDE = ("NODES", "MESSAGE")
 def _identity(key: str) -> dict:
     """A row's identity: its folder under manifests/ (namespace, '' at the top) and its name; ``key``
     is how the state directory and the labels spell the pair (reconciler.recipe.namespaces)."""
-    from reconciler import namespaces
+    from reconciler.recipe import namespaces
 
     ns, name = namespaces.split(key)
     return {"name": name, "namespace": ns, "key": key}

@@ -94,7 +94,7 @@ def event_line(e: dict) -> str:
 # ---------------------------------------------------------------- logs
 def log_path(state: Path, recipe: str, role: str, index: int, rank: int = 0, previous: bool = False) -> Path:
     """The worker's (or service's) log; ``previous``: the life before the last launch (rotated to .1)."""
-    from reconciler import namespaces
+    from reconciler.recipe import namespaces
 
     if not namespaces.is_key(recipe) or not re.fullmatch(r"[a-z][a-z0-9-]{0,44}", role):
         raise ReconcilerError(f"not a recipe name and role: {recipe!r} {role!r}")

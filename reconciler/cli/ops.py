@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from reconciler import namespaces
+from reconciler.recipe import namespaces
 from reconciler.cli import operate
 from reconciler.cli.common import DRIVER_OPT, INSTANCE_OPT, MANIFESTS_OPT, PORTS_OPT, STATE_OPT, _controller, _fail
 from reconciler.errors import ReconcilerError

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reconciler import namespaces
+from reconciler.recipe import namespaces
 from reconciler.recipe.cluster import Cluster
 from reconciler.errors import RecipeError
 from reconciler.recipe.entries import skipped_entries
