@@ -74,7 +74,7 @@ def describe(name: str, manifests: str, state: str, driver: str | None, port_ran
     if output == "json":
         click.echo(json.dumps(doc, indent=2))
         return
-    click.echo(click.style(f"Name: {doc['name']}", bold=True) + f"   Phase: {doc['phase']}"
+    click.echo(click.style(f"Name: {namespaces.display(doc['name'])}", bold=True) + f"   Phase: {doc['phase']}"
                + (f"   Endpoint: {doc['endpoint']}" if doc["endpoint"] else ""))
     if doc["error"]:
         click.echo(click.style("Error: ", fg="red") + doc["error"])
