@@ -147,8 +147,10 @@ def test_render_matches_srtctl(case, corpus):
 
 def _combination(recipe) -> tuple[str, str, str]:
     """engine(s) x agg/disagg x single/multi-node: what the exact goldens must cover."""
-    engines = "+".join(sorted({recipe.backend_for(m).type for m, _ in recipe.roles.items()}))
-    multi = any(len(ep.nodes) > 1 for ep in recipe.allocate_endpoints())
+    engines = "+".join(sorted({recipe.engine_for(m).type for m, _ in recipe.roles.items()}))
+    from reconciler.backends import endpoints_of
+
+    multi = any(len(ep.nodes) > 1 for ep in endpoints_of(recipe))
     return engines, "disagg" if recipe.disaggregated else "agg", "multi" if multi else "single"
 
 
