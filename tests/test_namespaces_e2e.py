@@ -9,6 +9,7 @@ import json
 import pytest
 
 from harness import Harness
+from test_upgrade import old_checkout  # noqa: F401 - the release before, as a fixture
 from helpers import wait_until
 from reconciler.recipe import namespaces
 
@@ -56,3 +57,39 @@ def test_top_level_keeps_running_and_a_folder_adds_a_second_deployment_of_the_sa
     row = h.get(f"teamA/{name}")
     assert (row["namespace"], row["name"]) == ("teamA", name)
     h.idle(name)  # and it stays untouched
+
+
+@pytest.mark.slurm
+def test_an_upgrade_to_namespaces_adopts_the_top_level_and_adds_the_folder(tmp_path, old_checkout):
+    """The release before (tests/test_upgrade.py's) deploys a top-level recipe; the current one
+    starts with a folder holding the same name: the top-level steps are adopted untouched (no
+    launch, no cancel), the folder's deployment starts beside them."""
+    h = Harness(tmp_path, "slurm")
+    try:
+        name = h.name("nsupg")
+        (h.manifests / f"{name}.yaml").write_text(KEEP.format(name=name, w=2))
+        new_env = h.env
+        h.env = {**new_env, "PYTHONPATH": str(old_checkout)}
+        h.start()
+        h.wait_ready(name, timeout=90)
+        before = h.steps(name)
+        assert h.stop() == 0
+        acted = len(h.actions(name))
+        (h.manifests / "teamA").mkdir()
+        (h.manifests / "teamA" / f"{name}.yaml").write_text(KEEP.format(name=name, w=1))
+        key = namespaces.key("teamA", name)
+        h.names.append(key)
+        h.env = new_env
+        h.start()
+        h.wait_steps(key, {"agg_0"}, timeout=90)
+        start = h.ticks()
+        wait_until(lambda: h.ticks() >= start + 5, timeout=60, what="5 ticks of the upgraded reconciler")
+        assert h.actions(name)[acted:] == [], "the upgrade launched or cancelled something at the top level"
+        assert h.steps(name) == before
+        assert h.get(name)["status"] == "Ready"
+    finally:
+        h.stop()
+        for f in h.manifests.rglob("*.yaml"):
+            if f.parent != h.manifests:
+                f.unlink()
+        h.cleanup()
