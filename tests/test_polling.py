@@ -88,6 +88,11 @@ def test_a_just_submitted_allocation_is_looked_at_less_and_less_often(tmp_path, 
                                         reason="Priority")
     assert min(waits) >= 1.0  # never the converging interval
     assert waits == sorted(waits) and waits[-1] == RESYNC
+    # issue 29: Slurm's expected start of the pending allocation is asked at the same slowing pace, one
+    # squeue --start for all of them, never more often than the ticks that look at the queue
+    start = [c for c in commands if c == "squeue --start"]
+    assert 1 <= len(start) <= ticks
+    commands = [c for c in commands if c != "squeue --start"]
     assert commands == looks(ticks) and ticks <= int(MINUTE / RESYNC) + 6  # a few quicker looks in the first seconds
 
 
