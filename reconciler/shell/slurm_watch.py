@@ -115,7 +115,10 @@ class SlurmWatch:
             left = slurm_seconds(a.time_left)
             hit = threat(a.nodes, now + left if left is not None else None, self.reservations, now, self.member(spec))
             bad = [n for n in a.nodes if n in self.quarantined]
-            if bad and spec is not None and set(bad) & set(self.exclude_for(spec, suspects, now)):
+            # only where the partition is known, so that a successor can be placed off the node (a driver
+            # without partitions, the local one, would hand over onto the same host again and again)
+            if (bad and spec is not None and self.partitions.get(spec.partition)
+                    and set(bad) & set(self.exclude_for(spec, suspects, now))):
                 q = self.quarantined[bad[0]]
                 out[a.job_id] = (now, f"node {bad[0]} quarantined: {q.why}")
             elif hit is not None:
