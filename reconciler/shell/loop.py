@@ -27,6 +27,7 @@ from reconciler.errors import ReconcilerError
 from reconciler.fsutil import atomic_write_text
 from reconciler.core.ports import NodePortAllocator
 from reconciler.shell.execute import Executor
+from reconciler.shell.gateway import Gateways
 from reconciler.shell.manifests import DEBOUNCE, Manifests, load_manifests
 from reconciler.shell.observe import Observer
 from reconciler.shell.record import record
@@ -62,6 +63,8 @@ class Controller:
         self.observer = Observer(self.state, driver)
         self.executor = Executor(self.state, driver, self.observer)
         self.nodes = NodeWatch(self.state, driver)  # suspect nodes after a node failure
+        # the deployments' gateways (nginx on this host); a master that exits wakes the loop
+        self.gateways = None if read_only else Gateways(self.state, wake=self._wake_soon)
         self.metrics: Metrics | None = None  # run --metrics-addr
         self.ui = None  # run --ui-addr: reconciler.ui.StatusUI, handed each tick's result
         self._live_allocs: dict[str, Alloc] = {}  # last tick's live allocations (to notice one lost)
@@ -84,6 +87,9 @@ class Controller:
         self.single_pass = False  # run --once: no later pass will look again
         self.clock = time.time  # the loop's clock and its way to wait (a test drives both)
         self.sleep = self._wake.wait
+
+    def _wake_soon(self) -> None:
+        self._wake.set()
 
     def _load_ports(self) -> NodePortAllocator:
         path = self.state.root / "ports.json"
@@ -157,7 +163,7 @@ class Controller:
         self._cancelled |= self.nodes.release_stale(snap.observed.allocs, self.executor.submitted_excluding)
         done = self.executor.execute(snap.plan)
         self._cancelled |= {a.job_id for a in done if isinstance(a, CancelAlloc)}
-        record(self.state, snap)
+        record(self.state, snap, self.gateways)
         self.ticks += 1
         self.actions_done += len(done)
         self._write_progress(snap.now)
@@ -318,7 +324,9 @@ class Controller:
             self.health.succeeded(snap.now)
             self._write_progress(snap.now)
         self._log_waiting(snap.plan)
-        return next_wait(snap, resync)
+        wait = next_wait(snap, resync)
+        due = self.gateways.next_due(snap.now) if self.gateways else None  # a gateway's restart backoff
+        return wait if due is None else min(wait, max(0.05, due))
 
     def _log_waiting(self, p: Plan) -> None:
         """A wait is logged when it first appears (or its reason changes), not again each tick."""

@@ -16,8 +16,11 @@ ROLES = ("prefill", "decode", "agg")
 def build_status(
     name: str, d: DesiredRecipe | None, o: Observed, rp: RecipePlan | None, invalid: str | None, prev: dict,
     launches: dict[str, dict], now: float, exits: dict[str, tuple[int, float]] | None = None,
+    gateway: dict | None = None,
 ) -> dict[str, Any]:
-    """Conditions and worker rows from the desired state and the plan's named results (``rp``)."""
+    """Conditions and worker rows from the desired state and the plan's named results (``rp``).
+    ``gateway``: the deployment's gateway as the shell found it (``shell/gateway.facts``): its URL
+    is the endpoint, and the recipe is Ready only while it runs."""
     rp = rp or RecipePlan(name)
     rows = worker_rows(name, d, o, rp, launches, exits or {}) if d else []
     workers = [r for r in rows if r["role"] in ROLES]
@@ -42,11 +45,13 @@ def build_status(
     # nothing left to do but some workers are down for good: stalled, not progressing
     stalled = bool(failed) and all(r["ready"] or r["phase"] == "Failed" for r in workers)
     # suspended keeps what runs: it can be serving, and Ready says so
+    gateway_up = gateway is None or fe is None or gateway["up"]
     all_ready = d is not None and want > 0 and ready == want and not d.waiting and (
-        fe is None or fe["ready"]) and services_up
-    cond("Ready", all_ready, "AllReady" if all_ready else "NotReady",
+        fe is None or fe["ready"]) and services_up and gateway_up
+    cond("Ready", all_ready, "AllReady" if all_ready else ("GatewayDown" if not gateway_up else "NotReady"),
          f"{ready}/{want} workers ready" + (f", frontend {'ready' if fe['ready'] else 'not ready'}" if fe else "")
-         + (f", services {sum(r['ready'] for r in services)}/{len(services)} ready" if services else ""))
+         + (f", services {sum(r['ready'] for r in services)}/{len(services)} ready" if services else "")
+         + (f", gateway down: {gateway['reason']}" if not gateway_up else ""))
     if d is None:
         cond("Progressing", False, "NoSpec", "no desired state: see Invalid, or the recipe's error")
     elif suspended:
@@ -83,7 +88,7 @@ def build_status(
         "updatedAt": iso(now),
         "conditions": conds,
         "roles": role_counts(rp, rows),
-        "endpoint": fe["url"] if fe else None,
+        "endpoint": gateway["url"] if gateway and fe else (fe["url"] if fe else None),
         "workers": rows,
     }
 
