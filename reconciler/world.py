@@ -297,7 +297,9 @@ class DesiredRecipe:
     keep_allocs: tuple[str, ...]  # job ids of observed allocations that serve the recipe
     units: tuple[Unit, ...]  # units placed on running allocations (concrete argv, ports, hash)
     waiting: tuple[tuple[str, int], ...]  # (role, index) of units whose allocation is not running yet
-    frontend: Unit | None = None
+    frontend: Unit | None = None  # frontend_0
+    # frontend_1.. (frontend.num_additional_frontends): each its own unit behind the gateway
+    extra_frontends: tuple[Unit, ...] = ()
     suspended: bool = False
     max_unavailable: int = 1
     unplaceable: tuple[str, ...] = ()  # unit names that no allocation can hold (topology changed)
@@ -331,7 +333,12 @@ class DesiredRecipe:
     @property
     def all_units(self) -> tuple[Unit, ...]:
         """The placed services, workers and the frontend (when there is one)."""
-        return self.services + self.units + ((self.frontend,) if self.frontend else ())
+        return self.services + self.units + self.frontends
+
+    @property
+    def frontends(self) -> tuple[Unit, ...]:
+        """Every frontend, frontend_0 first."""
+        return ((self.frontend,) if self.frontend else ()) + self.extra_frontends
 
     @property
     def unit_keys(self) -> set[tuple[str, int]]:

@@ -14,8 +14,8 @@ Choices, with nginx's documented semantics (ngx_http_proxy_module, ngx_http_upst
 - ``max_fails=1 fail_timeout=...``: passive failure detection; one refused connection takes the
   frontend out of rotation for ``fail_timeout`` before nginx tries it again. The reconciler's
   own probes then remove it from the upstream list for good (reload) until it is Ready again.
-- SSE streaming: ``proxy_buffering off`` and HTTP/1.1 with kept-alive upstream connections; long
-  read timeouts (a completion may take minutes) so a slow answer is not cut.
+- SSE streaming: ``proxy_buffering off``; long read timeouts (a completion may take minutes) so a
+  slow answer is not cut. No kept-alive upstream connections (see ``render``).
 - Upstream changes go through a graceful reload (SIGHUP): new workers take new connections, old
   workers finish the requests they carry (bounded by ``worker_shutdown_timeout``).
 - No Ready frontend: nginx needs at least one server in an upstream, so the server answers 503
@@ -70,12 +70,14 @@ def render(cfg: GatewayConfig) -> str:
     if cfg.upstreams:
         servers = "".join(f"        server {u} max_fails=1 fail_timeout={FAIL_TIMEOUT_S}s;\n"
                           for u in cfg.upstreams)
-        upstream = ("    upstream frontends {\n" + servers + "        keepalive 64;\n    }\n")
+        # no kept-alive upstream connections: a POST written to a cached connection whose frontend
+        # just died counts as sent (nginx will not retry it); a fresh connect is refused instead,
+        # and a refused request is retried on another frontend
+        upstream = ("    upstream frontends {\n" + servers + "    }\n")
         location = (
             "        location / {\n"
             "            proxy_pass http://frontends;\n"
             "            proxy_http_version 1.1;\n"
-            '            proxy_set_header Connection "";\n'
             "            proxy_set_header Host $http_host;\n"
             "            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
             "            proxy_buffering off;\n"

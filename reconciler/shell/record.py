@@ -96,7 +96,7 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
                         reason=cond["reason"])
     write_status(state, name, st, prev)
     if d is not None:
-        state.prune_launches(name, {f"{r}_{i}" for r, i in d.unit_keys} | {f"{FRONTEND}_0"})
+        state.prune_launches(name, {f"{r}_{i}" for r, i in d.unit_keys} | {f"{FRONTEND}_{u.index}" for u in d.frontends} | {f"{FRONTEND}_0"})
         rp = p.recipes.get(name)
         for unit in rp.reset_backoff if rp else ():
             state.reset_backoff(name, unit)
@@ -134,8 +134,7 @@ def write_endpoints(state: StateDir, d: DesiredRecipe, o: Observed, now: float) 
 def gateway_upstreams(d: DesiredRecipe, o: Observed) -> list[str]:
     """host:port of the frontends that serve (Ready, or Ready before and not yet judged dead:
     one failed probe does not flap the gateway; nginx's passive checks cover the moment)."""
-    fes = [d.frontend] if d.frontend is not None else []
-    return sorted(f"{u.nodes[0]}:{u.health_port}" for u in fes
+    return sorted(f"{u.nodes[0]}:{u.health_port}" for u in d.frontends
                   if u.health_port and router_sync.serving(d, o, u))
 
 

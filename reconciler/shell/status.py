@@ -29,7 +29,9 @@ def build_status(
     services_up = all(r["ready"] for r in services if r["role"] in critical)  # the rest: Degraded only
     ready = sum(r["ready"] for r in workers)
     want = len(workers)
-    fe = next((r for r in rows if r["role"] == FRONTEND), None)
+    fe_rows = [r for r in rows if r["role"] == FRONTEND]
+    # the recipe serves while one of its frontends does: the first Ready one stands for them all
+    fe = next((r for r in fe_rows if r["ready"]), fe_rows[0] if fe_rows else None)
     pending_actions = rp.actions or rp.deferred
     suspended = bool(d and d.suspended)
     conds = []
@@ -49,7 +51,8 @@ def build_status(
     all_ready = d is not None and want > 0 and ready == want and not d.waiting and (
         fe is None or fe["ready"]) and services_up and gateway_up
     cond("Ready", all_ready, "AllReady" if all_ready else ("GatewayDown" if not gateway_up else "NotReady"),
-         f"{ready}/{want} workers ready" + (f", frontend {'ready' if fe['ready'] else 'not ready'}" if fe else "")
+         f"{ready}/{want} workers ready" + ((f", frontend {'ready' if fe['ready'] else 'not ready'}" if len(fe_rows) == 1 else
+            f", frontends {sum(r['ready'] for r in fe_rows)}/{len(fe_rows)} ready") if fe else "")
          + (f", services {sum(r['ready'] for r in services)}/{len(services)} ready" if services else "")
          + (f", gateway down: {gateway['reason']}" if not gateway_up else ""))
     if d is None:

@@ -57,7 +57,7 @@ def _all_ready(d: DesiredRecipe, c: Classified, role: str) -> bool:
 def _frontend_ready(d: DesiredRecipe, c: Classified) -> bool:
     if d.frontend is None:
         return c.any_worker_ready()
-    return (d.frontend.role, 0) in c.ready
+    return any((fe.role, fe.index) in c.ready for fe in d.frontends)
 
 
 def compute_frontend(d: DesiredRecipe, c: Classified) -> tuple[frozenset[str], dict[str, Wait]]:
