@@ -286,7 +286,12 @@ class RestartPolicy:
     reset_after_seconds: float = 600.0
 
     def delay(self, restarts: int) -> float:
-        return min(self.backoff_seconds * (2 ** min(restarts, 30)), self.max_backoff_seconds)
+        """The wait before a relaunch, ``restarts`` relaunches into a run of failures (kubelet-style):
+        the first is immediate, then ``backoff_seconds`` doubling up to ``max_backoff_seconds``;
+        counted from the moment the life ended (its exit record), not from when it was noticed."""
+        if restarts <= 0:
+            return 0.0
+        return min(self.backoff_seconds * (2 ** min(restarts - 1, 30)), self.max_backoff_seconds)
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,13 @@ from __future__ import annotations
 from reconciler.desired.context import Context
 from reconciler.desired.frontend_set import frontend_count, frontend_nodes
 from reconciler.desired.frontends import frontend_unit
-from reconciler.desired.sources.base import FAST_RESTART, Life, Offer
+from reconciler.desired.sources.base import STATELESS_RESTART, Life, Offer
 from reconciler.world import FRONTEND, Unit
 
 
 def offer(ctx: Context, earlier: tuple[Unit, ...]) -> Offer:
     head = ctx.where.head
-    restart = {FRONTEND: FAST_RESTART}
+    restart = {FRONTEND: STATELESS_RESTART}
     if head is None:
         return Offer(restart=restart)
     workers = tuple(u for u in earlier if not u.is_service)
