@@ -66,6 +66,9 @@ class Unit:
     worker_api: str = ""  # a frontend whose worker set the shell keeps in step with readiness: "sglang-router"
     scheme: str = "http"  # how a router reaches it: http, or grpc (Backend.is_grpc_mode)
     slot: int = 0  # which of its two life slots (ports, log files): a surge life takes the other one
+    # a frontend: the served model name its readiness canary asks for (listed by /v1/models, and a
+    # one-token completion through it answers); "" for every other unit
+    canary: str = ""
     shares_port: bool = False  # a frontend whose two lives can listen on one port (the built-in router)
     # units that must be Ready before this one starts (a failover engine: its worker's gms instance)
     needs: tuple[tuple[str, int], ...] = ()
@@ -240,6 +243,8 @@ class Observed:
     health: Mapping[tuple[str, str, int], UnitHealth] = field(default_factory=dict)
     action_failures: Mapping[str, ActionFailures] = field(default_factory=dict)  # recipe -> its failed actions
     previous_ready: Mapping[tuple[str, str, int], bool] = field(default_factory=dict)  # unit key -> its old life's probe
+    # unit key -> why a unit whose health probe passes is not Ready (a frontend's canary failed)
+    why: Mapping[tuple[str, str, int], str] = field(default_factory=dict)
 
     @cached_property
     def _index(self) -> dict[str, tuple[list[Alloc], list[Step]]]:

@@ -42,11 +42,14 @@ def frontend_unit(recipe: Recipe, head: str, ports: NodePortAllocator, runtime: 
     ``index``: which of the recipe's frontends (``frontend.num_additional_frontends``), on ``head``
     meaning the node it runs on."""
     if recipe.frontend.type == "builtin":
-        return builtin(recipe, head, ports, runtime, state_dir, disc_env or {}, slot, index)
-    if recipe.frontend.type in STATIC:
-        return STATIC[recipe.frontend.type](recipe, head, ports, runtime, workers) if index == 0 else None
-    build = BUILDERS.get(recipe.frontend.type)
-    return build(recipe, head, ports, runtime, state_dir, disc_env or {}, index) if build else None
+        unit = builtin(recipe, head, ports, runtime, state_dir, disc_env or {}, slot, index)
+    elif recipe.frontend.type in STATIC:
+        unit = STATIC[recipe.frontend.type](recipe, head, ports, runtime, workers) if index == 0 else None
+    else:
+        build = BUILDERS.get(recipe.frontend.type)
+        unit = build(recipe, head, ports, runtime, state_dir, disc_env or {}, index) if build else None
+    # Ready means it answers: the model listed and a one-token completion through it (shell/probe.py)
+    return replace(unit, canary=runtime.served_model_name) if unit is not None else None
 
 
 def _owner(recipe: Recipe, index: int = 0) -> str:

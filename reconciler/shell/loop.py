@@ -27,6 +27,7 @@ from reconciler.errors import ReconcilerError
 from reconciler.fsutil import atomic_write_text
 from reconciler.core.ports import NodePortAllocator
 from reconciler.shell.execute import Executor
+from reconciler.shell import probe
 from reconciler.shell.gateway import Gateways
 from reconciler.shell.manifests import DEBOUNCE, Manifests, load_manifests
 from reconciler.shell.observe import Observer
@@ -139,7 +140,8 @@ class Controller:
                                 suspended=suspended_names(self.state.root))
         ready, health = self.observer.health(desired, facts.steps, now)
         observed = Observed(facts.allocs, facts.steps, ready, health, dict(self.executor.failures),
-                            self.observer.previous_ready(desired, facts.steps))
+                            self.observer.previous_ready(desired, facts.steps),
+                            why={k: w for k, w in probe.why.items() if not ready.get(k)})
         p = plan(desired, observed, now)
         release_unused(ports, desired, observed, p.refused_prune)
         return Snapshot(m, desired, observed, p, ports, reassigned, facts.failed_launches, now)

@@ -132,10 +132,15 @@ def write_endpoints(state: StateDir, d: DesiredRecipe, o: Observed, now: float) 
 
 
 def gateway_upstreams(d: DesiredRecipe, o: Observed) -> list[str]:
-    """host:port of the frontends that serve (Ready, or Ready before and not yet judged dead:
-    one failed probe does not flap the gateway; nginx's passive checks cover the moment)."""
-    return sorted(f"{u.nodes[0]}:{u.health_port}" for u in d.frontends
-                  if u.health_port and router_sync.serving(d, o, u))
+    """host:port of the frontends that serve (Ready — their canary answers —, or Ready before and
+    not yet judged dead: one failed probe does not flap the gateway; nginx's passive checks cover
+    the moment)."""
+    ready = [u for u in d.frontends if u.health_port and router_sync.serving(d, o, u)]
+    # none answers its canary (the workers or their registry are down): the ones still alive stay,
+    # so that the gateway passes on what it can rather than answer 503 to everything
+    alive = ready or [u for u in d.frontends if u.health_port and (h := o.health.get(u.key)) is not None
+                      and h.was_ready and h.missing_since is None and h.probe_failures < d.liveness_failures]
+    return sorted(f"{u.nodes[0]}:{u.health_port}" for u in alive)
 
 
 def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:

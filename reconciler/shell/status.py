@@ -50,11 +50,16 @@ def build_status(
     gateway_up = gateway is None or fe is None or gateway["up"]
     all_ready = d is not None and want > 0 and ready == want and not d.waiting and (
         fe is None or fe["ready"]) and services_up and gateway_up
-    cond("Ready", all_ready, "AllReady" if all_ready else ("GatewayDown" if not gateway_up else "NotReady"),
+    fe_down = bool(fe_rows) and not fe["ready"]  # type: ignore[index]
+    canary = next((r["notReadyReason"] for r in fe_rows if r.get("notReadyReason")), None)
+    reason = ("AllReady" if all_ready else "GatewayDown" if not gateway_up
+              else "FrontendNotAnswering" if fe_down and canary else "NotReady")
+    cond("Ready", all_ready, reason,
          f"{ready}/{want} workers ready" + ((f", frontend {'ready' if fe['ready'] else 'not ready'}" if len(fe_rows) == 1 else
             f", frontends {sum(r['ready'] for r in fe_rows)}/{len(fe_rows)} ready") if fe else "")
          + (f", services {sum(r['ready'] for r in services)}/{len(services)} ready" if services else "")
-         + (f", gateway down: {gateway['reason']}" if not gateway_up else ""))
+         + (f", gateway down: {gateway['reason']}" if not gateway_up else "")
+         + (f" ({canary})" if fe_down and canary else ""))
     if d is None:
         cond("Progressing", False, "NoSpec", "no desired state: see Invalid, or the recipe's error")
     elif suspended:
@@ -147,6 +152,7 @@ def worker_rows(
             "steps": sorted(s.step_id for s in ss), "specHash": u.spec_hash,
             "restarts": _restarts(launches, u.name),
             "lastExit": _exit(_last_exit(exits, u.name)),
+            **({"notReadyReason": o.why[u.key]} if not ok and u.key in o.why else {}),
         })
     for role, index in d.waiting:
         rows.append({"name": f"{role}_{index}", "role": role, "index": index, "phase": "Waiting", "ready": False,
