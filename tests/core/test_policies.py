@@ -223,8 +223,10 @@ def test_backoff_reset_after_the_healthy_period():
     assert run(desired_recipe(A0), unready, 700.0)[1].reset_backoff == ()
 
 
-def test_stop_reasons_are_a_closed_set_and_only_a_rollout_is_on_purpose():
-    assert {r for r in StopReason if r.on_purpose} == {StopReason.SPEC_CHANGED, StopReason.SUPERSEDED}
+def test_stop_reasons_are_a_closed_set_and_only_a_rollout_or_a_dependency_is_on_purpose():
+    # a dependent relaunched with its service's new life is no failure of its own (no backoff)
+    assert {r for r in StopReason if r.on_purpose} == {StopReason.SPEC_CHANGED, StopReason.SUPERSEDED,
+                                                       StopReason.DEPENDENCY_RESTARTED}
     assert {r for r in StopReason if not r.ends_unit} == {StopReason.SUPERSEDED}
     assert {r for r in PlaceReason if r.restart} == {PlaceReason.RELAUNCH}
     assert WaitReason("restart backoff") is WaitReason.BACKOFF
