@@ -14,7 +14,12 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-BODY = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).encode()
+
+def body(model: str | None) -> bytes:
+    doc: dict = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    if model:
+        doc["model"] = model  # Dynamo's frontend requires it; the built-in router takes any
+    return json.dumps(doc).encode()
 
 
 @dataclass
@@ -33,6 +38,7 @@ class Traffic:
     threads: int = 1
     rate: float = 0.0
     timeout: float = 30.0
+    model: str | None = None
     outcomes: list[Outcome] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -54,12 +60,13 @@ class Traffic:
 
     def _run(self) -> None:
         parts = urlsplit(self.url)
+        payload = body(self.model)
         while not self._stop.is_set():
             t0 = time.monotonic()
             code, detail = 0, ""
             try:
                 conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout)
-                conn.request("POST", "/v1/chat/completions", body=BODY, headers={"Content-Type": "application/json"})
+                conn.request("POST", "/v1/chat/completions", body=payload, headers={"Content-Type": "application/json"})
                 r = conn.getresponse()
                 raw = r.read()
                 code = r.status
