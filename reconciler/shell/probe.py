@@ -202,7 +202,7 @@ def probe_file(path: str) -> bool:
 
 
 CANARY_TIMEOUT = 5.0  # a one-token completion through a frontend (its engines may be busy)
-CANARY_INTERVAL = 2.0  # seconds between two canaries of one frontend: Ready goes within this + a tick
+CANARY_INTERVAL = 1.0  # seconds between two canaries of one frontend: Ready goes within this + a tick
 # unit key -> why its health probe passes but it is not Ready (its canary failed): the tick reads it
 why: dict[tuple[str, str, int], str] = {}
 _canaried: dict[tuple[str, str, int], tuple[float, str | None]] = {}  # key -> (when, its failure or None)

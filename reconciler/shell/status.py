@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from reconciler.core.plan import RecipePlan, WaitReason
+from reconciler.core.plan.results import StopReason
 from reconciler.timefmt import iso
 from reconciler.core.plan.classify import unit_order
 from reconciler.world import FRONTEND, is_service_role, life_name
@@ -136,9 +137,12 @@ def worker_rows(
     for s in o.steps_of(name):
         steps.setdefault((s.role, s.index), []).append(s)
     rows = []
+    # a unit this plan relaunches for its service's new life lost its registrations with the old
+    # one: not Ready from this tick on, though its probe still passed a moment ago
+    leaving = {c.unit for c in rp.stop if c.reason is StopReason.DEPENDENCY_RESTARTED}
     for u in d.all_units:
         ss = steps.get((u.role, u.index), [])
-        ok = bool(o.ready.get(u.key))
+        ok = bool(o.ready.get(u.key)) and u.name not in leaving
         if not ss:
             wait = rp.waiting.get(u.name)
             phase = MISSING_PHASE.get(wait.reason, "Pending") if wait else "Pending"

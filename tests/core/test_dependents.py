@@ -9,7 +9,7 @@ import pytest
 from reconciler.core.plan import plan
 from reconciler.core.plan.dependents import dependents
 from reconciler.core.plan.results import PlaceReason, StopReason
-from reconciler.desired.units import Launch
+from reconciler.world import Launch
 from tests.core.builders import R, desired, desired_recipe, frontend, life, observed, service, step, unit
 
 
@@ -70,3 +70,30 @@ def test_a_dependent_stopped_for_its_service_comes_back_at_once_and_is_no_restar
     rp = plan(desired(d), o, now=59.5).recipes[R]
     assert [(a.unit.name, a.reason) for a in rp.place] == [("agg_0", PlaceReason.REPLACEMENT)]
     assert StopReason.DEPENDENCY_RESTARTED.on_purpose
+
+
+def test_a_frontend_relaunched_for_its_service_does_not_wait_for_a_worker():
+    d, o = _world(50.0)
+    gone = {("agg", 0), ("agg", 1), ("frontend", 0)}
+    stopped = StopReason.DEPENDENCY_RESTARTED.value
+    o = replace(o, steps=tuple(s for s in o.steps if (s.role, s.index) not in gone),
+                ready={k: v for k, v in o.ready.items() if k[1:] not in gone},
+                health={**o.health, **{(R, *k): life(launched=10.0, exit=(143, 59.0), stopped_for=stopped)
+                                       for k in gone}})
+    rp = plan(desired(d), o, now=59.5).recipes[R]
+    assert sorted(a.unit.name for a in rp.place) == ["agg_0", "agg_1", "frontend_0"]
+    # a frontend that failed on its own still waits for a Ready worker (srtctl's start order)
+    o = replace(o, health={**o.health, (R, "frontend", 0): life(launched=10.0, exit=(1, 59.0))})
+    rp = plan(desired(d), o, now=59.5).recipes[R]
+    assert sorted(a.unit.name for a in rp.place) == ["agg_0", "agg_1"]
+
+
+def test_status_a_unit_leaving_for_its_service_is_not_ready():
+    from reconciler.shell.status import build_status
+
+    d, o = _world(50.0)
+    rp = plan(desired(d), o, now=60.0).recipes[R]
+    st = build_status(R, d, o, rp, None, {}, {}, 60.0)
+    rows = {r["name"]: r["ready"] for r in st["workers"]}
+    assert rows["agg_0"] is False and rows["frontend_0"] is False and rows["agg_1"] is True
+    assert st["phase"] != "Ready"
