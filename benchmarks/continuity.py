@@ -183,11 +183,17 @@ def ratio(stack: str, smoke: bool, tmp: Path) -> dict:
     conc, count = (8, 80) if smoke else (64, 640)
     out = {}
     for n in (1, 2):
+        (tmp / f"r{n}").mkdir()
         h, name, endpoint, model = deploy(tmp / f"r{n}", stack, n)
         try:
             art = tmp / f"aiperf{n}"
             env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"} | {"TMPDIR": str(tmp)}
-            tok = ["--tokenizer", model] if model else []
+            if model:
+                tok = ["--tokenizer", model]
+            else:  # the built-in mocker: any tokenizer (it emits the model directory's tokens when it has one)
+                from reconciler.mocker.model_dir import make_model_dir
+
+                tok = ["--tokenizer", str(make_model_dir(tmp / f"tok{n}"))]
             r = subprocess.run([str(aiperf), "profile", "--model", model or "m", "--url", endpoint,
                                 "--endpoint-type", "chat", "--streaming", *tok, "--concurrency", str(conc),
                                 "--request-count", str(count), "--isl", "64", "--osl", "16", "--ui-type", "none",
@@ -229,6 +235,7 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="one trial per fault, small aiperf run")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--faults", default="frontend2,frontend1,etcd,ratio")
+    ap.add_argument("--stacks", default="builtin,dynamo")
     a = ap.parse_args()
     trials = 1 if a.smoke else a.trials
     os.environ.setdefault("RECONCILER_TEST_PORTS", "32400-32600")
@@ -238,7 +245,7 @@ def main() -> None:
         tmp = Path(d)
         k = 0
         for f in a.faults.split(","):
-            for stack in ("builtin", "dynamo"):
+            for stack in a.stacks.split(","):
                 if stack == "dynamo" and not have_dynamo:
                     continue
                 if f == "etcd" and stack != "dynamo":
