@@ -84,7 +84,9 @@ def sync(d: DesiredRecipe, o: Observed, now: float | None = None, at: float | No
 
 
 def _sync_one(d: DesiredRecipe, fe, o: Observed, now: float | None, at: float | None) -> list[Change]:
-    if fe.worker_api not in WORKER_APIS or not o.ready.get(fe.key):
+    # a router that answers its health probe but not yet its canary (it has no worker to list the
+    # model from: the canary needs what this very sync gives it) is given its workers too
+    if fe.worker_api not in WORKER_APIS or not (o.ready.get(fe.key) or fe.key in o.why):
         return []
     host, port = fe.nodes[0], fe.health_port
     try:
