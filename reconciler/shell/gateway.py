@@ -43,6 +43,7 @@ RESTART_CAP_S = 8.0
 RESET_AFTER_S = 60.0  # a master that stayed up this long starts its backoff over
 START_TIMEOUT_S = 10.0
 CONFIRM_TIMEOUT_S = 2.0
+RETIRE_WAIT_S = 1.0
 
 
 def delay_after(backoff: int) -> float:
@@ -190,8 +191,10 @@ class Gateways:
                 err = self._run(["-t", "-q"], prefix)
                 if err is not None:
                     return self._fail(recipe, now, f"config test failed: {err}")
+                old = workers_of(pid)
                 os.kill(pid, signal.SIGHUP)  # graceful: old workers finish what they carry
                 self._confirm(port, sorted(upstreams))
+                self._await_gone(pid, old)
                 changes.append(Change("GatewayReloaded", recipe, f"upstreams now {', '.join(sorted(upstreams)) or 'none'}"))
             up = {**rec, "upstreams": sorted(upstreams), "pid": pid, "lastError": None,
                   "workers": workers_of(pid) or rec.get("workers", [])}
@@ -293,6 +296,15 @@ class Gateways:
         while not (found := workers_of(pid)) and time.monotonic() < deadline:
             time.sleep(0.01)
         return found
+
+    @staticmethod
+    def _await_gone(pid: int, old: list[int]) -> None:
+        """An old worker keeps accepting until it has read its QUIT: on a busy host that is tens of
+        ms in which it still answers with the old upstreams. Wait (bounded) for the idle ones to
+        exit; one still carrying a stream has stopped accepting by then."""
+        deadline = time.monotonic() + RETIRE_WAIT_S
+        while set(old) & set(workers_of(pid)) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def _confirm(self, port: int, upstreams: list[str]) -> bool:
         """A reload is asynchronous: wait (bounded) until the gateway answers with the new upstreams,
