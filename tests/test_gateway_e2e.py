@@ -58,7 +58,9 @@ def test_the_gateway_is_the_stable_endpoint(h):
     assert lo <= gw["port"] <= hi  # from the reconciler's port range
     frontend_url = next(w["url"] for w in json.loads((h.state / name / "status.json").read_text())["workers"]
                         if w["role"] == "frontend")
-    assert gw["upstreams"] == [frontend_url.removeprefix("http://")]
+    # `get` computes Ready itself; run writes the upstreams on its own next pass
+    wait_until(lambda: json.loads((h.state / name / "gateway.json").read_text()).get("upstreams")
+               == [frontend_url.removeprefix("http://")], timeout=20, what="the frontend among the upstreams")
     wait_until(lambda: _serves(endpoint), timeout=20, what="a completion through the gateway")
 
     # the frontend's step is killed: the same address serves again once it is back
