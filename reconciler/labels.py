@@ -33,7 +33,7 @@ MARKER = "rcl"
 COMMENT_MARKER = "reconciler/v1"
 OWNER_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 
-_NAME = r"[A-Za-z0-9][A-Za-z0-9_.~-]*"
+_NAME = r"[A-Za-z0-9][A-Za-z0-9_.~@-]*"  # '@' joins a namespace's folders and the name (reconciler.recipe.namespaces)
 TAG_MAX = 48
 _JOB = re.compile(rf"^rcl:(?P<owner>[a-z0-9-]+):(?P<recipe>{_NAME}):a(?P<index>\d+)$")
 _STEP = re.compile(

@@ -159,14 +159,17 @@ def test_symlinks_inside_are_followed_and_out_of_the_directory_are_refused(tmp_p
     outside = tmp_path / "elsewhere.yaml"
     outside.write_text(GOOD.format(name="outside"))
     (m / "sub" / "real.yaml").write_text(GOOD.format(name="real"))
-    (m / "inside.yaml").symlink_to(m / "sub" / "real.yaml")
+    (m / "inside.yaml").symlink_to(m / "sub" / "real.yaml")  # another folder: another namespace
+    (m / "sub" / "alias.yaml").symlink_to(m / "sub" / "real.yaml")  # the same folder: the same recipe
     (m / "out.yaml").symlink_to(outside)
     (m / "dir.yaml").mkdir()  # a directory named *.yaml is a directory: scanned like any other
     (m / "dir.yaml" / "deeper.yaml").write_text(GOOD.format(name="deeper"))
     r = validate(str(m), "-o", "json")
     res = {Path(x["path"]).relative_to(m).as_posix(): x for x in json.loads(r.stdout)}
     assert res["inside.yaml"]["valid"] and res["dir.yaml/deeper.yaml"]["valid"]  # followed: inside manifests/
-    # the link and its target are one recipe twice: the first in scan order wins (as in `run`)
+    # a link and its target in one folder are one recipe twice: the first in scan order wins (as in
+    # `run`); the top-level link is the same name in another namespace, so a deployment of its own
+    assert res["sub/alias.yaml"]["valid"] and res["inside.yaml"]["namespace"] == ""
     assert not res["sub/real.yaml"]["valid"] and "also used by" in res["sub/real.yaml"]["error"]
     assert not res["out.yaml"]["valid"] and "symlink leading out of" in res["out.yaml"]["error"]
     assert r.returncode == 1

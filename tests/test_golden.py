@@ -14,6 +14,7 @@ tests/golden/srtslurm.yaml, the site config that resolves the recipes' model and
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,26 @@ def _value(v, row):
     return re.sub(r"\$(ip:)?([a-z_]+)", sub, str(v))
 
 
+PORT = re.compile(r"(?:([A-Za-z0-9_.*-]+):)?(?<![0-9])(2[0-9]{4}|3[01][0-9]{3})(?![0-9])")
+
+
+def normalised(value: str, row: dict, leader: str) -> str:
+    """A rendered string with our choices folded: the endpoint's ports (``row["ports"]``, its
+    leader's) as ``$name`` where the leader or rank 0 itself uses them, any other registry port as
+    ``$port`` (ports are ours to choose; srtctl's fixed bases are not ours), the interpreter as
+    ``$python``. What stays is what srtctl's rules decide."""
+    by_port: dict[str, str] = {}
+    for name, port in sorted(row["ports"].items()):
+        by_port.setdefault(str(port), name)
+
+    def sub(m: re.Match) -> str:
+        host, port = m.group(1), m.group(2)
+        ours = host == leader if host not in (None, "*", "0.0.0.0") else row["rank"] == 0
+        return (f"{host}:" if host else "") + "$" + (by_port.get(port, "port") if ours else "port")
+
+    return PORT.sub(sub, value.replace(sys.executable, "$python"))
+
+
 def _layers(argv: list[str]) -> dict:
     """The wrappers before the worker's argv, outermost first: {tag: its first argument, "order": [...], "argv": rest}."""
     out: dict = {"order": []}
@@ -78,12 +99,14 @@ def test_render_matches_srtctl(case, corpus):
     if "processes" in doc:
         workers = [r for r in rows if r["role"] in ("prefill", "decode", "agg")]
         assert len(workers) == doc["processes"], [(r["role"], r["index"], r["rank"]) for r in rows]
+    leaders = {(r["role"], r["index"]): r["nodes"][0] for r in rows if r["rank"] == 0}
     for exp in doc["expect"]:
         where = exp["where"]
         matches = [r for r in rows if all(r[k] == v for k, v in where.items())]
         assert len(matches) == 1, f"{where}: {len(matches)} processes"
         row = matches[0]
         ctx = f"{case.name} {where}"
+        leader = leaders[(row["role"], row["index"])]
         layers = _layers(row["argv"])
         inner = layers.pop("argv")
         if exp.get("node_addr"):  # the node learns its address on the NIC before anything runs
@@ -107,6 +130,10 @@ def test_render_matches_srtctl(case, corpus):
             assert flag in argv, f"{ctx}: {flag} missing"
         for flag in exp.get("absent", []):
             assert flag not in argv, f"{ctx}: {flag} must not be passed"
+        if "exact_argv" in exp:  # the whole command line after the wrappers, nothing more, nothing less
+            assert [normalised(a, row, leader) for a in argv] == exp["exact_argv"], ctx
+        if "exact_env" in exp:  # the whole environment the launcher sets
+            assert {k: normalised(v, row, leader) for k, v in row["env"].items()} == exp["exact_env"], ctx
         for k, v in (exp.get("env") or {}).items():
             assert row["env"].get(k) == _value(v, row), f"{ctx}: env {k}"
         for k in exp.get("env_absent", []):
@@ -116,3 +143,43 @@ def test_render_matches_srtctl(case, corpus):
         for k in ("nodes", "gpus", "ntasks", "mpi", "container"):
             if k in exp:
                 assert row[k] == exp[k], f"{ctx}: {k}"
+
+
+def _combination(recipe) -> tuple[str, str, str]:
+    """engine(s) x agg/disagg x single/multi-node: what the exact goldens must cover."""
+    engines = "+".join(sorted({recipe.engine_for(m).type for m, _ in recipe.roles.items()}))
+    from reconciler.backends import endpoints_of
+
+    multi = any(len(ep.nodes) > 1 for ep in endpoints_of(recipe))
+    return engines, "disagg" if recipe.disaggregated else "agg", "multi" if multi else "single"
+
+
+def test_exact_goldens_cover_every_combination_in_the_corpus(corpus):
+    """Every engine x mode x single/multi-node combination some corpus recipe renders has a golden
+    that pins its workers' argv and env exactly (and names its combination truthfully)."""
+    site = cluster.load(GOLDEN / "srtslurm.yaml")
+    present: dict[tuple[str, str, str], str] = {}
+    for path in sorted(corpus.glob("srt-slurm-v*/**/*.yaml")):
+        try:
+            loaded = load_file(path, site)
+        except Exception:  # refused recipes render nothing; tests/test_corpus.py accounts for them
+            continue
+        for lr in loaded:
+            try:
+                present.setdefault(_combination(lr.recipe), str(path.relative_to(corpus)))
+            except Exception:
+                continue
+    covered = {}
+    for case in CASES:
+        doc = yaml.safe_load(case.read_text())
+        exact = [e for e in doc["expect"] if "exact_argv" in e and "exact_env" in e
+                 and e["where"]["role"] in ("prefill", "decode", "agg")]
+        if "combo" not in doc or not exact:
+            continue
+        loaded = load_file(corpus / doc["recipe"], site)
+        lr = next(x for x in loaded if x.recipe.name == doc.get("deployment", x.recipe.name))
+        assert tuple(doc["combo"]) == _combination(lr.recipe), case.name
+        covered[tuple(doc["combo"])] = case.name
+    missing = {c: f for c, f in present.items() if c not in covered}
+    assert not missing, f"no exact golden for {missing}"
+    assert len(covered) >= 12

@@ -66,3 +66,22 @@ def test_layouts_that_do_not_fit(roles, key):
     with pytest.raises(TopologyError) as ei:
         place(8, **roles)
     assert ei.value.key == key
+
+
+def test_one_node_1p4d_decode_on_gpus_1_to_4_as_srtctl():
+    """srtctl core/topology.py allocate_endpoints: one cursor over the job's nodes; with no node left
+    after the prefill's (decode_nodes: 0), decode shares the prefill's node from where it ended."""
+    got, n = place(8, prefill=(1, 1, 1), decode=(0, 4, 1, True))
+    assert n == 1
+    assert got["prefill_0"] == ((1,), (0,))
+    assert [got[f"decode_{i}"] for i in range(4)] == [((1,), (g,)) for g in (1, 2, 3, 4)]
+
+
+def test_colocated_decode_goes_on_from_the_last_prefill_worker_not_back_into_a_gap():
+    # prefill 3 x 3 GPUs on two 8-GPU nodes: node 1 GPUs 0-2, 3-5 (2 left), node 2 GPUs 0-2.
+    # srtctl's cursor is on node 2 at GPU 3: decode 2 x 2 GPUs go there, not into node 1's gap
+    got, n = place(8, prefill=(2, 3, 3), decode=(0, 2, 2, True))
+    assert n == 2
+    assert got["prefill_2"] == ((2,), (0, 1, 2))
+    assert got["decode_0"] == ((2,), (3, 4))
+    assert got["decode_1"] == ((2,), (5, 6))

@@ -133,6 +133,11 @@ class Backend:
     def build_worker_command(self, process: Process, runtime: Runtime) -> list[str]:
         raise NotImplementedError
 
+    def env_unset(self, process: Process) -> tuple[str, ...]:
+        """Variables removed from the process's environment after everything else set it
+        (srtctl's ``env_to_unset``): none unless the engine says so."""
+        return ()
+
     # ---------------------------------------------------------------- optional
     supported_modes: ClassVar[tuple[Mode, ...]] = MODES
     # the engine's processes for a process exporter, first match wins: launchers before the module

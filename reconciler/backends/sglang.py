@@ -66,13 +66,20 @@ class SGLangBackend(SGLangEngine, Backend):
 
     def build_worker_command(self, process: Process, runtime: Runtime) -> list[str]:
         args = self.get_config_for_mode(process.mode)
-        pop_keys(args, *MANAGED)
+        # srtctl pops only model-path, served-model-name, nccl-port and grpc-port (backends/sglang.py
+        # build_worker_command): a recipe's --disaggregation-bootstrap-port reaches a decode worker
+        # as written. A prefill endpoint's is ours: the router is told it, and two prefill servers
+        # on one node never share one
+        pop_keys(args, *(MANAGED if process.mode == "prefill" else MANAGED - {"disaggregation-bootstrap-port"}))
         mode = pop_keys(args, "disaggregation-mode") or (process.mode if process.mode != "agg" else None)
         module = "dynamo.sglang" if self._dynamo else "sglang.launch_server"
         # srtctl: the served name right after the model, never among the sorted role args
         name = pop_keys(args, "served-model-name") or runtime.served_model_name
         argv = [runtime.engine_python, "-m", module, "--model-path", runtime.model_path, "--served-model-name", str(name)]
-        argv += ["--host", "0.0.0.0", "--port", str(process.ports["http"]), "--nccl-port", str(process.ports["nccl"])]
+        # srtctl: only the leader serves HTTP; the other ranks get `--port 0` (core/topology.py
+        # endpoints_to_processes: `http_port=... if is_leader else 0`, passed as `--port`)
+        port = process.ports["http"] if process.node_rank == 0 else 0
+        argv += ["--host", "0.0.0.0", "--port", str(port), "--nccl-port", str(process.ports["nccl"])]
         if get_key(args, "enable-metrics") is None:
             argv.append("--enable-metrics")
         if mode in ("prefill", "decode"):

@@ -113,8 +113,12 @@ class VLLMBackend(VLLMEngine, Backend):
     def port_blocks(self, ep: Endpoint) -> dict[str, int]:
         replica, dp = self._parallel(ep.mode)
         blocks = {"nixl": dp}
-        if self.connector_for_mode(ep.mode, dict(self.get_config_for_mode(ep.mode))) != json.dumps(CONNECTORS["moriio"]):
-            blocks["vllm_scan"] = SCAN_PORTS  # MoRI-IO's TP children share VLLM_PORT: srtctl gives it none
+        # MoRI-IO's TP children share VLLM_PORT: srtctl gives it none. Nor does a worker spanning
+        # nodes: srtctl unsets VLLM_PORT on every rank there (its ranks race for the same base;
+        # cli/mixins/worker_stage.py start_worker, env_to_unset = ["VLLM_PORT"] if multi-node)
+        moriio = self.connector_for_mode(ep.mode, dict(self.get_config_for_mode(ep.mode))) == json.dumps(CONNECTORS["moriio"])
+        if not moriio and len(ep.nodes) == 1:
+            blocks["vllm_scan"] = SCAN_PORTS
         if self._dynamo:
             blocks["kv_events"] = max(1, len(ep.gpus) // replica) if dp > 1 else 1
         return blocks
@@ -231,6 +235,12 @@ class VLLMBackend(VLLMEngine, Backend):
             env |= {"DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": str(process.ports["system"]),
                     "DYN_VLLM_KV_EVENT_PORT": str(process.ports["kv_events"])}
         return env
+
+    def env_unset(self, process: Process) -> tuple[str, ...]:
+        # srtctl cli/mixins/worker_stage.py start_worker: `env_to_unset = ["VLLM_PORT"] if
+        # backend.type == "vllm" and len(endpoint_nodes) > 1` -- vLLM's ranks of a multi-node
+        # worker race for one VLLM_PORT base; they take ephemeral ports instead
+        return ("VLLM_PORT",) if len(process.hosts) > 1 else ()
 
     def health_probe(self, mode: Mode) -> HealthProbe:
         return HealthProbe("system", "/health", "dynamo") if self._dynamo else HealthProbe("http", "/health")

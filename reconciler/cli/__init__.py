@@ -30,6 +30,7 @@ def cli(ctx: click.Context, cluster_config: str | None) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Also list notes, and why each carried key has no effect.")
 def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
     """Validate recipe files (or every *.yaml under directories)."""
+    from reconciler.recipe import namespaces
     from reconciler.recipe.load import iter_recipe_files, name_clashes, outside_link
     from reconciler.desired.admission import load_file
 
@@ -46,10 +47,15 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
             escape = outside_link(roots[f], f) if roots[f] else None
             if escape:
                 raise RecipeError(str(f), escape.split(": ", 1)[1])
+            try:  # a directory's folders are namespaces: the same name in two folders is two deployments
+                ns = namespaces.namespace_of_file(roots[f], f) if roots[f] else ""
+            except namespaces.NamespaceError as e:
+                raise RecipeError(str(f), str(e)) from None
             for lr in load_file(f, cluster):  # a sweep / override file: one result per deployment
                 layouts = lr.recipe.role_layouts()
                 results.append({
-                    "path": str(f), "valid": True, "error": None, "name": lr.recipe.name, "layout": lr.layout,
+                    "path": str(f), "valid": True, "error": None, "name": lr.recipe.name, "namespace": ns,
+                    "layout": lr.layout,
                     "engine": "/".join(dict.fromkeys(lr.recipe.engine_for(m).type for m, _ in lr.recipe.roles.items())),
                     "frontend": lr.recipe.frontend.type,
                     "roles": {m: {"workers": l.workers, "gpus": l.gpus, "nodes": l.nodes} for m, l in layouts.items()},
@@ -65,7 +71,8 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
         _fail(f"no recipe files (*.yaml, *.yml) found in {', '.join(paths)}")
     # what run would do with a directory: the first file of a name wins, the others are reported
     valid = [r for r in results if r["valid"]]
-    for i, why in name_clashes([(r["path"], r["name"]) for r in valid]).items():
+    keyed = [(r["path"], namespaces.display(namespaces.key(r["namespace"], r["name"]))) for r in valid]
+    for i, why in name_clashes(keyed).items():
         valid[i].update(valid=False, error=why, key="name", line=None, unsupported=None,
                         problems=[{"key": "name", "line": None, "message": why}])
     if output == "json":
@@ -74,7 +81,8 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
         for r in results:
             if r["valid"]:
                 roles = ", ".join(f"{m} {v['workers']}x{v['gpus']}gpu" for m, v in r["roles"].items())
-                click.echo(f"{click.style('valid  ', fg='green')} {r['path']}  ({r['name']}: {r['engine']}, {roles})")
+                shown = f"{r['namespace']}/{r['name']}" if r["namespace"] else r["name"]
+                click.echo(f"{click.style('valid  ', fg='green')} {r['path']}  ({shown}: {r['engine']}, {roles})")
                 if verbose:
                     for n in r["notes"]:
                         click.echo(f"         note: {n}")

@@ -17,7 +17,7 @@ def wait_ready(ctl, names: tuple[str, ...], manifests: str, rows: list[dict], ti
     last = ""
     while not all(r["status"] == "Ready" for r in rows):
         line = "waiting: " + "; ".join(
-            f"{r['name']} {_ready_text(r)} {r['status']}" + (f" ({_why(r)})" if _why(r) else "")
+            f"{_shown(r)} {_ready_text(r)} {r['status']}" + (f" ({_why(r)})" if _why(r) else "")
             for r in rows if r["status"] != "Ready")
         if tty:
             click.echo("\r\033[K" + line[:200], nl=False, err=True)
@@ -59,7 +59,10 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
     gone = {n: rp for n, rp in snap.plan.recipes.items() if rp.state.name in ("PRUNE_REFUSED", "TEARDOWN")}
     all_names = sorted(set(snap.desired.recipes) | set(snap.manifests.invalid) | set(snap.desired.held) | set(gone))
     if names:
-        missing = [n for n in names if n not in all_names]
+        from reconciler.recipe import namespaces
+
+        names = tuple(namespaces.from_ref(n) for n in names)  # FOLDER/NAME, or a top-level NAME
+        missing = [namespaces.display(n) for n in names if n not in all_names]
         if missing:
             raise ReconcilerError(f"no recipe named {', '.join(missing)} in {manifests}")
         all_names = [n for n in all_names if n in names]
@@ -83,7 +86,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
         created = _parse_iso(st["createdAt"])
         invalid = snap.manifests.invalid.get(name) or snap.desired.held.get(name)
         rows.append({
-            "name": name, "status": st["phase"] if not invalid else (
+            **_identity(name), "status": st["phase"] if not invalid else (
                 "Invalid" if name in snap.manifests.invalid else "Error"),
             "roles": {r: c for r, c in st["roles"].items() if r != "frontend"},
             "endpoint": st["endpoint"], "restarts": sum(w["restarts"] for w in st["workers"]),
@@ -106,7 +109,7 @@ def _gone_row(name: str, rp, observed, prev: dict, now: float) -> dict:
     refused = rp.state.name == "PRUNE_REFUSED"
     created = _parse_iso(prev.get("createdAt"))
     return {
-        "name": name, "status": "ManifestMissing" if refused else "Terminating", "roles": roles,
+        **_identity(name), "status": "ManifestMissing" if refused else "Terminating", "roles": roles,
         "endpoint": prev.get("endpoint"), "restarts": sum(w.get("restarts", 0) for w in prev.get("workers", [])),
         "age_seconds": int(now - created) if created else None, "conditions": [],
         "error": ("manifest missing: kept running by the prune guard (" + rp.detail + ")") if refused else None,
@@ -119,11 +122,27 @@ HEADER = ("NAME", "READY", "STATUS", "REASON", "RESTARTS", "AGE", "ENDPOINT")
 WIDE = ("NODES", "MESSAGE")
 
 
-def table_rows(rows: list[dict], wide: bool = False) -> list[tuple[str, ...]]:
+def _identity(key: str) -> dict:
+    """A row's identity: its folder under manifests/ (namespace, '' at the top) and its name; ``key``
+    is how the state directory and the labels spell the pair (reconciler.recipe.namespaces)."""
+    from reconciler.recipe import namespaces
+
+    ns, name = namespaces.split(key)
+    return {"name": name, "namespace": ns, "key": key}
+
+
+def _shown(r: dict) -> str:
+    return f"{r['namespace']}/{r['name']}" if r.get("namespace") else r["name"]
+
+
+def table_rows(rows: list[dict], wide: bool = False, spaced: bool | None = None) -> list[tuple[str, ...]]:
+    """``spaced``: a NAMESPACE column first (by default once any row is in a folder)."""
+    spaced = any(r.get("namespace") for r in rows) if spaced is None else spaced
     out = []
     for r in rows:
-        cells = (r["name"], _ready_text(r), r["status"], r.get("reason") or "-", str(r["restarts"]),
-                 _age(r["age_seconds"]), r["endpoint"] or "-")
+        cells = ((r.get("namespace") or "-",) if spaced else ()) + (
+            r["name"], _ready_text(r), r["status"], r.get("reason") or "-", str(r["restarts"]),
+            _age(r["age_seconds"]), r["endpoint"] or "-")
         if wide:
             cells += (",".join(r.get("nodes") or []) or "-", r.get("reasonMessage") or "-")
         out.append(cells)
@@ -134,7 +153,9 @@ def print_table(rows: list[dict], manifests: str, wide: bool = False, header: bo
     if not rows:
         click.echo(f"no recipes in {manifests}", err=True)
         return
-    table = ([HEADER + (WIDE if wide else ())] if header else []) + table_rows(rows, wide)
+    spaced = any(r.get("namespace") for r in rows)  # the column appears once a folder is used
+    head = (("NAMESPACE",) if spaced else ()) + HEADER + (WIDE if wide else ())
+    table = ([head] if header else []) + table_rows(rows, wide, spaced)
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
@@ -142,10 +163,10 @@ def print_table(rows: list[dict], manifests: str, wide: bool = False, header: bo
         if r["error"]:
             click.echo(click.style("invalid: ", fg="red") + r["error"], err=True)
         elif r.get("reasonMessage") and not wide:
-            click.echo(click.style(f"{r['reason']}: ", fg="red") + f"{r['name']}/{r['reasonMessage']}", err=True)
+            click.echo(click.style(f"{r['reason']}: ", fg="red") + f"{_shown(r)}/{r['reasonMessage']}", err=True)
     from reconciler.cli.waits import summary
 
-    queued = summary({r["name"]: r["waitingForAllocation"] for r in rows if r.get("waitingForAllocation") is not None})
+    queued = summary({_shown(r): r["waitingForAllocation"] for r in rows if r.get("waitingForAllocation") is not None})
     if queued:
         click.echo(queued, err=True)
 

@@ -46,7 +46,7 @@ def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, 
         ctl = _controller(manifests, state, driver, port_range=port_range, instance=instance, read_only=True)
         rows = deployments.get_rows(ctl, names, manifests)
         if wait_ready:
-            want = [r["name"] for r in rows]
+            want = [r.get("key", r["name"]) for r in rows]  # FOLDER@NAME: run records status under it
             gens = _generations(ctl, want)
             ok = get_wait.wait(Path(state), want, gens, timeout)
             rows = deployments.get_rows(ctl, names, manifests)
@@ -85,7 +85,7 @@ def _print(rows: list[dict], output: str, manifests: str, header: bool = True) -
 def _watch(ctl, names: tuple[str, ...], manifests: str, output: str, rows: list[dict], interval: float) -> None:
     from reconciler.cli import deployments
 
-    seen = {r["name"]: tuple(json.dumps(r.get(k), sort_keys=True) for k in WATCHED) for r in rows}
+    seen = {r.get("key", r["name"]): tuple(json.dumps(r.get(k), sort_keys=True) for k in WATCHED) for r in rows}
     try:
         while True:
             time.sleep(interval)
@@ -97,8 +97,8 @@ def _watch(ctl, names: tuple[str, ...], manifests: str, output: str, rows: list[
             changed = []
             for r in rows:
                 key = tuple(json.dumps(r.get(k), sort_keys=True) for k in WATCHED)
-                if seen.get(r["name"]) != key:
-                    seen[r["name"]] = key
+                if seen.get(r.get("key", r["name"])) != key:  # two folders may hold one name
+                    seen[r.get("key", r["name"])] = key
                     changed.append(r)
             if changed and output in ("json", "yaml"):
                 for r in changed:  # one document per change, as kubectl get -w -o json does

@@ -94,9 +94,9 @@ def event_line(e: dict) -> str:
 # ---------------------------------------------------------------- logs
 def log_path(state: Path, recipe: str, role: str, index: int, rank: int = 0, previous: bool = False) -> Path:
     """The worker's (or service's) log; ``previous``: the life before the last launch (rotated to .1)."""
-    from reconciler.recipe.model import NAME_RE
+    from reconciler.recipe import namespaces
 
-    if ".." in recipe or not NAME_RE.fullmatch(recipe) or not re.fullmatch(r"[a-z][a-z0-9-]{0,44}", role):
+    if not namespaces.is_key(recipe) or not re.fullmatch(r"[a-z][a-z0-9-]{0,44}", role):
         raise ReconcilerError(f"not a recipe name and role: {recipe!r} {role!r}")
     if index < 0 or rank < 0:
         raise ReconcilerError("INDEX and --rank are 0 or more")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from reconciler.recipe import namespaces
 from reconciler.cli import operate
 from reconciler.cli.common import DRIVER_OPT, INSTANCE_OPT, MANIFESTS_OPT, PORTS_OPT, STATE_OPT, _controller, _fail
 from reconciler.errors import ReconcilerError
@@ -75,13 +76,13 @@ def describe(name: str, manifests: str, state: str, driver: str | None, port_ran
              output: str) -> None:
     """One deployment in full: conditions, every worker and service, allocations, the last 20 events."""
     try:
-        doc = _snapshot_doc(manifests, state, driver, port_range, instance, name)
+        doc = _snapshot_doc(manifests, state, driver, port_range, instance, namespaces.from_ref(name))
     except ReconcilerError as e:
         _fail(str(e))
     if output == "json":
         click.echo(json.dumps(doc, indent=2))
         return
-    click.echo(click.style(f"Name: {doc['name']}", bold=True) + f"   Phase: {doc['phase']}"
+    click.echo(click.style(f"Name: {namespaces.display(doc['name'])}", bold=True) + f"   Phase: {doc['phase']}"
                + (f"   Endpoint: {doc['endpoint']}" if doc["endpoint"] else ""))
     if doc["error"]:
         click.echo(click.style("Error: ", fg="red") + doc["error"])
@@ -138,6 +139,7 @@ def _table(rows: list[tuple[str, ...]], indent: str) -> None:
 @OUTPUT_OPT
 def events(name: str | None, state: str, follow: bool, since: str | None, output: str) -> None:
     """What the reconciler did and saw, oldest first (all recipes, or NAME's)."""
+    name = namespaces.from_ref(name) if name else name
     try:
         cut = time.time() - operate.parse_duration(since) if since else None
     except ValueError as e:
@@ -178,6 +180,7 @@ def logs(name: str, role: str | None, index: int | None, role_opt: str | None, i
     from reconciler.cli.logs_pick import pick
 
     try:
+        name = namespaces.from_ref(name)
         role, index = pick(Path(state), name, role_opt or role, index_opt if index_opt is not None else index)
         path = operate.log_path(Path(state), name, role, index, rank, previous)
     except ReconcilerError as e:
@@ -202,11 +205,13 @@ def _set_suspended(name: str, manifests: str, state: str, on: bool) -> None:
 
     manifests = resolve(state, manifests=manifests)["manifests"]
 
-    in_files: dict[str, bool] = {}  # recipe name -> reconcile.suspend in its file
+    name = namespaces.from_ref(name)
+    in_files: dict[str, bool] = {}  # recipe key -> reconcile.suspend in its file
     for f in iter_recipe_files([manifests]) if Path(manifests).is_dir() else []:
         try:
-            in_files |= {lr.recipe.name: lr.recipe.reconcile.suspend for lr in load_file(f)}
-        except ReconcilerError:
+            ns = namespaces.namespace_of_file(Path(manifests), f)
+            in_files |= {namespaces.key(ns, lr.recipe.name): lr.recipe.reconcile.suspend for lr in load_file(f)}
+        except (ReconcilerError, namespaces.NamespaceError):
             continue  # an invalid file: its recipe may still be known from the state directory
     known = set(in_files) | set(StateDir(Path(state), read_only=True).known_recipes())
     if name not in known:

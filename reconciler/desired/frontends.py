@@ -96,7 +96,11 @@ def dynamo(recipe, head, ports, runtime, state_dir, disc_env, index: int = 0) ->
     pre = dynamo_install.preamble(recipe) if container else []
     argv = [*pre, runtime.engine_python, "-m", "dynamo.frontend", f"--http-port={port}"]
     argv += cli_args(dict(recipe.frontend.args))
-    env = {**disc_env, "PYTHONUNBUFFERED": "1", **recipe.environment, **recipe.frontend.env}
+    # srtctl frontends/dynamo.py start_frontends: the discovery plane, DYN_REQUEST_PLANE,
+    # DYN_SKIP_SGLANG_LOG_FORMATTING=1 (and DYN_EVENT_PLANE), then the recipe's environment and
+    # frontend.env. HEAD_NODE_IP is the workers' (worker_stage.py), not the frontend's
+    env = {**{k: v for k, v in disc_env.items() if k != "HEAD_NODE_IP"}, "DYN_SKIP_SGLANG_LOG_FORMATTING": "1",
+           **recipe.environment, **recipe.frontend.env}
     return _unit(recipe, head, port, argv, env, container, "/metrics", index=index)
 
 

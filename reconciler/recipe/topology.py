@@ -121,6 +121,11 @@ def allocate(
             if prefill_range is None:
                 raise TopologyError(f"roles.{mode}.nodes", "colocation needs a prefill role to share nodes with")
             first, count = prefill_range
+            # srtctl places workers with one cursor over the job's nodes (core/topology.py
+            # allocate_endpoints): decode goes on from where the last prefill worker ended, never
+            # back into a gap on an earlier prefill node
+            cursor = max((n for n in range(first, first + count) if used.get(n)), default=first)
+            first, count = cursor, first + count - cursor
         else:
             first, count = next_node, lay.nodes
             next_node += lay.nodes

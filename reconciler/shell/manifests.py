@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reconciler.recipe import namespaces
 from reconciler.recipe.cluster import Cluster
 from reconciler.errors import RecipeError
 from reconciler.recipe.entries import skipped_entries
@@ -50,6 +51,15 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
     m.skipped = skipped_entries(directory) if files or directory.is_dir() else {}
     for f in files:
         path = str(f)
+        # the folder under manifests/ is the recipe's namespace: its key is folder + name
+        try:
+            ns = namespaces.namespace_of_file(directory, f)
+        except namespaces.NamespaceError as e:
+            where = str(f.relative_to(directory))  # no real key looks like this: nothing else is marked
+            m.invalid[where] = f"{path}: {e}"
+            m.paths[path] = [where]
+            continue
+        stem = namespaces.key(ns, f.stem)
         if now is not None and debounce > 0:
             try:
                 stable_at = f.stat().st_mtime + debounce
@@ -59,7 +69,7 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
                 m.settling[path] = stable_at
                 applied = known.get(path) or _expanded_from(state, path)
                 _keep_last_applied(m, state, path, applied, True, cluster)
-                for name in applied or ([f.stem] if f.stem in state.known_recipes() else []):
+                for name in applied or ([stem] if stem in state.known_recipes() else []):
                     if name not in m.recipes:  # held while the file settles: never mistaken for deleted
                         m.invalid[name] = f"{path}: being written; its last applied spec is not usable"
                 continue
@@ -71,7 +81,7 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
         except Exception as e:  # noqa: BLE001 - one unreadable file must not stop the others
             # what this file declared when last read (or, files.json lost, what its variants say)
             applied = known.get(path) or _expanded_from(state, path)
-            names = applied or [f.stem]
+            names = applied or [stem]
             msg = str(e) if isinstance(e, RecipeError) else f"{path}: cannot load: {type(e).__name__}: {e}"
             for name in names:
                 m.invalid[name] = msg
@@ -79,7 +89,7 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
             m.paths[path] = names
             continue
         for lr in loaded:
-            name = lr.recipe.name
+            name = namespaces.key(ns, lr.recipe.name)
             if name in m.recipes:  # claimed by an earlier file (a broken one keeps its claim)
                 other = next(p for p, ns in m.paths.items() if name in ns)
                 if name not in known.get(path, ()) or name in known.get(other, ()):
@@ -90,7 +100,7 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
                 if not m.paths[other]:
                     del m.paths[other]
                 m.invalid[name] = f"{other}: recipe name {name!r} is also used by {path}; this file is ignored"
-            m.recipes[name] = lr.recipe
+            m.recipes[name] = _keyed(lr.recipe, name)
             m.texts[name] = lr.text
             m.paths.setdefault(path, []).append(name)
     present = {str(f) for f in files}
@@ -116,6 +126,12 @@ def _hold_missing(m: Manifests, state: StateDir, known: dict[str, list[str]], pr
             continue  # deleted for good: its recipes go
         m.settling[path] = since + grace
         _keep_last_applied(m, state, path, names, True, cluster)
+
+
+def _keyed(recipe: Recipe, key: str) -> Recipe:
+    """The recipe under its identity: a namespaced one carries its key as its name from here on
+    (labels, state/, ports, status all key on it); a top-level one is untouched."""
+    return recipe if recipe.name == key else recipe.model_copy(update={"name": key})
 
 
 def _load_cached(f: Path, cluster: Cluster | None, cache: dict | None) -> list[LoadedRecipe]:
@@ -157,7 +173,7 @@ def _keep_last_applied(m: Manifests, state: StateDir, path: str, names: list[str
                 del m.paths[other]
             m.invalid.setdefault(name, f"{other}: recipe name {name!r} is also used by {path}; this file is ignored")
         try:
-            m.recipes[name] = load_text(last, f"{path} (last applied)", cluster, preflight=False).recipe
+            m.recipes[name] = _keyed(load_text(last, f"{path} (last applied)", cluster, preflight=False).recipe, name)
         except Exception:  # noqa: BLE001 - no usable last spec: the recipe is only Invalid (or waits)
             continue
         if name not in m.paths.setdefault(path, []):

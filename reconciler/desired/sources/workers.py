@@ -155,6 +155,8 @@ def _worker_unit(recipe: Recipe, ep: Endpoint, ps: list[Process], hostnames: Map
             env[recipe.reconcile.visible_devices_env] = ",".join(map(str, ep.gpus))
         if mooncake is not None:
             env = mooncake.stamp(ep.mode, p.node, env)
+        for name in backend.env_unset(p):  # srtctl's env_to_unset: gone whoever set it
+            env.pop(name, None)
         argv = pre + backend.build_worker_command(p, role_runtime)
         if srun.per_process:
             nodes, ntasks = (p.node,), 1
