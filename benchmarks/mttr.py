@@ -171,10 +171,13 @@ def main() -> None:
                 # --allow-empty is not set: tear down what is left by hand
                 run.proc.send_signal(signal.SIGTERM)
                 run.proc.wait(20)
-            for line in sh("squeue", "-h", "-o", "%i|%j").splitlines():
-                jid, jname = line.split("|", 1)
-                if jname.startswith("rcl:") and ":mttr-" in jname:
-                    subprocess.run(["scancel", jid], capture_output=True)
+            ours = lambda: [line.split("|", 1)[0] for line in sh("squeue", "-h", "-o", "%i|%j").splitlines()  # noqa: E731
+                            if line.split("|", 1)[1].startswith("rcl:") and ":mttr-" in line]
+            for jid in ours():
+                subprocess.run(["scancel", jid], capture_output=True)
+            # scancel returns before the steps are gone: their logs are still written meanwhile, and
+            # the directory can only be removed once they are
+            until(lambda: not ours(), 60, "our jobs gone after the teardown", poll=0.5)
     width = max(len(r[0]) for r in rows)
     print(f"MTTR on the local Slurm (resync {a.resync:g} s)")
     print(f"  {'what'.ljust(width)}  figure")
