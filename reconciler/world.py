@@ -67,6 +67,9 @@ class Unit:
     worker_api: str = ""  # a frontend whose worker set the shell keeps in step with readiness: "sglang-router"
     scheme: str = "http"  # how a router reaches it: http, or grpc (Backend.is_grpc_mode)
     slot: int = 0  # which of its two life slots (ports, log files): a surge life takes the other one
+    # a frontend: the served model name its readiness canary asks for (listed by /v1/models, and a
+    # one-token completion through it answers); "" for every other unit
+    canary: str = ""
     shares_port: bool = False  # a frontend whose two lives can listen on one port (the built-in router)
     # units that must be Ready before this one starts (a failover engine: its worker's gms instance)
     needs: tuple[tuple[str, int], ...] = ()
@@ -247,6 +250,8 @@ class Observed:
     deadlines: Mapping[str, tuple[float, str]] = field(default_factory=dict)
     # job id -> core.plan.pending.PendingInfo: Slurm's reason and expected start of a pending allocation
     pending: Mapping[str, Any] = field(default_factory=dict)
+    # unit key -> why a unit whose health probe passes is not Ready (a frontend's canary failed)
+    why: Mapping[tuple[str, str, int], str] = field(default_factory=dict)
 
     @cached_property
     def _index(self) -> dict[str, tuple[list[Alloc], list[Step]]]:
@@ -295,7 +300,12 @@ class RestartPolicy:
     reset_after_seconds: float = 600.0
 
     def delay(self, restarts: int) -> float:
-        return min(self.backoff_seconds * (2 ** min(restarts, 30)), self.max_backoff_seconds)
+        """The wait before a relaunch, ``restarts`` relaunches into a run of failures (kubelet-style):
+        the first is immediate, then ``backoff_seconds`` doubling up to ``max_backoff_seconds``;
+        counted from the moment the life ended (its exit record), not from when it was noticed."""
+        if restarts <= 0:
+            return 0.0
+        return min(self.backoff_seconds * (2 ** min(restarts - 1, 30)), self.max_backoff_seconds)
 
 
 @dataclass(frozen=True)
@@ -306,7 +316,9 @@ class DesiredRecipe:
     keep_allocs: tuple[str, ...]  # job ids of observed allocations that serve the recipe
     units: tuple[Unit, ...]  # units placed on running allocations (concrete argv, ports, hash)
     waiting: tuple[tuple[str, int], ...]  # (role, index) of units whose allocation is not running yet
-    frontend: Unit | None = None
+    frontend: Unit | None = None  # frontend_0
+    # frontend_1.. (frontend.num_additional_frontends): each its own unit behind the gateway
+    extra_frontends: tuple[Unit, ...] = ()
     suspended: bool = False
     max_unavailable: int = 1
     unplaceable: tuple[str, ...] = ()  # unit names that no allocation can hold (topology changed)
@@ -340,7 +352,12 @@ class DesiredRecipe:
     @property
     def all_units(self) -> tuple[Unit, ...]:
         """The placed services, workers and the frontend (when there is one)."""
-        return self.services + self.units + ((self.frontend,) if self.frontend else ())
+        return self.services + self.units + self.frontends
+
+    @property
+    def frontends(self) -> tuple[Unit, ...]:
+        """Every frontend, frontend_0 first."""
+        return ((self.frontend,) if self.frontend else ()) + self.extra_frontends
 
     @property
     def unit_keys(self) -> set[tuple[str, int]]:

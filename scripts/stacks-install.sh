@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the real programs the stack tests and benchmarks run, all offline-capable:
-#   etcd, NATS, libibverbs1 (Debian packages); NVIDIA Dynamo 1.6.1 in its own venv (.stacks/dynamo);
+#   etcd, NATS, nginx (the gateway), libibverbs1 (Debian packages); NVIDIA Dynamo 1.6.1 in its own venv (.stacks/dynamo);
 #   the SGLang and vLLM routers (into the project venv); the Mooncake master (mooncake_master, from
 #   mooncake-transfer-engine-non-cuda) in .stacks/mooncake; aiperf 0.13.0 in .stacks/aiperf.
 # Idempotent; everything lands inside the clone except the Debian packages.
@@ -22,6 +22,9 @@ die() { say "error: $*" >&2; exit 1; }
 need_apt=()
 command -v etcd >/dev/null || need_apt+=(etcd-server)
 command -v nats-server >/dev/null || need_apt+=(nats-server)
+# the gateway (issue 27): our own nginx master runs with our own config and prefix under state/;
+# Debian's nginx service is never started (policy-rc.d below blocks the postinst from starting it)
+[ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || need_apt+=(nginx-light)
 # mooncake_master links it even without RDMA hardware ("libibverbs.so.1: cannot open shared object file")
 dpkg-query -W -f='${Status}' libibverbs1 2>/dev/null | grep -q "ok installed" || need_apt+=(libibverbs1)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -221,6 +221,12 @@ class Harness:
             for n in self.names:
                 subprocess.run(["scancel", "--jobname", f"rcl:{self.owner}:{n}:a0"], capture_output=True)
                 subprocess.run(["scancel", "--jobname", f"rcl:{self.owner}:{n}:a1"], capture_output=True)
+        # the gateways (nginx masters on this host) were stopped by the run above; any left is killed
+        for pidfile in self.state.glob("*/gateway/nginx.pid"):
+            try:
+                os.kill(int(pidfile.read_text().strip()), signal.SIGQUIT)
+            except (OSError, ValueError):
+                pass
         # leave nothing behind for the next test
         deadline = time.monotonic() + 30
         left = self._left()

@@ -319,10 +319,13 @@ B, G = WaitReason.BACKOFF, WaitReason.GAVE_UP
         (RestartPolicy("never"), life(exit=(1, 5.0)), 100, "stop", G, "restart policy is never"),
         (RestartPolicy("on-failure"), life(exit=(0, 5.0)), 100, "stop", G, "does not restart a clean exit"),
         (RestartPolicy("on-failure"), life(exit=(1, 5.0)), 16, "launch", R, "exited with code 1; restart 1"),
-        (RestartPolicy("on-failure"), life(exit=(1, 5.0)), 14, "wait", B, "relaunch in 1s"),
-        (RestartPolicy("always"), life(exit=(0, 5.0)), 10, "wait", B, "(restart 1)"),
-        (RestartPolicy("always"), life(restarts=3, exit=(137, 0.0)), 79, "wait", B, "relaunch in 1s"),
-        (RestartPolicy("always"), life(restarts=3, exit=(137, 0.0)), 81, "launch", R, "restart 4"),
+        # the first relaunch after a failure is immediate (kubelet-style), from the exit record's time
+        (RestartPolicy("on-failure"), life(exit=(1, 5.0)), 5, "launch", R, "exited with code 1; restart 1"),
+        # then the backoff: 10 s after the second failure, doubling (restarts = relaunches in a row)
+        (RestartPolicy("on-failure"), life(restarts=1, exit=(1, 5.0)), 14, "wait", B, "relaunch in 1s"),
+        (RestartPolicy("always"), life(restarts=1, exit=(0, 5.0)), 10, "wait", B, "(restart 2)"),
+        (RestartPolicy("always"), life(restarts=3, exit=(137, 0.0)), 39, "wait", B, "relaunch in 1s"),
+        (RestartPolicy("always"), life(restarts=3, exit=(137, 0.0)), 41, "launch", R, "restart 4"),
         (RestartPolicy("always"), life(restarts=12, exit=(1, 0.0)), 299, "wait", B, "relaunch in 1s"),  # capped at 300
         (RestartPolicy(max_restarts=2), life(restarts=2, exit=(1, 0.0)), 1e6, "stop", G, "gave up after 2 restarts"),
         # stopped on purpose (a rollout): back at once, whatever the policy, and not a restart
@@ -331,7 +334,7 @@ B, G = WaitReason.BACKOFF, WaitReason.GAVE_UP
         (RestartPolicy("never"), life(stopped_for=StopReason.LIVENESS.value, exit=(143, 1.0)), 5, "stop", G, "never"),
         (RestartPolicy(), life(stopped_for="a reason from another version", exit=(1, 0.0)), 50, "launch", R, ""),
         # no exit record (SIGKILL): the end is when the step was first seen missing
-        (RestartPolicy(), life(launched=50.0, missing=100.0), 105, "wait", B, "was killed; relaunch in 5s"),
+        (RestartPolicy(), life(restarts=1, launched=50.0, missing=100.0), 105, "wait", B, "was killed; relaunch in 5s"),
         # an exit record older than the current life belongs to a previous life
         (RestartPolicy(), life(launched=50.0, exit=(0, 10.0), missing=100.0), 111, "launch", R, "was killed"),
     ],
@@ -345,13 +348,14 @@ def test_restart_gate_table(policy, health, now, gate, reason, fragment):
 RESTART = "reconcile: {liveness_failures: 2}\nhealth_check: {max_attempts: 3, interval_seconds: 10}\n"
 
 
-def test_dead_worker_waits_for_backoff_then_is_relaunched():
+def test_dead_worker_again_waits_for_backoff_then_is_relaunched():
     c = FakeCluster()
     rs = agg(2, extra=RESTART)
     c.converge(rs)
     dead = next(s for s in c.steps.values() if s.index == 1)
     del c.steps[dead.step_id]
-    c.health[("r", "agg", 1)] = life(launched=0.0, exit=(3, 100.0))
+    # its first relaunch was immediate; it died again: the second waits the backoff from its exit
+    c.health[("r", "agg", 1)] = life(launched=0.0, exit=(3, 100.0), restarts=1)
     p = c.plan(rs, now=105.0)
     w = p.recipes["r"].waiting["agg_1"]
     assert not p.actions and w.reason is WaitReason.BACKOFF and "exited with code 3; relaunch in 5s" in w.detail

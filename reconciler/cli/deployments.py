@@ -50,6 +50,7 @@ def _ready_text(r: dict) -> str:
 def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
     import time as _time
 
+    from reconciler.shell.gateway import facts as gateway_facts
     from reconciler.shell.status import build_status
 
     snap = ctl.snapshot()
@@ -75,7 +76,8 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
             continue
         prev = sd.status(name)
         st = build_status(name, snap.desired.recipes.get(name), snap.observed, snap.plan.recipes.get(name),
-                          snap.manifests.invalid.get(name), prev, sd.launches(name), now, sd.exits(name))
+                          snap.manifests.invalid.get(name), prev, sd.launches(name), now, sd.exits(name),
+                          gateway=gateway_facts(sd.root, name))
         from reconciler.shell import reasons
 
         launches = sd.launches(name)

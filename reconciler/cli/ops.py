@@ -21,6 +21,7 @@ OUTPUT_OPT = click.option("-o", "--output", type=click.Choice(["text", "json"]),
 def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: str, instance: str | None,
                   name: str) -> dict:
     """describe's document: status, units with their retry times, allocations, recent events."""
+    from reconciler.shell.gateway import facts as gateway_facts
     from reconciler.shell.status import build_status
     from reconciler.cli.context import resolve
 
@@ -33,7 +34,8 @@ def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: st
         raise ReconcilerError(f"no recipe named {name} in {manifests} (known: {', '.join(sorted(known)) or 'none'})")
     sd, rp = ctl.state, snap.plan.recipes.get(name)
     st = build_status(name, snap.desired.recipes.get(name), snap.observed, rp, snap.manifests.invalid.get(name),
-                      sd.status(name), sd.launches(name), snap.now, sd.exits(name)) if rp else {}
+                      sd.status(name), sd.launches(name), snap.now, sd.exits(name),
+                      gateway=gateway_facts(sd.root, name)) if rp else {}
     from reconciler.shell import reasons
 
     reasons.annotate(st.get("workers", []), snap.desired.recipes.get(name), sd.root, name, sd.launches(name))

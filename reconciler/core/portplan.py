@@ -64,6 +64,7 @@ def release_unused(ports: NodePortAllocator, desired: Desired, observed: Observe
     live |= {f"{d.name}/{life_name(f'{role}_{i}', slot)}" for d in desired.recipes.values() for (role, i) in d.waiting
              for slot in (0, 1)}
     live |= {f"{s.recipe}/{s.life}" for s in observed.steps}
+    live |= {f"{n}/gateway" for n in desired.recipes}  # allocated once, kept for the deployment's life
     live |= {o for o in ports.owners() if o.split("/", 1)[0] in desired.held}  # held: what it runs keeps its ports
     gone = tuple(sorted(ports.owners() - live))
     for owner in gone:

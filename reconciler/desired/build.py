@@ -141,6 +141,7 @@ def assemble(ctx: Context) -> DesiredRecipe:
     return DesiredRecipe(
         name=recipe.name, generation=top.generation, allocs=where.allocs, keep_allocs=where.keep,
         units=tuple(made["workers"]), waiting=tuple(waiting), frontend=next(iter(made["frontend"]), None),
+        extra_frontends=tuple(made["frontend"][1:]),
         # a failover worker's engines share one gms: never surged, so rolled one at a time at least
         max_unavailable=rollout.max_unavailable if engines == 1 else max(1, rollout.max_unavailable),
         unplaceable=where.unplaceable, job_of=job_of, pending_reason=where.pending_reason, restart=restart,

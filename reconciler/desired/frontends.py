@@ -35,53 +35,62 @@ def owned_arg(recipe: Recipe) -> str | None:
 
 
 def frontend_unit(recipe: Recipe, head: str, ports: NodePortAllocator, runtime: Runtime, state_dir: Path,
-                  disc_env: Mapping[str, str] | None = None, workers: Sequence[Unit] = (), slot: int = 0) -> Unit | None:
+                  disc_env: Mapping[str, str] | None = None, workers: Sequence[Unit] = (), slot: int = 0,
+                  index: int = 0) -> Unit | None:
     """``workers``: the placed worker units (a static router is given their URLs at start);
-    ``slot``: the life slot (only the built-in router has a second life beside the first)."""
+    ``slot``: the life slot (only the built-in router has a second life beside the first);
+    ``index``: which of the recipe's frontends (``frontend.num_additional_frontends``), on ``head``
+    meaning the node it runs on."""
     if recipe.frontend.type == "builtin":
-        return builtin(recipe, head, ports, runtime, state_dir, disc_env or {}, slot)
-    if recipe.frontend.type in STATIC:
-        return STATIC[recipe.frontend.type](recipe, head, ports, runtime, workers)
-    build = BUILDERS.get(recipe.frontend.type)
-    return build(recipe, head, ports, runtime, state_dir, disc_env or {}) if build else None
+        unit = builtin(recipe, head, ports, runtime, state_dir, disc_env or {}, slot, index)
+    elif recipe.frontend.type in STATIC:
+        unit = STATIC[recipe.frontend.type](recipe, head, ports, runtime, workers) if index == 0 else None
+    else:
+        build = BUILDERS.get(recipe.frontend.type)
+        unit = build(recipe, head, ports, runtime, state_dir, disc_env or {}, index) if build else None
+    # Ready means it answers: the model listed and a one-token completion through it (shell/probe.py)
+    return replace(unit, canary=runtime.served_model_name) if unit is not None else None
 
 
-def _owner(recipe: Recipe) -> str:
-    return f"{recipe.name}/{FRONTEND}_0"  # the unit name: what bookkeeping keeps alive
+def _owner(recipe: Recipe, index: int = 0) -> str:
+    return f"{recipe.name}/{FRONTEND}_{index}"  # the unit name: what bookkeeping keeps alive
 
 
-def _port(recipe: Recipe, head: str, ports: NodePortAllocator) -> int:
-    return recipe.frontend.port or ports.allocate(head, _owner(recipe), "http")
+def _port(recipe: Recipe, head: str, ports: NodePortAllocator, index: int = 0) -> int:
+    """``frontend.port`` is the first frontend's; the others (maybe on the same node) get their own."""
+    fixed = recipe.frontend.port if index == 0 else None
+    return fixed or ports.allocate(head, _owner(recipe, index), "http")
 
 
 def _unit(recipe: Recipe, head: str, port: int, argv: list[str], env: dict[str, str], container: str | None,
-          metrics_path: str | None, worker_api: str = "", ports: dict[str, int] | None = None) -> Unit:
+          metrics_path: str | None, worker_api: str = "", ports: dict[str, int] | None = None,
+          index: int = 0) -> Unit:
     launch = Launch(0, (head,), 1, None, tuple(argv), tuple(sorted(env.items())))
     srun = tuple(sorted(recipe.srun_options.items()))  # the container's flags: desired/passes.py:wrap
     return Unit(
-        recipe=recipe.name, role=FRONTEND, index=0, ordinals=(0,), nodes=(head,), gpus=(),
+        recipe=recipe.name, role=FRONTEND, index=index, ordinals=(0,), nodes=(head,), gpus=(),
         ports=ports or {"http": port}, launches=(launch,), container=container, health_port=port,
         health_path="/health", metrics_path=metrics_path, worker_api=worker_api, srun_options=srun,
     )
 
 
-def builtin(recipe, head, ports, runtime, state_dir, disc_env, slot: int = 0) -> Unit:
+def builtin(recipe, head, ports, runtime, state_dir, disc_env, slot: int = 0, index: int = 0) -> Unit:
     """Its two lives share the port (SO_REUSEPORT; the newest takes the new connections), so a
     new router starts beside the old one on the same address; each answers the health probe
     of its own life only (``/health?life=a|b``)."""
-    port = _port(recipe, head, ports)
+    port = _port(recipe, head, ports, index)
     argv = [runtime.python, "-m", "reconciler.router", "--host", "0.0.0.0", "--port", str(port),
             "--endpoints-file", str(endpoints_path(state_dir, recipe.name)), "--model-name", runtime.served_model_name]
     argv += ["--life", "b"] if slot else []  # slot a is the router as it was before lives existed
     argv += cli_args(dict(recipe.frontend.args))
     env = {**recipe.environment, **recipe.frontend.env, "PYTHONUNBUFFERED": "1"}
-    u = _unit(recipe, head, port, argv, env, None, "/metrics")
+    u = _unit(recipe, head, port, argv, env, None, "/metrics", index=index)
     return replace(u, slot=slot, shares_port=True, health_path=f"/health?life={'ab'[slot]}")
 
 
-def dynamo(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
+def dynamo(recipe, head, ports, runtime, state_dir, disc_env, index: int = 0) -> Unit:
     """srtctl: ``python3 -m dynamo.frontend --http-port=P`` + frontend.args, in the job container."""
-    port = _port(recipe, head, ports)
+    port = _port(recipe, head, ports, index)
     job_container = _container(recipe, backend_of(recipe))
     container = (recipe.frontend.container_image or job_container) if job_container else None
     pre = dynamo_install.preamble(recipe) if container else []
@@ -92,29 +101,30 @@ def dynamo(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
     # frontend.env. HEAD_NODE_IP is the workers' (worker_stage.py), not the frontend's
     env = {**{k: v for k, v in disc_env.items() if k != "HEAD_NODE_IP"}, "DYN_SKIP_SGLANG_LOG_FORMATTING": "1",
            **recipe.environment, **recipe.frontend.env}
-    return _unit(recipe, head, port, argv, env, container, "/metrics")
+    return _unit(recipe, head, port, argv, env, container, "/metrics", index=index)
 
 
-def sglang_router(recipe, head, ports, runtime, state_dir, disc_env) -> Unit:
+def sglang_router(recipe, head, ports, runtime, state_dir, disc_env, index: int = 0) -> Unit:
     """srtctl: ``python -m sglang_router.launch_router`` with the workers' URLs. Here it starts with
     none and the shell adds and removes workers through its /workers API as they turn Ready."""
     pd = ["--pd-disaggregation"] if recipe.disaggregated else []
-    return _managed_router(recipe, head, ports, runtime, "sglang_router.launch_router", pd, "sglang-router")
+    return _managed_router(recipe, head, ports, runtime, "sglang_router.launch_router", pd, "sglang-router", index)
 
 
-def vllm_router(recipe, head, ports, runtime, state_dir, disc_env) -> Unit | None:
+def vllm_router(recipe, head, ports, runtime, state_dir, disc_env, index: int = 0) -> Unit | None:
     """``python -m vllm_router.launch_router`` (the ``vllm-router`` console script), started with no
     worker: the shell adds and removes them through its /workers API, as for the SGLang router.
     Its PD mode wants the prefill URLs on the command line at start: not started there (yet)."""
     if recipe.disaggregated:
         return None
-    return _managed_router(recipe, head, ports, runtime, "vllm_router.launch_router", [], "vllm-router")
+    return _managed_router(recipe, head, ports, runtime, "vllm_router.launch_router", [], "vllm-router", index)
 
 
-def _managed_router(recipe, head, ports, runtime, module: str, pre: list[str], worker_api: str) -> Unit:
+def _managed_router(recipe, head, ports, runtime, module: str, pre: list[str], worker_api: str,
+                    index: int = 0) -> Unit:
     """A router started empty whose worker set the shell keeps (shell/router_sync.py)."""
-    port = _port(recipe, head, ports)
-    metrics = ports.allocate(head, _owner(recipe), "prometheus")
+    port = _port(recipe, head, ports, index)
+    metrics = ports.allocate(head, _owner(recipe, index), "prometheus")
     argv = [runtime.engine_python, "-m", module, *pre, "--host", "0.0.0.0", "--port", str(port)]
     args = dict(recipe.frontend.args)
     if not any(_norm(k) == "prometheus-port" for k in args):  # its default would collide between recipes
@@ -122,7 +132,7 @@ def _managed_router(recipe, head, ports, runtime, module: str, pre: list[str], w
     argv += cli_args(args)
     env = {"PYTHONUNBUFFERED": "1", **recipe.environment, **recipe.frontend.env}
     return _unit(recipe, head, port, argv, env, _container(recipe, backend_of(recipe)), None, worker_api,
-                 {"http": port, "prometheus": metrics})
+                 {"http": port, "prometheus": metrics}, index)
 
 
 def atomesh(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit | None:
@@ -170,6 +180,11 @@ def tilert_router(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit
 
 def check(recipe: Recipe) -> tuple[str, str] | None:
     """(key, message) when the frontend cannot serve this recipe's engines (srtctl's rules)."""
+    from reconciler.desired.frontend_set import check as check_count
+
+    bad = check_count(recipe)
+    if bad is not None:
+        return bad
     fe = recipe.frontend.type
     others = sorted({recipe.engine_for(m).type for m, _ in recipe.roles.items()} - {"atom"})
     if fe == "atomesh" and others:

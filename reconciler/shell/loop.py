@@ -27,6 +27,8 @@ from reconciler.errors import ReconcilerError
 from reconciler.fsutil import atomic_write_text
 from reconciler.core.ports import NodePortAllocator
 from reconciler.shell.execute import Executor
+from reconciler.shell import probe
+from reconciler.shell.gateway import Gateways
 from reconciler.shell.manifests import DEBOUNCE, Manifests, load_manifests
 from reconciler.shell.observe import Observer
 from reconciler.shell.record import record
@@ -64,6 +66,8 @@ class Controller:
         self.executor = Executor(self.state, driver, self.observer)
         self.nodes = NodeWatch(self.state, driver)  # suspect nodes after a node failure
         self.slurm = SlurmWatch(self.state, driver)  # reservations, pending explanations, quarantine
+        # the deployments' gateways (nginx on this host); a master that exits wakes the loop
+        self.gateways = None if read_only else Gateways(self.state, wake=self._wake_soon)
         self.metrics: Metrics | None = None  # run --metrics-addr
         self.ui = None  # run --ui-addr: reconciler.ui.StatusUI, handed each tick's result
         self._live_allocs: dict[str, Alloc] = {}  # last tick's live allocations (to notice one lost)
@@ -86,6 +90,9 @@ class Controller:
         self.single_pass = False  # run --once: no later pass will look again
         self.clock = time.time  # the loop's clock and its way to wait (a test drives both)
         self.sleep = self._wake.wait
+
+    def _wake_soon(self) -> None:
+        self._wake.set()
 
     def _load_ports(self) -> NodePortAllocator:
         path = self.state.root / "ports.json"
@@ -138,7 +145,8 @@ class Controller:
         observed = Observed(facts.allocs, facts.steps, ready, health, dict(self.executor.failures),
                             self.observer.previous_ready(desired, facts.steps),
                             self.slurm.deadlines(facts.allocs, desired, self.nodes.excluded(), now),
-                            self.slurm.pending(facts.allocs))
+                            self.slurm.pending(facts.allocs),
+                            why={k: w for k, w in probe.why.items() if not ready.get(k)})
         p = plan(desired, observed, now)
         release_unused(ports, desired, observed, p.refused_prune)
         return Snapshot(m, desired, observed, p, ports, reassigned, facts.failed_launches, now)
@@ -165,7 +173,7 @@ class Controller:
         self._cancelled |= {a.job_id for a in done if isinstance(a, CancelAlloc)}
         self.slurm.failures(done, snap.observed, [f.step for f in snap.failed_launches], snap.desired, snap.now)
         self.slurm.note(snap.observed.pending, snap.observed.deadlines, snap.observed.allocs, snap.now)
-        record(self.state, snap)
+        record(self.state, snap, self.gateways)
         self.ticks += 1
         self.actions_done += len(done)
         self._write_progress(snap.now)
@@ -326,7 +334,9 @@ class Controller:
             self.health.succeeded(snap.now)
             self._write_progress(snap.now)
         self._log_waiting(snap.plan)
-        return next_wait(snap, resync)
+        wait = next_wait(snap, resync)
+        due = self.gateways.next_due(snap.now) if self.gateways else None  # a gateway's restart backoff
+        return wait if due is None else min(wait, max(0.05, due))
 
     def _log_waiting(self, p: Plan) -> None:
         """A wait is logged when it first appears (or its reason changes), not again each tick."""

@@ -19,6 +19,7 @@ from reconciler.core.plan.results import StopReason
 from reconciler.drivers import Driver
 from reconciler.shell.health import HealthTracker
 from reconciler.core.ports import NodePortAllocator
+from reconciler.shell import probe
 from reconciler.shell.probe import probe_units
 from reconciler.drivers.state import StateDir
 from reconciler.world import Alloc, Desired, InFlight, Step, UnitHealth
@@ -119,7 +120,9 @@ class Observer:
                 if u.key in kept:
                     ready[u.key] = kept[u.key]
                 else:
-                    self.tracker.probed(u.key, bool(ready.get(u.key)), now)
+                    # liveness follows the health probe: a frontend whose canary fails (its workers
+                    # are down, the model is gone from etcd) is not Ready, but not dead either
+                    self.tracker.probed(u.key, bool(ready.get(u.key)) or u.key in probe.why, now)
                 missing = None
             else:
                 missing = self.tracker.seen_missing(u.key, now) if rec.get("launches") else None

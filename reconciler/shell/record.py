@@ -17,15 +17,18 @@ from reconciler.timefmt import iso
 from reconciler.shell import reasons
 from reconciler.shell import router_sync
 from reconciler.desired.runtime import endpoints_path
+from reconciler.shell.gateway import Gateways, facts as gateway_facts
 from reconciler.world import FRONTEND
 from reconciler.world import DesiredRecipe, Observed
 
 log = structlog.get_logger("reconciler")
 
 
-def record(state: StateDir, snap: Snapshot) -> None:
+def record(state: StateDir, snap: Snapshot, gateways: Gateways | None = None) -> None:
     m, d, o, p = snap.manifests, snap.desired, snap.observed, snap.plan
     now = snap.now
+    if gateways is not None:
+        sync_gateways(state, gateways, snap)  # before ports.json: a first gateway takes a port
     for f in snap.failed_launches:
         s = f.step
         srun = step_log_paths(state.root, s.recipe, s.life, s.rank).srun
@@ -80,7 +83,7 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
     prev = state.status(name)
     launches = state.launches(name)
     st = build_status(name, d, snap.observed, p.recipes.get(name), snap.manifests.invalid.get(name), prev,
-                      launches, now, state.exits(name))
+                      launches, now, state.exits(name), gateway=gateway_facts(state.root, name))
     reasons.annotate(st["workers"], d, state.root, name, launches)  # why a unit is down, for get and the UI
     st["reason"], st["reasonMessage"] = reasons.recipe_reason(st["workers"])
     lost = state.read_json(state.path_of(name, "allocation-lost.json"), None, lambda x: isinstance(x, dict))
@@ -93,7 +96,7 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
                         reason=cond["reason"])
     write_status(state, name, st, prev)
     if d is not None:
-        state.prune_launches(name, {f"{r}_{i}" for r, i in d.unit_keys} | {f"{FRONTEND}_0"})
+        state.prune_launches(name, {f"{r}_{i}" for r, i in d.unit_keys} | {f"{FRONTEND}_{u.index}" for u in d.frontends} | {f"{FRONTEND}_0"})
         rp = p.recipes.get(name)
         for unit in rp.reset_backoff if rp else ():
             state.reset_backoff(name, unit)
@@ -126,3 +129,37 @@ def write_endpoints(state: StateDir, d: DesiredRecipe, o: Observed, now: float) 
     ] + [{"url": u.url, "role": u.role, "name": u.life, "node": u.nodes[0]} for u in router_sync.old_lives(d, o, now, strict=True)]
     state.write_json(endpoints_path(state.root, d.name), {"recipe": d.name, "workers": workers})
 
+
+
+def gateway_upstreams(d: DesiredRecipe, o: Observed) -> list[str]:
+    """host:port of the frontends that serve (Ready — their canary answers —, or Ready before and
+    not yet judged dead: one failed probe does not flap the gateway; nginx's passive checks cover
+    the moment)."""
+    ready = [u for u in d.frontends if u.health_port and router_sync.serving(d, o, u)]
+    # none answers its canary (the workers or their registry are down): the ones still alive stay,
+    # so that the gateway passes on what it can rather than answer 503 to everything
+    alive = ready or [u for u in d.frontends if u.health_port and (h := o.health.get(u.key)) is not None
+                      and h.was_ready and h.missing_since is None and h.probe_failures < d.liveness_failures]
+    return sorted(f"{u.nodes[0]}:{u.health_port}" for u in alive)
+
+
+def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
+    """Each deployment with a frontend has a gateway; a deployment without one (deleted, or its
+    frontend removed) has its gateway stopped. One recipe's gateway failing touches no other."""
+    d = snap.desired
+    wanted = {n for n, dr in d.recipes.items() if dr.frontend is not None}
+    for name in sorted(wanted):
+        dr = d.recipes[name]
+        try:
+            changes = [] if dr.suspended else gateways.sync(name, gateway_upstreams(dr, snap.observed),
+                                                            snap.ports, snap.now)
+        except Exception as e:  # noqa: BLE001 - one gateway's failure must not stop the tick
+            log.exception("gateway sync failed", recipe=name, error=f"{type(e).__name__}: {e}")
+            continue
+        for c in changes:
+            state.event(c.kind, c.recipe, c.message)
+    keep = wanted | set(d.held) | set(snap.manifests.invalid)
+    for name in gateways.known():
+        if name not in keep and not snap.plan.refused_prune:
+            for c in gateways.stop(name, snap.ports):
+                state.event(c.kind, c.recipe, c.message)

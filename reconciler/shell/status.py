@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from reconciler.core.plan import RecipePlan, WaitReason
+from reconciler.core.plan.results import StopReason
 from reconciler.timefmt import iso
 from reconciler.core.plan.classify import unit_order
 from reconciler.world import FRONTEND, is_service_role, life_name
@@ -16,8 +17,11 @@ ROLES = ("prefill", "decode", "agg")
 def build_status(
     name: str, d: DesiredRecipe | None, o: Observed, rp: RecipePlan | None, invalid: str | None, prev: dict,
     launches: dict[str, dict], now: float, exits: dict[str, tuple[int, float]] | None = None,
+    gateway: dict | None = None,
 ) -> dict[str, Any]:
-    """Conditions and worker rows from the desired state and the plan's named results (``rp``)."""
+    """Conditions and worker rows from the desired state and the plan's named results (``rp``).
+    ``gateway``: the deployment's gateway as the shell found it (``shell/gateway.facts``): its URL
+    is the endpoint, and the recipe is Ready only while it runs."""
     rp = rp or RecipePlan(name)
     rows = worker_rows(name, d, o, rp, launches, exits or {}) if d else []
     workers = [r for r in rows if r["role"] in ROLES]
@@ -26,7 +30,9 @@ def build_status(
     services_up = all(r["ready"] for r in services if r["role"] in critical)  # the rest: Degraded only
     ready = sum(r["ready"] for r in workers)
     want = len(workers)
-    fe = next((r for r in rows if r["role"] == FRONTEND), None)
+    fe_rows = [r for r in rows if r["role"] == FRONTEND]
+    # the recipe serves while one of its frontends does: the first Ready one stands for them all
+    fe = next((r for r in fe_rows if r["ready"]), fe_rows[0] if fe_rows else None)
     pending_actions = rp.actions or rp.deferred
     suspended = bool(d and d.suspended)
     # Slurm's reason in words and its expected start, per pending allocation (core/plan/pending.py)
@@ -44,11 +50,19 @@ def build_status(
     # nothing left to do but some workers are down for good: stalled, not progressing
     stalled = bool(failed) and all(r["ready"] or r["phase"] == "Failed" for r in workers)
     # suspended keeps what runs: it can be serving, and Ready says so
+    gateway_up = gateway is None or fe is None or gateway["up"]
     all_ready = d is not None and want > 0 and ready == want and not d.waiting and (
-        fe is None or fe["ready"]) and services_up
-    cond("Ready", all_ready, "AllReady" if all_ready else "NotReady",
-         f"{ready}/{want} workers ready" + (f", frontend {'ready' if fe['ready'] else 'not ready'}" if fe else "")
-         + (f", services {sum(r['ready'] for r in services)}/{len(services)} ready" if services else ""))
+        fe is None or fe["ready"]) and services_up and gateway_up
+    fe_down = bool(fe_rows) and not fe["ready"]  # type: ignore[index]
+    canary = next((r["notReadyReason"] for r in fe_rows if r.get("notReadyReason")), None)
+    reason = ("AllReady" if all_ready else "GatewayDown" if not gateway_up
+              else "FrontendNotAnswering" if fe_down and canary else "NotReady")
+    cond("Ready", all_ready, reason,
+         f"{ready}/{want} workers ready" + ((f", frontend {'ready' if fe['ready'] else 'not ready'}" if len(fe_rows) == 1 else
+            f", frontends {sum(r['ready'] for r in fe_rows)}/{len(fe_rows)} ready") if fe else "")
+         + (f", services {sum(r['ready'] for r in services)}/{len(services)} ready" if services else "")
+         + (f", gateway down: {gateway['reason']}" if not gateway_up else "")
+         + (f" ({canary})" if fe_down and canary else ""))
     if d is None:
         cond("Progressing", False, "NoSpec", "no desired state: see Invalid, or the recipe's error")
     elif suspended:
@@ -87,7 +101,7 @@ def build_status(
         "updatedAt": iso(now),
         "conditions": conds,
         "roles": role_counts(rp, rows),
-        "endpoint": fe["url"] if fe else None,
+        "endpoint": gateway["url"] if gateway and fe else (fe["url"] if fe else None),
         "workers": rows,
         "pendingAllocations": [p.doc(now) for p in pending],
     }
@@ -128,9 +142,12 @@ def worker_rows(
     for s in o.steps_of(name):
         steps.setdefault((s.role, s.index), []).append(s)
     rows = []
+    # a unit this plan relaunches for its service's new life lost its registrations with the old
+    # one: not Ready from this tick on, though its probe still passed a moment ago
+    leaving = {c.unit for c in rp.stop if c.reason is StopReason.DEPENDENCY_RESTARTED}
     for u in d.all_units:
         ss = steps.get((u.role, u.index), [])
-        ok = bool(o.ready.get(u.key))
+        ok = bool(o.ready.get(u.key)) and u.name not in leaving
         if not ss:
             wait = rp.waiting.get(u.name)
             phase = MISSING_PHASE.get(wait.reason, "Pending") if wait else "Pending"
@@ -144,6 +161,7 @@ def worker_rows(
             "steps": sorted(s.step_id for s in ss), "specHash": u.spec_hash,
             "restarts": _restarts(launches, u.name),
             "lastExit": _exit(_last_exit(exits, u.name)),
+            **({"notReadyReason": o.why[u.key]} if not ok and u.key in o.why else {}),
         })
     for role, index in d.waiting:
         rows.append({"name": f"{role}_{index}", "role": role, "index": index, "phase": "Waiting", "ready": False,

@@ -69,8 +69,11 @@ RELAUNCH_CASES = [
      expect(place=[("agg_1", 0, "NEW", 0)])),
     ("died, backoff over: a restart", desired_recipe(A0),
      observed(health={("agg", 0): life(restarts=1, exit=(1, 50.0))}), expect(place=[("agg_0", 0, "RELAUNCH", 2)])),
-    ("died, in backoff: later", desired_recipe(A0),
-     observed(health={("agg", 0): life(exit=(1, 95.0))}), expect(later={"agg_0": 105.0}, waiting={"agg_0": "BACKOFF"})),
+    ("died: the first relaunch is immediate", desired_recipe(A0),
+     observed(health={("agg", 0): life(exit=(1, 99.5))}), expect(place=[("agg_0", 0, "RELAUNCH", 1)])),
+    ("died again, in backoff: later (from the exit record)", desired_recipe(A0),
+     observed(health={("agg", 0): life(restarts=1, exit=(1, 95.0))}),
+     expect(later={"agg_0": 105.0}, waiting={"agg_0": "BACKOFF"})),
     ("died, restart never", desired_recipe(A0, restart=NEVER),
      observed(health={("agg", 0): life(exit=(1, 50.0))}), expect(waiting={"agg_0": "GAVE_UP"})),
     ("replaced on purpose: at once, not a restart", desired_recipe(A0, restart=NEVER),
@@ -100,7 +103,7 @@ ROLL_CASES = [
      observed(step(index=0, spec="old"), step(index=1, spec="old"), ready=[("agg", 1)]),
      expect(replace=["100.0"], waiting={"agg_1": "ROLLOUT_BUDGET"})),
     ("one already unavailable: no Ready worker is touched", desired_recipe(A0, A1, A2),
-     observed(step(index=0, spec="old"), step(index=1), ready=[("agg", 0)], health={("agg", 2): life(exit=(1, 99.0))}),
+     observed(step(index=0, spec="old"), step(index=1), ready=[("agg", 0)], health={("agg", 2): life(restarts=1, exit=(1, 99.0))}),
      expect(waiting={"agg_0": "ROLLOUT_BUDGET", "agg_2": "BACKOFF"}, later={"agg_2": 109.0})),
     ("an old step still shutting down", desired_recipe(A0),
      observed(step(index=0, spec="old", terminating=True)), expect(waiting={"agg_0": "TERMINATING"})),
@@ -182,7 +185,8 @@ def test_action_error_backoff_defers_a_recipes_actions(failures, now, deferred):
     ("converged and Ready: nothing scheduled", desired_recipe(A0), observed(step(index=0), ready=[("agg", 0)]), 100,
      None),
     ("an action planned: look again soon", desired_recipe(A0), observed(), 100, 0.5),
-    ("backing off: wake when it ends", desired_recipe(A0), observed(health={("agg", 0): life(exit=(1, 95.0))}), 100,
+    ("backing off: wake when it ends", desired_recipe(A0),
+     observed(health={("agg", 0): life(restarts=1, exit=(1, 95.0))}), 100,
      5.0),
     ("starting: keep probing", desired_recipe(A0), observed(step(index=0)), 100, 0.5),
     ("backoff counter resets at ready_since + reset_after", desired_recipe(A0),
@@ -219,8 +223,10 @@ def test_backoff_reset_after_the_healthy_period():
     assert run(desired_recipe(A0), unready, 700.0)[1].reset_backoff == ()
 
 
-def test_stop_reasons_are_a_closed_set_and_only_a_rollout_is_on_purpose():
-    assert {r for r in StopReason if r.on_purpose} == {StopReason.SPEC_CHANGED, StopReason.SUPERSEDED}
+def test_stop_reasons_are_a_closed_set_and_only_a_rollout_or_a_dependency_is_on_purpose():
+    # a dependent relaunched with its service's new life is no failure of its own (no backoff)
+    assert {r for r in StopReason if r.on_purpose} == {StopReason.SPEC_CHANGED, StopReason.SUPERSEDED,
+                                                       StopReason.DEPENDENCY_RESTARTED}
     assert {r for r in StopReason if not r.ends_unit} == {StopReason.SUPERSEDED}
     assert {r for r in PlaceReason if r.restart} == {PlaceReason.RELAUNCH}
     assert WaitReason("restart backoff") is WaitReason.BACKOFF

@@ -30,7 +30,7 @@ def cond(st, kind):
     ("one starting", desired_recipe(A0, A1), observed(step(index=0), step(index=1), ready=[("agg", 0)]), {},
      "Progressing", ["Ready", "Starting"], {"Ready": ("False", "NotReady"), "Progressing": ("True", "WaitingForReady")}),
     ("one backing off after a crash", desired_recipe(A0, A1),
-     observed(step(index=0), ready=[("agg", 0)], health={("agg", 1): life(exit=(1, 99.0))}),
+     observed(step(index=0), ready=[("agg", 0)], health={("agg", 1): life(restarts=1, exit=(1, 99.0))}),
      {"agg_1": {"launches": 1}}, "Progressing", ["Ready", "BackOff"],
      {"Degraded": ("True", "WorkersDown"), "Progressing": ("True", "WaitingForReady")}),
     ("one given up on", desired_recipe(A0, A1, restart={"agg": RestartPolicy("never")}),

@@ -149,7 +149,7 @@ def test_a_surge_life_that_died_is_tried_again_after_the_backoff():
     c.apply(c.plan(spec(1, speed=7)))
     new = next(s for s in c.steps.values() if s.slot == 1)
     del c.steps[new.step_id]  # it crashed
-    c.health[new.unit_key] = UnitHealth(launches=2, last_launch=50.0, last_exit=(1, 52.0))
+    c.health[new.unit_key] = UnitHealth(launches=2, restarts=1, last_launch=50.0, last_exit=(1, 52.0))
     p = c.plan(spec(1, speed=7), now=55.0)
     w = p.recipes["r"].waiting["agg_0"]
     assert not p.actions and w.reason is WaitReason.BACKOFF and w.until == 62.0

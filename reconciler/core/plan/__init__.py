@@ -16,6 +16,8 @@ running, broken, outdated, waiting, extra, duplicates), and decide, in this orde
 6. ``stop.compute_stop`` — extra steps (scale-down victims, a frontend no longer managed,
    steps on a released allocation), duplicates, the ranks left of a broken multi-node
    worker, and liveness (fatal log line, failed probes after Ready, startup grace).
+   ``dependents.compute_dependents`` — units launched before the Ready new life of a service
+   they read (etcd, NATS, Mooncake, a gms...) are relaunched with it, on purpose (no backoff).
 7. ``placement.compute_services`` — start phases: infra services, before_workers services,
    workers, the frontend, after_frontend services; a unit waits for the earlier phases.
    ``placement.compute_frontend`` — the frontend starts after a worker is Ready.
@@ -48,6 +50,7 @@ from reconciler.core.plan.results import (
     StopReason, SubmitAlloc, Wait, WaitReason,
 )
 from reconciler.core.plan.rollout import compute_rollout
+from reconciler.core.plan.dependents import compute_dependents
 from reconciler.core.plan.stop import compute_stop, startup_deadline
 from reconciler.world import Desired, DesiredRecipe, Observed
 
@@ -119,6 +122,8 @@ def converge(d: DesiredRecipe, observed: Observed, now: float) -> tuple[RecipePl
     release += unwanted
     c = classify(d, observed, frozenset(a.job_id for a in release))
     stops, w_stop = compute_stop(d, c, now)
+    stopping = {s.step_id for s in stops}
+    stops += tuple(s for s in compute_dependents(d, c) if s.step_id not in stopping)
     held_svc, w_svc = compute_services(d, c)
     held_fe, w_front = compute_frontend(d, c)
     held_back = held_svc | held_fe

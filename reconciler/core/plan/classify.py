@@ -104,8 +104,8 @@ class Classified:
 
 def wanted_units(d: DesiredRecipe) -> dict[UnitKey, Unit]:
     wanted: dict[UnitKey, Unit] = {(u.role, u.index): u for u in d.services + d.units}
-    if d.frontend is not None:
-        wanted[(FRONTEND, 0)] = d.frontend
+    for fe in d.frontends:
+        wanted[(FRONTEND, fe.index)] = fe
     return wanted
 
 

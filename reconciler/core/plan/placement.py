@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from reconciler.core.plan.classify import Classified, UnitView
 from reconciler.core.plan.relaunch import launches_for
-from reconciler.core.plan.results import LaunchStep, PlaceReason, Wait, WaitReason
+from reconciler.core.plan.results import LaunchStep, PlaceReason, StopReason, Wait, WaitReason
 from reconciler.world import SERVICE_PREFIX
 from reconciler.world import DesiredRecipe
 
@@ -57,7 +57,7 @@ def _all_ready(d: DesiredRecipe, c: Classified, role: str) -> bool:
 def _frontend_ready(d: DesiredRecipe, c: Classified) -> bool:
     if d.frontend is None:
         return c.any_worker_ready()
-    return (d.frontend.role, 0) in c.ready
+    return any((fe.role, fe.index) in c.ready for fe in d.frontends)
 
 
 def compute_frontend(d: DesiredRecipe, c: Classified) -> tuple[frozenset[str], dict[str, Wait]]:
@@ -65,10 +65,16 @@ def compute_frontend(d: DesiredRecipe, c: Classified) -> tuple[frozenset[str], d
     held: set[str] = set()
     waiting: dict[str, Wait] = {}
     for v in c.missing:
-        if v.is_frontend and not c.any_worker_ready():
+        # a frontend relaunched for its service's new life (etcd...) comes back beside its workers,
+        # not after them: it only needs the service, and every second without it is a gap
+        if v.is_frontend and not c.any_worker_ready() and not _for_dependency(v):
             held.add(v.name)
             waiting[v.name] = Wait(WaitReason.NEEDS_READY_WORKER)
     return frozenset(held), waiting
+
+
+def _for_dependency(v: UnitView) -> bool:
+    return bool(v.health and v.health.stopped_for == StopReason.DEPENDENCY_RESTARTED.value)
 
 
 def compute_placements(d: DesiredRecipe, c: Classified, held_back: frozenset[str]) -> tuple[LaunchStep, ...]:

@@ -30,10 +30,13 @@ class StopReason(str, Enum):
     STARTUP_TIMEOUT = "not Ready within the startup grace"
     SPEC_CHANGED = "spec changed: replacing"
     SUPERSEDED = "its successor is Ready and routed: the old life stops"
+    # a service it reads (etcd, NATS, the Mooncake master, a gms...) has a new life: the unit's
+    # registrations went with the old one, so it is relaunched at once (core/plan/dependents.py)
+    DEPENDENCY_RESTARTED = "a service it depends on has a new life"
 
     @property
     def on_purpose(self) -> bool:
-        return self in (StopReason.SPEC_CHANGED, StopReason.SUPERSEDED)
+        return self in (StopReason.SPEC_CHANGED, StopReason.SUPERSEDED, StopReason.DEPENDENCY_RESTARTED)
 
     @property
     def ends_unit(self) -> bool:

@@ -1,0 +1,62 @@
+"""How many frontends a recipe runs and on which nodes: srtctl's ``enable_multiple_frontends`` /
+``num_additional_frontends``, with srtctl's defaults and placement rules.
+
+Facts from srtctl (src/srtctl/core/schema.py ``FrontendConfig``, cli/mixins/frontend_stage.py
+``_compute_frontend_topology``): ``enable_multiple_frontends`` defaults to true and
+``num_additional_frontends`` to 9, so a recipe that says nothing runs 1 + 9 frontends behind
+nginx. When several run, they are spread round-robin over the job's nodes other than the head
+(the head keeps nginx, etcd and NATS); on a one-node job they share the head. One frontend
+(disabled, or 0 additional) runs on the head.
+
+Here the gateway (``shell/gateway.py``) replaces srtctl's nginx and runs next to the
+reconciler, so every frontend is an upstream of it; each frontend is a unit of its own
+(``frontend_<i>``) with its own lives, ports and restarts.
+
+Which types: the routers that take any number of replicas — Dynamo's frontend (each reads the
+workers from etcd/NATS or file discovery), the SGLang and vLLM routers (each given the Ready
+workers through its /workers API) and the built-in router (each reads the endpoints file). The
+static routers (atomesh, tilert-router) are started with their workers on their command line and
+run once, as in srtctl. The built-in router is this project's own type: srtctl has no default
+for it, so it runs one frontend unless the recipe asks for more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from reconciler.recipe.model import Recipe
+
+SRTCTL_DEFAULT_ADDITIONAL = 9  # srtctl FrontendConfig.num_additional_frontends
+MULTI = ("dynamo", "sglang-router", "sgl-router", "vllm-router", "builtin")  # replicable routers
+SRTCTL_DEFAULT_ON = ("dynamo", "sglang-router", "sgl-router", "vllm-router")  # srtctl's own types
+MAX_FRONTENDS = 64  # a bound on what a recipe can ask for (each is a process and a port)
+
+
+def frontend_count(recipe: Recipe) -> int:
+    """1 + num_additional_frontends when multiple frontends are enabled for a replicable router, else 1."""
+    fe = recipe.frontend
+    if fe.type not in MULTI:
+        return 1
+    default_on = fe.type in SRTCTL_DEFAULT_ON or fe.num_additional_frontends is not None
+    enabled = fe.enable_multiple_frontends if fe.enable_multiple_frontends is not None else default_on
+    if not enabled:
+        return 1
+    extra = fe.num_additional_frontends if fe.num_additional_frontends is not None else SRTCTL_DEFAULT_ADDITIONAL
+    return 1 + max(0, min(int(extra), MAX_FRONTENDS - 1))
+
+
+def frontend_nodes(count: int, nodes: Sequence[str], head: str) -> list[str]:
+    """srtctl's placement: one frontend on the head; several round-robin over the other nodes
+    (the head only when the job has no other)."""
+    if count <= 1:
+        return [head]
+    pool = [n for n in nodes if n != head] or [head]
+    return [pool[i % len(pool)] for i in range(count)]
+
+
+def check(recipe: Recipe) -> tuple[str, str] | None:
+    """(key, message) for a frontend count that cannot be acted on."""
+    n = recipe.frontend.num_additional_frontends
+    if n is not None and not 0 <= n < MAX_FRONTENDS:
+        return "frontend.num_additional_frontends", f"expected 0..{MAX_FRONTENDS - 1}, found {n}"
+    return None

@@ -1,0 +1,127 @@
+"""The gateway: one stable address per deployment in front of its Ready frontends (pure part).
+
+The gateway is a real nginx (Debian's, as srtctl runs nginx in front of its frontends) whose
+master the reconciler starts with its own config, prefix and pid file under
+``state/<recipe>/gateway/``. This module only renders that config; ``shell/gateway.py`` runs,
+reloads and restarts the process.
+
+Choices, with nginx's documented semantics (ngx_http_proxy_module, ngx_http_upstream_module):
+
+- ``proxy_next_upstream error timeout`` *without* ``non_idempotent``: nginx passes a POST to the
+  next server only when it has not yet been sent to an upstream (1.9.13+). A frontend that
+  refused the connection (killed, restarting) never saw the request, so the request is retried
+  on another frontend; a request a frontend already received is never run twice.
+- ``max_fails=1 fail_timeout=...``: passive failure detection; one refused connection takes the
+  frontend out of rotation for ``fail_timeout`` before nginx tries it again. The reconciler's
+  own probes then remove it from the upstream list for good (reload) until it is Ready again.
+- SSE streaming: ``proxy_buffering off``; long read timeouts (a completion may take minutes) so a
+  slow answer is not cut. No kept-alive upstream connections (see ``render``).
+- Upstream changes go through a graceful reload (SIGHUP): new workers take new connections, old
+  workers finish the requests they carry (bounded by ``worker_shutdown_timeout``).
+- No Ready frontend: nginx needs at least one server in an upstream, so the server answers 503
+  with a JSON error saying so instead of proxying.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+FAIL_TIMEOUT_S = 5  # a frontend that refused a connection rests this long before nginx tries it again
+READ_TIMEOUT_S = 3600  # a completion (or a stream) may run long: never cut by the gateway
+SHUTDOWN_TIMEOUT_S = 600  # old workers of a reload finish their requests within this
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """What one gateway serves. ``upstreams``: host:port of the Ready frontends, in a stable order."""
+
+    recipe: str
+    port: int
+    prefix: Path  # nginx's -p: the config, pid file, logs and temp directories live under it
+    upstreams: tuple[str, ...] = ()
+    listen: str = "0.0.0.0"  # clients come from anywhere the login node is reachable from
+
+
+def _check(cfg: GatewayConfig) -> None:
+    """nginx config text is built from these values: refuse anything that could break out of a token."""
+    if not 0 < cfg.port < 65536:
+        raise ValueError(f"gateway port {cfg.port} out of range")
+    for up in cfg.upstreams:
+        host, _, port = up.rpartition(":")
+        if not host or not port.isdigit() or not all(c.isalnum() or c in ".-_[]:" for c in host):
+            raise ValueError(f"gateway upstream {up!r} is not host:port")
+    if not all(c.isalnum() or c in "._-" for c in cfg.recipe):
+        raise ValueError(f"gateway of {cfg.recipe!r}: a recipe name with characters nginx would read as syntax")
+    for text in (str(cfg.prefix), cfg.listen):
+        if any(c in text for c in ' \t\n;{}"\'#$\\'):
+            raise ValueError(f"gateway path or address {text!r} has characters nginx would read as syntax")
+
+
+def render(cfg: GatewayConfig) -> str:
+    """The complete nginx.conf of one gateway (deterministic: the same input renders the same text)."""
+    _check(cfg)
+    p = cfg.prefix
+    no_frontend = json.dumps({"error": {"message": f"{cfg.recipe}: no Ready frontend behind the gateway",
+                                        "type": "service_unavailable", "code": 503}})
+    # what a reload is confirmed by: the shell waits until the gateway answers with the new list
+    health = json.dumps({"gateway": cfg.recipe, "upstreams": list(cfg.upstreams)})
+    if cfg.upstreams:
+        servers = "".join(f"        server {u} max_fails=1 fail_timeout={FAIL_TIMEOUT_S}s;\n"
+                          for u in cfg.upstreams)
+        # no kept-alive upstream connections: a POST written to a cached connection whose frontend
+        # just died counts as sent (nginx will not retry it); a fresh connect is refused instead,
+        # and a refused request is retried on another frontend
+        upstream = ("    upstream frontends {\n" + servers + "    }\n")
+        location = (
+            "        location / {\n"
+            "            proxy_pass http://frontends;\n"
+            "            proxy_http_version 1.1;\n"
+            "            proxy_set_header Host $http_host;\n"
+            "            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
+            "            proxy_buffering off;\n"
+            "            proxy_request_buffering on;\n"
+            "            proxy_next_upstream error timeout;\n"
+            f"            proxy_next_upstream_tries {len(cfg.upstreams) + 1};\n"
+            "            proxy_connect_timeout 2s;\n"
+            f"            proxy_read_timeout {READ_TIMEOUT_S}s;\n"
+            f"            proxy_send_timeout {READ_TIMEOUT_S}s;\n"
+            "        }\n")
+    else:
+        upstream = ""
+        location = (
+            "        location / {\n"
+            "            default_type application/json;\n"
+            f"            return 503 '{no_frontend}\\n';\n"
+            "        }\n")
+    return (
+        f"# gateway of {cfg.recipe}: written by the reconciler, replaced on every upstream change\n"
+        "worker_processes 1;\n"
+        f"pid {p}/nginx.pid;\n"
+        f"error_log {p}/error.log warn;\n"
+        f"worker_shutdown_timeout {SHUTDOWN_TIMEOUT_S}s;\n"
+        "events {\n    worker_connections 4096;\n}\n"
+        "http {\n"
+        "    access_log off;\n"
+        f"    client_body_temp_path {p}/tmp/body;\n"
+        f"    proxy_temp_path {p}/tmp/proxy;\n"
+        f"    fastcgi_temp_path {p}/tmp/fastcgi;\n"
+        f"    uwsgi_temp_path {p}/tmp/uwsgi;\n"
+        f"    scgi_temp_path {p}/tmp/scgi;\n"
+        "    client_max_body_size 64m;\n"
+        "    client_body_buffer_size 1m;\n"
+        "    keepalive_timeout 75s;\n"
+        + upstream
+        + "    server {\n"
+        f"        listen {cfg.listen}:{cfg.port} backlog=4096;\n"
+        "        location = /gateway/health {\n"
+        "            default_type application/json;\n"
+        f"            return 200 '{health}\\n';\n"
+        "        }\n"
+        + location
+        + "    }\n"
+        "}\n")
+
+
+__all__ = ["GatewayConfig", "render", "FAIL_TIMEOUT_S"]

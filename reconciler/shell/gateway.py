@@ -1,0 +1,361 @@
+"""Run, reload and restart each deployment's gateway: our own nginx master, on the reconciler's host.
+
+The gateway is not a Slurm step: it runs next to the reconciler (the login node), so a Slurm
+controller restart, a hand-over or a frontend moving never touch it. Its address is allocated
+once per deployment from the reconciler's port range and kept in ``state/<recipe>/gateway.json``:
+a restarted reconciler (or a lost port registry) finds the same host:port and adopts the master
+that still runs (nginx daemonizes; its pid file is under ``state/<recipe>/gateway/``).
+
+Each tick (``sync``): the config is rendered from the Ready frontends; a change is written and
+the master gets SIGHUP (graceful: in-flight requests finish on the old workers). A master that
+is gone is started again: the first time at once, then with a doubling backoff capped short
+(a gateway is stateless). A watcher thread per master wakes the loop the moment it exits
+(pidfd), so a dead gateway does not wait for the next resync.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from reconciler.fsutil import atomic_write_text
+from reconciler.gateway import GatewayConfig, render
+from reconciler.core.ports import NodePortAllocator, PortsExhausted
+from reconciler.drivers.state import StateDir
+
+log = structlog.get_logger("reconciler")
+OWNER_NAME = "gateway"  # the port registry's owner is <recipe>/gateway
+RESTART_BASE_S = 1.0  # after the first (immediate) restart: 1, 2, 4, 8 s
+RESTART_CAP_S = 8.0
+RESET_AFTER_S = 60.0  # a master that stayed up this long starts its backoff over
+START_TIMEOUT_S = 10.0
+CONFIRM_TIMEOUT_S = 2.0
+RETIRE_WAIT_S = 1.0
+
+
+def delay_after(backoff: int) -> float:
+    """The wait before a restart, ``backoff`` restarts into a run of failures: the first is
+    immediate (kubelet-style), then 1, 2, 4 s... capped short (a gateway keeps no state)."""
+    return 0.0 if backoff <= 0 else min(RESTART_BASE_S * 2 ** (backoff - 1), RESTART_CAP_S)
+
+
+def nginx_binary() -> str | None:
+    """Debian installs nginx in /usr/sbin, which a non-root PATH may not list."""
+    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx")
+                                          if os.access(p, os.X_OK)), None)
+
+
+def gateway_host() -> str:
+    """The name clients reach this host by (the node name Slurm would use for it)."""
+    return socket.gethostname()
+
+
+def record_path(root: Path, recipe: str) -> Path:
+    return root / recipe / "gateway.json"
+
+
+def prefix_of(root: Path, recipe: str) -> Path:
+    return (root / recipe / "gateway").absolute()
+
+
+def master_pid(prefix: Path) -> int | None:
+    """The pid of the nginx master running with this prefix, or None (a stale pid file, a reused pid)."""
+    try:
+        pid = int((prefix / "nginx.pid").read_text().strip())
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except (OSError, ValueError):
+        return None
+    # nginx rewrites its title: "nginx: master process /usr/sbin/nginx -p <prefix> -c <conf> ..."
+    return pid if "nginx: master process" in cmd and str(prefix) in cmd else None
+
+
+def workers_of(pid: int) -> list[int]:
+    """The master's worker processes (kept so that orphans of a killed master can be stopped)."""
+    try:
+        return sorted(int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
+    except (OSError, ValueError):
+        return []
+
+
+def stop_orphans(pids: list[int], port: int) -> None:
+    """Workers outlive a master killed with SIGKILL and keep the listening socket (and serving
+    with the old upstreams). SIGQUIT makes each close its listener at once and finish its
+    requests; the new master can bind once they have let go (bounded wait)."""
+    for pid in pids:
+        try:
+            if b"nginx: worker process" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGQUIT)
+        except OSError:
+            continue
+    deadline = time.monotonic() + 2.0
+    while not _bind_free(port) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def facts(root: Path, recipe: str) -> dict | None:
+    """What get/describe/status say about a recipe's gateway (read-only: no write, no start)."""
+    try:
+        rec = json.loads(record_path(root, recipe).read_text())
+        url = f"http://{rec['host']}:{int(rec['port'])}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    pid = master_pid(prefix_of(root, recipe))
+    return {"url": url, "up": pid is not None, "pid": pid, "upstreams": list(rec.get("upstreams") or []),
+            "restarts": int(rec.get("restarts", 0) or 0),
+            "reason": None if pid else (rec.get("lastError") or "the gateway's nginx master is not running")}
+
+
+def _bind_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass
+class Change:
+    kind: str  # GatewayStarted | GatewayRestarted | GatewayReloaded | GatewayFailed | GatewayStopped
+    recipe: str
+    message: str
+
+
+class Gateways:
+    """The gateways of every deployment this reconciler runs (one nginx master each)."""
+
+    def __init__(self, state: StateDir, host: str | None = None, nginx: str | None = None,
+                 wake: Callable[[], None] | None = None):
+        self.state = state
+        self.host = host or gateway_host()
+        self.aliases = {self.host, "localhost", "127.0.0.1", socket.getfqdn(), gateway_host()}
+        self.nginx = nginx or nginx_binary()
+        self.wake = wake  # the loop's wake-up: a master that exits is noticed at once
+        self._watched: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- address
+    def address(self, recipe: str, ports: NodePortAllocator, now: float) -> tuple[str, int]:
+        """The deployment's host:port: allocated the first time, the same ever after. The port is
+        held under every name this host goes by (the local driver's units run on "localhost"),
+        so no unit is ever given it."""
+        rec = self._record(recipe)
+        owner = f"{recipe}/{OWNER_NAME}"
+        if isinstance(rec.get("port"), int) and rec.get("host"):
+            for node in {rec["host"], *self.aliases}:  # a registry rebuilt from scratch learns it
+                ports.claim(node, owner, "http", rec["port"])
+            return rec["host"], rec["port"]
+        for _ in range(64):
+            port = ports.allocate(self.host, owner, "http")
+            if _bind_free(port) and all(ports.claim(n, owner, "http", port) for n in self.aliases):
+                break
+            for n in {self.host, *self.aliases}:
+                ports.release_node_owner(n, owner)
+            ports.block(self.host, port, now + 3600)  # something else holds it
+        else:
+            raise PortsExhausted(f"no bindable port for the gateway of {recipe} on {self.host}")
+        self._write(recipe, {**rec, "host": self.host, "port": port, "allocatedAt": now})
+        return self.host, port
+
+    # ---------------------------------------------------------------- each tick
+    def sync(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float) -> list[Change]:
+        """Make the gateway run with exactly these upstreams (host:port of Ready frontends)."""
+        if self.nginx is None:
+            return self._fail(recipe, now, "nginx is not installed (apt-get install nginx-light); "
+                                           "the endpoint is the frontend's own address")
+        host, port = self.address(recipe, ports, now)
+        prefix = prefix_of(self.state.root, recipe)
+        conf = prefix / "nginx.conf"
+        text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams))))
+        rec = self._record(recipe)
+        pid = master_pid(prefix)
+        changes: list[Change] = []
+        if pid is not None:
+            self._watch(recipe, pid)
+            if not conf.exists() or conf.read_text() != text:
+                atomic_write_text(conf, text)
+                err = self._run(["-t", "-q"], prefix)
+                if err is not None:
+                    return self._fail(recipe, now, f"config test failed: {err}")
+                old = workers_of(pid)
+                os.kill(pid, signal.SIGHUP)  # graceful: old workers finish what they carry
+                self._confirm(port, sorted(upstreams))
+                self._await_gone(pid, old)
+                changes.append(Change("GatewayReloaded", recipe, f"upstreams now {', '.join(sorted(upstreams)) or 'none'}"))
+            up = {**rec, "upstreams": sorted(upstreams), "pid": pid, "lastError": None,
+                  "workers": workers_of(pid) or rec.get("workers", [])}
+            if rec.get("startedAt") is not None and now - rec["startedAt"] >= RESET_AFTER_S and rec.get("backoff"):
+                up["backoff"] = 0  # stayed up: the next failure restarts at once again
+            if up != rec:
+                self._write(recipe, up)
+            return changes
+        # not running: start (first time), or restart after the backoff the last exits earned
+        backoff = int(rec.get("backoff", 0) or 0)
+        if rec.get("pid") is not None and rec.get("exitedAt") is None:
+            # noticed now (a daemon leaves no exit record; the pidfd watcher wakes the loop at once)
+            rec = {**rec, "exitedAt": now, "pid": None, "notBefore": now + delay_after(backoff)}
+            self._write(recipe, rec)
+        if rec.get("notBefore") and now < rec["notBefore"]:
+            return []
+        (prefix / "tmp").mkdir(parents=True, exist_ok=True)
+        stop_orphans(list(rec.get("workers") or []), port)
+        atomic_write_text(conf, text)
+        err = self._run([], prefix)
+        pid = self._await_pid(prefix) if err is None else None
+        restarting = rec.get("startedAt") is not None
+        if pid is None:
+            delay = delay_after(backoff + 1)
+            self._write(recipe, {**rec, "backoff": backoff + 1, "notBefore": now + delay,
+                                 "lastError": err or "started but wrote no pid file"})
+            return [Change("GatewayFailed", recipe, f"nginx did not start on {host}:{port}: {err}; "
+                           f"next try in {delay:g}s")]
+        self._write(recipe, {**rec, "pid": pid, "startedAt": now, "exitedAt": None, "lastError": None,
+                             "workers": self._await_workers(pid),
+                             "upstreams": sorted(upstreams),
+                             "restarts": int(rec.get("restarts", 0) or 0) + int(restarting),
+                             "backoff": backoff + int(restarting), "notBefore": None})
+        self._watch(recipe, pid)
+        return [Change("GatewayRestarted" if restarting else "GatewayStarted", recipe,
+                       f"nginx master {pid} serves http://{host}:{port} -> "
+                       f"{', '.join(sorted(upstreams)) or 'no Ready frontend (503)'}")]
+
+    def next_due(self, now: float) -> float | None:
+        """Seconds until a gateway waiting out its restart backoff may start: when the loop looks again."""
+        due = [nb for r in self.known() if (nb := self._record(r).get("notBefore"))]
+        return max(0.0, min(due) - now) if due else None
+
+    def stop(self, recipe: str, ports: NodePortAllocator) -> list[Change]:
+        """The recipe is gone: graceful stop (SIGQUIT: requests in flight finish), port released."""
+        pid = master_pid(prefix_of(self.state.root, recipe))
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGQUIT)
+            except ProcessLookupError:
+                pass
+        ports.release(f"{recipe}/{OWNER_NAME}")
+        path = record_path(self.state.root, recipe)
+        if not path.exists():
+            return []
+        path.unlink()
+        return [Change("GatewayStopped", recipe, "recipe deleted: the gateway stops once its requests finish")]
+
+    def known(self) -> list[str]:
+        """Recipes that have a gateway record."""
+        return sorted(p.parent.name for p in self.state.root.glob("*/gateway.json"))
+
+    # ---------------------------------------------------------------- helpers
+    def _fail(self, recipe: str, now: float, why: str) -> list[Change]:
+        rec = self._record(recipe)
+        if rec.get("lastError") == why:
+            return []
+        self._write(recipe, {**rec, "lastError": why})
+        log.error("gateway failed", recipe=recipe, error=why)
+        return [Change("GatewayFailed", recipe, why)]
+
+    def _run(self, extra: list[str], prefix: Path) -> str | None:
+        """nginx with our prefix and config (argv list); None on success, else its error output."""
+        argv = [self.nginx or "nginx", "-p", f"{prefix}/", "-c", str(prefix / "nginx.conf"),
+                "-e", str(prefix / "error.log"), *extra]
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=START_TIMEOUT_S,
+                               start_new_session=True, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"{type(e).__name__}: {e}"
+        if r.returncode != 0:
+            return (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+        return None
+
+    @staticmethod
+    def _await_pid(prefix: Path) -> int | None:
+        """The launcher exits once the master has forked; the master writes its pid file a moment later."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            pid = master_pid(prefix)
+            if pid is not None:
+                return pid
+            time.sleep(0.01)
+        return None
+
+    @staticmethod
+    def _await_workers(pid: int) -> list[int]:
+        deadline = time.monotonic() + 2.0
+        while not (found := workers_of(pid)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return found
+
+    @staticmethod
+    def _await_gone(pid: int, old: list[int]) -> None:
+        """An old worker keeps accepting until it has read its QUIT: on a busy host that is tens of
+        ms in which it still answers with the old upstreams. Wait (bounded) for the idle ones to
+        exit; one still carrying a stream has stopped accepting by then."""
+        deadline = time.monotonic() + RETIRE_WAIT_S
+        while set(old) & set(workers_of(pid)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def _confirm(self, port: int, upstreams: list[str]) -> bool:
+        """A reload is asynchronous: wait (bounded) until the gateway answers with the new upstreams,
+        so that what the reconciler reports is what nginx does."""
+        want = {"upstreams": upstreams}
+        deadline = time.monotonic() + CONFIRM_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+                conn.request("GET", "/gateway/health")
+                got = json.loads(conn.getresponse().read())
+                conn.close()
+                if got.get("upstreams") == want["upstreams"]:
+                    return True
+            except (OSError, ValueError, http.client.HTTPException):
+                pass
+            time.sleep(0.01)
+        log.warning("gateway reload not confirmed in time", port=port)
+        return False
+
+    def _record(self, recipe: str) -> dict:
+        return self.state.read_json(record_path(self.state.root, recipe), {}, lambda d: isinstance(d, dict))
+
+    def _write(self, recipe: str, rec: dict) -> None:
+        self.state.write_json(record_path(self.state.root, recipe), rec)
+
+    def _watch(self, recipe: str, pid: int) -> None:
+        """Wake the loop when this master exits (a pidfd is readable once the process is gone)."""
+        if self.wake is None:
+            return
+        with self._lock:
+            if self._watched.get(recipe) == pid:
+                return
+            self._watched[recipe] = pid
+        try:
+            fd = os.pidfd_open(pid)
+        except (OSError, AttributeError):
+            return  # gone already, or no pidfd: the next tick notices
+
+        def wait() -> None:
+            try:
+                select.select([fd], [], [])
+            finally:
+                os.close(fd)
+            with self._lock:
+                if self._watched.get(recipe) == pid:
+                    del self._watched[recipe]
+            if self.wake is not None:
+                self.wake()
+
+        threading.Thread(target=wait, name=f"gateway-watch-{recipe}", daemon=True).start()
+
+
+__all__ = ["Gateways", "Change", "facts", "master_pid", "nginx_binary", "prefix_of", "record_path"]

@@ -1,0 +1,75 @@
+"""The service stays up: srtctl's own Dynamo mocker recipe on the real Slurm with the real etcd and
+Dynamo 1.6.1, a client loop through the gateway, and etcd killed. Its dependents (the worker and
+the frontend read ETCD_ENDPOINTS) are relaunched as soon as etcd's new life is Ready, and the
+recipe says NotReady, with the reason, while requests fail."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from benchmarks.traffic import Traffic
+from helpers import wait_until
+from reconciler.shell.gateway import nginx_binary
+from test_e2e import scancel
+from test_stacks import copy_recipe, served, stack, stack_tools, tiny_model  # noqa: F401 - fixtures
+
+pytestmark = [pytest.mark.slurm,
+              pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")]
+
+
+class Watch(threading.Thread):
+    """`reconciler get` in a loop: every status it printed, with its Ready condition's reason."""
+
+    def __init__(self, h, name: str):
+        super().__init__(daemon=True)
+        self.h, self.name, self.seen, self.stop = h, name, [], threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                g = self.h.get(self.name)
+            except AssertionError:
+                continue
+            ready = next((c for c in g["conditions"] if c["type"] == "Ready"), {})
+            self.seen.append((time.monotonic(), g["status"], ready.get("reason"), ready.get("message")))
+
+
+def test_etcd_killed_its_dependents_come_back_with_it_and_not_ready_says_why(stack, corpus):
+    h = stack
+    name, _ = copy_recipe(h, corpus, "srt-slurm-v2/mocker/dynamo-agg.yaml")
+    h.start()
+    steps = h.wait_steps(name, {"svc-etcd_0", "agg_0", "frontend_0"}, timeout=90)
+    endpoint = h.wait_ready(name, timeout=90)["endpoint"]
+    model = wait_until(lambda: served(endpoint), timeout=30, what="the model listed through the gateway")
+    traffic = Traffic(endpoint, model=model).start()
+    watch = Watch(h, name)
+    try:
+        assert traffic.wait_ok(time.monotonic(), 30)
+        watch.start()
+        killed = time.monotonic()
+        scancel(steps["svc-etcd_0"][0])
+        # the worker and the frontend read ETCD_ENDPOINTS: both get new lives, on purpose
+        wait_until(lambda: all(h.steps(name).get(u, steps[u]) != steps[u] for u in ("agg_0", "frontend_0")),
+                   timeout=60, what=f"agg_0 and frontend_0 relaunched with etcd (log:\n{h.log()[-3000:]})")
+        back = traffic.wait_ok(time.monotonic(), 60)
+        assert back is not None, traffic.failed()[-3:]
+        wait_until(lambda: h.get(name)["status"] == "Ready", timeout=30, what="Ready again")
+    finally:
+        traffic.stop()
+        watch.stop.set()
+        if watch.is_alive():
+            watch.join(30)
+    failed = [o for o in traffic.failed() if o.at >= killed]
+    gap = traffic.longest_gap(killed, back)
+    print(f"\netcd killed: {len(traffic.between(killed, back))} sent, {len(failed)} failed, "
+          f"serving again {back - killed:.1f}s after the kill, longest gap {gap:.1f}s")
+    # never Ready while requests failed: each failure is inside a NotReady stretch that `get` printed
+    not_ready = [t for t, status, _, _ in watch.seen if status != "Ready"]
+    assert not_ready, watch.seen[:5]
+    reasons = {r for _, s, r, _ in watch.seen if s != "Ready"}
+    assert reasons & {"NotReady", "FrontendNotAnswering"}, reasons
+    cancels = [e["message"] for e in h.actions(name) if e["kind"] == "CancelStep"]
+    assert sum("a service it depends on has a new life" in m for m in cancels) == 2, cancels

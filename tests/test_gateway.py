@@ -1,0 +1,218 @@
+"""The gateway on its own: the rendered nginx config, and a real nginx (Debian's) in front of real
+mocker engines — stable address, graceful reloads, retries only of requests no upstream started,
+restart after a crash, adoption by a restarted reconciler."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import http.client
+from pathlib import Path
+
+import pytest
+
+from reconciler.gateway import GatewayConfig, render
+from reconciler.core.ports import NodePortAllocator
+from reconciler.shell.gateway import Gateways, delay_after, facts, master_pid, nginx_binary, prefix_of
+from reconciler.drivers.state import StateDir
+from tests.harness import _ranges
+from tests.helpers import get, post, start_mocker, wait_until
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+
+# ---------------------------------------------------------------- the config (pure)
+def test_render_upstreams_retry_policy_and_no_frontend():
+    text = render(GatewayConfig("r1", 20001, Path("/s/r1/gateway"), ("gpu01:20010", "gpu02:20011")))
+    assert "server gpu01:20010 max_fails=1 fail_timeout=5s;" in text
+    assert "server gpu02:20011 max_fails=1 fail_timeout=5s;" in text
+    assert "proxy_next_upstream error timeout;" in text
+    # a POST an upstream already received is never sent to a second one (nginx >= 1.9.13 default)
+    assert "non_idempotent" not in text
+    assert "proxy_buffering off;" in text and "listen 0.0.0.0:20001" in text
+    empty = render(GatewayConfig("r1", 20001, Path("/s/r1/gateway")))
+    assert "upstream frontends" not in empty and "proxy_pass" not in empty and "return 503" in empty and "no Ready frontend" in empty
+    assert render(GatewayConfig("r1", 20001, Path("/s/g"), ("a:1",))) == render(GatewayConfig("r1", 20001, Path("/s/g"), ("a:1",)))
+
+
+@pytest.mark.parametrize("cfg, where", [
+    (GatewayConfig("r1", 0, Path("/s")), "port"),
+    (GatewayConfig("r1", 1, Path("/s"), ("a:1; include /etc/passwd",)), "upstream"),
+    (GatewayConfig("r1", 1, Path("/s"), ("nohostport",)), "upstream"),
+    (GatewayConfig("r1", 1, Path("/s x;")), "path"),
+    (GatewayConfig("r'1", 1, Path("/s")), "recipe name"),
+])
+def test_render_refuses_text_nginx_would_parse(cfg, where):
+    with pytest.raises(ValueError, match=where):
+        render(cfg)
+
+
+def test_restart_delay_first_immediate_then_doubling_capped():
+    assert [delay_after(b) for b in range(7)] == [0, 1, 2, 4, 8, 8, 8]
+
+
+# ---------------------------------------------------------------- a real nginx
+needs_nginx = pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")
+
+
+def _ports() -> NodePortAllocator:
+    lo = next(_ranges)
+    return NodePortAllocator(lo, lo + 100)
+
+
+def _hp(url: str) -> str:
+    return url.removeprefix("http://")
+
+
+@pytest.fixture
+def gw(tmp_path):
+    state = StateDir(tmp_path / "state")
+    g = Gateways(state, host="127.0.0.1")
+    yield g
+    for name in g.known():
+        pid = master_pid(prefix_of(state.root, name))
+        if pid:
+            os.kill(pid, signal.SIGQUIT)
+            wait_until(lambda: master_pid(prefix_of(state.root, name)) is None, what="nginx gone")
+
+
+@needs_nginx
+def test_gateway_serves_ready_frontends_reloads_and_keeps_its_address(gw, tmp_path):
+    a, a_url = start_mocker(tmp_path, "--speedup-ratio", "100", name="a")
+    b, b_url = start_mocker(tmp_path, "--speedup-ratio", "1", name="b")
+    try:
+        ports = _ports()
+        changes = gw.sync("r1", [], ports, 1000.0)
+        assert [c.kind for c in changes] == ["GatewayStarted"]
+        f = facts(gw.state.root, "r1")
+        assert f["up"] and f["url"].startswith("http://127.0.0.1:")
+        url = f["url"]
+        status, body = post(url + "/v1/chat/completions", CHAT)
+        assert status == 503 and b"no Ready frontend" in body
+        # a frontend becomes Ready: a graceful reload, same address
+        assert [c.kind for c in gw.sync("r1", [_hp(a_url)], ports, 1001.0)] == ["GatewayReloaded"]
+        wait_until(lambda: post(url + "/v1/chat/completions", CHAT)[0] == 200, what="served through the gateway")
+        assert gw.sync("r1", [_hp(a_url)], ports, 1002.0) == []  # nothing changed: no reload
+        # a long streaming request (slow engine b) survives a reload that removes its upstream
+        gw.sync("r1", [_hp(b_url)], ports, 1003.0)
+        wait_until(lambda: f"{_hp(b_url)}" in (Path(prefix_of(gw.state.root, "r1")) / "nginx.conf").read_text())
+        pid = master_pid(prefix_of(gw.state.root, "r1"))
+        host, port = url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        import json
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(
+            {**CHAT, "max_tokens": 40, "stream": True}), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        first = resp.readline()
+        assert resp.status == 200 and first.startswith(b"data: "), (resp.status, first, resp.read())
+        assert [c.kind for c in gw.sync("r1", [_hp(a_url)], ports, 1004.0)] == ["GatewayReloaded"]
+        rest = resp.read()  # the old worker finishes the stream after the reload
+        assert rest.rstrip().endswith(b"data: [DONE]")
+        assert master_pid(prefix_of(gw.state.root, "r1")) == pid  # a reload, not a restart
+        assert facts(gw.state.root, "r1")["url"] == url
+    finally:
+        a.stop()
+        b.stop()
+
+
+class _Drops(threading.Thread):
+    """An upstream that reads a request and closes without answering: it *started* the request."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.seen = 0
+
+    @property
+    def addr(self) -> str:
+        return "127.0.0.1:%d" % self.sock.getsockname()[1]
+
+    def run(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            c.recv(65536)
+            self.seen += 1
+            c.close()
+
+
+@needs_nginx
+def test_retry_only_what_no_upstream_started(gw, tmp_path):
+    ok, ok_url = start_mocker(tmp_path, "--speedup-ratio", "100", name="ok")
+    drops = _Drops()
+    drops.start()
+    refused = socket.socket()
+    refused.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    try:
+        ports = _ports()
+        gw.sync("r1", [_hp(ok_url), "127.0.0.1:%d" % refused.getsockname()[1]], ports, 1.0)
+        url = facts(gw.state.root, "r1")["url"]
+        # a refused connection never reached a frontend: every POST is retried and answered
+        assert [post(url + "/v1/chat/completions", CHAT)[0] for _ in range(6)] == [200] * 6
+        # an upstream that read the POST and died: not run twice, the client gets the error
+        gw.sync("r1", [_hp(ok_url), drops.addr], ports, 2.0)
+        wait_until(lambda: drops.addr in (prefix_of(gw.state.root, "r1") / "nginx.conf").read_text())
+        codes = [post(url + "/v1/chat/completions", CHAT)[0] for _ in range(6)]
+        assert drops.seen >= 1 and codes.count(502) == drops.seen and codes.count(200) == 6 - drops.seen
+    finally:
+        ok.stop()
+        drops.sock.close()
+        refused.close()
+
+
+@needs_nginx
+def test_dead_gateway_restarts_on_its_address_and_a_new_reconciler_adopts_it(gw, tmp_path):
+    a, a_url = start_mocker(tmp_path, "--speedup-ratio", "100", name="a")
+    try:
+        ports = _ports()
+        gw.sync("r1", [_hp(a_url)], ports, 10.0)
+        url = facts(gw.state.root, "r1")["url"]
+        pid = master_pid(prefix_of(gw.state.root, "r1"))
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: master_pid(prefix_of(gw.state.root, "r1")) is None, what="master gone")
+        changes = gw.sync("r1", [_hp(a_url)], ports, 11.0)  # the first restart is immediate
+        assert [c.kind for c in changes] == ["GatewayRestarted"]
+        f = facts(gw.state.root, "r1")
+        assert f["url"] == url and f["restarts"] == 1 and f["pid"] != pid
+        wait_until(lambda: post(url + "/v1/chat/completions", CHAT)[0] == 200, what="served after restart")
+        # killed again at once: the second restart waits its backoff (1 s from the exit)
+        os.kill(f["pid"], signal.SIGKILL)
+        wait_until(lambda: master_pid(prefix_of(gw.state.root, "r1")) is None, what="master gone")
+        assert gw.sync("r1", [_hp(a_url)], ports, 12.0) == []
+        assert gw.sync("r1", [_hp(a_url)], ports, 12.5) == []
+        assert [c.kind for c in gw.sync("r1", [_hp(a_url)], ports, 13.0)] == ["GatewayRestarted"]
+        # a new reconciler process (fresh objects, empty port registry) finds the same address and master
+        pid2 = master_pid(prefix_of(gw.state.root, "r1"))
+        again = Gateways(StateDir(gw.state.root), host="127.0.0.1")
+        fresh = _ports()
+        assert again.sync("r1", [_hp(a_url)], fresh, 14.0) == []
+        assert master_pid(prefix_of(gw.state.root, "r1")) == pid2
+        assert facts(gw.state.root, "r1")["url"] == url
+        host, port = url.removeprefix("http://").split(":")
+        assert fresh.lookup(host, "r1/gateway", "http") == int(port)
+    finally:
+        a.stop()
+
+
+@needs_nginx
+def test_taken_port_is_skipped_and_stop_releases(gw, tmp_path):
+    ports = _ports()
+    blocker = socket.socket()
+    blocker.bind(("0.0.0.0", ports.base))
+    blocker.listen(1)
+    try:
+        gw.sync("r1", [], ports, 1.0)
+        f = facts(gw.state.root, "r1")
+        assert f["up"] and not f["url"].endswith(f":{ports.base}")
+        assert get(f["url"] + "/gateway/health")[0] == 200
+        assert [c.kind for c in gw.stop("r1", ports)] == ["GatewayStopped"]
+        wait_until(lambda: master_pid(prefix_of(gw.state.root, "r1")) is None, what="nginx stopped")
+        assert ports.lookup("127.0.0.1", "r1/gateway", "http") is None and facts(gw.state.root, "r1") is None
+    finally:
+        blocker.close()

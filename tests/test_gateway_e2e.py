@@ -1,0 +1,95 @@
+"""The gateway end to end: `reconciler run` on the real Slurm puts a real nginx in front of the
+built-in router of a mocker recipe; its address is what `get` prints and it never changes —
+across a frontend relaunch, the gateway's own crash, and a restart of the reconciler."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from harness import Harness, scancel
+from helpers import post, wait_until
+from reconciler.shell.gateway import master_pid, nginx_binary, prefix_of
+
+pytestmark = [pytest.mark.slurm,
+              pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")]
+
+RECIPE = """\
+schema: 2
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles: {{agg: {{workers: 1, gpus: 1}}}}
+frontend: {{type: builtin, args: {{poll-interval: 0.25}}}}
+"""
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+
+@pytest.fixture
+def h(tmp_path):
+    harness = Harness(tmp_path, "slurm")
+    yield harness
+    harness.cleanup()
+
+
+def _events(h: Harness, name: str, kind: str) -> list[dict]:
+    lines = (h.state / "events.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["recipe"] == name and e["kind"] == kind]
+
+
+def _serves(url: str) -> bool:
+    return post(url + "/v1/chat/completions", CHAT, timeout=10)[0] == 200
+
+
+def test_the_gateway_is_the_stable_endpoint(h):
+    name = h.name("gw")
+    (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name))
+    h.start()
+    steps = h.wait_steps(name, {"agg_0", "frontend_0"})
+    g = h.wait_ready(name)
+    gw = json.loads((h.state / name / "gateway.json").read_text())
+    endpoint = f"http://{gw['host']}:{gw['port']}"
+    assert g["endpoint"] == endpoint  # the gateway's address, not the router's
+    lo, hi = (int(x) for x in h.env["RECONCILER_PORT_RANGE"].split("-"))
+    assert lo <= gw["port"] <= hi  # from the reconciler's port range
+    frontend_url = next(w["url"] for w in json.loads((h.state / name / "status.json").read_text())["workers"]
+                        if w["role"] == "frontend")
+    # `get` computes Ready itself; run writes the upstreams on its own next pass
+    wait_until(lambda: json.loads((h.state / name / "gateway.json").read_text()).get("upstreams")
+               == [frontend_url.removeprefix("http://")], timeout=20, what="the frontend among the upstreams")
+    wait_until(lambda: _serves(endpoint), timeout=20, what="a completion through the gateway")
+
+    # the frontend's step is killed: the same address serves again once it is back
+    scancel(steps["frontend_0"][0])
+    wait_until(lambda: h.steps(name).get("frontend_0", steps["frontend_0"]) != steps["frontend_0"], timeout=60,
+               what="frontend relaunched")
+    wait_until(lambda: _serves(endpoint), timeout=30, what="the gateway serves after the frontend's relaunch")
+    assert h.get(name)["endpoint"] == endpoint
+
+    # the gateway itself is killed: the reconciler starts it again on the same address
+    pid = master_pid(prefix_of(h.state, name))
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: _events(h, name, "GatewayRestarted"), timeout=30, what="GatewayRestarted event")
+    assert master_pid(prefix_of(h.state, name)) not in (None, pid)
+    wait_until(lambda: _serves(endpoint), timeout=20, what="the gateway serves after its restart")
+
+    # the reconciler is killed and started again: it adopts the running gateway (same master)
+    pid = master_pid(prefix_of(h.state, name))
+    h.kill9()
+    assert _serves(endpoint)  # no reconciler: the gateway keeps serving
+    h.start()
+    h.idle(name)
+    assert master_pid(prefix_of(h.state, name)) == pid and h.get(name)["endpoint"] == endpoint
+    assert len(_events(h, name, "GatewayStarted")) == 1
+
+    # the recipe is deleted: its gateway stops
+    (h.manifests / f"{name}.yaml").unlink()
+    h.stop()
+    h.start("--allow-empty")
+    wait_until(lambda: master_pid(prefix_of(h.state, name)) is None, timeout=60, what="the gateway stopped")
+    assert _events(h, name, "GatewayStopped")
