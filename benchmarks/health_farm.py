@@ -9,7 +9,9 @@ loop, so thousands of "workers" cost one process and a few MB.
 Any path answers 200 "ok", as an engine's /health does, except the built-in router's life
 probe ``/health?life=a|b``: the reconciler reads a router as Ready only when the JSON body
 names the life it asked for (``reconciler.shell.probe.probe_life``), so that is answered as
-``reconciler.router`` answers it (``{"status": "ok", "life": "<life>"}``).
+``reconciler.router`` answers it (``{"status": "ok", "life": "<life>"}``), and a frontend's
+canary (``reconciler.shell.probe.canary``): ``GET /v1/models`` lists tick.py's model ``m`` and
+``POST /v1/completions`` answers one token.
 
 Its figures belong to docs/performance.md, section "One tick (benchmarks/tick.py)": it is
 tick.py's stand-in, run at its smallest size by tests/test_benchmarks.py.
@@ -25,15 +27,26 @@ import sys
 BODY = b"ok"
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n" + BODY
 LIFE = re.compile(rb"^GET /health\?(?:[^ ]*&)?life=([ab])(?:[& ])")
+LENGTH = re.compile(rb"\r\ncontent-length:\s*(\d+)", re.IGNORECASE)
+MODELS = b'{"object": "list", "data": [{"id": "m", "object": "model"}]}'  # tick.py's recipes serve "m"
+COMPLETION = b'{"object": "text_completion", "choices": [{"index": 0, "text": "k", "finish_reason": "length"}]}'
+
+
+def _json(body: bytes) -> bytes:
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
 
 
 def answer(head: bytes) -> bytes:
-    """The response to one request head: the router's life probe names its life, anything else is "ok"."""
+    """The response to one request head: the router's life probe names its life, the canary's two
+    requests are answered as a frontend would, anything else is "ok"."""
+    if head.startswith(b"GET /v1/models "):
+        return _json(MODELS)
+    if head.startswith(b"POST /v1/completions "):
+        return _json(COMPLETION)
     m = LIFE.match(head)
     if not m:
         return RESPONSE
-    body = b'{"status": "ok", "life": "' + m.group(1) + b'"}'
-    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
+    return _json(b'{"status": "ok", "life": "' + m.group(1) + b'"}')
 
 
 async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -42,6 +55,9 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             head = await reader.readuntil(b"\r\n\r\n")
             if not head:
                 break
+            length = LENGTH.search(head)
+            if length:  # a request body (the canary's POST) is read, so keep-alive stays in step
+                await reader.readexactly(min(int(length.group(1)), 1 << 20))
             writer.write(answer(head))
             await writer.drain()
             if b"connection: close" in head.lower():

@@ -43,13 +43,17 @@ SMOKES = {
     "plan_scale.py": Smoke(r"recipes\s+workers\s+plan\(\) ms", 6),
     "mocker_bench.py": Smoke(r"path\s+streams\s+req/s", 8),
     "converge.py": Smoke(r"run\s+workers\s+drop -> healthy s", 4, (pytest.mark.slurm,)),
+    "autoscale.py": Smoke(r"run\s+requests\s+failed\s+within %", 5, (pytest.mark.slurm,)),
     "mttr.py": Smoke(r"^\s+what\s+figure$", 2, (pytest.mark.slurm,)),
     "node_failure.py": Smoke(r"run\s+how\s+failed node", 4, (pytest.mark.multinode,), root=True),
+    "continuity.py": Smoke(r"^\| fault \| stack \| frontends", 5, (pytest.mark.slurm,),
+                           needs=(".stacks/dynamo/bin/python",)),
     "stacks.py": Smoke(r"^\| stack \| conc \| req/s", 9, (pytest.mark.slurm,),
                        needs=(".stacks/aiperf/bin/aiperf", ".stacks/dynamo/bin/python")),
 }
 # not a benchmark of its own: tick.py's stand-in engine, run by test_health_farm_answers_as_engine_and_router
-HELPERS = {"health_farm.py": "test_health_farm_answers_as_engine_and_router"}
+HELPERS = {"health_farm.py": "test_health_farm_answers_as_engine_and_router",
+           "traffic.py": "test_benchmark_runs_at_its_smallest_size[continuity]"}  # its client loop
 
 
 def table(out: str, header: str, numbers: int) -> tuple[str, str]:
@@ -125,6 +129,10 @@ def test_health_farm_answers_as_engine_and_router():
         assert probe_life("127.0.0.1", port, "/health?life=a", "a")
         assert probe_life("127.0.0.1", port, "/health?life=b", "b")
         assert not probe_life("127.0.0.1", port, "/health", "a")  # no life asked: not a router's answer
+        from reconciler.shell.probe import canary
+
+        assert canary("127.0.0.1", port, "m") is None  # a frontend's canary: listed, and one token
+        assert "not listed" in (canary("127.0.0.1", port, "other") or "")
     finally:
         p.kill()
         p.wait()

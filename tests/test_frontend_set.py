@@ -42,9 +42,27 @@ def test_count(frontend, count):
 
 
 def test_placement_is_srtctls():
+    # srtctl's _compute_frontend_topology: one per node off the head, at most the count
     assert frontend_nodes(1, ["a", "b", "c"], "a") == ["a"]
-    assert frontend_nodes(4, ["a", "b", "c"], "a") == ["b", "c", "b", "c"]  # round-robin off the head
-    assert frontend_nodes(3, ["a"], "a") == ["a", "a", "a"]  # one node: all on the head
+    assert frontend_nodes(10, ["a", "b", "c"], "a") == ["b", "c"]  # srtctl's default on 3 nodes: 2
+    assert frontend_nodes(1, ["a", "b", "c"], "a") == ["a"]  # disabled: the head
+    assert frontend_nodes(10, ["a"], "a") == ["a"]  # one node: one frontend, on the head
+    assert frontend_nodes(2, ["a", "b", "c", "d"], "a") == ["b", "c"]
+
+
+def test_the_builtin_router_runs_the_count_it_asks_for():
+    assert frontend_nodes(4, ["a", "b", "c"], "a", own=True) == ["b", "c", "b", "c"]  # round-robin
+    assert frontend_nodes(3, ["a"], "a", own=True) == ["a", "a", "a"]  # one node: all on the head
+
+
+def test_render_of_srtctls_default_on_a_one_node_job_is_one_frontend(tmp_path: Path):
+    fes = [u for u in render_units(_recipe("{type: sglang-router}"), None, tmp_path) if u.role == "frontend"]
+    assert [(u.index, u.nodes[0]) for u in fes] == [(0, "node1")]
+
+
+def test_render_of_srtctls_default_on_three_nodes_is_one_per_other_node(tmp_path: Path):
+    fes = [u for u in render_units(_recipe("{type: sglang-router}", nodes=3), None, tmp_path) if u.role == "frontend"]
+    assert [(u.index, u.nodes[0]) for u in fes] == [(0, "node2"), (1, "node3")]
 
 
 def test_render_places_each_frontend_as_its_own_unit(tmp_path: Path):

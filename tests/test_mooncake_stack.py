@@ -103,16 +103,25 @@ def test_the_real_mooncake_master_starts_first_is_relaunched_and_wires_the_worke
             # gated on the master's readiness: each worker process started after the master's
             assert started(pid) > started(master), (w, started(pid), started(master))
 
-        # kill the master: relaunched on its ports, Ready again; the workers keep running untouched
+        # kill the master: relaunched on its ports; the workers registered with the old one read
+        # MOONCAKE_MASTER, so they get new lives once it is Ready (issue 27's dependency-aware
+        # restarts), on purpose: not counted as restarts; then all Ready again
         workers_before = {u: steps[u][0] for u in ("agg_0", "agg_1")}
         scancel(steps["svc-mooncake-master_0"][0])
         wait_until(lambda: (s := h.steps(name).get("svc-mooncake-master_0")) and
                    s[0] != steps["svc-mooncake-master_0"][0], timeout=60, what="the master relaunched")
-        wait_until(lambda: health(mp["metrics"]) and h.get(name)["status"] == "Ready", timeout=60,
-                   what=f"the master Ready again (log:\n{h.log()[-3000:]})")
+        wait_until(lambda: all((s := h.steps(name).get(u)) and s[0] != workers_before[u] for u in workers_before),
+                   timeout=60, what=f"the workers relaunched for the master's new life (log:\n{h.log()[-3000:]})")
+        wait_until(lambda: health(mp["metrics"]) and h.get(name)["status"] == "Ready", timeout=90,
+                   what=f"the master and its workers Ready again (log:\n{h.log()[-3000:]})")
         (again,) = procs("mooncake_master", f"--port={mp['rpc']}")
         assert again != master
-        now = h.steps(name)
-        assert {u: now[u][0] for u in ("agg_0", "agg_1")} == workers_before, "the workers were not relaunched"
+        st = json.loads((h.state / name / "status.json").read_text())
+        restarts = {f"{w['role']}_{w['index']}": w.get("restarts", 0) for w in st["workers"]}
+        assert restarts["agg_0"] == restarts["agg_1"] == 0, restarts  # a dependency's new life is no restart
+        for w in ("agg_0", "agg_1"):  # the new lives read the same master address
+            (pid,) = procs("reconciler.mocker", "--port", str(ports[w]["http"]))
+            assert environ(pid)["MOONCAKE_MASTER"] == f"{node}:{mp['rpc']}"
+            assert started(pid) > started(again)
     finally:
         h.cleanup()

@@ -3,10 +3,11 @@
 
 Facts from srtctl (src/srtctl/core/schema.py ``FrontendConfig``, cli/mixins/frontend_stage.py
 ``_compute_frontend_topology``): ``enable_multiple_frontends`` defaults to true and
-``num_additional_frontends`` to 9, so a recipe that says nothing runs 1 + 9 frontends behind
-nginx. When several run, they are spread round-robin over the job's nodes other than the head
-(the head keeps nginx, etcd and NATS); on a one-node job they share the head. One frontend
-(disabled, or 0 additional) runs on the head.
+``num_additional_frontends`` to 9. On a job of two or more nodes with several enabled, srtctl
+runs one frontend on each node other than the head (the head keeps nginx, etcd and NATS), at
+most ``1 + num_additional_frontends`` of them; on a one-node job, or with several disabled, it
+runs one frontend on the head. So a recipe that says nothing runs as many frontends as its job
+has nodes besides the head, up to 10.
 
 Here the gateway (``shell/gateway.py``) replaces srtctl's nginx and runs next to the
 reconciler, so every frontend is an upstream of it; each frontend is a unit of its own
@@ -16,8 +17,10 @@ Which types: the routers that take any number of replicas — Dynamo's frontend 
 workers from etcd/NATS or file discovery), the SGLang and vLLM routers (each given the Ready
 workers through its /workers API) and the built-in router (each reads the endpoints file). The
 static routers (atomesh, tilert-router) are started with their workers on their command line and
-run once, as in srtctl. The built-in router is this project's own type: srtctl has no default
-for it, so it runs one frontend unless the recipe asks for more.
+run once, as in srtctl. The built-in router is this project's own type: srtctl has no rule
+for it, so it runs one frontend unless the recipe asks for more, and then as many as it asks,
+round-robin over the nodes other than the head (on the head when the job has no other) -- the
+way to run several frontends behind the gateway on one node.
 """
 
 from __future__ import annotations
@@ -45,13 +48,17 @@ def frontend_count(recipe: Recipe) -> int:
     return 1 + max(0, min(int(extra), MAX_FRONTENDS - 1))
 
 
-def frontend_nodes(count: int, nodes: Sequence[str], head: str) -> list[str]:
-    """srtctl's placement: one frontend on the head; several round-robin over the other nodes
-    (the head only when the job has no other)."""
+def frontend_nodes(count: int, nodes: Sequence[str], head: str, *, own: bool = False) -> list[str]:
+    """Where the frontends run. srtctl's rule: several only on a job of two or more nodes, one
+    on each node other than the head, at most ``count``; else one on the head. ``own`` (the
+    built-in router, which srtctl does not know) keeps ``count``, round-robin off the head."""
+    others = [n for n in nodes if n != head]
     if count <= 1:
         return [head]
-    pool = [n for n in nodes if n != head] or [head]
-    return [pool[i % len(pool)] for i in range(count)]
+    if own:
+        pool = others or [head]
+        return [pool[i % len(pool)] for i in range(count)]
+    return others[:count] or [head]
 
 
 def check(recipe: Recipe) -> tuple[str, str] | None:

@@ -136,11 +136,15 @@ def gateway_upstreams(d: DesiredRecipe, o: Observed) -> list[str]:
     not yet judged dead: one failed probe does not flap the gateway; nginx's passive checks cover
     the moment)."""
     ready = [u for u in d.frontends if u.health_port and router_sync.serving(d, o, u)]
+    # a frontend's old life (a surge, or a hand-over to another allocation) serves until it leaves:
+    # without it, the gateway has no upstream between the old life's last tick and the new one's Ready
+    ready += [u for key, u in sorted(d.previous.items()) if key[0] == FRONTEND and u.health_port
+              and o.previous_ready.get(u.key)]
     # none answers its canary (the workers or their registry are down): the ones still alive stay,
     # so that the gateway passes on what it can rather than answer 503 to everything
     alive = ready or [u for u in d.frontends if u.health_port and (h := o.health.get(u.key)) is not None
                       and h.was_ready and h.missing_since is None and h.probe_failures < d.liveness_failures]
-    return sorted(f"{u.nodes[0]}:{u.health_port}" for u in alive)
+    return sorted({f"{u.nodes[0]}:{u.health_port}" for u in alive})
 
 
 def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:

@@ -323,3 +323,36 @@ def test_no_surge_allocation_for_a_worker_whose_old_life_serves_nothing():
     p = c.plan(gpu_spec(mem="0.7"))
     assert not [a for a in p.actions if isinstance(a, SubmitAlloc)]
     assert cancels(p) == [("agg_0", StopReason.SPEC_CHANGED)]  # replaced in place at once
+
+
+FRONTED = """\
+name: r
+model: {path: /m}
+resources: {gpus_per_node: 8}
+engine: {type: mocker, speedup_ratio: %(speed)d}
+frontend: {type: builtin, args: {poll-interval: %(poll)s}}
+roles:
+  agg: {workers: 1, gpus: 1}
+reconcile: {rollout: {max_surge: 1, max_unavailable: 0}}
+"""
+
+
+@pytest.mark.parametrize("old_ready, routed", [(True, True), (False, False)])
+def test_the_gateway_keeps_a_frontends_old_life_while_the_new_one_is_not_ready(old_ready, routed):
+    """A frontend's new life (a surge here; a hand-over alike) is not Ready at its first ticks: its
+    old life, still answering, stays the gateway's upstream, or the gateway has none (503)."""
+    from reconciler.shell.record import gateway_upstreams
+    from reconciler.world import Observed
+
+    def spec_of(poll):
+        return {"r": recipe(FRONTED % {"speed": 10, "poll": poll})}
+
+    c = FakeCluster()
+    c.converge(spec_of(0.5))
+    c.apply(c.plan(spec_of(0.2)))  # the router's new life starts beside the old one
+    d = c.desired(spec_of(0.2)).recipes["r"]
+    old = d.previous[("frontend", 0)]
+    new = d.frontend
+    assert new.slot != old.slot
+    o = Observed((), (), {new.key: False}, {}, previous_ready={old.key: old_ready})
+    assert gateway_upstreams(d, o) == ([f"{old.nodes[0]}:{old.health_port}"] if routed else [])

@@ -20,10 +20,11 @@ def offer(ctx: Context, earlier: tuple[Unit, ...]) -> Offer:
         return Offer(restart=restart)
     workers = tuple(u for u in earlier if not u.is_service)
     # 1 + frontend.num_additional_frontends, on srtctl's nodes: the head job's worker nodes
-    # (never the dedicated infra node), round-robin off the head (desired/frontend_set.py)
+    # (never the dedicated infra node), one per node off the head (desired/frontend_set.py)
     pool = [h for o, h in sorted(ctx.where.hosts.items())
             if ctx.where.jobs.get(o) == ctx.where.head_job and o != ctx.top.dedicated]
-    nodes = frontend_nodes(frontend_count(ctx.recipe), pool or [head], head)
+    own = ctx.recipe.frontend.type == "builtin"
+    nodes = frontend_nodes(frontend_count(ctx.recipe), pool or [head], head, own=own)
     lives, job_of = [], {}
     for index, node in enumerate(nodes):
         def build(slot: int, node: str = node, index: int = index) -> Unit | None:
