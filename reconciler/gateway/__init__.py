@@ -7,10 +7,13 @@ reloads and restarts the process.
 
 Choices, with nginx's documented semantics (ngx_http_proxy_module, ngx_http_upstream_module):
 
-- ``proxy_next_upstream error timeout`` *without* ``non_idempotent``: nginx passes a POST to the
-  next server only when it has not yet been sent to an upstream (1.9.13+). A frontend that
-  refused the connection (killed, restarting) never saw the request, so the request is retried
-  on another frontend; a request a frontend already received is never run twice.
+- ``proxy_next_upstream error timeout non_idempotent``: a request is passed to the next frontend
+  when the one it went to refused the connection, or closed it (killed) before sending any byte
+  of an answer; once a byte reached the client nothing is retried (nginx cannot take it back).
+  POSTs included: an OpenAI completion changes nothing server-side, so sending it again costs
+  only the duplicate work, and a frontend killed under a request does not fail it (issue 27's
+  target: a frontend killed among several fails no request). Bounded by
+  ``proxy_next_upstream_tries`` (each frontend at most once, plus one).
 - ``max_fails=1 fail_timeout=...``: passive failure detection; one refused connection takes the
   frontend out of rotation for ``fail_timeout`` before nginx tries it again. The reconciler's
   own probes then remove it from the upstream list for good (reload) until it is Ready again.
@@ -70,9 +73,8 @@ def render(cfg: GatewayConfig) -> str:
     if cfg.upstreams:
         servers = "".join(f"        server {u} max_fails=1 fail_timeout={FAIL_TIMEOUT_S}s;\n"
                           for u in cfg.upstreams)
-        # no kept-alive upstream connections: a POST written to a cached connection whose frontend
-        # just died counts as sent (nginx will not retry it); a fresh connect is refused instead,
-        # and a refused request is retried on another frontend
+        # no kept-alive upstream connections: a frontend that died is then seen at once as a refused
+        # connect (next frontend, no wait), never as a dead cached connection
         upstream = ("    upstream frontends {\n" + servers + "    }\n")
         location = (
             "        location / {\n"
@@ -82,7 +84,7 @@ def render(cfg: GatewayConfig) -> str:
             "            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
             "            proxy_buffering off;\n"
             "            proxy_request_buffering on;\n"
-            "            proxy_next_upstream error timeout;\n"
+            "            proxy_next_upstream error timeout non_idempotent;\n"
             f"            proxy_next_upstream_tries {len(cfg.upstreams) + 1};\n"
             "            proxy_connect_timeout 2s;\n"
             f"            proxy_read_timeout {READ_TIMEOUT_S}s;\n"
