@@ -18,7 +18,8 @@ from reconciler.backends.registry import backend_of
 from reconciler.core.ports import NodePortAllocator
 from reconciler.desired.placement import Placement
 from reconciler.desired.services.spec import discovery_of
-from reconciler.desired.services.units import ADDRESSED_KINDS, discovery_env, host_of
+from reconciler.core.slots import choose_slots
+from reconciler.desired.services.units import ADDRESSED_KINDS, MOVING_KINDS, discovery_env, host_of
 from reconciler.desired.topology import Topology
 from reconciler.desired.runtime import _container, runtime_for
 from reconciler.recipe.model import Recipe
@@ -34,6 +35,7 @@ class Context:
     runtime: Runtime
     steps: tuple[Step, ...]  # the recipe's observed steps: they tell each unit's life slot
     discovery_env: Mapping[str, str]  # what Dynamo components (and inheriting services) get
+    service_slots: Mapping[str, int]  # a moving service's role -> the slot of its current life
     container: str | None  # the job's container image (None: the workers run on the hosts)
     addresses_known: bool  # every etcd/NATS/Mooncake address the workers get is known
 
@@ -56,8 +58,28 @@ def context(top: Topology, where: Placement, ports: NodePortAllocator, state_dir
             steps: list[Step]) -> Context:
     recipe = top.recipe
     ded = where.hosts.get(top.dedicated) if top.dedicated is not None else None
-    env = discovery_env(recipe, list(top.services), discovery_of(recipe), where.head, ports, state_dir, ded)
+    slots = service_slots(top, where, steps, ports)
+    env = discovery_env(recipe, list(top.services), discovery_of(recipe), where.head, ports, state_dir, ded, slots)
     known = not any(s.kind in ADDRESSED_KINDS and not s.external and host_of(s, where.head, ded) is None
                     for s in top.services)
     return Context(top, where, ports, Path(state_dir), runtime_for(recipe, state_dir, python), tuple(steps), env,
-                   _container(recipe, backend_of(recipe)), known)
+                   slots, _container(recipe, backend_of(recipe)), known)
+
+
+def service_slots(top: Topology, where: Placement, steps: list[Step], ports: NodePortAllocator) -> dict[str, int]:
+    """The life slot of each moving service's (one-instance) current life, read back from its steps
+    as every slotted unit's is (``core.slots.choose_slots``): the slot of its newest step on its
+    allocation, else — its steps all on another allocation, a hand-over — the other slot. Known
+    here, before any unit is built, because the units that read its address are given this one;
+    the life-slot pass (``passes.live``) reads the same steps and ports, so it agrees."""
+    moving = [s for s in top.services if s.kind in MOVING_KINDS and not s.external and not s.per_worker]
+    if not moving:
+        return {}
+    job = lambda s: where.jobs.get(top.dedicated if s.placement == "dedicated" else 0, where.head_job or "")  # noqa: E731
+    keys = [(s.role, 0) for s in moving]
+    stepped = {(st.role, st.index) for st in steps}
+    owners = ports.owners() if any(k not in stepped for k in keys) else set()
+    name = top.recipe.name
+    held = {k: (f"{name}/{k[0]}_0" in owners, f"{name}/{k[0]}_0@b" in owners) for k in keys}
+    chosen = choose_slots(keys, steps, {(s.role, 0): job(s) for s in moving}, held)
+    return {s.role: chosen.get((s.role, 0), 0) for s in moving}

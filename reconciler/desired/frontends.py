@@ -18,7 +18,7 @@ from reconciler.backends.base import Runtime, _norm, cli_args, static_args
 from reconciler.core.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
 from reconciler.desired.runtime import _container, endpoints_path
-from reconciler.world import FRONTEND, Launch, Unit
+from reconciler.world import FRONTEND, Launch, Unit, life_name
 from reconciler.backends.registry import backend_of
 
 # flags the reconciler sets itself (the probe and `get` rely on them): frontend.port, not args
@@ -38,13 +38,16 @@ def frontend_unit(recipe: Recipe, head: str, ports: NodePortAllocator, runtime: 
                   disc_env: Mapping[str, str] | None = None, workers: Sequence[Unit] = (), slot: int = 0,
                   index: int = 0) -> Unit | None:
     """``workers``: the placed worker units (a static router is given their URLs at start);
-    ``slot``: the life slot (only the built-in router has a second life beside the first);
+    ``slot``: the life slot (the built-in router's second life shares its port; a Dynamo frontend's
+    has its own, for a hand-over: it reads the successor's etcd/NATS);
     ``index``: which of the recipe's frontends (``frontend.num_additional_frontends``), on ``head``
     meaning the node it runs on."""
     if recipe.frontend.type == "builtin":
         unit = builtin(recipe, head, ports, runtime, state_dir, disc_env or {}, slot, index)
     elif recipe.frontend.type in STATIC:
         unit = STATIC[recipe.frontend.type](recipe, head, ports, runtime, workers) if index == 0 else None
+    elif recipe.frontend.type == "dynamo":
+        unit = dynamo(recipe, head, ports, runtime, state_dir, disc_env or {}, index, slot)
     else:
         build = BUILDERS.get(recipe.frontend.type)
         unit = build(recipe, head, ports, runtime, state_dir, disc_env or {}, index) if build else None
@@ -52,14 +55,14 @@ def frontend_unit(recipe: Recipe, head: str, ports: NodePortAllocator, runtime: 
     return replace(unit, canary=runtime.served_model_name) if unit is not None else None
 
 
-def _owner(recipe: Recipe, index: int = 0) -> str:
-    return f"{recipe.name}/{FRONTEND}_{index}"  # the unit name: what bookkeeping keeps alive
+def _owner(recipe: Recipe, index: int = 0, slot: int = 0) -> str:
+    return f"{recipe.name}/{life_name(f'{FRONTEND}_{index}', slot)}"  # the life's name: what bookkeeping keeps alive
 
 
-def _port(recipe: Recipe, head: str, ports: NodePortAllocator, index: int = 0) -> int:
+def _port(recipe: Recipe, head: str, ports: NodePortAllocator, index: int = 0, slot: int = 0) -> int:
     """``frontend.port`` is the first frontend's; the others (maybe on the same node) get their own."""
     fixed = recipe.frontend.port if index == 0 else None
-    return fixed or ports.allocate(head, _owner(recipe, index), "http")
+    return fixed or ports.allocate(head, _owner(recipe, index, slot), "http")
 
 
 def _unit(recipe: Recipe, head: str, port: int, argv: list[str], env: dict[str, str], container: str | None,
@@ -88,9 +91,9 @@ def builtin(recipe, head, ports, runtime, state_dir, disc_env, slot: int = 0, in
     return replace(u, slot=slot, shares_port=True, health_path=f"/health?life={'ab'[slot]}")
 
 
-def dynamo(recipe, head, ports, runtime, state_dir, disc_env, index: int = 0) -> Unit:
+def dynamo(recipe, head, ports, runtime, state_dir, disc_env, index: int = 0, slot: int = 0) -> Unit:
     """srtctl: ``python3 -m dynamo.frontend --http-port=P`` + frontend.args, in the job container."""
-    port = _port(recipe, head, ports, index)
+    port = _port(recipe, head, ports, index, slot)
     job_container = _container(recipe, backend_of(recipe))
     container = (recipe.frontend.container_image or job_container) if job_container else None
     pre = dynamo_install.preamble(recipe) if container else []
@@ -101,7 +104,7 @@ def dynamo(recipe, head, ports, runtime, state_dir, disc_env, index: int = 0) ->
     # frontend.env. HEAD_NODE_IP is the workers' (worker_stage.py), not the frontend's
     env = {**{k: v for k, v in disc_env.items() if k != "HEAD_NODE_IP"}, "DYN_SKIP_SGLANG_LOG_FORMATTING": "1",
            **recipe.environment, **recipe.frontend.env}
-    return _unit(recipe, head, port, argv, env, container, "/metrics", index=index)
+    return replace(_unit(recipe, head, port, argv, env, container, "/metrics", index=index), slot=slot)
 
 
 def sglang_router(recipe, head, ports, runtime, state_dir, disc_env, index: int = 0) -> Unit:

@@ -120,7 +120,7 @@ def _moving(lives, units, steps, job_of, build, ports: NodePortAllocator, max_su
     out: dict[Key, Unit] = {}
     for life in lives:
         u = units[life.key]
-        if u is None or not life.surges:
+        if u is None or not (life.surges or life.moves):
             continue
         away = [s for s in steps if (s.role, s.index) == life.key and s.job_id != job_of.get(life.key)
                 and s.slot != u.slot and s.rank == 0 and s.nodes]

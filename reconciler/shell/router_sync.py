@@ -43,7 +43,9 @@ def old_lives(d: DesiredRecipe, o: Observed, at: float, strict: bool = False) ->
     Ready for long enough (``core/plan/rollout.old_life_routed``). ``strict``: for a router that
     is given only the workers Ready right now (the built-in one), an old life also stands in
     while its successor's probe fails."""
-    return [u for key, u in sorted(d.previous.items()) if not u.shares_port and o.previous_ready.get(u.key)
+    workers = {(u.role, u.index) for u in d.units}  # not a moving service's or frontend's old life
+    return [u for key, u in sorted(d.previous.items()) if key in workers and not u.shares_port
+            and o.previous_ready.get(u.key)
             and (old_life_routed(d, bool(o.ready.get(u.key)), o.health.get(u.key), at)
                  or (strict and not o.ready.get(u.key)))]
 

@@ -194,3 +194,51 @@ def test_a_successor_for_a_deadline_is_kept_while_the_deadline_holds():
     # the reservation was deleted: the queued successor would move everything for nothing
     (drop,) = _plan_with(c, spec(), 1000.0, {}).actions
     assert isinstance(drop, CancelAlloc) and drop.job_id != old.job_id
+
+
+DYNAMO = """\
+name: r
+model: {path: /m}
+resources: {gpus_per_node: 8}
+engine: {type: mocker}
+frontend: {type: dynamo, enable_multiple_frontends: false}
+roles:
+  agg: {workers: 1, gpus: 1}
+slurm: {time_limit: "10"}
+reconcile: {handover_seconds: 120}
+"""
+
+
+def test_a_dynamo_stack_moves_whole_etcd_first_and_its_old_life_last():
+    """etcd, the frontend and the worker each start a new life on the successor beside the old one
+    (etcd's on its own port, which the new lives read); the old etcd stops only after the old
+    frontend and worker, and never is the stack without a Ready frontend (issue 27, item 6)."""
+    from reconciler.core.plan import CancelStep
+
+    c = FakeCluster()
+    recipes = {"r": recipe(DYNAMO)}
+    c.converge(recipes)
+    old = left(c, "1:00")
+    c.apply(c.plan(recipes, now=1000.0))  # the successor, granted at once
+    new = next(j for j in c.allocs if j != old.job_id)
+    d = c.desired(recipes).recipes["r"]
+    etcd = d.services[0]
+    assert etcd.slot == 1  # its own ports and data directory: both lives run at once
+    env = dict(d.frontend.launches[0].env)
+    assert env["ETCD_ENDPOINTS"].endswith(f":{etcd.ports['client']}")  # the new lives read the new etcd
+    order: list[str] = []
+    most_etcds = 0
+    for _ in range(60):
+        p = c.plan(recipes, now=1000.0)
+        if not p.actions:
+            break
+        for a in p.actions:
+            if isinstance(a, CancelStep):
+                order.append(a.unit)
+        c.apply(p)
+        fronts = [s for s in c.steps.values() if s.role == "frontend"]
+        assert fronts, "no frontend at some point of the hand-over"
+        most_etcds = max(most_etcds, sum(1 for s in c.steps.values() if s.role == "svc-etcd"))
+    assert most_etcds == 2  # the new etcd beside the old one, not after it
+    assert list(c.allocs) == [new] and {s.job_id for s in c.steps.values()} == {new}
+    assert order.index("svc-etcd_0") > max(order.index("frontend_0"), order.index("agg_0")), order

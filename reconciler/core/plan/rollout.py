@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 
 from reconciler.core.plan.classify import Classified, UnitView
+from reconciler.core.plan.dependents import dependents
 from reconciler.core.plan.placement import gate
 from reconciler.core.plan.relaunch import Gate, launches_for, restart_gate
 from reconciler.core.plan.stop import liveness, serving, startup_deadline
@@ -35,9 +36,23 @@ def unavailable_workers(c: Classified) -> int:
 
 
 def surges(d: DesiredRecipe, v: UnitView) -> bool:
-    """The unit's new life runs beside its old one (in the other slot) rather than after it."""
-    return (d.max_surge > 0 and (v.is_worker or v.unit.shares_port) and bool(v.old)
+    """The unit's new life runs beside its old one (in the other slot) rather than after it: a
+    worker, the built-in router, or a service or frontend moving to another allocation (a
+    hand-over: its new life has its own address on the successor)."""
+    moving = any(s.job_id != v.job for s in v.old)
+    return (d.max_surge > 0 and (v.is_worker or v.unit.shares_port or moving) and bool(v.old)
             and all(s.slot != v.unit.slot for s in v.old))
+
+
+def clients_left(d: DesiredRecipe, c: Classified, v: UnitView) -> list[str]:
+    """The units whose old lives still run beside a new one and read this service's old address:
+    its old life stays until they are gone (a stack moves whole: the old frontend keeps
+    serving through the old etcd until the new one answers)."""
+    if not is_service_role(v.unit.role):
+        return []
+    views = {(u.unit.role, u.unit.index): u for u in c.units}
+    return [u.name for key in dependents(d).get((v.unit.role, v.unit.index), ())
+            if (u := views.get(key)) is not None and any(s.cancellable or s.pending for s in u.old)]
 
 
 def old_life_routed(d: DesiredRecipe, new_ready: bool, h: UnitHealth | None, now: float) -> bool:
@@ -107,6 +122,8 @@ def _surge(d: DesiredRecipe, c: Classified, v: UnitView, stale: list, now: float
             # drained, but the new life's probe fails right now: the old one is not stopped until
             # it answers again (or is judged dead, and the old one serves on)
             waiting[v.name] = Wait(WaitReason.SURGE_HANDOVER, "the new life's probe failed: the old one waits")
+        elif now >= done and (left := clients_left(d, c, v)):
+            waiting[v.name] = Wait(WaitReason.SURGE_HANDOVER, f"its old life serves {', '.join(left[:3])}'s old lives")
         elif now >= done:
             replace += [CancelStep(s.step_id, d.name, v.name, StopReason.SUPERSEDED) for s in stale]
         else:

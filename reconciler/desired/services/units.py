@@ -21,7 +21,7 @@ from reconciler.desired.services.kinds import KINDS, PROGRAMS
 from reconciler.desired.services.mooncake import Wiring
 from reconciler.desired.services.layout import dedicated_ordinal, instance_ordinals
 from reconciler.desired.services.types import Discovery, ServiceSpec
-from reconciler.world import Launch, Unit
+from reconciler.world import Launch, Unit, life_name
 
 # srtctl's placeholders that make sense for one instance on the head node, and {port} (the
 # allocator's port for a generic service, the reconciler's own); other braces stay
@@ -33,6 +33,10 @@ _PREAMBLE = '{preamble}\nexec "$@"'
 
 # kinds whose address the workers are given: without the head node their spec is unknown
 ADDRESSED_KINDS = ("etcd", "nats", "mooncake-master")
+# kinds with two life slots: on a hand-over the new life starts on the successor beside the old
+# one (its own ports, data directory and config), the units that read its address move to the
+# new one, and the old life stays until none of theirs is left (a whole stack moves, no gap)
+MOVING_KINDS = ("etcd", "nats")
 
 
 def host_of(spec: ServiceSpec, head: str | None, dedicated: str | None) -> str | None:
@@ -52,14 +56,17 @@ def mooncake_wiring(recipe: Recipe, specs: list[ServiceSpec], head: str | None, 
                            served_model_name)
 
 
-def ports_of(spec: ServiceSpec, recipe: str, node: str, ports: NodePortAllocator, index: int = 0) -> dict[str, int]:
-    owner = f"{recipe}/{spec.role}_{index}"
+def ports_of(spec: ServiceSpec, recipe: str, node: str, ports: NodePortAllocator, index: int = 0,
+             slot: int = 0) -> dict[str, int]:
+    owner = f"{recipe}/{life_name(f'{spec.role}_{index}', slot)}"  # slot 0: the name before slots existed
     return {n: ports.allocate(node, owner, n) for n in (*KINDS[spec.kind].port_names, *spec.port_names)}
 
 
 def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, head: str | None,
-                  ports: NodePortAllocator, state_dir: Path, dedicated: str | None = None) -> dict[str, str]:
-    """What the Dynamo frontend, its workers and inheriting services get (empty without Dynamo)."""
+                  ports: NodePortAllocator, state_dir: Path, dedicated: str | None = None,
+                  slots: Mapping[str, int] | None = None) -> dict[str, str]:
+    """What the Dynamo frontend, its workers and inheriting services get (empty without Dynamo).
+    ``slots``: service role -> the life slot its current life is in (the address clients get)."""
     if disc.backend == "none":
         return {}
     env = {"DYN_REQUEST_PLANE": disc.request_plane}
@@ -77,7 +84,8 @@ def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, hea
         if s.external:
             env[var] = s.external
         elif (host := host_of(s, head, dedicated)) is not None:
-            env[var] = f"{scheme}://{host}:{ports_of(s, recipe.name, host, ports)['client']}"
+            slot = (slots or {}).get(s.role, 0)
+            env[var] = f"{scheme}://{host}:{ports_of(s, recipe.name, host, ports, 0, slot)['client']}"
     return env
 
 
@@ -105,17 +113,18 @@ def _texts(s: ServiceSpec) -> list[str]:
 
 def service_unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAllocator, state_dir: Path,
                  disc_env: Mapping[str, str], container: str | None, index: int, ordinal: int, node: str,
-                 infra: str) -> Unit:
-    """One instance of a shared service (its spec hash is the pipeline's last pass)."""
+                 infra: str, slot: int = 0) -> Unit:
+    """One instance of a shared service (its spec hash is the pipeline's last pass). ``slot``: its
+    life slot (``MOVING_KINDS`` only): slot 1 has its own ports, data directory and config file."""
     kind = KINDS[s.kind]
     rdir = Path(state_dir).absolute() / recipe.name
-    p = ports_of(s, recipe.name, node, ports, index)
-    data_dir = str(rdir / "services" / s.role)
+    p = ports_of(s, recipe.name, node, ports, index, slot)
+    data_dir = str(rdir / "services" / life_name(s.role, slot))
     files: dict[str, str] = {}
     if s.kind != "generic":
         # a typed kind's command only replaces the program: the flags carry the allocated ports
         program = s.command[0] if s.command else PROGRAMS[s.kind]
-        conf_path = str(rdir / "configs" / f"{s.role}.conf")
+        conf_path = str(rdir / "configs" / f"{life_name(s.role, slot)}.conf")
         text = kind.config_text(p, data_dir, dict(s.options))
         if text is not None:
             files[conf_path] = text
@@ -145,7 +154,7 @@ def service_unit(recipe: Recipe, s: ServiceSpec, head: str, ports: NodePortAlloc
     srun = tuple(sorted({**recipe.srun_options, **dict(s.srun_options)}.items()))  # + the container's: passes.wrap
     return Unit(
         recipe=recipe.name, role=s.role, index=index, ordinals=(ordinal,), nodes=(node,), gpus=(), ports=p,
-        launches=(launch,), container=ctr, files=files, health_port=port, health_path=r.path,
+        launches=(launch,), container=ctr, files=files, health_port=port, health_path=r.path, slot=slot,
         probe=r.kind, probe_arg=probe_arg, phase=s.phase, startup_timeout=r.timeout,
         critical=s.critical, srun_options=srun, probe_interval=r.interval,
     )

@@ -27,6 +27,7 @@ class Life:
     build: Callable[[int], Unit | None]  # the unit in a slot (None: nothing runs, e.g. no worker to route to)
     slotted: bool = False  # it has two life slots (else slot 0, replaced in place)
     surges: bool = False  # a new life may start beside the old one (with max_surge)
+    moves: bool = False  # only on a move to another allocation (a hand-over) does it start beside the old one
     shares_address: bool = False  # both lives listen on one address (the built-in router): it moves with it
     gpus: Callable[[int], tuple[int, ...]] = lambda slot: ()  # its GPUs in a slot, without building it
     exclusive_gpus: bool = False  # its two lives must not share a GPU (a GPU engine's)

@@ -1,8 +1,10 @@
 """The frontend's unit source: the recipe's routers (1 + frontend.num_additional_frontends, each a
 unit ``frontend_<i>`` of its own; one on the head node, several on srtctl's nodes) (``desired/frontends.py``: one
 builder per frontend type), once the head allocation runs. The built-in router's two lives share
-its port, so a new one starts beside the old one and it keeps its address when it moves; every
-other frontend is replaced in place. Static routers are given the worker units built before it."""
+its port, so a new one starts beside the old one and it keeps its address when it moves; a
+Dynamo frontend moved to a successor allocation starts beside its old life on its own port (it
+reads the successor's etcd/NATS), unless ``frontend.port`` pins it; every other frontend is
+replaced in place. Static routers are given the worker units built before it."""
 
 from __future__ import annotations
 
@@ -35,6 +37,9 @@ def offer(ctx: Context, earlier: tuple[Unit, ...]) -> Offer:
         if first is None and index:
             continue
         shared = first is not None and first.shares_port
-        lives.append(Life((FRONTEND, index), build, slotted=shared, surges=shared, shares_address=shared))
+        # a Dynamo frontend reads etcd/NATS: on a hand-over it moves with them, beside its old life
+        moves = ctx.recipe.frontend.type == "dynamo" and not (index == 0 and ctx.recipe.frontend.port)
+        lives.append(Life((FRONTEND, index), build, slotted=shared or moves, surges=shared, shares_address=shared,
+                          moves=moves))
         job_of[(FRONTEND, index)] = ctx.where.head_job or ""
     return Offer(tuple(lives), job_of=job_of, restart=restart)
