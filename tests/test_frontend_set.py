@@ -48,6 +48,9 @@ def test_placement_is_srtctls():
     assert frontend_nodes(1, ["a", "b", "c"], "a") == ["a"]  # disabled: the head
     assert frontend_nodes(10, ["a"], "a") == ["a"]  # one node: one frontend, on the head
     assert frontend_nodes(2, ["a", "b", "c", "d"], "a") == ["b", "c"]
+    # several enabled with 0 additional: srtctl still runs nginx on the head, its one frontend off it
+    assert frontend_nodes(1, ["a", "b", "c"], "a", enabled=True) == ["b"]
+    assert frontend_nodes(1, ["a", "b", "c"], "a", enabled=False) == ["a"]
 
 
 def test_the_builtin_router_runs_the_count_it_asks_for():

@@ -216,3 +216,27 @@ def test_taken_port_is_skipped_and_stop_releases(gw, tmp_path):
         assert ports.lookup("127.0.0.1", "r1/gateway", "http") is None and facts(gw.state.root, "r1") is None
     finally:
         blocker.close()
+
+
+@needs_nginx
+def test_a_config_nginx_refuses_is_not_taken_for_served_and_is_tried_again(gw, tmp_path):
+    ok, ok_url = start_mocker(tmp_path, "--speedup-ratio", "100", name="ok")
+    try:
+        ports = _ports()
+        gw.sync("r1", [_hp(ok_url)], ports, 1.0)
+        conf = prefix_of(gw.state.root, "r1") / "nginx.conf"
+        served = conf.read_text()
+        # an upstream name that does not resolve: nginx -t refuses the config
+        bad = ["no-such-host.invalid:1"]
+        assert [c.kind for c in gw.sync("r1", bad, ports, 2.0)] == ["GatewayFailed"]
+        rec = facts(gw.state.root, "r1")
+        assert rec["upstreams"] == [_hp(ok_url)]  # what nginx serves, not what was asked
+        assert conf.read_text() == served  # the running master's file is left as it serves
+        assert gw.sync("r1", bad, ports, 3.0) == []  # tried again, the same failure not told twice
+        assert "no-such-host" not in conf.read_text()
+        url = rec["url"]
+        assert post(url + "/v1/chat/completions", CHAT)[0] == 200  # still served meanwhile
+        gw.sync("r1", [], ports, 4.0)
+        assert facts(gw.state.root, "r1")["upstreams"] == []
+    finally:
+        ok.stop()

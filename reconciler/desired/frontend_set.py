@@ -35,30 +35,39 @@ SRTCTL_DEFAULT_ON = ("dynamo", "sglang-router", "sgl-router", "vllm-router")  # 
 MAX_FRONTENDS = 64  # a bound on what a recipe can ask for (each is a process and a port)
 
 
-def frontend_count(recipe: Recipe) -> int:
-    """1 + num_additional_frontends when multiple frontends are enabled for a replicable router, else 1."""
+def several(recipe: Recipe) -> bool:
+    """srtctl's ``enable_multiple_frontends`` for a replicable router (its default for its own types)."""
     fe = recipe.frontend
     if fe.type not in MULTI:
-        return 1
+        return False
     default_on = fe.type in SRTCTL_DEFAULT_ON or fe.num_additional_frontends is not None
-    enabled = fe.enable_multiple_frontends if fe.enable_multiple_frontends is not None else default_on
-    if not enabled:
+    return fe.enable_multiple_frontends if fe.enable_multiple_frontends is not None else default_on
+
+
+def frontend_count(recipe: Recipe) -> int:
+    """1 + num_additional_frontends when multiple frontends are enabled for a replicable router, else 1."""
+    if not several(recipe):
         return 1
-    extra = fe.num_additional_frontends if fe.num_additional_frontends is not None else SRTCTL_DEFAULT_ADDITIONAL
+    extra = recipe.frontend.num_additional_frontends
+    extra = SRTCTL_DEFAULT_ADDITIONAL if extra is None else extra
     return 1 + max(0, min(int(extra), MAX_FRONTENDS - 1))
 
 
-def frontend_nodes(count: int, nodes: Sequence[str], head: str, *, own: bool = False) -> list[str]:
-    """Where the frontends run. srtctl's rule: several only on a job of two or more nodes, one
-    on each node other than the head, at most ``count``; else one on the head. ``own`` (the
-    built-in router, which srtctl does not know) keeps ``count``, round-robin off the head."""
+def frontend_nodes(count: int, nodes: Sequence[str], head: str, *, own: bool = False,
+                   enabled: bool | None = None) -> list[str]:
+    """Where the frontends run. srtctl's rule: with several ``enabled`` on a job of two or more
+    nodes, one on each node other than the head, at most ``count`` (so one frontend, with
+    ``num_additional_frontends: 0``, runs off the head, nginx on it); else one on the head. ``own``
+    (the built-in router, which srtctl does not know) keeps ``count``, round-robin off the head."""
     others = [n for n in nodes if n != head]
-    if count <= 1:
-        return [head]
     if own:
+        if count <= 1:
+            return [head]
         pool = others or [head]
         return [pool[i % len(pool)] for i in range(count)]
-    return others[:count] or [head]
+    if not (count > 1 if enabled is None else enabled) or not others:
+        return [head]
+    return others[:count]
 
 
 def check(recipe: Recipe) -> tuple[str, str] | None:

@@ -186,17 +186,25 @@ class Gateways:
         changes: list[Change] = []
         if pid is not None:
             self._watch(recipe, pid)
-            if not conf.exists() or conf.read_text() != text:
+            served = sorted(upstreams)
+            previous = conf.read_text() if conf.exists() else None
+            # a reload is due when the text changed, or when the last one was not confirmed: the
+            # record holds what nginx was confirmed to serve, never what was only asked of it
+            if previous != text or rec.get("upstreams") != served or rec.get("lastError"):
                 atomic_write_text(conf, text)
                 err = self._run(["-t", "-q"], prefix)
                 if err is not None:
+                    if previous is not None:  # the running master's file stays what it serves
+                        atomic_write_text(conf, previous)
                     return self._fail(recipe, now, f"config test failed: {err}")
                 old = workers_of(pid)
                 os.kill(pid, signal.SIGHUP)  # graceful: old workers finish what they carry
-                self._confirm(port, sorted(upstreams))
+                if not self._confirm(port, served):
+                    return self._fail(recipe, now, "the reload was not confirmed by /gateway/health in time; "
+                                                   "retried next pass")
                 self._await_gone(pid, old)
-                changes.append(Change("GatewayReloaded", recipe, f"upstreams now {', '.join(sorted(upstreams)) or 'none'}"))
-            up = {**rec, "upstreams": sorted(upstreams), "pid": pid, "lastError": None,
+                changes.append(Change("GatewayReloaded", recipe, f"upstreams now {', '.join(served) or 'none'}"))
+            up = {**rec, "upstreams": served, "pid": pid, "lastError": None,
                   "workers": workers_of(pid) or rec.get("workers", [])}
             if rec.get("startedAt") is not None and now - rec["startedAt"] >= RESET_AFTER_S and rec.get("backoff"):
                 up["backoff"] = 0  # stayed up: the next failure restarts at once again

@@ -149,9 +149,13 @@ def gateway_upstreams(d: DesiredRecipe, o: Observed) -> list[str]:
 
 def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
     """Each deployment with a frontend has a gateway; a deployment without one (deleted, or its
-    frontend removed) has its gateway stopped. One recipe's gateway failing touches no other."""
+    frontend removed) has its gateway stopped. A gateway whose frontend is only gone for now (its
+    allocation requeued, preempted, lost) keeps running and keeps its address: it answers 503
+    until a frontend is back. One recipe's gateway failing touches no other."""
     d = snap.desired
-    wanted = {n for n, dr in d.recipes.items() if dr.frontend is not None}
+    known = set(gateways.known())
+    wanted = {n for n, dr in d.recipes.items() if dr.frontend is not None or (
+        n in known and (r := snap.manifests.recipes.get(n)) is not None and r.frontend.type != "none")}
     for name in sorted(wanted):
         dr = d.recipes[name]
         try:

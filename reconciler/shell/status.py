@@ -51,17 +51,22 @@ def build_status(
     stalled = bool(failed) and all(r["ready"] or r["phase"] == "Failed" for r in workers)
     # suspended keeps what runs: it can be serving, and Ready says so
     gateway_up = gateway is None or fe is None or gateway["up"]
+    # the gateway routes only once run has reloaded it with a frontend (what nginx was confirmed
+    # to serve, gateway.json): before that a request through the endpoint is answered 503
+    gateway_routes = gateway is None or fe is None or not gateway["up"] or bool(gateway.get("upstreams"))
     all_ready = d is not None and want > 0 and ready == want and not d.waiting and (
-        fe is None or fe["ready"]) and services_up and gateway_up
+        fe is None or fe["ready"]) and services_up and gateway_up and gateway_routes
     fe_down = bool(fe_rows) and not fe["ready"]  # type: ignore[index]
     canary = next((r["notReadyReason"] for r in fe_rows if r.get("notReadyReason")), None)
     reason = ("AllReady" if all_ready else "GatewayDown" if not gateway_up
-              else "FrontendNotAnswering" if fe_down and canary else "NotReady")
+              else "FrontendNotAnswering" if fe_down and canary
+              else "GatewayNotRouting" if not gateway_routes else "NotReady")
     cond("Ready", all_ready, reason,
          f"{ready}/{want} workers ready" + ((f", frontend {'ready' if fe['ready'] else 'not ready'}" if len(fe_rows) == 1 else
             f", frontends {sum(r['ready'] for r in fe_rows)}/{len(fe_rows)} ready") if fe else "")
          + (f", services {sum(r['ready'] for r in services)}/{len(services)} ready" if services else "")
          + (f", gateway down: {gateway['reason']}" if not gateway_up else "")
+         + (", the gateway routes to no frontend yet" if gateway_up and not gateway_routes else "")
          + (f" ({canary})" if fe_down and canary else ""))
     if d is None:
         cond("Progressing", False, "NoSpec", "no desired state: see Invalid, or the recipe's error")

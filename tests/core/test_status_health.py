@@ -140,3 +140,19 @@ def test_router_sync_adds_ready_workers_and_removes_the_rest():
     assert sorted(want) == [a0.url, a2.url] and want[a0.url] == {"url": a0.url}  # agg: no worker_type
     add, remove = diff(want, {a1.url: "id-1", a2.url: "id-2", "http://gone:1": "id-9"})
     assert add == [{"url": a0.url}] and remove == [("id-9", "http://gone:1"), ("id-1", a1.url)]
+
+
+@pytest.mark.parametrize("gateway, ready, reason", [
+    (None, "True", "AllReady"),  # no gateway (nginx not installed): the frontend's own address
+    ({"up": True, "upstreams": ["n0:21000"], "url": "http://h:1", "reason": None}, "True", "AllReady"),
+    # running, but run has not reloaded it with the frontend yet: a request would get 503
+    ({"up": True, "upstreams": [], "url": "http://h:1", "reason": None}, "False", "GatewayNotRouting"),
+    ({"up": False, "upstreams": ["n0:21000"], "url": "http://h:1", "reason": "not running"}, "False", "GatewayDown"),
+])
+def test_ready_needs_a_gateway_that_routes_to_a_frontend(gateway, ready, reason):
+    fe = unit(role="frontend", index=0)
+    d = desired_recipe(A0, fe=fe)
+    o = observed(step(index=0), step(role="frontend", index=0), ready=[("agg", 0), ("frontend", 0)])
+    rp = plan(desired(d), o, 100.0).recipes[d.name]
+    st = build_status(d.name, d, o, rp, None, {}, {}, 100.0, gateway=gateway)
+    assert cond(st, "Ready") == (ready, reason)

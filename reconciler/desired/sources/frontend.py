@@ -9,7 +9,7 @@ replaced in place. Static routers are given the worker units built before it."""
 from __future__ import annotations
 
 from reconciler.desired.context import Context
-from reconciler.desired.frontend_set import frontend_count, frontend_nodes
+from reconciler.desired.frontend_set import frontend_count, frontend_nodes, several
 from reconciler.desired.frontends import frontend_unit
 from reconciler.desired.sources.base import STATELESS_RESTART, Life, Offer
 from reconciler.world import FRONTEND, Unit
@@ -26,7 +26,7 @@ def offer(ctx: Context, earlier: tuple[Unit, ...]) -> Offer:
     pool = [h for o, h in sorted(ctx.where.hosts.items())
             if ctx.where.jobs.get(o) == ctx.where.head_job and o != ctx.top.dedicated]
     own = ctx.recipe.frontend.type == "builtin"
-    nodes = frontend_nodes(frontend_count(ctx.recipe), pool or [head], head, own=own)
+    nodes = frontend_nodes(frontend_count(ctx.recipe), pool or [head], head, own=own, enabled=several(ctx.recipe))
     lives, job_of = [], {}
     for index, node in enumerate(nodes):
         def build(slot: int, node: str = node, index: int = index) -> Unit | None:

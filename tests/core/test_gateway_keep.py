@@ -1,0 +1,63 @@
+"""Which gateways run (shell/record.sync_gateways, on hand-built values): a deployment keeps its
+gateway, and so its address, while its frontend is gone for a moment (its allocation requeued or
+lost); the gateway stops when the recipe is deleted."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from fakes import recipe
+from reconciler.shell.record import sync_gateways
+
+TEXT = """\
+name: {name}
+model: {{path: /m}}
+resources: {{gpus_per_node: 8}}
+engine: mocker
+frontend: {{type: {fe}}}
+roles: {{agg: {{workers: 1, gpus: 1}}}}
+"""
+
+
+class Gateways:
+    def __init__(self, known):
+        self._known, self.calls = list(known), []
+
+    def known(self):
+        return list(self._known)
+
+    def sync(self, name, upstreams, ports, now):
+        self.calls.append(("sync", name, tuple(upstreams)))
+        return []
+
+    def stop(self, name, ports):
+        self.calls.append(("stop", name))
+        return []
+
+
+def snap(desired: dict, manifests: dict):
+    return SimpleNamespace(
+        desired=SimpleNamespace(recipes=desired, held={}), observed=SimpleNamespace(ready={}, health={},
+                                                                                    previous_ready={}),
+        manifests=SimpleNamespace(recipes=manifests, invalid={}), plan=SimpleNamespace(refused_prune=False),
+        ports=None, now=0.0)
+
+
+def frontless(name: str):
+    """A desired recipe whose head allocation is not running: no frontend unit this tick."""
+    return SimpleNamespace(frontend=None, frontends=(), previous={}, suspended=False, name=name)
+
+
+def test_a_gateway_outlives_its_frontend_for_a_moment_and_stops_with_its_recipe():
+    g = Gateways(["r", "gone"])
+    sync_gateways(SimpleNamespace(event=lambda *a: None), g,
+                  snap({"r": frontless("r")}, {"r": recipe(TEXT.format(name="r", fe="builtin"))}))
+    assert ("sync", "r", ()) in g.calls  # kept, answering 503 until a frontend is back
+    assert ("stop", "r") not in g.calls and ("stop", "gone") in g.calls  # a deleted recipe's goes
+
+
+def test_a_recipe_without_a_frontend_type_has_no_gateway():
+    g = Gateways(["r"])
+    sync_gateways(SimpleNamespace(event=lambda *a: None), g,
+                  snap({"r": frontless("r")}, {"r": recipe(TEXT.format(name="r", fe="none"))}))
+    assert g.calls == [("stop", "r")]
