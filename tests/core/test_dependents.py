@@ -97,3 +97,16 @@ def test_status_a_unit_leaving_for_its_service_is_not_ready():
     rows = {r["name"]: r["ready"] for r in st["workers"]}
     assert rows["agg_0"] is False and rows["frontend_0"] is False and rows["agg_1"] is True
     assert st["phase"] != "Ready"
+
+
+@pytest.mark.parametrize("text, found", [
+    ("ETCD_ENDPOINTS=http://node1:2379", True),
+    ("A=gpu-node1:2379 B=node1:2379", True),  # a longer host name first: the search goes on
+    ("x_node1:2379", False),  # the tail of another host name
+    ("node1:23790", False),  # the head of a longer port
+    ("node1:2379,node2:2379", True),
+])
+def test_an_address_is_named_only_whole(text, found):
+    from reconciler.core.plan.dependents import _names
+
+    assert _names(text, "node1:2379") is found

@@ -56,8 +56,11 @@ def _names(text: str, addr: str) -> bool:
     start = text.find(addr)
     while start >= 0:
         end = start + len(addr)
-        if end == len(text) or not text[end].isdigit():
-            return start == 0 or not (text[start - 1].isalnum() or text[start - 1] in "-.")
+        # a whole host:port, not the tail of a longer host name (gpu-node1 for node1) nor the head
+        # of a longer port: an occurrence that fails either test does not end the search
+        if (end == len(text) or not text[end].isdigit()) and (
+                start == 0 or not (text[start - 1].isalnum() or text[start - 1] in "-._")):
+            return True
         start = text.find(addr, start + 1)
     return False
 
