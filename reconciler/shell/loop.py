@@ -141,12 +141,14 @@ class Controller:
                                 self._desired_cache, self.allow_empty, hold=unusable,
                                 suspended=suspended_names(self.state.root))
         ready, health = self.observer.health(desired, facts.steps, now)
+        previous_ready, previous_failures = self.observer.previous_ready(desired, facts.steps)
         self.slurm.refresh(facts.allocs, desired, now)  # the slow questions, only when due
         observed = Observed(facts.allocs, facts.steps, ready, health, dict(self.executor.failures),
-                            self.observer.previous_ready(desired, facts.steps),
+                            previous_ready,
                             self.slurm.deadlines(facts.allocs, desired, self.nodes.excluded(), now),
                             self.slurm.pending(facts.allocs),
-                            why={k: w for k, w in probe.why.items() if not ready.get(k)})
+                            why={k: w for k, w in probe.why.items() if not ready.get(k)},
+                            previous_failures=previous_failures)
         p = plan(desired, observed, now)
         release_unused(ports, desired, observed, p.refused_prune)
         return Snapshot(m, desired, observed, p, ports, reassigned, facts.failed_launches, now)

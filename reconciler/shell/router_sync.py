@@ -39,11 +39,13 @@ def serving(d: DesiredRecipe, o: Observed, u) -> bool:
 
 
 def old_lives(d: DesiredRecipe, o: Observed, at: float, strict: bool = False) -> list:
-    """Old lives of surging workers that still take requests: Ready, and their successor not yet
+    """Old lives of surging workers that still take requests: serving (Ready, or failing below the
+    liveness threshold since it was: ``stop.old_life_serving``), and their successor not yet
     Ready for long enough (``core/plan/rollout.old_life_routed``). ``strict``: for a router that
     is given only the workers Ready right now (the built-in one), an old life also stands in
     while its successor's probe fails."""
-    return [u for key, u in sorted(d.previous.items()) if not u.shares_port and o.previous_ready.get(u.key)
+    return [u for key, u in sorted(d.previous.items()) if not u.shares_port
+            and stop.old_life_serving(d, bool(o.previous_ready.get(u.key)), o.previous_failures.get(u.key, 0))
             and (old_life_routed(d, bool(o.ready.get(u.key)), o.health.get(u.key), at)
                  or (strict and not o.ready.get(u.key)))]
 
