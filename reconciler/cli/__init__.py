@@ -180,6 +180,15 @@ def _print_rows(rows: list[dict]) -> None:
             click.echo(f"  file: {f}")
 
 
+def _recipe_as_written(_logger, _method, event: dict) -> dict:
+    """A log line names a recipe as users write it (FOLDER/NAME), not by its internal key."""
+    from reconciler.recipe import namespaces
+
+    if isinstance(event.get("recipe"), str):
+        event["recipe"] = namespaces.display(event["recipe"])
+    return event
+
+
 def _setup_logging(verbose: bool = False, fmt: str = "auto") -> None:
     import logging
 
@@ -192,6 +201,7 @@ def _setup_logging(verbose: bool = False, fmt: str = "auto") -> None:
         structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
     structlog.configure(
         processors=[
+            _recipe_as_written,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="%H:%M:%S" if console else "iso"),
             *render,
@@ -310,7 +320,10 @@ def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, in
     if output == "json":
         from reconciler.core.plan.render import plan_json
 
-        click.echo(json.dumps({**plan_json(snap.plan), "invalid": snap.manifests.invalid}, indent=2))
+        from reconciler.recipe import namespaces
+
+        invalid = {namespaces.display(k): why for k, why in snap.manifests.invalid.items()}
+        click.echo(json.dumps({**plan_json(snap.plan), "invalid": invalid}, indent=2))
     else:
         for msg in sorted(snap.manifests.invalid.values()):
             click.echo(click.style("invalid ", fg="red") + msg)

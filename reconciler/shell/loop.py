@@ -18,6 +18,7 @@ from pathlib import Path
 
 import structlog
 
+from reconciler.recipe import namespaces
 from reconciler.recipe.cluster import Cluster
 from reconciler.core.plan import CancelAlloc, Plan, plan
 from reconciler.core.portplan import reassign_after_bind_failures, release_unused
@@ -345,7 +346,7 @@ class Controller:
         keys: dict[tuple, str] = {}
         for name, rp in p.recipes.items():
             for unit, w in rp.waiting.items():
-                keys[(name, unit, w.reason)] = f"{name}: {unit} {w.describe()}"
+                keys[(name, unit, w.reason)] = f"{namespaces.display(name)}: {unit} {w.describe()}"
             if rp.detail or rp.deferred:
                 keys[(name, rp.state, bool(rp.deferred))] = "; ".join(rp.describe_waiting()[:1])
         for k, line in keys.items():
