@@ -50,7 +50,9 @@ def build_status(
     # nothing left to do but some workers are down for good: stalled, not progressing
     stalled = bool(failed) and all(r["ready"] or r["phase"] == "Failed" for r in workers)
     # suspended keeps what runs: it can be serving, and Ready says so
-    gateway_up = gateway is None or fe is None or gateway["up"]
+    # up and routing: a gateway whose master runs on its first, empty configuration answers every
+    # request 503 until the loop reloads it, and `get` (its own fresh probe) would call that Ready
+    gateway_up = gateway is None or fe is None or (gateway["up"] and bool(gateway.get("upstreams")))
     all_ready = d is not None and want > 0 and ready == want and not d.waiting and (
         fe is None or fe["ready"]) and services_up and gateway_up
     fe_down = bool(fe_rows) and not fe["ready"]  # type: ignore[index]
@@ -61,7 +63,7 @@ def build_status(
          f"{ready}/{want} workers ready" + ((f", frontend {'ready' if fe['ready'] else 'not ready'}" if len(fe_rows) == 1 else
             f", frontends {sum(r['ready'] for r in fe_rows)}/{len(fe_rows)} ready") if fe else "")
          + (f", services {sum(r['ready'] for r in services)}/{len(services)} ready" if services else "")
-         + (f", gateway down: {gateway['reason']}" if not gateway_up else "")
+         + (f", gateway down: {gateway['reason'] or 'it routes to no frontend yet'}" if not gateway_up else "")
          + (f" ({canary})" if fe_down and canary else ""))
     if d is None:
         cond("Progressing", False, "NoSpec", "no desired state: see Invalid, or the recipe's error")

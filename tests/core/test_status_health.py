@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from builders import desired, desired_recipe, life, observed, step, unit
+from builders import desired, desired_recipe, frontend, life, observed, step, unit
 from reconciler.core.plan import plan
 from reconciler.shell.health import HealthTracker
 from reconciler.shell.status import build_status
@@ -140,3 +140,25 @@ def test_router_sync_adds_ready_workers_and_removes_the_rest():
     assert sorted(want) == [a0.url, a2.url] and want[a0.url] == {"url": a0.url}  # agg: no worker_type
     add, remove = diff(want, {a1.url: "id-1", a2.url: "id-2", "http://gone:1": "id-9"})
     assert add == [{"url": a0.url}] and remove == [("id-9", "http://gone:1"), ("id-1", a1.url)]
+
+
+@pytest.mark.parametrize("gateway, want", [
+    ({"up": True, "upstreams": ["n1:8000"]}, ("True", "AllReady")),
+    # its master runs but it routes to no frontend yet (its config still answers 503): not Ready
+    ({"up": True, "upstreams": []}, ("False", "GatewayDown")),
+    ({"up": False, "upstreams": ["n1:8000"]}, ("False", "GatewayDown")),
+])
+def test_ready_needs_a_gateway_that_routes_to_a_frontend(gateway, want):
+    """Issue 32 item 9 (found soaking test_surge_e2e): `get` builds the status from its own fresh
+    probe, so it said Ready as soon as the frontend answered, while the running reconciler had not
+    yet reloaded the gateway off its first, empty configuration; a client started on that Ready got
+    ~1000 fast 503s "no Ready frontend behind the gateway" until the reload. Ready means requests
+    through the endpoint are routed."""
+    fe = frontend()
+    d = desired_recipe(A0, fe=fe)
+    o = observed(step(index=0), step(role="frontend", index=0, spec="fe"), ready=[("agg", 0), ("frontend", 0)])
+    rp = plan(desired(d), o, 100.0).recipes[d.name]
+    facts = {"url": "http://gw:9000", "pid": 1, "restarts": 0, "reason": None if gateway["up"] else "not running",
+             **gateway}
+    st = build_status(d.name, d, o, rp, None, {}, {}, 100.0, gateway=facts)
+    assert cond(st, "Ready") == want, st["conditions"]
