@@ -117,13 +117,21 @@ def start_farm() -> subprocess.Popen:
                             stdout=subprocess.PIPE, text=True, bufsize=1)
 
 
+def port_range() -> tuple[int, int]:
+    """$RECONCILER_PORT_RANGE (a test gives each run its own), else 12000-30000: the farm binds every
+    port it is given on loopback, and a fixed range met ports other programs on a shared host hold
+    ('the farm cannot serve port 12000: address already in use' failed the smoke test)."""
+    lo, _, hi = os.environ.get("RECONCILER_PORT_RANGE", "12000-30000").partition("-")
+    return int(lo), int(hi)
+
+
 def controller(tmp: Path, n: int, farm: subprocess.Popen, pending: bool = False) -> tuple[Controller, BenchDriver]:
     m = tmp / "manifests"
     m.mkdir(parents=True)
     for i in range(n):
         (m / f"r{i:04d}.yaml").write_text(RECIPE.format(name=f"r{i:04d}"))
     drv = BenchDriver(farm, tmp / "state", pending)
-    c = Controller(m, tmp / "state", drv, port_range=(12000, 30000))
+    c = Controller(m, tmp / "state", drv, port_range=port_range())
     c.debounce = 0
     return c, drv
 
