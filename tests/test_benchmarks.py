@@ -43,7 +43,6 @@ SMOKES = {
     "plan_scale.py": Smoke(r"recipes\s+workers\s+plan\(\) ms", 6),
     "mocker_bench.py": Smoke(r"path\s+streams\s+req/s", 8),
     "converge.py": Smoke(r"run\s+workers\s+drop -> healthy s", 4, (pytest.mark.slurm,)),
-    "autoscale.py": Smoke(r"run\s+requests\s+failed\s+within %", 5, (pytest.mark.slurm,)),
     "mttr.py": Smoke(r"^\s+what\s+figure$", 2, (pytest.mark.slurm,)),
     "node_failure.py": Smoke(r"run\s+how\s+failed node", 4, (pytest.mark.multinode,), root=True),
     "continuity.py": Smoke(r"^\| fault \| stack \| frontends", 5, (pytest.mark.slurm,),
