@@ -356,6 +356,12 @@ def test_the_gateway_keeps_a_frontends_old_life_while_the_new_one_is_not_ready(o
     assert new.slot != old.slot
     o = Observed((), (), {new.key: False}, {}, previous_ready={old.key: old_ready})
     assert gateway_upstreams(d, o) == ([f"{old.nodes[0]}:{old.health_port}"] if routed else [])
+    # one slow /health answer of the old life (Ready before, issue 32 item 9) keeps it the upstream;
+    # judged dead (liveness_failures in a row) it goes
+    for failures, kept in ((1, True), (3, False)):
+        o = Observed((), (), {new.key: False}, {}, previous_ready={old.key: False},
+                     previous_failures={old.key: failures})
+        assert gateway_upstreams(d, o) == ([f"{old.nodes[0]}:{old.health_port}"] if kept else []), failures
 
 
 @pytest.mark.parametrize("failures, strict, routed", [
