@@ -44,15 +44,26 @@ def sh(*argv: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
 
 
-def steps(tag: str) -> dict[str, str]:
-    """unit -> step id for step names containing ``:<tag>:``."""
+def steps_of(lines: list[str], owner: str, tag: str) -> dict[str, str]:
+    """unit -> step id, from ``squeue -s -o %i|%j`` lines, for this run's reconciler (``owner``)
+    and recipe (``tag``). The owner matters: two runs at once (two people's test runs on one
+    Slurm) deploy the same recipe names, and one must not time, or scancel, the other's steps."""
     out = {}
-    for line in sh("squeue", "-h", "-s", "-o", "%i|%j").splitlines():
-        sid, name = line.split("|", 1)
+    for line in lines:
+        sid, _, name = line.partition("|")
         parts = name.split(":")
-        if len(parts) == 7 and parts[2] == tag:
+        if len(parts) == 7 and parts[0] == "rcl" and parts[1] == owner and parts[2] == tag:
             out[f"{parts[3]}_{parts[4]}"] = sid
     return out
+
+
+def jobs_of(lines: list[str], owner: str) -> list[str]:
+    """Job ids, from ``squeue -o %i|%j`` lines, of this run's reconciler (``owner``)."""
+    return [line.partition("|")[0] for line in lines if line.partition("|")[2].startswith(f"rcl:{owner}:")]
+
+
+def steps(owner: str, tag: str) -> dict[str, str]:
+    return steps_of(sh("squeue", "-h", "-s", "-o", "%i|%j").splitlines(), owner, tag)
 
 
 def healthy(port: int) -> bool:
@@ -106,14 +117,21 @@ class Run:
 
         return labels.recipe_tag(name)
 
+    @property
+    def owner(self) -> str:
+        """The label `run` puts on its jobs and steps for this state directory (its default --instance)."""
+        from reconciler import labels
+
+        return labels.default_owner(self.state)
+
 
 def kill_and_time(run: Run, name: str, ready_timeout: float) -> tuple[float, float]:
     tag = run.tag(name)
-    old = until(lambda: steps(tag).get("agg_0"), 30, "agg_0 step")
+    old = until(lambda: steps(run.owner, tag).get("agg_0"), 30, "agg_0 step")
     port = run.port(name, "agg_0")
     t0 = time.monotonic()
     sh("scancel", old)
-    until(lambda: (s := steps(tag).get("agg_0")) and s != old, ready_timeout, "the relaunched step")
+    until(lambda: (s := steps(run.owner, tag).get("agg_0")) and s != old, ready_timeout, "the relaunched step")
     issued = time.monotonic() - t0
     until(lambda: healthy(port), ready_timeout, "the relaunched worker healthy")
     ready = time.monotonic() - t0
@@ -156,7 +174,7 @@ def main() -> None:
             # kill -9 during a deploy, then restart
             name = "mttr-kill9"
             (run.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, workers=2, restart=""))
-            until(lambda: steps(run.tag(name)), 60, "the first step of the deploy")
+            until(lambda: steps(run.owner, run.tag(name)), 60, "the first step of the deploy")
             run.proc.send_signal(signal.SIGKILL)
             run.proc.wait(10)
             t0 = time.monotonic()
@@ -168,16 +186,27 @@ def main() -> None:
                 f.unlink()
         finally:
             if run.proc and run.proc.poll() is None:
-                # --allow-empty is not set: tear down what is left by hand
+                # a stopped reconciler leaves its workloads (and gateways) running, by design
                 run.proc.send_signal(signal.SIGTERM)
                 run.proc.wait(20)
-            ours = lambda: [line.split("|", 1)[0] for line in sh("squeue", "-h", "-o", "%i|%j").splitlines()  # noqa: E731
-                            if line.split("|", 1)[1].startswith("rcl:") and ":mttr-" in line]
+            for f in run.manifests.glob("*.yaml"):
+                f.unlink()
+            # one pass over no manifest tears down what is left, gateways (nginx on this host) included:
+            # each run left one per recipe listening, and a later run in the same port range had its
+            # frontend refused its port again and again ('could not bind ... another process holds it')
+            subprocess.run([sys.executable, "-m", "reconciler.cli", "run", "--once", "--allow-empty", "--manifests",
+                            str(run.manifests), "--state", str(run.state), "--driver", "slurm"], capture_output=True,
+                           timeout=120, cwd=run.tmp, env=run.env)
+            # this run's jobs only: another run's (the same recipe names) are not ours to cancel or wait for
+            ours = lambda: jobs_of(sh("squeue", "-h", "-o", "%i|%j").splitlines(), run.owner)  # noqa: E731
             for jid in ours():
                 subprocess.run(["scancel", jid], capture_output=True)
             # scancel returns before the steps are gone: their logs are still written meanwhile, and
             # the directory can only be removed once they are
             until(lambda: not ours(), 60, "our jobs gone after the teardown", poll=0.5)
+            from reconciler.shell.gateway import quit_under
+
+            quit_under(run.tmp)  # any the pass could not stop (a master it did not know of)
     width = max(len(r[0]) for r in rows)
     print(f"MTTR on the local Slurm (resync {a.resync:g} s)")
     print(f"  {'what'.ljust(width)}  figure")

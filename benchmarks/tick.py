@@ -26,6 +26,7 @@ Prints; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import builtins
 import cProfile
 import io
@@ -37,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from reconciler.drivers.base import step_paths  # noqa: E402
 from reconciler.drivers.memory import MemoryDriver  # noqa: E402
+from reconciler.shell.gateway import quit_under  # noqa: E402
 from reconciler.shell.loop import Controller, next_wait  # noqa: E402
 
 RECIPE = """\
@@ -117,13 +120,21 @@ def start_farm() -> subprocess.Popen:
                             stdout=subprocess.PIPE, text=True, bufsize=1)
 
 
+def port_range() -> tuple[int, int]:
+    """$RECONCILER_PORT_RANGE (a test gives each run its own), else 12000-30000: the farm binds every
+    port it is given on loopback, and a fixed range met ports other programs on a shared host hold
+    ('the farm cannot serve port 12000: address already in use' failed the smoke test)."""
+    lo, _, hi = os.environ.get("RECONCILER_PORT_RANGE", "12000-30000").partition("-")
+    return int(lo), int(hi)
+
+
 def controller(tmp: Path, n: int, farm: subprocess.Popen, pending: bool = False) -> tuple[Controller, BenchDriver]:
     m = tmp / "manifests"
     m.mkdir(parents=True)
     for i in range(n):
         (m / f"r{i:04d}.yaml").write_text(RECIPE.format(name=f"r{i:04d}"))
     drv = BenchDriver(farm, tmp / "state", pending)
-    c = Controller(m, tmp / "state", drv, port_range=(12000, 30000))
+    c = Controller(m, tmp / "state", drv, port_range=port_range())
     c.debounce = 0
     return c, drv
 
@@ -137,11 +148,23 @@ def settle(c: Controller, n: int, limit: int = 40):
     raise RuntimeError(f"{n} recipes did not settle in {limit} ticks (ready {ready} of {3 * n})")
 
 
+@contextlib.contextmanager
+def scratch() -> Iterator[Path]:
+    """A state directory for one measurement. Each recipe's gateway (an nginx daemon the controller
+    starts, which outlives it by design) is told to quit before the directory goes: it left one
+    nginx per recipe holding its port, for good, after every run."""
+    with tempfile.TemporaryDirectory(prefix="tickbench-") as tmp:
+        try:
+            yield Path(tmp)
+        finally:
+            quit_under(Path(tmp))
+
+
 def measure(n: int, ticks: int, profile: bool) -> dict:
     farm = start_farm()
     try:
-        with tempfile.TemporaryDirectory(prefix="tickbench-") as tmp:
-            c, drv = controller(Path(tmp), n, farm)
+        with scratch() as tmp:
+            c, drv = controller(tmp, n, farm)
             snap = settle(c, n)
             units = sum(len(d.all_units) for d in snap.desired.recipes.values())
             q0 = drv.queries
@@ -162,8 +185,8 @@ def measure(n: int, ticks: int, profile: bool) -> dict:
                 cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             per_tick_queries = (drv.queries - q0) / ticks
             settled_wait = next_wait(snap, RESYNC)
-        with tempfile.TemporaryDirectory(prefix="tickbench-") as tmp:
-            cp, dp = controller(Path(tmp), n, farm, pending=True)
+        with scratch() as tmp:
+            cp, dp = controller(tmp, n, farm, pending=True)
             for _ in range(3):
                 psnap, _ = cp.tick()
             pending_wait = next_wait(psnap, RESYNC)

@@ -252,6 +252,9 @@ class Observed:
     pending: Mapping[str, Any] = field(default_factory=dict)
     # unit key -> why a unit whose health probe passes is not Ready (a frontend's canary failed)
     why: Mapping[tuple[str, str, int], str] = field(default_factory=dict)
+    # unit key -> failed probes in a row of its old life (a surging worker's) since that life was
+    # Ready: one slow /health answer must not take the old life out of the routers (0: Ready now, or never)
+    previous_failures: Mapping[tuple[str, str, int], int] = field(default_factory=dict)
 
     @cached_property
     def _index(self) -> dict[str, tuple[list[Alloc], list[Step]]]:

@@ -131,3 +131,42 @@ def test_validate_accepts_a_whole_recipe_repository_with_names_repeated_across_f
         other = x["error"].split("also used by ")[1].split(";")[0]
         assert Path(other).parent == Path(x["path"]).parent, x["error"]  # same folder only
     assert len(results) - sum(not x["valid"] for x in results) >= 685
+
+
+def test_people_see_folder_slash_name_never_the_internal_key(tmp_path):
+    """The key (teamA@qwen) names state/ directories and Slurm labels; plan, events, logs and run's
+    own log lines say teamA/qwen, as the user wrote it (and as get, describe and events NAME take it)."""
+    m = tmp_path / "manifests"
+    (m / "teamA").mkdir(parents=True)
+    (m / "teamA" / "qwen.yaml").write_text(GOOD.format(name="qwen", w=1))
+    common = ("--manifests", str(m), "--state", str(tmp_path / "state"), "--driver", "local")
+    key = namespaces.key("teamA", "qwen")
+    outputs = []
+    r = _cli("plan", *common, cwd=tmp_path)
+    assert r.returncode == 2 and "submit allocation teamA/qwen/a0" in r.stdout, r.stdout + r.stderr
+    outputs.append(r.stdout)
+    r = _cli("plan", "-o", "json", *common, cwd=tmp_path)
+    doc = json.loads(r.stdout)
+    assert list(doc["recipes"]) == ["teamA/qwen"] and doc["recipes"]["teamA/qwen"]["key"] == key
+    r = _cli("run", "--once", *common, cwd=tmp_path)  # one pass: it submits the allocation only
+    assert r.returncode == 0, r.stderr
+    outputs += [r.stdout, r.stderr]
+    try:
+        r = _cli("events", "teamA/qwen", "--state", str(tmp_path / "state"), cwd=tmp_path)
+        assert r.returncode == 0 and "SubmitAlloc" in r.stdout, r.stdout + r.stderr
+        assert all(line.split()[2] == "teamA/qwen" for line in r.stdout.splitlines()), r.stdout
+        outputs.append(r.stdout)
+        r = _cli("events", "-o", "json", "--state", str(tmp_path / "state"), cwd=tmp_path)
+        evs = json.loads(r.stdout)
+        assert evs and {(e["recipe"], e["key"]) for e in evs} == {("teamA/qwen", key)}
+        r = _cli("logs", "teamA/qwen", "--state", str(tmp_path / "state"), cwd=tmp_path)
+        assert r.returncode != 0 and "teamA/qwen" in r.stderr, r.stderr  # nothing launched yet: it says whose
+        outputs.append(r.stderr)
+        r = _cli("describe", "teamA/qwen", *common, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        outputs.append(r.stdout)
+        assert not [o for o in outputs if key in o], [o for o in outputs if key in o]
+    finally:
+        (m / "teamA" / "qwen.yaml").unlink()
+        r = _cli("run", "--once", "--allow-empty", *common, cwd=tmp_path)
+        assert r.returncode == 0 and key not in r.stdout + r.stderr, r.stdout + r.stderr

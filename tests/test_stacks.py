@@ -388,3 +388,38 @@ def test_a_dedicated_node_holds_etcd_and_no_worker(stack, corpus):
     assert len(h.jobs(name)) == 2 and job["svc-etcd_0"] != job["agg_0"] == job["frontend_0"]
     model = wait_until(lambda: served(g["endpoint"]), timeout=30, what="the model listed")
     assert wait_until(lambda: serves(g["endpoint"], model), timeout=30, what="a chat completion")
+
+
+def test_a_kv_router_dynamo_recipe_serves_without_nats(stack, corpus):
+    """Issue 33: srtctl starts NATS for a Dynamo job only when a plane rides on it
+    (src/srtctl/services/implicit.py nats_implied_reasons, since NVIDIA/srt-slurm PR #439 'imply
+    NATS only when a Dynamo plane uses it', 2026-09-14; before it NATS was always started), and so
+    do we. The case the issue doubted: `--router-mode kv` on the default tcp request plane. Dynamo
+    1.6.1 publishes KV events over ZMQ unless DYN_EVENT_PLANE=nats, so the KV router needs no NATS:
+    the real stack, two workers behind a KV-routing frontend, etcd and no NATS, serves."""
+    h = stack
+    name, f = copy_recipe(h, corpus, "srt-slurm-v2/mocker/dynamo-agg.yaml")
+    text = f.read_text().replace("agg_workers: 1", "agg_workers: 2")
+    text = text.replace("  enable_multiple_frontends: false\n",
+                        "  enable_multiple_frontends: false\n  args:\n    router-mode: kv\n")
+    assert "router-mode: kv" in text
+    f.write_text(text)
+    r = subprocess.run([sys.executable, "-m", "reconciler.cli", "render", "-o", "json", str(f)], capture_output=True,
+                       text=True, timeout=60, cwd=h.tmp)
+    procs = json.loads(r.stdout)["processes"]
+    fe = next(p for p in procs if p["role"] == "frontend")
+    assert "--router-mode" in fe["argv"] and "kv" in fe["argv"], fe["argv"]
+    assert not any("NATS_SERVER" in p["env"] for p in procs)
+    h.start()
+    h.wait_steps(name, {"svc-etcd_0", "agg_0", "agg_1", "frontend_0"}, timeout=90)
+    g = h.wait_ready(name, timeout=90)
+    assert set(h.steps(name)) == {"svc-etcd_0", "agg_0", "agg_1", "frontend_0"}  # no svc-nats_0
+    endpoint = g["endpoint"]
+    model = wait_until(lambda: served(endpoint), timeout=30, what="the frontend to list the model")
+    wait_until(lambda: instances(endpoint) == 2, timeout=60, what="the frontend to list 2 instances")
+    for _ in range(10):  # the same prompt again and again: the KV router routes on what it has seen
+        status, body = chat(endpoint, model)
+        assert status == 200, body[:300]
+    log = (h.state / name / "logs" / "frontend_0.0.log").read_text(errors="replace")
+    assert "direct-ZMQ KV event ingress" in log, log[-2000:]  # the KV router is on, fed over ZMQ
+    assert "requires NATS" not in log and "NATS" not in log.upper().replace("NATS_", ""), log[-2000:]

@@ -85,3 +85,35 @@ def test_colocated_decode_goes_on_from_the_last_prefill_worker_not_back_into_a_g
     assert got["prefill_2"] == ((2,), (0, 1, 2))
     assert got["decode_0"] == ((2,), (3, 4))
     assert got["decode_1"] == ((2,), (5, 6))
+
+
+ONE_P_FOUR_D = """\
+schema: 2
+name: qwen-1p4d
+model: {{path: /m}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: vllm, connector: nixl}}
+frontend: {{type: dynamo}}
+roles:
+  prefill: {{workers: 1, gpus: {p}}}
+  decode: {{workers: {w}, gpus: {d}}}
+"""
+
+
+@pytest.mark.parametrize("p, w, d, want", [
+    # issue 33: srtctl puts decode on GPUs 1-4 of node 1; we took a second node for it
+    (1, 4, 1, {"prefill_0": ((1,), (0,)), **{f"decode_{i}": ((1,), (i + 1,)) for i in range(4)}}),
+    (1, 1, 4, {"prefill_0": ((1,), (0,)), "decode_0": ((1,), (1, 2, 3, 4))}),
+    # does not fit on one node: srtctl stops ("Not enough nodes"), we give each role its nodes
+    (4, 2, 4, {"prefill_0": ((1,), (0, 1, 2, 3)), "decode_0": ((2,), (0, 1, 2, 3)), "decode_1": ((2,), (4, 5, 6, 7))}),
+])
+def test_a_recipe_naming_no_node_count_is_one_node_when_it_fits_as_srtctl(p, w, d, want):
+    """srtctl src/srtctl/core/schema.py: with neither prefill_nodes nor decode_nodes the job is
+    ``agg_nodes or 1`` node (``is_disaggregated`` false, ``total_nodes``), and allocate_endpoints'
+    one cursor puts decode after prefill on that node."""
+    from reconciler.desired.admission import load_text
+
+    recipe = load_text(ONE_P_FOUR_D.format(p=p, w=w, d=d), "r.yaml").recipe
+    eps, n = allocate(recipe.role_layouts(), 8)
+    assert {e.name: (tuple(x + 1 for x in e.nodes), e.gpus) for e in eps} == want
+    assert n == max(x for nodes, _ in want.values() for x in nodes)

@@ -73,7 +73,9 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
     valid = [r for r in results if r["valid"]]
     keyed = [(r["path"], namespaces.display(namespaces.key(r["namespace"], r["name"]))) for r in valid]
     for i, why in name_clashes(keyed).items():
-        valid[i].update(valid=False, error=why, key="name", line=None, unsupported=None,
+        # a good file shadowed by an earlier one of the same name in its folder: run keeps the earlier
+        # file, this one is Invalid there; said apart from a file that is wrong in itself
+        valid[i].update(valid=False, error=why, key="name", line=None, unsupported=None, duplicate=True,
                         problems=[{"key": "name", "line": None, "message": why}])
     if output == "json":
         click.echo(json.dumps(results, indent=2))
@@ -87,10 +89,15 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
                     for n in r["notes"]:
                         click.echo(f"         note: {n}")
                 _print_carried(r["not_acted_on"], verbose, "         ")
+            elif r.get("duplicate"):
+                click.echo(f"{click.style('ignored', fg='red')} {r['error']}")
             else:
                 click.echo(f"{click.style('invalid', fg='red')} {r['error']}")
         bad = sum(not r["valid"] for r in results)
-        click.echo(f"{len(results) - bad} valid, {bad} invalid", err=True)
+        dup = sum(bool(r.get("duplicate")) for r in results)
+        click.echo(f"{len(results) - bad} valid, {bad - dup} invalid"
+                   + (f", {dup} ignored (a name an earlier file in the same folder already has: run keeps that "
+                      "file; rename one to run both)" if dup else ""), err=True)
     sys.exit(0 if all(r["valid"] for r in results) else 1)
 
 
@@ -180,6 +187,15 @@ def _print_rows(rows: list[dict]) -> None:
             click.echo(f"  file: {f}")
 
 
+def _recipe_as_written(_logger, _method, event: dict) -> dict:
+    """A log line names a recipe as users write it (FOLDER/NAME), not by its internal key."""
+    from reconciler.recipe import namespaces
+
+    if isinstance(event.get("recipe"), str):
+        event["recipe"] = namespaces.display(event["recipe"])
+    return event
+
+
 def _setup_logging(verbose: bool = False, fmt: str = "auto") -> None:
     import logging
 
@@ -192,6 +208,7 @@ def _setup_logging(verbose: bool = False, fmt: str = "auto") -> None:
         structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
     structlog.configure(
         processors=[
+            _recipe_as_written,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="%H:%M:%S" if console else "iso"),
             *render,
@@ -310,7 +327,10 @@ def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, in
     if output == "json":
         from reconciler.core.plan.render import plan_json
 
-        click.echo(json.dumps({**plan_json(snap.plan), "invalid": snap.manifests.invalid}, indent=2))
+        from reconciler.recipe import namespaces
+
+        invalid = {namespaces.display(k): why for k, why in snap.manifests.invalid.items()}
+        click.echo(json.dumps({**plan_json(snap.plan), "invalid": invalid}, indent=2))
     else:
         for msg in sorted(snap.manifests.invalid.values()):
             click.echo(click.style("invalid ", fg="red") + msg)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reconciler.errors import ReconcilerError
+from reconciler.recipe import namespaces
 from reconciler.cli.operate import known_units
 from reconciler.world import FRONTEND, SERVICE_PREFIX
 
@@ -21,5 +22,6 @@ def pick(state: Path, recipe: str, role: str | None, index: int | None) -> tuple
         r, _, i = workers[0].rpartition("_")
         return r, int(i)
     have = ", ".join(units) or "none yet"
-    raise ReconcilerError(f"{recipe} has no frontend and {len(workers)} workers: name one "
-                          f"(`logs {recipe} -r ROLE -i N`); units with logs: {have}")
+    shown = namespaces.display(recipe)  # as the user wrote it: FOLDER/NAME
+    raise ReconcilerError(f"{shown} has no frontend and {len(workers)} workers: name one "
+                          f"(`logs {shown} -r ROLE -i N`); units with logs: {have}")

@@ -84,10 +84,24 @@ def _filter(events, recipe: str | None, since: float | None) -> Iterator[dict]:
         yield e
 
 
+def event_as_written(e: dict) -> dict:
+    """An event for people and scripts: its recipe as users write it (FOLDER/NAME, a top-level
+    recipe's name alone), with the internal key beside it when the two differ (state/ paths, labels)."""
+    from reconciler.recipe import namespaces
+
+    r = e.get("recipe")
+    if not isinstance(r, str) or namespaces.display(r) == r:
+        return e
+    return {**e, "recipe": namespaces.display(r), "key": r}
+
+
 def event_line(e: dict) -> str:
     extra = {k: v for k, v in e.items() if k not in ("time", "kind", "recipe", "message")}
     tail = " ".join(f"{k}={v}" for k, v in extra.items())
-    return f"{e.get('time', '?')}  {e.get('kind', '?'):<16} {e.get('recipe') or '-':<20} {e.get('message', '')}" \
+    from reconciler.recipe import namespaces
+
+    shown = namespaces.display(e["recipe"]) if e.get("recipe") else "-"  # FOLDER/NAME, as users write it
+    return f"{e.get('time', '?')}  {e.get('kind', '?'):<16} {shown:<20} {e.get('message', '')}" \
         + (f"  ({tail})" if tail else "")
 
 
@@ -97,7 +111,7 @@ def log_path(state: Path, recipe: str, role: str, index: int, rank: int = 0, pre
     from reconciler.recipe import namespaces
 
     if not namespaces.is_key(recipe) or not re.fullmatch(r"[a-z][a-z0-9-]{0,44}", role):
-        raise ReconcilerError(f"not a recipe name and role: {recipe!r} {role!r}")
+        raise ReconcilerError(f"not a recipe name and role: {namespaces.display(recipe)!r} {role!r}")
     if index < 0 or rank < 0:
         raise ReconcilerError("INDEX and --rank are 0 or more")
     units = known_units(state, recipe)
@@ -110,11 +124,11 @@ def log_path(state: Path, recipe: str, role: str, index: int, rank: int = 0, pre
     log = lives[0]
     if unit not in units or not (log.exists() or log.with_name(log.name + ".1").exists()):
         have = ", ".join(sorted(units)) or "none yet"
-        raise ReconcilerError(f"no log for {recipe} {unit} (rank {rank}) in {log.parent}; units with logs: {have}")
+        raise ReconcilerError(f"no log for {namespaces.display(recipe)} {unit} (rank {rank}) in {log.parent}; units with logs: {have}")
     if previous:
         prev = max((p for p in (log.with_name(log.name + ".1"), lives[1]) if p.exists()), key=_mtime, default=None)
         if prev is None:
-            raise ReconcilerError(f"{recipe} {unit} has no previous life's log (it was launched once)")
+            raise ReconcilerError(f"{namespaces.display(recipe)} {unit} has no previous life's log (it was launched once)")
         return prev
     return log
 

@@ -147,17 +147,17 @@ def events(name: str | None, state: str, follow: bool, since: str | None, output
     if follow:
         try:  # JSON lines when following: one object per event as it comes
             for e in operate.follow_events(Path(state), name, cut):
-                click.echo(json.dumps(e) if output == "json" else operate.event_line(e))
+                click.echo(json.dumps(operate.event_as_written(e)) if output == "json" else operate.event_line(e))
         except KeyboardInterrupt:
             return
     evs = operate.read_events(Path(state), name, cut)
     if output == "json":
-        click.echo(json.dumps(evs, indent=2))
+        click.echo(json.dumps([operate.event_as_written(e) for e in evs], indent=2))
         return
     for e in evs:
         click.echo(operate.event_line(e))
     if not evs:
-        click.echo(f"no events{' for ' + name if name else ''}{' in the last ' + since if since else ''}", err=True)
+        click.echo(f"no events{' for ' + namespaces.display(name) if name else ''}{' in the last ' + since if since else ''}", err=True)
 
 
 @click.command()

@@ -28,7 +28,7 @@ from reconciler.recipe.types import (  # noqa: F401
 from reconciler.recipe.engines import ENGINES, Engine, engine_list_text
 from reconciler.recipe.bounds import MAX_GPUS_PER_WORKER, MAX_NODES_PER_WORKER, MAX_WORKERS
 from reconciler.recipe.slurm import SlurmConfig  # noqa: F401 - a section of Recipe
-from reconciler.recipe.topology import MODES, Mode, RoleLayout
+from reconciler.recipe.topology import MODES, Mode, RoleLayout, one_node_split
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")  # srtctl has no limit; ours keeps paths sane
 FRONTEND_TYPES = (
@@ -381,7 +381,10 @@ class Recipe(Strict):
                 packed = gpus < gpn and not self.resources.spread_workers  # spread: a node per worker
                 nodes = math.ceil(workers * gpus / gpn) if packed else workers * math.ceil(gpus / gpn)
             out[mode] = RoleLayout(mode, nodes, workers, gpus, colocate)
-        return out
+        roles = self.roles
+        return one_node_split(out, roles.prefill is not None and roles.prefill.nodes is not None,
+                              roles.decode is not None and roles.decode.nodes is not None, gpn,
+                              self.resources.spread_workers)
 
 
 def _check_mixed(recipe: Recipe, engines: dict) -> None:

@@ -104,6 +104,25 @@ class Process:
         return self.ports["http"]
 
 
+def one_node_split(layouts: dict[Mode, RoleLayout], prefill_nodes_set: bool, decode_nodes_set: bool,
+                   gpus_per_node: int, spread: bool) -> dict[Mode, RoleLayout]:
+    """srtctl's job for a disaggregated recipe that names no node count: with neither
+    ``prefill.nodes`` nor ``decode.nodes`` set it is not disaggregated for the node count
+    (src/srtctl/core/schema.py ``is_disaggregated``, ``total_nodes``: ``agg_nodes or 1``), so
+    the job is one node and ``core/topology.py allocate_endpoints`` places decode after prefill
+    with its one cursor, on the same node's next GPUs (a 1P4D recipe of 1-GPU workers: prefill
+    on GPU 0, decode on GPUs 1-4). We sized each role its own nodes and took two. When the
+    workers do not fit on one node srtctl stops ("Not enough nodes"); we keep a node set per role
+    there (docs/recipes.md)."""
+    pre, dec = layouts.get("prefill"), layouts.get("decode")
+    if pre is None or dec is None or prefill_nodes_set or decode_nodes_set or spread:
+        return layouts
+    if max(pre.gpus, dec.gpus) > gpus_per_node or pre.workers * pre.gpus + dec.workers * dec.gpus > gpus_per_node:
+        return layouts
+    return {**layouts, "prefill": RoleLayout("prefill", 1, pre.workers, pre.gpus),
+            "decode": RoleLayout("decode", 0, dec.workers, dec.gpus, colocate=True)}
+
+
 def allocate(
     layouts: dict[Mode, RoleLayout], gpus_per_node: int, spread: bool = False
 ) -> tuple[list[Endpoint], int]:

@@ -105,6 +105,23 @@ def stop_orphans(pids: list[int], port: int) -> None:
         time.sleep(0.01)
 
 
+def quit_under(root: Path) -> list[int]:
+    """Tell every gateway master whose prefix is under ``root`` to quit (SIGQUIT: graceful), by its
+    own pid; the pids told. A gateway is a daemon on this host that outlives the reconciler by design
+    (workloads keep running when it stops): whoever removes a state directory for good (a benchmark's
+    teardown, a test session) stops its gateways first, or they hold their ports with no record left."""
+    told = []
+    for pidfile in Path(root).glob("**/gateway/nginx.pid"):
+        try:
+            pid = int(pidfile.read_text().strip())
+            if str(Path(root)) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                os.kill(pid, signal.SIGQUIT)
+                told.append(pid)
+        except (OSError, ValueError):
+            continue
+    return told
+
+
 def facts(root: Path, recipe: str) -> dict | None:
     """What get/describe/status say about a recipe's gateway (read-only: no write, no start)."""
     try:

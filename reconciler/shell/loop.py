@@ -18,6 +18,7 @@ from pathlib import Path
 
 import structlog
 
+from reconciler.recipe import namespaces
 from reconciler.recipe.cluster import Cluster
 from reconciler.core.plan import CancelAlloc, Plan, plan
 from reconciler.core.portplan import reassign_after_bind_failures, release_unused
@@ -141,12 +142,14 @@ class Controller:
                                 self._desired_cache, self.allow_empty, hold=unusable,
                                 suspended=suspended_names(self.state.root))
         ready, health = self.observer.health(desired, facts.steps, now)
+        previous_ready, previous_failures = self.observer.previous_ready(desired, facts.steps)
         self.slurm.refresh(facts.allocs, desired, now)  # the slow questions, only when due
         observed = Observed(facts.allocs, facts.steps, ready, health, dict(self.executor.failures),
-                            self.observer.previous_ready(desired, facts.steps),
+                            previous_ready,
                             self.slurm.deadlines(facts.allocs, desired, self.nodes.excluded(), now),
                             self.slurm.pending(facts.allocs),
-                            why={k: w for k, w in probe.why.items() if not ready.get(k)})
+                            why={k: w for k, w in probe.why.items() if not ready.get(k)},
+                            previous_failures=previous_failures)
         p = plan(desired, observed, now)
         release_unused(ports, desired, observed, p.refused_prune)
         return Snapshot(m, desired, observed, p, ports, reassigned, facts.failed_launches, now)
@@ -343,7 +346,7 @@ class Controller:
         keys: dict[tuple, str] = {}
         for name, rp in p.recipes.items():
             for unit, w in rp.waiting.items():
-                keys[(name, unit, w.reason)] = f"{name}: {unit} {w.describe()}"
+                keys[(name, unit, w.reason)] = f"{namespaces.display(name)}: {unit} {w.describe()}"
             if rp.detail or rp.deferred:
                 keys[(name, rp.state, bool(rp.deferred))] = "; ".join(rp.describe_waiting()[:1])
         for k, line in keys.items():

@@ -93,13 +93,13 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
             if name in m.recipes:  # claimed by an earlier file (a broken one keeps its claim)
                 other = next(p for p, ns in m.paths.items() if name in ns)
                 if name not in known.get(path, ()) or name in known.get(other, ()):
-                    m.invalid[name] = f"{path}: recipe name {name!r} is also used by {other}; this file is ignored"
+                    m.invalid[name] = f"{path}: recipe name {namespaces.display(name)!r} is also used by {other}; this file is ignored"
                     continue
                 # the file this recipe was applied from keeps it, though a newcomer sorts first
                 m.paths[other].remove(name)
                 if not m.paths[other]:
                     del m.paths[other]
-                m.invalid[name] = f"{other}: recipe name {name!r} is also used by {path}; this file is ignored"
+                m.invalid[name] = f"{other}: recipe name {namespaces.display(name)!r} is also used by {path}; this file is ignored"
             m.recipes[name] = _keyed(lr.recipe, name)
             m.texts[name] = lr.text
             m.paths.setdefault(path, []).append(name)
@@ -171,7 +171,7 @@ def _keep_last_applied(m: Manifests, state: StateDir, path: str, names: list[str
             m.paths[other].remove(name)
             if not m.paths[other]:
                 del m.paths[other]
-            m.invalid.setdefault(name, f"{other}: recipe name {name!r} is also used by {path}; this file is ignored")
+            m.invalid.setdefault(name, f"{other}: recipe name {namespaces.display(name)!r} is also used by {path}; this file is ignored")
         try:
             m.recipes[name] = _keyed(load_text(last, f"{path} (last applied)", cluster, preflight=False).recipe, name)
         except Exception:  # noqa: BLE001 - no usable last spec: the recipe is only Invalid (or waits)

@@ -47,6 +47,8 @@ class Observer:
         self._logs_read: dict[tuple[str, int, int], bool] = {}  # (path, inode, size) -> shows a bind failure
         # (unit key, step id of its life) -> when last probed, its answer
         self._probed: dict[tuple[str, str, int, str], tuple[float, bool]] = {}
+        # (unit key, step id) of a surging worker's old life -> its failed probes in a row since Ready
+        self._old_failures: dict[tuple[str, str, int, str], int] = {}
 
     # ---------------------------------------------------------------- the cluster
     def cluster(self, ports: NodePortAllocator, now: float) -> ClusterFacts:
@@ -142,11 +144,25 @@ class Observer:
         return ready, out
 
 
-    def previous_ready(self, desired: Desired, steps: tuple[Step, ...]) -> dict[Key, bool]:
-        """Probe the old lives that surge lives will replace (still running in their old slot)."""
-        live = {(s.recipe, s.role, s.index, s.slot) for s in steps if not s.pending}
+    def previous_ready(self, desired: Desired, steps: tuple[Step, ...]) -> tuple[dict[Key, bool], dict[Key, int]]:
+        """Probe the old lives that surge lives will replace (still running in their old slot), and
+        count each one's failed probes in a row since it was Ready (Observed.previous_failures: one
+        slow answer must not unroute a life that may be its role's only worker)."""
+        live: dict[tuple[str, str, int, int], str] = {}
+        for s in steps:
+            if not s.pending and (s.rank == 0 or (s.recipe, s.role, s.index, s.slot) not in live):
+                live[(s.recipe, s.role, s.index, s.slot)] = s.step_id
         old = [u for d in desired.recipes.values() for u in d.previous.values() if (*u.key, u.slot) in live]
-        return probe_units(old, forget_idle=False) if old else {}
+        ready = probe_units(old, forget_idle=False) if old else {}
+        counts: dict[tuple[str, str, int, str], int] = {}  # (unit key, step id of the old life) -> failures
+        for u in old:
+            k = (*u.key, live[(*u.key, u.slot)])
+            if ready.get(u.key):
+                counts[k] = 0
+            elif k in self._old_failures:  # Ready before: one more failure in a row
+                counts[k] = self._old_failures[k] + 1
+        self._old_failures = counts  # a life gone, or never Ready, is forgotten
+        return ready, {k[:3]: n for k, n in counts.items()}
 
 
 @dataclass

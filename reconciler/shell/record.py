@@ -138,8 +138,9 @@ def gateway_upstreams(d: DesiredRecipe, o: Observed) -> list[str]:
     ready = [u for u in d.frontends if u.health_port and router_sync.serving(d, o, u)]
     # a frontend's old life (a surge, or a hand-over to another allocation) serves until it leaves:
     # without it, the gateway has no upstream between the old life's last tick and the new one's Ready
+    # (one slow answer of it does not drop it: router_sync.old_serving, as for a worker's old life)
     ready += [u for key, u in sorted(d.previous.items()) if key[0] == FRONTEND and u.health_port
-              and o.previous_ready.get(u.key)]
+              and router_sync.old_serving(d, o, u)]
     # none answers its canary (the workers or their registry are down): the ones still alive stay,
     # so that the gateway passes on what it can rather than answer 503 to everything
     alive = ready or [u for u in d.frontends if u.health_port and (h := o.health.get(u.key)) is not None

@@ -38,14 +38,21 @@ def serving(d: DesiredRecipe, o: Observed, u) -> bool:
     return stop.serving(d, bool(o.ready.get(u.key)), o.health.get(u.key))
 
 
+def old_serving(d: DesiredRecipe, o: Observed, u) -> bool:
+    """An old life (a surge's, a hand-over's) by its own probes: Ready, or Ready before and failing
+    below the liveness threshold since (``stop.old_life_serving``)."""
+    return stop.old_life_serving(d, bool(o.previous_ready.get(u.key)), o.previous_failures.get(u.key, 0))
+
+
 def old_lives(d: DesiredRecipe, o: Observed, at: float, strict: bool = False) -> list:
-    """Old lives of surging workers that still take requests: Ready, and their successor not yet
+    """Old lives of surging workers that still take requests: serving (Ready, or failing below the
+    liveness threshold since it was: ``stop.old_life_serving``), and their successor not yet
     Ready for long enough (``core/plan/rollout.old_life_routed``). ``strict``: for a router that
     is given only the workers Ready right now (the built-in one), an old life also stands in
     while its successor's probe fails."""
     workers = {(u.role, u.index) for u in d.units}  # not a moving service's or frontend's old life
     return [u for key, u in sorted(d.previous.items()) if key in workers and not u.shares_port
-            and o.previous_ready.get(u.key)
+            and old_serving(d, o, u)
             and (old_life_routed(d, bool(o.ready.get(u.key)), o.health.get(u.key), at)
                  or (strict and not o.ready.get(u.key)))]
 

@@ -8,6 +8,7 @@ import os
 import time
 from pathlib import Path
 
+from reconciler.recipe import namespaces
 from reconciler.timefmt import iso
 
 EVENTS_TAIL = 64 << 10  # bytes of events.jsonl read for "recent events"
@@ -52,7 +53,9 @@ def deployment(name: str, st: dict, launches: dict[str, dict], benchmark: dict |
     ready_cond = next((c for c in st.get("conditions", []) if c.get("type") == "Ready"), {})
     prog = next((c for c in st.get("conditions", []) if c.get("type") == "Progressing"), {})
     return {
-        "name": name, "phase": st.get("phase", "Unknown"), "endpoint": st.get("endpoint"),
+        # name: the key (state/ paths, the page's anchors); shown: as users write it, FOLDER/NAME
+        "name": name, "shown": namespaces.display(name), "phase": st.get("phase", "Unknown"),
+        "endpoint": st.get("endpoint"),
         "roles": st.get("roles") or {}, "reason": st.get("reason"), "reasonMessage": st.get("reasonMessage"),
         "createdAt": st.get("createdAt"), "readySince": ready_cond.get("lastTransitionTime")
         if ready_cond.get("status") == "True" else None,

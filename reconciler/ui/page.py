@@ -55,7 +55,7 @@ function detail(d){
   const p = d.plots || {};
   const bench = d.benchmark ? `<pre class="mono">${esc(JSON.stringify(d.benchmark, null, 2))}</pre>`
     : `<div class="empty-section">no benchmark results for this deployment (state/${esc(d.name)}/benchmark.json)</div>`;
-  return `<section class="card" data-deployment="${esc(d.name)}"><h2>${esc(d.name)} ${pill(d.phase)}
+  return `<section class="card" data-deployment="${esc(d.name)}"><h2>${esc(d.shown||d.name)} ${pill(d.phase)}
   <span class="roles">${ready(d.roles)}</span>${d.endpoint ? `<span class="mono">${esc(d.endpoint)}</span>` : ""}</h2>
   ${d.reason ? `<div><span class="reason">${esc(d.reason)}</span> <span class="msg">${esc(d.reasonMessage)}</span></div>` : ""}
   ${d.progress ? `<div class="msg">${esc(d.progress)}</div>` : ""}${d.error ? `<div class="reason">${esc(d.error)}</div>` : ""}
@@ -67,7 +67,7 @@ function detail(d){
 function draw(s){
   $("#meta").textContent = `instance ${s.settings.instance} · ${s.settings.driver} · tick ${s.controller.ticks} · ${s.generatedAt}`;
   $("#deployments tbody").innerHTML = s.deployments.map(d => `<tr data-recipe="${esc(d.name)}">
-    <td><a href="#${esc(d.name)}">${esc(d.name)}</a></td><td class="roles">${ready(d.roles)}</td><td class="status">${pill(d.phase)}</td>
+    <td><a href="#${esc(d.name)}">${esc(d.shown||d.name)}</a></td><td class="roles">${ready(d.roles)}</td><td class="status">${pill(d.phase)}</td>
     <td>${d.reason ? `<span class="reason">${esc(d.reason)}</span>` : "-"}</td>
     <td>${d.workers.concat(d.services).reduce((a,u) => a + u.restarts, 0)}</td><td class="mono">${esc(d.endpoint||"-")}</td></tr>`).join("")
     || `<tr><td colspan="6" class="empty-section">no deployments: drop a recipe into ${esc(s.settings.manifests)}</td></tr>`;

@@ -356,3 +356,36 @@ def test_the_gateway_keeps_a_frontends_old_life_while_the_new_one_is_not_ready(o
     assert new.slot != old.slot
     o = Observed((), (), {new.key: False}, {}, previous_ready={old.key: old_ready})
     assert gateway_upstreams(d, o) == ([f"{old.nodes[0]}:{old.health_port}"] if routed else [])
+    # one slow /health answer of the old life (Ready before, issue 32 item 9) keeps it the upstream;
+    # judged dead (liveness_failures in a row) it goes
+    for failures, kept in ((1, True), (3, False)):
+        o = Observed((), (), {new.key: False}, {}, previous_ready={old.key: False},
+                     previous_failures={old.key: failures})
+        assert gateway_upstreams(d, o) == ([f"{old.nodes[0]}:{old.health_port}"] if kept else []), failures
+
+
+@pytest.mark.parametrize("failures, strict, routed", [
+    (0, False, []),  # never Ready, or its probe failing long: not routed
+    (1, False, [0]),  # one slow /health answer of a Ready old life: still routed
+    (2, True, [0]),  # below the liveness threshold (3), the built-in router keeps it too
+    (3, True, []),  # judged dead: it goes
+])
+def test_one_failed_probe_of_a_surging_workers_old_life_does_not_unroute_it(failures, strict, routed):
+    """Issue 32 item 9: the old life of a one-worker role stands alone while its successor is not
+    yet picked up; a single /health answer slower than the probe timeout took it out of the
+    routers (previous_ready is this probe alone), so every request was a 503 until the next pass.
+    An old life that was Ready stays routed below the liveness threshold, like a current one."""
+    from reconciler.world import Observed
+    from reconciler.shell import router_sync
+
+    c = FakeCluster()
+    c.converge(spec(1))
+    old = next(iter(c.steps.values()))
+    c.apply(c.plan(spec(1, speed=7)))
+    d = c.desired(spec(1, speed=7)).recipes["r"]
+    new = UnitHealth(launches=2, was_ready=not strict, first_ready=None if strict else 100.0,
+                     ready_since=None if strict else 100.0)
+    o = Observed((), (), {old.unit_key: not strict}, {old.unit_key: new},
+                 previous_ready={old.unit_key: False}, previous_failures={old.unit_key: failures})
+    # at 101 the new life (Ready since 100) is not picked up yet (surge_pickup_seconds 2): the old one serves
+    assert [u.slot for u in router_sync.old_lives(d, o, 101.0, strict=strict)] == routed

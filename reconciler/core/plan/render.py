@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from reconciler.core.plan.results import Action, Plan, RecipePlan
+from reconciler.recipe.namespaces import display as shown
 
 
 def action_json(a: Action) -> dict[str, Any]:
@@ -34,5 +35,7 @@ def plan_json(p: Plan) -> dict[str, Any]:
         "actions": [action_json(a) for a in p.actions],
         "requeueAfter": p.requeue_after,
         "refusedPrune": p.refused_prune,
-        "recipes": {name: recipe_json(rp) for name, rp in sorted(p.recipes.items())},
+        # keyed as users write a recipe (FOLDER/NAME); the internal key beside it where the two differ
+        "recipes": {shown(name): recipe_json(rp) | ({"key": name} if shown(name) != name else {})
+                    for name, rp in sorted(p.recipes.items())},
     }

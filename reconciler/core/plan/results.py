@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from reconciler.recipe.namespaces import display as shown  # people read FOLDER/NAME, never the key
 from reconciler.world import Launch, Unit
 from reconciler.world import AllocSpec
 
@@ -96,7 +97,7 @@ class SubmitAlloc:
     def describe(self) -> str:
         s = self.spec
         why = self.handover or f"needed for nodes {s.start}-{s.start + s.count - 1}"
-        return f"submit allocation {s.recipe}/a{s.index}: {s.count} node(s) x {s.gpus_per_node} GPU(s) ({why})"
+        return f"submit allocation {shown(s.recipe)}/a{s.index}: {s.count} node(s) x {s.gpus_per_node} GPU(s) ({why})"
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ class CancelAlloc:
 
     def describe(self) -> str:
         why = self.reason.value if self.reason else "no longer needed"
-        return f"cancel allocation {self.recipe}/a{self.index} job {self.job_id} ({why})"
+        return f"cancel allocation {shown(self.recipe)}/a{self.index} job {self.job_id} ({why})"
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class LaunchStep:
         u = self.unit
         rank = f" rank {self.launch.rank}" if len(u.launches) > 1 else ""
         why = f"restart {self.restart}" if self.restart else self.reason.value
-        return (f"launch {u.recipe}/{u.name}{rank} on {','.join(self.launch.nodes)} in job {self.job_id}"
+        return (f"launch {shown(u.recipe)}/{u.name}{rank} on {','.join(self.launch.nodes)} in job {self.job_id}"
                 f" spec {u.spec_hash} ({why})")
 
 
@@ -145,7 +146,7 @@ class CancelStep:
 
     def describe(self) -> str:
         why = f"{self.reason.value}: {self.detail}" if self.detail else self.reason.value
-        return f"cancel step {self.step_id} ({self.recipe}/{self.unit}: {why})"
+        return f"cancel step {self.step_id} ({shown(self.recipe)}/{self.unit}: {why})"
 
 
 Action = SubmitAlloc | LaunchStep | CancelStep | CancelAlloc
@@ -192,13 +193,13 @@ class RecipePlan:
         return self.stop + self.replace + self.release + self.submit + self.place
 
     def describe_waiting(self) -> list[str]:
-        out = [f"{self.name}: {u} {w.describe()}" for u, w in sorted(self.waiting.items())]
+        out = [f"{shown(self.name)}: {u} {w.describe()}" for u, w in sorted(self.waiting.items())]
         if self.state is RecipeState.PRUNE_REFUSED:
-            out.insert(0, f"refusing to prune {self.name}: {self.detail}")
+            out.insert(0, f"refusing to prune {shown(self.name)}: {self.detail}")
         elif self.state is RecipeState.HELD:
-            out.insert(0, f"{self.name}: left as it is, its desired state cannot be computed: {self.detail}")
+            out.insert(0, f"{shown(self.name)}: left as it is, its desired state cannot be computed: {self.detail}")
         if self.deferred and self.state is not RecipeState.PRUNE_REFUSED:
-            out.insert(0, f"{self.name}: {WaitReason.ACTION_BACKOFF.value}: {len(self.deferred)} action(s) deferred")
+            out.insert(0, f"{shown(self.name)}: {WaitReason.ACTION_BACKOFF.value}: {len(self.deferred)} action(s) deferred")
         return out
 
 

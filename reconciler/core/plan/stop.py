@@ -56,6 +56,14 @@ def serving(d: DesiredRecipe, ready: bool, h: UnitHealth | None) -> bool:
     return ready or bool(h and h.was_ready and h.missing_since is None and 0 < h.probe_failures < d.liveness_failures)
 
 
+def old_life_serving(d: DesiredRecipe, ready: bool, failures: int) -> bool:
+    """A surging worker's old life, by its own probes: Ready, or Ready before and failing fewer
+    than ``liveness_failures`` probes in a row since (``serving``'s rule for a current life). While
+    its successor is not picked up it may be the role's only worker, and one slow /health answer
+    must not empty the routers' list of it."""
+    return ready or 0 < failures < d.liveness_failures
+
+
 def startup_deadline(d: DesiredRecipe, v: UnitView) -> float | None:
     """When a running, never-Ready worker runs out of startup grace (for requeue_after)."""
     h = v.health
