@@ -91,9 +91,11 @@ def test_schema_rejections_are_located(old, new, key, line, fragment):
      "reconcile.autoscale.roles.decode", "roles.decode.workers (9) is the starting count"),
     ("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 3, max: 8, target: {itl_p90_ms: 40}}",
      "reconcile.autoscale.roles.decode", "[min, max] = [3, 8]"),
-    # scale to zero is opt-in
+    # scale to zero: refused until something brings a role back
     ("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 0, max: 8, target: {itl_p90_ms: 40}}",
-     "reconcile.autoscale.roles.decode.min", "scale_to_zero_after_seconds"),
+     "reconcile.autoscale.roles.decode.min", "scale to zero is not supported yet"),
+    ("scale_down_after_seconds: 120", "scale_to_zero_after_seconds: 900",
+     "reconcile.autoscale.scale_to_zero_after_seconds", "scale to zero is not supported yet"),
 ])
 def test_rules_across_the_recipe_are_located(old, new, key, fragment):
     assert old in DISAGG
@@ -102,10 +104,3 @@ def test_rules_across_the_recipe_are_located(old, new, key, fragment):
     assert ei.value.key == key, str(ei.value)
     assert fragment in ei.value.message, str(ei.value)
     assert ei.value.line is not None, str(ei.value)
-
-
-def test_min_zero_with_the_opt_in_loads():
-    text = DISAGG.replace("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 0, max: 8, target: {itl_p90_ms: 40}}")
-    text += "    scale_to_zero_after_seconds: 900\n"
-    cfg = load(text).recipe.reconcile.autoscale
-    assert cfg.roles.decode.min == 0 and cfg.scale_to_zero_after_seconds == 900

@@ -147,3 +147,58 @@ def test_memory_file_gives_the_counts_and_a_bad_one_the_files(tmp_path):
     assert a.overrides({"r": r}, 9.0)["r"] == Scale({"decode": 1})
     (tmp_path / "r" / "autoscale.json").write_text(json.dumps({"roles": {"decode": {"built": 50, "target": 50}}}))
     assert a.overrides({"r": r}, 9.0)["r"] == Scale({"decode": 4}), "clamped to the spec's max"
+
+
+BIG = """\
+name: r
+model: {path: /m}
+resources: {gpus_per_node: 8}
+engine: mocker
+frontend: {type: none}
+roles:
+  agg: {workers: 1, gpus: 8}
+reconcile:
+  nodes_per_allocation: 1
+  autoscale:
+    roles:
+      agg: {min: 1, max: 4, target: {waiting_per_worker: 2}}
+"""
+
+
+def test_pending_capacity_is_asked_for_once_and_released_when_the_count_drops():
+    from reconciler.core.plan import CancelAlloc, SubmitAlloc, plan
+
+    r = recipe(BIG)
+    c = FakeCluster()
+    converge(c, r, None)
+    c.pending = True  # Slurm queues what comes next
+    sc = {"r": Scale({"agg": 2})}
+
+    def step():
+        full = build({"r": r}, Observed(tuple(c.allocs.values()), tuple(c.steps.values())), c.ports, Path("/state"),
+                     "py", 1, scale=sc)
+        p = plan(full, c.observed(full), 0.0)
+        c.apply(p)
+        return full.recipes["r"], p
+
+    d, p = step()
+    assert [a.spec.index for a in p.actions if isinstance(a, SubmitAlloc)] == [1]
+    for _ in range(3):  # the same count again: the pending allocation counts as coming, never a second
+        d, p = step()
+        assert not [a for a in p.actions if isinstance(a, SubmitAlloc)]
+    assert d.waiting == (("agg", 1),)
+    pending = [j for j, a in c.allocs.items() if a.state == "PENDING"]
+    sc = {"r": Scale({"agg": 1})}  # the load is gone before Slurm ran it
+    d, p = step()
+    assert [a.job_id for a in p.actions if isinstance(a, CancelAlloc)] == pending
+    # what describe reports for it: Slurm's reason and expected start of the pending allocation
+    from reconciler.core.plan.pending import PendingInfo
+    from reconciler.shell.autoscale import coming
+
+    c.pending = True
+    sc = {"r": Scale({"agg": 2})}
+    d, _ = step()
+    job = next(j for j, a in c.allocs.items() if a.state == "PENDING")
+    o = dataclasses.replace(c.observed(), pending={job: PendingInfo(job, 1, "Priority", 1000.0 + 14 * 60, 1000.0)})
+    (line,) = coming(d, o, "agg", 1000.0)
+    assert line.startswith("agg_1 wait for allocation 1 (job") and "Priority" in line and "in 14m" in line, line

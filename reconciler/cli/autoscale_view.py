@@ -30,7 +30,7 @@ def summary(sd: StateDir, name: str, roles: dict) -> dict | None:
             continue
         out[role] = {"desired": last.get("target"), "current": (roles.get(role) or {}).get("ready", last.get("ready")),
                      "min": last.get("min"), "max": last.get("max"), "draining": last.get("draining") or [],
-                     "reason": last.get("reason"), "at": last.get("at")}
+                     "reason": last.get("reason"), "at": last.get("at"), "coming": last.get("coming") or []}
     return out or None
 
 
@@ -40,7 +40,8 @@ def print_get(rows: list[dict]) -> None:
         if not auto:
             continue
         parts = [f"{role} {a['desired']} desired / {a['current']} current [{a['min']}-{a['max']}]"
-                 + (f" draining {','.join(a['draining'])}" if a["draining"] else "") for role, a in auto.items()]
+                 + (f" draining {','.join(a['draining'])}" if a["draining"] else "")
+                 + (f" ({len(a['coming'])} waiting for Slurm)" if a.get("coming") else "") for role, a in auto.items()]
         click.echo(f"autoscale {r['name']}: " + "; ".join(parts))
 
 
@@ -53,6 +54,8 @@ def print_describe(doc: dict | None) -> None:
         click.echo(f"  {role}: desired {last.get('target')} (built {last.get('built')}), ready {last.get('ready')}, "
                    f"[{last.get('min')}-{last.get('max')}]; last look {last.get('at')}: {last.get('reason')}"
                    + (f" [{inputs}]" if inputs else ""))
+        for line in last.get("coming") or []:
+            click.echo(f"    coming: {line}")
     for d in doc.get("decisions") or []:
         inputs = " ".join(f"{k}={v}" for k, v in (d.get("inputs") or {}).items())
         click.echo(f"  {d.get('at')} {d.get('role')} {d.get('from')} -> {d.get('to')}: {d.get('reason')}"

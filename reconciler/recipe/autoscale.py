@@ -88,9 +88,16 @@ class AutoscaleConfig(Strict):
         return self
 
 
+# the policy can take a role to zero (core/plan/autoscale.py), but nothing brings it back yet: with no
+# worker there is no load to read, and the frontend, whose canary then fails, is stopped; the gateway
+# has to hold the requests and report them first (issue 28, item 5)
+ZERO_REFUSED = ("scale to zero is not supported yet: a role at zero would not come back (no worker to read "
+                "load from, and nothing holds the requests meanwhile); use min: 1")
+
+
 def check(recipe) -> None:
     """The rules that need the whole recipe: each autoscaled role exists, its starting count lies
-    in [min, max], and min 0 needs scale_to_zero_after_seconds (scale to zero is opt-in)."""
+    in [min, max]; scale to zero (min 0, scale_to_zero_after_seconds) is refused for now."""
     cfg: AutoscaleConfig | None = recipe.reconcile.autoscale
     if cfg is None:
         return
@@ -104,6 +111,7 @@ def check(recipe) -> None:
         if not rs.min <= workers <= rs.max:
             raise KeyedError(key, f"roles.{role}.workers ({workers}) is the starting count and must lie in "
                                   f"[min, max] = [{rs.min}, {rs.max}]")
-        if rs.min == 0 and cfg.scale_to_zero_after_seconds is None:
-            raise KeyedError(f"{key}.min", "min 0 scales the role to zero: set "
-                                           "reconcile.autoscale.scale_to_zero_after_seconds to opt in")
+        if rs.min == 0:
+            raise KeyedError(f"{key}.min", ZERO_REFUSED, unsupported="scale to zero")
+    if cfg.scale_to_zero_after_seconds is not None:
+        raise KeyedError("reconcile.autoscale.scale_to_zero_after_seconds", ZERO_REFUSED, unsupported="scale to zero")

@@ -117,7 +117,7 @@ class Autoscaler:
             last[role] = {"at": iso(now), "ask": dec.ask, "reason": dec.reason, "inputs": dict(dec.inputs),
                           "ready": facts[role].ready, "target": after.target, "built": after.built,
                           "min": roles[role].min, "max": roles[role].max,
-                          "draining": [f"{role}_{i}" for i in after.draining]}
+                          "draining": [f"{role}_{i}" for i in after.draining], "coming": coming(d, o, role, now)}
             if dec.scaled:
                 history.append({"at": iso(now), "role": role, "from": before.target, "to": after.target,
                                 "reason": dec.reason, "inputs": dict(dec.inputs)})
@@ -162,6 +162,17 @@ class Autoscaler:
             self._before[_url(u)] = (now, r)
             total += em.requests_since(r, prev[1] if prev else None)
         return total
+
+
+def coming(d, o, role: str, now: float) -> list[str]:
+    """The role's workers that wait for an allocation still in Slurm's queue, with Slurm's reason and
+    expected start (squeue --start, asked at the pending-recheck pace): capacity already coming,
+    which the count decided includes (it is never asked for twice)."""
+    waiting = [f"{r}_{i}" for r, i in d.waiting if r == role]
+    if not waiting:
+        return []
+    infos = [o.pending[a.job_id] for a in o.allocs_of(d.name) if a.job_id in o.pending]
+    return [f"{', '.join(waiting)} wait for " + ("; ".join(i.explain(now) for i in infos) or "their allocation")]
 
 
 def _url(u) -> str:
