@@ -202,3 +202,21 @@ def test_pending_capacity_is_asked_for_once_and_released_when_the_count_drops():
     o = dataclasses.replace(c.observed(), pending={job: PendingInfo(job, 1, "Priority", 1000.0 + 14 * 60, 1000.0)})
     (line,) = coming(d, o, "agg", 1000.0)
     assert line.startswith("agg_1 wait for allocation 1 (job") and "Priority" in line and "in 14m" in line, line
+
+
+def test_a_recipe_not_decided_on_leaves_no_wake_up_due(tmp_path):
+    """A suspended (or held) autoscaled recipe must not keep a past due time: the loop would wake
+    every 50 ms for it."""
+    from reconciler.shell.manifests import Manifests
+    from reconciler.shell.snapshot import Snapshot
+
+    r = recipe(TEXT)
+    c = FakeCluster()
+    d = converge(c, r, None)
+    a = Autoscaler(StateDir(tmp_path))
+    a._due["r"] = 5.0  # decided on before
+    full = build({"r": r}, c.observed(), c.ports, tmp_path, "py", 1)
+    full = dataclasses.replace(full, recipes={"r": dataclasses.replace(d, suspended=True)})
+    snap = Snapshot(Manifests(recipes={"r": r}), full, c.observed(), None, c.ports, (), (), 100.0)
+    assert a.after_tick(snap) is False
+    assert a.next_due() is None

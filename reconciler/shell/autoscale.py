@@ -76,7 +76,10 @@ class Autoscaler:
         for name, recipe in snap.manifests.recipes.items():
             cfg = recipe.reconcile.autoscale
             d = snap.desired.recipes.get(name)
-            if cfg is None or d is None or d.suspended or snap.now < self._due.get(name, 0.0):
+            if cfg is None or d is None or d.suspended:
+                self._due.pop(name, None)  # not decided on: no wake-up is due for it
+                continue
+            if snap.now < self._due.get(name, 0.0):
                 continue
             self._due[name] = snap.now + cfg.interval_seconds
             try:
