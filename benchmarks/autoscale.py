@@ -1,13 +1,14 @@
 """An autoscaled deployment against the same one fixed at its maximum, under a load that steps up and down.
 
-    python benchmarks/autoscale.py [--max 4] [--low 20] [--high 60] [--tail 60] [--clients 16]
-    python benchmarks/autoscale.py --smoke     # its smallest size (max 2, short phases): CI runs it
+    python benchmarks/autoscale.py [--mode agg|disagg] [--max 4] [--low 20] [--high 60] [--tail 60] [--clients 16]
+    python benchmarks/autoscale.py --smoke     # its smallest size (agg, max 2, short phases): CI runs it
 
 Its table is docs/performance.md, section "Autoscaling (benchmarks/autoscale.py)".
 
 Runs `reconciler run` on the real Slurm (or the local driver without sbatch) with a mocker
-recipe behind the built-in router (aggregated, max_num_seqs 2 so that a load queues), twice:
-(a) ``reconcile.autoscale`` from 1 to MAX workers on ``waiting_per_worker``, (b) fixed at MAX.
+recipe behind the built-in router (aggregated, max_num_seqs 2 so that a load queues; or with
+--mode disagg, a slow one-at-a-time prefill and a decode beside it), twice: (a)
+``reconcile.autoscale`` from 1 to MAX workers per role on ``waiting_per_worker``, (b) fixed at MAX.
 The same closed-loop load drives both: 1 streaming client for --low s, --clients for --high s,
 1 again for --tail s. Per run: requests, failed, the share whose TTFT and mean ITL are within
 the targets (--ttft-ms, --itl-ms, measured by the client), worker GPU-seconds held (GPUs of the
@@ -39,11 +40,21 @@ engine: {{type: mocker, speedup_ratio: 1, max_num_seqs: 2}}
 roles: {{agg: {{workers: {workers}, gpus: 1}}}}
 frontend: {{type: builtin, args: {{poll-interval: 0.2}}}}
 """
+# disaggregated: a slow prefill (one sequence at a time) and a decode with room; both autoscaled
+DISAGG = """\
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+roles:
+  prefill: {{nodes: 1, workers: {workers}, gpus: 1, engine: {{type: mocker, speedup_ratio: 0.5, max_num_seqs: 1}}}}
+  decode: {{nodes: colocate, workers: {workers}, gpus: 1, engine: {{type: mocker, speedup_ratio: 1, max_num_seqs: 2}}}}
+frontend: {{type: builtin, args: {{poll-interval: 0.2}}}}
+"""
 AUTOSCALE = """\
 reconcile:
   autoscale:
     roles:
-      agg: {{min: 1, max: {max}, target: {{waiting_per_worker: 1}}}}
+{roles}
     interval_seconds: 2
     scale_down_after_seconds: {down}
     drain_seconds: 1
@@ -98,9 +109,11 @@ def read_json(p: Path) -> dict:
 def one_run(tmp: Path, driver: str, a, autoscaled: bool) -> dict:
     name = f"bench-{'auto' if autoscaled else 'fixed'}"
     state = tmp / "state"
-    text = RECIPE.format(name=name, workers=1 if autoscaled else a.max)
+    text = (DISAGG if a.mode == "disagg" else RECIPE).format(name=name, workers=1 if autoscaled else a.max)
     if autoscaled:
-        text += AUTOSCALE.format(max=a.max, down=a.down)
+        roles = ("prefill", "decode") if a.mode == "disagg" else ("agg",)
+        text += AUTOSCALE.format(down=a.down, roles="\n".join(
+            f"      {r}: {{min: 1, max: {a.max}, target: {{waiting_per_worker: 1}}}}" for r in roles))
     f = tmp / "manifests" / f"{name}.yaml"
     f.write_text(text)
     deadline = time.monotonic() + 120
@@ -175,6 +188,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32, help="max_tokens per request")
     ap.add_argument("--ttft-ms", type=float, default=500.0)
     ap.add_argument("--itl-ms", type=float, default=40.0)
+    ap.add_argument("--mode", choices=["agg", "disagg"], default="agg", help="aggregated, or prefill + decode")
     ap.add_argument("--driver", default=None)
     ap.add_argument("--smoke", action="store_true", help="the smallest size (max 2, short phases): that it runs")
     a = ap.parse_args()
@@ -198,7 +212,7 @@ def main() -> None:
             print(f"{r['run']:>10} {r['requests']:>8} {r['failed']:>6} {r['within']:>8.1f} {r['gpu_s']:>7.1f} "
                   f"{dec:>9} {srv:>9}", flush=True)
         auto, fixed = rows
-        print(f"autoscale ({driver}, 1..{a.max} workers, {a.clients} clients for {a.high:g} s): GPU-seconds "
+        print(f"autoscale ({driver}, {a.mode}, 1..{a.max} workers per role, {a.clients} clients for {a.high:g} s): GPU-seconds "
               f"{100 * auto['gpu_s'] / max(fixed['gpu_s'], 1e-9):.0f} % of the fixed run (target <= 60 %), "
               f"{auto['within']:.1f} % within TTFT {a.ttft_ms:g} ms / ITL {a.itl_ms:g} ms (target >= 95 %), "
               f"failed {auto['failed']} (target 0)")
