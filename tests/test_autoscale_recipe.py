@@ -91,6 +91,9 @@ def test_schema_rejections_are_located(old, new, key, line, fragment):
      "reconcile.autoscale.roles.decode", "roles.decode.workers (9) is the starting count"),
     ("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 3, max: 8, target: {itl_p90_ms: 40}}",
      "reconcile.autoscale.roles.decode", "[min, max] = [3, 8]"),
+    # a colocated decode's GPUs follow the prefill count: prefill cannot be autoscaled then
+    ("decode: {workers: 2, gpus: 1}", "decode: {nodes: colocate, workers: 2, gpus: 1}",
+     "reconcile.autoscale.roles.prefill", "roles.decode colocates on the prefill nodes"),
     # scale to zero: refused until something brings a role back
     ("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 0, max: 8, target: {itl_p90_ms: 40}}",
      "reconcile.autoscale.roles.decode.min", "scale to zero is not supported yet"),
@@ -104,3 +107,10 @@ def test_rules_across_the_recipe_are_located(old, new, key, fragment):
     assert ei.value.key == key, str(ei.value)
     assert fragment in ei.value.message, str(ei.value)
     assert ei.value.line is not None, str(ei.value)
+
+
+def test_a_colocated_decode_alone_may_be_autoscaled():
+    text = DISAGG.replace("decode: {workers: 2, gpus: 1}", "decode: {nodes: colocate, workers: 2, gpus: 1}")
+    text = text.replace("      prefill: {min: 1, max: 4, target: {ttft_p90_ms: 800, waiting_per_worker: 4}}\n", "")
+    cfg = load(text).recipe.reconcile.autoscale
+    assert cfg.roles.prefill is None and cfg.roles.decode.max == 8

@@ -113,5 +113,10 @@ def check(recipe) -> None:
                                   f"[min, max] = [{rs.min}, {rs.max}]")
         if rs.min == 0:
             raise KeyedError(f"{key}.min", ZERO_REFUSED, unsupported="scale to zero")
+        if role == "prefill" and "decode" in layouts and layouts["decode"].colocate:
+            # the colocated decode workers' GPUs come after the prefill workers' on the same nodes
+            raise KeyedError(key, "roles.decode colocates on the prefill nodes: its workers' GPUs follow the "
+                                  "prefill count, so each prefill change would move (roll) every decode worker; "
+                                  "give decode nodes of its own to autoscale prefill (decode alone may be)")
     if cfg.scale_to_zero_after_seconds is not None:
         raise KeyedError("reconcile.autoscale.scale_to_zero_after_seconds", ZERO_REFUSED, unsupported="scale to zero")
