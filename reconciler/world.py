@@ -348,6 +348,8 @@ class DesiredRecipe:
     surge_allocs: Mapping[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)  # index -> its workers
     handover_seconds: float | None = None  # reconcile.handover_seconds (None: from launch-to-Ready)
     time_limit_seconds: float | None = None  # the allocations' Slurm time limit, when there is one
+    # autoscaler scale-down victims: out of the routers, still running until drained (desired/scale.py)
+    draining: frozenset[str] = frozenset()
 
     def policy(self, role: str) -> RestartPolicy:
         return self.restart.get(role, RestartPolicy())

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from reconciler.cli import autoscale_view
 from reconciler.errors import ReconcilerError
 
 
@@ -95,6 +96,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
             "reason": reason or ("InvalidSpec" if invalid else None), "reasonMessage": why,
             "nodes": sorted({n for w in st["workers"] for n in w["nodes"]}),
             "pendingAllocations": st.get("pendingAllocations", []),
+            "autoscale": autoscale_view.summary(sd, name, st["roles"]),
         })
     return rows
 
@@ -164,6 +166,7 @@ def print_table(rows: list[dict], manifests: str, wide: bool = False, header: bo
             click.echo(click.style("invalid: ", fg="red") + r["error"], err=True)
         elif r.get("reasonMessage") and not wide:
             click.echo(click.style(f"{r['reason']}: ", fg="red") + f"{_shown(r)}/{r['reasonMessage']}", err=True)
+    autoscale_view.print_get(rows)
     from reconciler.cli.waits import summary
 
     queued = summary({_shown(r): r["waitingForAllocation"] for r in rows if r.get("waitingForAllocation") is not None})

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from reconciler.recipe import namespaces
-from reconciler.cli import operate
+from reconciler.cli import autoscale_view, operate
 from reconciler.cli.common import DRIVER_OPT, INSTANCE_OPT, MANIFESTS_OPT, PORTS_OPT, STATE_OPT, _controller, _fail
 from reconciler.errors import ReconcilerError
 from reconciler.timefmt import iso
@@ -61,7 +61,8 @@ def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: st
             "events": operate.read_events(Path(state), name)[-20:],
             "lastAllocationLost": sd.read_json(sd.recipe_dir(name) / "allocation-lost.json", None,
                                                lambda x: isinstance(x, dict)),
-            "quarantinedNodes": {n: {"until": iso(q.until), "why": q.why} for n, q in ctl.slurm.quarantined.items()}}
+            "quarantinedNodes": {n: {"until": iso(q.until), "why": q.why} for n, q in ctl.slurm.quarantined.items()},
+            "autoscale": autoscale_view.read(sd, name)}
 
 
 @click.command()
@@ -118,6 +119,7 @@ def describe(name: str, manifests: str, state: str, driver: str | None, port_ran
     if doc["lastAllocationLost"]:
         lost = doc["lastAllocationLost"]
         click.echo(f"  last lost: {lost['message']} (at {lost['at']})")
+    autoscale_view.print_describe(doc["autoscale"])
     click.echo("Events:")
     for e in doc["events"] or []:
         click.echo("  " + operate.event_line(e))

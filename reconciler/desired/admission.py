@@ -20,6 +20,7 @@ from reconciler.desired.services.spec import discovery_of, resolve
 from reconciler.desired.runtime import node_count
 from reconciler.errors import KeyedError
 from reconciler.recipe import load
+from reconciler.recipe.autoscale import check as check_autoscale
 from reconciler.recipe.cluster import Cluster
 from reconciler.recipe.load import LoadedRecipe
 from reconciler.recipe.model import Recipe
@@ -34,6 +35,7 @@ def admit(recipe: Recipe, data: dict, preflight: bool) -> dict[str, str]:
             raise KeyedError("dynamo.version", str(e)) from None
     endpoints_of(recipe)  # each engine's topology rules (TopologyError at the role's key)
     resolve(recipe)  # the services it runs (ServiceError at the service's key)
+    check_autoscale(recipe)  # the autoscaled roles exist and start within [min, max]
     wrong = check_frontend(recipe)
     if wrong is not None:
         raise KeyedError(*wrong)

@@ -25,6 +25,7 @@ from reconciler.desired.context import Context, context
 from reconciler.desired.passes import live
 from reconciler.desired.placement import Placement, placement
 from reconciler.desired.sources import frontend, per_worker, services, workers
+from reconciler.desired.scale import Scale
 from reconciler.desired.sources.base import Source
 from reconciler.desired.topology import generation, topology
 from reconciler.recipe.model import Recipe
@@ -51,6 +52,7 @@ def build(
     allow_empty: bool = False,
     hold: Mapping[str, str] | None = None,
     suspended: frozenset[str] = frozenset(),
+    scale: Mapping[str, Scale] | None = None,
 ) -> Desired:
     """``ports`` is this build's port assignment: ports are handed out into it. ``cache`` (kept
     by the caller across ticks) skips rebuilding a recipe whose spec, allocations and assigned
@@ -60,19 +62,23 @@ def build(
     left out, and named in ``Desired.held`` so that plan() does not mistake it for a
     deleted recipe. What it runs keeps running. ``hold``: names held from the start (their
     file cannot be read into a spec). ``suspended``: names suspended by ``reconciler suspend``
-    (``reconcile.suspend`` in the file is the other way): fully computed, marked, never acted on."""
+    (``reconcile.suspend`` in the file is the other way): fully computed, marked, never acted on.
+    ``scale``: the autoscaler's counts and draining workers per recipe (desired/scale.py)."""
     out = {}
     held: dict[str, str] = {n: why for n, why in (hold or {}).items() if n not in recipes}
     owned = ports.owned_index() if cache is not None else {}
     for name, r in recipes.items():
         allocs = observed.allocs_of(name)
         before = owned.get(name, ()) if cache is not None else ports.owned_by_recipe(name)
+        sc = (scale or {}).get(name)
         try:
             steps = observed.steps_of(name)
             if cache is None:
-                out[name] = build_recipe(r, allocs, ports, state_dir, python, steps)
+                out[name] = build_recipe(r, allocs, ports, state_dir, python, steps, sc)
             else:
-                out[name] = _cached(cache, r, allocs, steps, ports, state_dir, python, owned.get(name, ()))
+                out[name] = _cached(cache, r, allocs, steps, ports, state_dir, python, owned.get(name, ()), sc)
+            if sc is not None and sc.draining:
+                out[name] = replace(out[name], draining=sc.draining)  # out of the routers, still running
             if name in suspended or r.reconcile.suspend:
                 out[name] = replace(out[name], suspended=True)  # fully computed, never acted on
         except PortsExhausted as e:
@@ -88,7 +94,7 @@ def build(
 
 
 def _cached(cache: dict, r: Recipe, allocs: list[Alloc], steps: list[Step], ports: NodePortAllocator,
-            state_dir: Path, python: str, owned: tuple) -> DesiredRecipe:
+            state_dir: Path, python: str, owned: tuple, sc: Scale | None = None) -> DesiredRecipe:
     """The cached build while its spec, allocations, ports (``owned``: what it holds now) and the
     life slots and specs its steps run (which pick each worker's slot) are unchanged."""
     name = r.name
@@ -96,10 +102,11 @@ def _cached(cache: dict, r: Recipe, allocs: list[Alloc], steps: list[Step], port
     # the same spec object as last time (the manifest cache hands out the same one): same generation
     gen = hit[0][0] if hit is not None and hit[2] is r else generation(r)
     lives = frozenset((s.role, s.index, s.slot, s.job_id, s.spec_hash) for s in steps)
-    key = (gen, tuple(sorted((a.job_id, a.index, a.start, a.count, a.state, a.nodes) for a in allocs)), lives, owned)
+    key = (gen, tuple(sorted((a.job_id, a.index, a.start, a.count, a.state, a.nodes) for a in allocs)), lives,
+           sc.key() if sc else (), owned)
     if hit is None or hit[0] != key:
-        built = build_recipe(r, allocs, ports, state_dir, python, steps)
-        hit = ((*key[:3], ports.owned_by_recipe(name)), built, r)  # the ports it now holds
+        built = build_recipe(r, allocs, ports, state_dir, python, steps, sc)
+        hit = ((*key[:4], ports.owned_by_recipe(name)), built, r)  # the ports it now holds
         cache[name] = hit
     elif hit[2] is not r:
         cache[name] = (hit[0], hit[1], r)
@@ -108,11 +115,12 @@ def _cached(cache: dict, r: Recipe, allocs: list[Alloc], steps: list[Step], port
 
 def build_recipe(
     recipe: Recipe, allocs: list[Alloc], ports: NodePortAllocator, state_dir: Path, python: str,
-    steps: list[Step] | None = None,
+    steps: list[Step] | None = None, sc: Scale | None = None,
 ) -> DesiredRecipe:
-    """``steps``: the recipe's observed steps; they tell each unit's life slot (``core.slots``)."""
+    """``steps``: the recipe's observed steps; they tell each unit's life slot (``core.slots``).
+    ``sc``: the autoscaler's counts, which the topology stage builds the recipe at."""
     steps = steps or []
-    top = topology(recipe)
+    top = topology(recipe, counts=sc.counts if sc else None)
     where = placement(top, allocs, steps)
     return assemble(context(top, where, ports, state_dir, python, steps))
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from reconciler.backends.failover import engines_per_worker
 from reconciler.backends.registry import endpoints_of
 from reconciler.desired.services.spec import ServiceSpec, resolve
 from reconciler.desired.services.layout import dedicated_ordinal
+from reconciler.desired.scale import scaled
 from reconciler.recipe.model import Recipe
 from reconciler.recipe.topology import Endpoint
 
@@ -41,7 +43,10 @@ def generation(recipe: Recipe) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def topology(recipe: Recipe, gen: str | None = None) -> Topology:
+def topology(recipe: Recipe, gen: str | None = None, counts: Mapping[str, int] | None = None) -> Topology:
+    """``counts``: the autoscaler's workers per role (desired/scale.py); the generation stays the file's."""
+    gen = gen or generation(recipe)
+    recipe = scaled(recipe, counts) if counts else recipe
     specs = resolve(recipe)
-    return Topology(recipe, gen or generation(recipe), tuple(endpoints_of(recipe)), tuple(specs),
+    return Topology(recipe, gen, tuple(endpoints_of(recipe)), tuple(specs),
                     dedicated_ordinal(recipe, specs), engines_per_worker(recipe))

@@ -28,6 +28,7 @@ from reconciler.recipe.types import (  # noqa: F401
 from reconciler.recipe.engines import ENGINES, Engine, engine_list_text
 from reconciler.recipe.bounds import MAX_GPUS_PER_WORKER, MAX_NODES_PER_WORKER, MAX_WORKERS
 from reconciler.recipe.slurm import SlurmConfig  # noqa: F401 - a section of Recipe
+from reconciler.recipe.autoscale import AutoscaleConfig
 from reconciler.recipe.topology import MODES, Mode, RoleLayout, one_node_split
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")  # srtctl has no limit; ours keeps paths sane
@@ -227,6 +228,7 @@ class ReconcileConfig(Strict):
     configs_dir: str | None = None
     # the cluster config's default_bash_preamble: shell text run before every container step (reconciler.desired.preambles)
     bash_preamble: str | None = None
+    autoscale: AutoscaleConfig | None = None  # elastic roles (recipe/autoscale.py)
 
     @field_validator("engine_python")
     @classmethod

@@ -27,6 +27,7 @@ from reconciler.drivers import Driver
 from reconciler.errors import ReconcilerError
 from reconciler.fsutil import atomic_write_text
 from reconciler.core.ports import NodePortAllocator
+from reconciler.shell.autoscale import Autoscaler
 from reconciler.shell.execute import Executor
 from reconciler.shell import probe
 from reconciler.shell.gateway import Gateways
@@ -67,6 +68,7 @@ class Controller:
         self.executor = Executor(self.state, driver, self.observer)
         self.nodes = NodeWatch(self.state, driver)  # suspect nodes after a node failure
         self.slurm = SlurmWatch(self.state, driver)  # reservations, pending explanations, quarantine
+        self.autoscaler = Autoscaler(self.state)  # reconcile.autoscale: counts per role, kept in state/
         # the deployments' gateways (nginx on this host); a master that exits wakes the loop
         self.gateways = None if read_only else Gateways(self.state, wake=self._wake_soon)
         self.metrics: Metrics | None = None  # run --metrics-addr
@@ -140,7 +142,8 @@ class Controller:
                     for n, why in m.invalid.items() if n not in m.recipes}
         desired = build_desired(m.recipes, pre, ports, self.state.root, self.python, m.files_seen,
                                 self._desired_cache, self.allow_empty, hold=unusable,
-                                suspended=suspended_names(self.state.root))
+                                suspended=suspended_names(self.state.root),
+                                scale=self.autoscaler.overrides(m.recipes, now))
         ready, health = self.observer.health(desired, facts.steps, now)
         previous_ready, previous_failures = self.observer.previous_ready(desired, facts.steps)
         self.slurm.refresh(facts.allocs, desired, now)  # the slow questions, only when due
@@ -177,6 +180,8 @@ class Controller:
         self.slurm.failures(done, snap.observed, [f.step for f in snap.failed_launches], snap.desired, snap.now)
         self.slurm.note(snap.observed.pending, snap.observed.deadlines, snap.observed.allocs, snap.now)
         record(self.state, snap, self.gateways)
+        if self.autoscaler.after_tick(snap):
+            self._wake.set()  # a count changed or a victim left the routers: the next tick acts on it
         self.ticks += 1
         self.actions_done += len(done)
         self._write_progress(snap.now)
@@ -339,6 +344,9 @@ class Controller:
         self._log_waiting(snap.plan)
         wait = next_wait(snap, resync)
         due = self.gateways.next_due(snap.now) if self.gateways else None  # a gateway's restart backoff
+        scale = self.autoscaler.next_due()  # the autoscaler's next look at the metrics
+        if scale is not None:
+            wait = min(wait, max(0.05, scale - snap.now))
         return wait if due is None else min(wait, max(0.05, due))
 
     def _log_waiting(self, p: Plan) -> None:

@@ -298,3 +298,39 @@ def _forget_idle(probed: set[tuple[str, int]]) -> None:
         kept = _idle.pop(key, None)
         if kept is not None:
             kept[0].close()
+
+
+PAGE_LIMIT = 4 << 20  # a metrics page read by the autoscaler (a real engine's runs to some 100 KB)
+
+
+def fetch(url: str, timeout: float = TIMEOUT) -> str | None:
+    """GET ``url`` (http://host:port/path, straight: no proxy): its text when it answers 200, else None."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        conn = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=timeout)
+        try:
+            conn.request("GET", parts.path or "/", headers={"User-Agent": "reconciler-autoscale"})
+            r = conn.getresponse()
+            return r.read(PAGE_LIMIT).decode(errors="replace") if r.status == 200 else None
+        finally:
+            conn.close()
+    except Exception:  # noqa: BLE001 - OSError, HTTPException, a bad host name: no page
+        return None
+
+
+def fetch_all(urls: Iterable[str]) -> dict[str, str | None]:
+    """Every URL's page, in parallel on the probes' threads (between ticks' probes, never during)."""
+    todo = list(urls)
+    out: dict[str, str | None] = {}
+    queue = iter(todo)
+
+    def drain() -> None:
+        for url in queue:
+            out[url] = fetch(url)
+
+    for f in [_pool.submit(drain) for _ in range(min(CONCURRENCY, len(todo)))]:
+        f.result()
+    return out

@@ -34,8 +34,9 @@ class Change:
 
 
 def serving(d: DesiredRecipe, o: Observed, u) -> bool:
-    """Ready, or Ready before and not (yet) judged dead: one failed probe does not flap the router."""
-    return stop.serving(d, bool(o.ready.get(u.key)), o.health.get(u.key))
+    """Ready, or Ready before and not (yet) judged dead: one failed probe does not flap the router.
+    A worker the autoscaler drains is out of the routers, whatever its health."""
+    return u.name not in d.draining and stop.serving(d, bool(o.ready.get(u.key)), o.health.get(u.key))
 
 
 def old_serving(d: DesiredRecipe, o: Observed, u) -> bool:

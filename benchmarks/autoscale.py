@@ -1,0 +1,236 @@
+"""An autoscaled deployment against the same one fixed at its maximum, under a load that steps up and down.
+
+    python benchmarks/autoscale.py [--mode agg|disagg] [--max 4] [--low 20] [--high 60] [--tail 60] [--clients 16]
+    python benchmarks/autoscale.py --smoke     # its smallest size (agg, max 2, short phases): CI runs it
+
+Its table is docs/performance.md, section "Autoscaling (benchmarks/autoscale.py)".
+
+Runs `reconciler run` on the real Slurm (or the local driver without sbatch) with a mocker
+recipe behind the built-in router (aggregated, max_num_seqs 2 so that a load queues; or with
+--mode disagg, 2 prefill workers and the decode role colocated on their node), twice: (a)
+``reconcile.autoscale`` from 1 to MAX workers (agg, or decode) on ``waiting_per_worker``, (b)
+fixed at MAX.
+The same closed-loop load drives both: 1 streaming client for --low s, --clients for --high s,
+1 again for --tail s. Per run: requests, failed, the share whose TTFT and mean ITL are within
+the targets (--ttft-ms, --itl-ms, measured by the client), worker GPU-seconds held (GPUs of the
+workers that had a step, sampled from status.json every 0.5 s), the time from the step up to
+the first Scaled event (decided) and to one more worker in the router's endpoints (serving).
+Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import calendar
+import http.client
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+RECIPE = """\
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker, speedup_ratio: 1, max_num_seqs: 2}}
+roles: {{agg: {{workers: {workers}, gpus: 1}}}}
+frontend: {{type: builtin, args: {{poll-interval: 0.2}}}}
+"""
+# disaggregated on one node: decode colocated on the prefill node, so decode alone is autoscaled
+# (recipe/autoscale.py refuses prefill then: its count would move every decode worker's GPUs);
+# the prefill role is the same 2 workers in both runs
+DISAGG = """\
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+roles:
+  prefill: {{nodes: 1, workers: 2, gpus: 1, engine: {{type: mocker, speedup_ratio: 1, max_num_seqs: 64}}}}
+  decode: {{nodes: colocate, workers: {workers}, gpus: 1, engine: {{type: mocker, speedup_ratio: 1, max_num_seqs: 2}}}}
+frontend: {{type: builtin, args: {{poll-interval: 0.2}}}}
+"""
+AUTOSCALE = """\
+reconcile:
+  autoscale:
+    roles:
+{roles}
+    interval_seconds: 2
+    scale_down_after_seconds: {down}
+    drain_seconds: 1
+"""
+
+
+class Client(threading.Thread):
+    """Streaming chat completions one after another until stopped: (ok, ttft s, mean itl s) each."""
+
+    def __init__(self, endpoint: str, max_tokens: int):
+        super().__init__(daemon=True)
+        u = urlsplit(endpoint)
+        self.host, self.port, self.max_tokens = u.hostname, u.port, max_tokens
+        self.results: list[tuple[bool, float, float]] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": self.max_tokens,
+                           "stream": True}).encode()
+        while not self.halt.is_set():
+            t0 = time.monotonic()
+            times: list[float] = []
+            ok = False
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+            try:
+                conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+                r = conn.getresponse()
+                if r.status == 200:
+                    for line in r:
+                        if line.startswith(b"data: ") and b'"content"' in line:
+                            times.append(time.monotonic())
+                        elif line.startswith(b"data: [DONE]"):
+                            ok = True
+                else:
+                    r.read()
+            except (OSError, http.client.HTTPException):
+                ok = False
+            finally:
+                conn.close()
+            ttft = times[0] - t0 if times else float("inf")
+            itl = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 0.0
+            self.results.append((ok and bool(times), ttft, itl))
+
+
+def read_json(p: Path) -> dict:
+    try:
+        return json.loads(p.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def one_run(tmp: Path, driver: str, a, autoscaled: bool) -> dict:
+    name = f"bench-{'auto' if autoscaled else 'fixed'}"
+    state = tmp / "state"
+    text = (DISAGG if a.mode == "disagg" else RECIPE).format(name=name, workers=1 if autoscaled else a.max)
+    if autoscaled:
+        roles = ("decode",) if a.mode == "disagg" else ("agg",)
+        text += AUTOSCALE.format(down=a.down, roles="\n".join(
+            f"      {r}: {{min: 1, max: {a.max}, target: {{waiting_per_worker: 1}}}}" for r in roles))
+    f = tmp / "manifests" / f"{name}.yaml"
+    f.write_text(text)
+    deadline = time.monotonic() + 120
+    while not (st := read_json(state / name / "status.json")).get("phase") == "Ready":
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{name}: not Ready in 120 s")
+        time.sleep(0.2)
+    endpoint = st["endpoint"]
+    gpu_s, samples, stop = [0.0], threading.Event(), threading.Event()
+    step_at: list[float] = []
+    serving_at: list[float] = []
+    baseline: list[int] = []
+
+    def sample() -> None:
+        last = time.monotonic()
+        while not stop.wait(0.5):
+            now = time.monotonic()
+            rows = read_json(state / name / "status.json").get("workers", [])
+            gpu_s[0] += (now - last) * sum(len(r.get("gpus", [])) for r in rows if r.get("steps"))
+            last = now
+            eps = read_json(state / name / "endpoints.json").get("workers", [])
+            if step_at and not baseline:
+                baseline.append(len(eps))  # the workers routed at the step
+            if step_at and not serving_at and baseline and len(eps) > baseline[0]:
+                serving_at.append(now)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    clients = [Client(endpoint, a.tokens)]
+    clients[0].start()
+    time.sleep(a.low)
+    step_at.append(time.monotonic())
+    wall_step = time.time()
+    burst = [Client(endpoint, a.tokens) for _ in range(a.clients - 1)]
+    for c in burst:
+        c.start()
+    time.sleep(a.high)
+    for c in burst:
+        c.halt.set()
+    for c in burst:
+        c.join(60)
+    time.sleep(a.tail)
+    clients[0].halt.set()
+    clients[0].join(60)
+    stop.set()
+    sampler.join(5)
+    results = [r for c in clients + burst for r in c.results]
+    within = sum(1 for ok, ttft, itl in results if ok and ttft * 1000 <= a.ttft_ms and itl * 1000 <= a.itl_ms)
+    decided = None
+    for line in (state / "events.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        if e.get("recipe") == name and e.get("kind") == "Scaled" and "scaled up" in e.get("message", ""):
+            t = calendar.timegm(time.strptime(e["time"], "%Y-%m-%dT%H:%M:%SZ"))  # UTC, to the second
+            if t >= int(wall_step):
+                decided = max(0.0, t - wall_step)
+                break
+    f.unlink()
+    deadline = time.monotonic() + 120
+    while read_json(state / name / "status.json").get("phase") != "Deleted" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return {"run": "autoscaled" if autoscaled else f"fixed {a.max}", "requests": len(results),
+            "failed": sum(1 for ok, _, _ in results if not ok), "within": 100.0 * within / max(1, len(results)),
+            "gpu_s": gpu_s[0], "decided": decided,
+            "serving": serving_at[0] - step_at[0] if serving_at and autoscaled else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--max", type=int, default=4, help="the most workers (and the fixed run's count)")
+    ap.add_argument("--clients", type=int, default=16, help="clients during the high phase")
+    ap.add_argument("--low", type=float, default=20.0, help="seconds of 1 client before the step up")
+    ap.add_argument("--high", type=float, default=60.0, help="seconds of the high load")
+    ap.add_argument("--tail", type=float, default=60.0, help="seconds of 1 client after it")
+    ap.add_argument("--down", type=float, default=20.0, help="scale_down_after_seconds")
+    ap.add_argument("--tokens", type=int, default=32, help="max_tokens per request")
+    ap.add_argument("--ttft-ms", type=float, default=500.0)
+    ap.add_argument("--itl-ms", type=float, default=40.0)
+    ap.add_argument("--mode", choices=["agg", "disagg"], default="agg", help="aggregated, or prefill + decode")
+    ap.add_argument("--driver", default=None)
+    ap.add_argument("--smoke", action="store_true", help="the smallest size (max 2, short phases): that it runs")
+    a = ap.parse_args()
+    if a.smoke:
+        a.max, a.clients, a.low, a.high, a.tail, a.down = 2, 6, 3.0, 15.0, 12.0, 5.0
+    driver = a.driver or ("slurm" if shutil.which("sbatch") else "local")
+    tmp = Path(tempfile.mkdtemp(prefix="autoscale-"))
+    (tmp / "manifests").mkdir()
+    # an empty recipe stays, so deleting the measured one is not "every manifest gone" (refused)
+    (tmp / "manifests" / "keep.yaml").write_text(RECIPE.format(name="keep", workers=0).replace("builtin", "none"))
+    log = open(tmp / "reconciler.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "run", "--manifests", str(tmp / "manifests"),
+                             "--state", str(tmp / "state"), "--driver", driver, "--resync", "2"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        rows = [one_run(tmp, driver, a, True), one_run(tmp, driver, a, False)]
+        print(f"{'run':>10} {'requests':>8} {'failed':>6} {'within %':>8} {'GPU-s':>7} {'decided s':>9} {'serving s':>9}")
+        for r in rows:
+            dec = f"{r['decided']:.1f}" if r["decided"] is not None else "-"
+            srv = f"{r['serving']:.1f}" if r["serving"] is not None else "-"
+            print(f"{r['run']:>10} {r['requests']:>8} {r['failed']:>6} {r['within']:>8.1f} {r['gpu_s']:>7.1f} "
+                  f"{dec:>9} {srv:>9}", flush=True)
+        auto, fixed = rows
+        print(f"autoscale ({driver}, {a.mode}, 1..{a.max} workers, {a.clients} clients for {a.high:g} s): GPU-seconds "
+              f"{100 * auto['gpu_s'] / max(fixed['gpu_s'], 1e-9):.0f} % of the fixed run (target <= 60 %), "
+              f"{auto['within']:.1f} % within TTFT {a.ttft_ms:g} ms / ITL {a.itl_ms:g} ms (target >= 95 %), "
+              f"failed {auto['failed']} (target 0)")
+    finally:
+        for f in (tmp / "manifests").glob("*.yaml"):
+            f.unlink()
+        proc.terminate()
+        proc.wait()
+        subprocess.run([sys.executable, "-m", "reconciler.cli", "run", "--once", "--allow-empty", "--manifests",
+                        str(tmp / "manifests"), "--state", str(tmp / "state"), "--driver", driver],
+                       capture_output=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""The autoscaler's counts, taken by the topology stage: the recipe with each role's ``workers``.
+
+The autoscaler (``core/plan/autoscale.py`` decides, ``shell/autoscale.py`` keeps its memory)
+hands the pipeline one ``Scale`` per recipe: a count per role and the workers that drain (out of
+the routers, still running). The topology stage builds the recipe at those counts, so every stage
+after it (placement, the sources, the frontend's worker list) sees one consistent recipe: there is
+no second path that builds workers. The recipe's generation stays the file's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from reconciler.recipe.model import Recipe
+
+
+@dataclass(frozen=True)
+class Scale:
+    counts: Mapping[str, int] = field(default_factory=dict)  # role -> workers to build
+    draining: frozenset[str] = frozenset()  # unit names out of the routers, waiting to be stopped
+
+    def key(self) -> tuple:
+        return tuple(sorted(self.counts.items()))
+
+
+def scaled(recipe: Recipe, counts: Mapping[str, int]) -> Recipe:
+    """``recipe`` with ``roles.<role>.workers`` set from ``counts``. Each worker keeps the GPUs the
+    file gives it; the role's nodes follow from the count (a colocated role stays colocated)."""
+    layouts = recipe.role_layouts()
+    changed = {}
+    for role, n in counts.items():
+        lay = layouts.get(role)  # type: ignore[call-overload]
+        if lay is None or lay.workers == n:
+            continue
+        rc = recipe.roles[role]
+        nodes = rc.nodes if lay.colocate else None
+        changed[role] = rc.model_copy(update={"workers": n, "gpus": lay.gpus, "nodes": nodes})
+    if not changed:
+        return recipe
+    return recipe.model_copy(update={"roles": recipe.roles.model_copy(update=changed)})

@@ -1,0 +1,122 @@
+"""``reconcile.autoscale``: the elastic-deployment block (ours; srtctl never sees it).
+
+Each role named here is sized between ``min`` and ``max`` from its workers' own metrics
+(``core/plan/autoscale.py`` decides, Kubernetes HPA ``behavior`` semantics); the role's
+``workers:`` in the file is the starting count. Every number is bounded; the rules that need the
+whole recipe (the role exists, min <= workers <= max) are ``check`` (run at admission, located).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from reconciler.errors import KeyedError
+from reconciler.recipe.bounds import MAX_WORKERS
+from reconciler.recipe.types import Strict
+
+DAY = 86400.0
+
+
+class Targets(Strict):
+    """What one worker of the role should carry; any target above its value asks for more workers
+    (the largest ask wins, as an HPA with several metrics). Latency targets only ever ask for more:
+    a low latency says nothing about spare capacity; the load targets size the role down."""
+
+    waiting_per_worker: float | None = Field(None, gt=0, le=100_000)  # requests queued per worker
+    running_per_worker: float | None = Field(None, gt=0, le=100_000)  # requests in flight (running + queued) per worker
+    kv_usage: float | None = Field(None, gt=0, le=1)  # KV-cache usage per worker, 1 = full
+    ttft_p90_ms: float | None = Field(None, gt=0, le=3_600_000)  # time to first token, 90th percentile
+    itl_p90_ms: float | None = Field(None, gt=0, le=600_000)  # inter-token latency, 90th percentile
+
+    @model_validator(mode="after")
+    def _some(self) -> Targets:
+        if all(v is None for v in self.model_dump().values()):
+            raise ValueError("expected at least one target (waiting_per_worker, running_per_worker, kv_usage, "
+                             "ttft_p90_ms or itl_p90_ms)")
+        return self
+
+
+class RoleScale(Strict):
+    min: int = Field(1, ge=0, le=MAX_WORKERS)
+    max: int = Field(..., ge=1, le=MAX_WORKERS)
+    target: Targets
+
+    @model_validator(mode="after")
+    def _range(self) -> RoleScale:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is above max ({self.max})")
+        return self
+
+
+class Limit(Strict):
+    """HPA's scaling policies: at most max(``workers``, ``percent`` % of the count at the start
+    of the period) added (or removed) per ``period_seconds``."""
+
+    workers: int = Field(4, ge=1, le=MAX_WORKERS)
+    percent: float = Field(100.0, ge=0, le=1000)
+    period_seconds: float = Field(15.0, gt=0, le=DAY)
+
+
+class AutoscaleRoles(Strict):
+    prefill: RoleScale | None = None
+    decode: RoleScale | None = None
+    agg: RoleScale | None = None
+
+    def items(self) -> list[tuple[str, RoleScale]]:
+        return [(m, r) for m in ("prefill", "decode", "agg") if (r := getattr(self, m)) is not None]
+
+
+class AutoscaleConfig(Strict):
+    roles: AutoscaleRoles
+    interval_seconds: float = Field(5.0, ge=1, le=600)  # metrics are read and a decision made this often
+    scale_up_after_seconds: float = Field(0.0, ge=0, le=DAY)  # HPA scaleUp.stabilizationWindowSeconds
+    scale_down_after_seconds: float = Field(300.0, ge=0, le=DAY)  # HPA scaleDown.stabilizationWindowSeconds
+    # a role with min 0 is released entirely after this long without a request (None: never below 1)
+    scale_to_zero_after_seconds: float | None = Field(None, ge=0, le=7 * DAY)
+    scale_up_limit: Limit = Limit()
+    scale_down_limit: Limit = Limit(workers=1, percent=100.0)
+    tolerance: float = Field(0.1, ge=0, le=1)  # HPA's: a ratio this close to 1 changes nothing
+    # a scale-down victim leaves the routers, then at least this long and until its requests are
+    # done (at most drain_timeout_seconds) before it is stopped
+    drain_seconds: float = Field(3.0, ge=0, le=3600)
+    drain_timeout_seconds: float = Field(120.0, ge=0, le=DAY)
+
+    @model_validator(mode="after")
+    def _some_role(self) -> AutoscaleConfig:
+        if not self.roles.items():
+            raise ValueError("expected at least one role under roles (prefill, decode or agg)")
+        return self
+
+
+# the policy can take a role to zero (core/plan/autoscale.py), but nothing brings it back yet: with no
+# worker there is no load to read, and the frontend, whose canary then fails, is stopped; the gateway
+# has to hold the requests and report them first (issue 28, item 5)
+ZERO_REFUSED = ("scale to zero is not supported yet: a role at zero would not come back (no worker to read "
+                "load from, and nothing holds the requests meanwhile); use min: 1")
+
+
+def check(recipe) -> None:
+    """The rules that need the whole recipe: each autoscaled role exists, its starting count lies
+    in [min, max]; scale to zero (min 0, scale_to_zero_after_seconds) is refused for now."""
+    cfg: AutoscaleConfig | None = recipe.reconcile.autoscale
+    if cfg is None:
+        return
+    layouts = recipe.role_layouts()
+    for role, rs in cfg.roles.items():
+        key = f"reconcile.autoscale.roles.{role}"
+        if role not in layouts:
+            have = ", ".join(layouts) or "none"
+            raise KeyedError(key, f"the recipe has no role {role!r} (its roles: {have})")
+        workers = layouts[role].workers
+        if not rs.min <= workers <= rs.max:
+            raise KeyedError(key, f"roles.{role}.workers ({workers}) is the starting count and must lie in "
+                                  f"[min, max] = [{rs.min}, {rs.max}]")
+        if rs.min == 0:
+            raise KeyedError(f"{key}.min", ZERO_REFUSED, unsupported="scale to zero")
+        if role == "prefill" and "decode" in layouts and layouts["decode"].colocate:
+            # the colocated decode workers' GPUs come after the prefill workers' on the same nodes
+            raise KeyedError(key, "roles.decode colocates on the prefill nodes: its workers' GPUs follow the "
+                                  "prefill count, so each prefill change would move (roll) every decode worker; "
+                                  "give decode nodes of its own to autoscale prefill (decode alone may be)")
+    if cfg.scale_to_zero_after_seconds is not None:
+        raise KeyedError("reconcile.autoscale.scale_to_zero_after_seconds", ZERO_REFUSED, unsupported="scale to zero")

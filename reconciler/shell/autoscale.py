@@ -1,0 +1,200 @@
+"""The autoscaler's edge: read the workers' metrics, keep the decisions' memory, say what changed.
+
+Per recipe with ``reconcile.autoscale``, every ``interval_seconds`` after a tick: the Prometheus
+pages of its autoscaled roles' Ready workers (and of the workers draining, and of its frontends)
+are read through the probe pool, summed per role into ``Load`` facts, and handed to
+``core/plan/autoscale.compute_autoscale``. Its memory and the last decisions with their inputs
+are kept in state/<recipe>/autoscale.json; each change of a role's count is an event with its
+reason. The next tick's desired state is built at the counts kept there (``overrides``), which
+``get`` and ``plan`` read too (read-only). Losing the file restarts every role at its file's
+``workers:``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import structlog
+
+from reconciler.core.plan.autoscale import (
+    Load, RoleFacts, RoleMemory, compute_autoscale, from_json, start, to_json,
+)
+from reconciler.desired.scale import Scale
+from reconciler.drivers.state import StateDir
+from reconciler.recipe.autoscale import AutoscaleConfig
+from reconciler.recipe.model import Recipe
+from reconciler.shell import engine_metrics as em
+from reconciler.shell import probe
+from reconciler.shell.snapshot import Snapshot
+from reconciler.timefmt import iso
+
+log = structlog.get_logger("reconciler")
+FILE = "autoscale.json"
+KEEP_DECISIONS = 20  # the last changes kept for `describe`
+
+
+class Autoscaler:
+    def __init__(self, state: StateDir):
+        self.state = state
+        self._before: dict[str, tuple[float, em.Reading]] = {}  # metrics URL -> (when, its last reading)
+        self._due: dict[str, float] = {}  # recipe -> the next decision's time
+
+    # ---------------------------------------------------------------- read by every snapshot
+    def memory(self, name: str, recipe: Recipe, now: float) -> dict[str, RoleMemory]:
+        cfg = recipe.reconcile.autoscale
+        assert cfg is not None
+        doc = self.state.read_json(self.state.path_of(name, FILE), {}, lambda d: isinstance(d, dict))
+        kept = doc.get("roles") if isinstance(doc.get("roles"), dict) else {}
+        layouts = recipe.role_layouts()
+        out = {}
+        for role, rs in cfg.roles.items():
+            m = from_json(kept.get(role), rs) if role in kept else None
+            out[role] = m if m is not None else start(layouts[role].workers, now)  # type: ignore[index]
+        return out
+
+    def overrides(self, recipes: Mapping[str, Recipe], now: float) -> dict[str, Scale]:
+        """The counts (and draining workers) the desired state is built with, per autoscaled recipe."""
+        out = {}
+        for name, r in recipes.items():
+            if r.reconcile.autoscale is None:
+                continue
+            try:
+                mem = self.memory(name, r, now)
+            except Exception as e:  # noqa: BLE001 - a bad memory file never stops a tick: the file's counts
+                log.warning("autoscale: cannot read the memory", recipe=name, error=f"{type(e).__name__}: {e}")
+                continue
+            out[name] = Scale({role: m.built for role, m in mem.items()},
+                              frozenset(f"{role}_{i}" for role, m in mem.items() for i in m.draining))
+        return out
+
+    # ---------------------------------------------------------------- after a tick (run only)
+    def after_tick(self, snap: Snapshot) -> bool:
+        """Decide for every autoscaled recipe that is due; True when a built count or the draining
+        set changed (the loop then ticks again soon, so that the change is acted on)."""
+        moved = False
+        for name, recipe in snap.manifests.recipes.items():
+            cfg = recipe.reconcile.autoscale
+            d = snap.desired.recipes.get(name)
+            if cfg is None or d is None or d.suspended:
+                self._due.pop(name, None)  # not decided on: no wake-up is due for it
+                continue
+            if snap.now < self._due.get(name, 0.0):
+                continue
+            self._due[name] = snap.now + cfg.interval_seconds
+            try:
+                moved |= self._decide(name, recipe, cfg, snap)
+            except Exception as e:  # noqa: BLE001 - one recipe's autoscaler must not stop the loop
+                log.exception("autoscale failed", recipe=name, error=f"{type(e).__name__}: {e}")
+        for gone in set(self._due) - set(snap.manifests.recipes):
+            del self._due[gone]
+        return moved
+
+    def next_due(self) -> float | None:
+        return min(self._due.values(), default=None)
+
+    def _decide(self, name: str, recipe: Recipe, cfg: AutoscaleConfig, snap: Snapshot) -> bool:
+        now, d, o = snap.now, snap.desired.recipes[name], snap.observed
+        mem = self.memory(name, recipe, now)
+        roles = dict(cfg.roles.items())
+        serving = [u for u in d.units if u.role in roles and o.ready.get(u.key) and u.name not in d.draining]
+        victims = [u for u in d.units if u.name in d.draining]
+        pages = _pages([*serving, *victims, *d.frontends])
+        allowance = len(d.frontends) * (cfg.interval_seconds / probe.CANARY_INTERVAL + 1)  # canary requests
+        facts: dict[str, RoleFacts] = {}
+        demand = self._frontend_requests(d.frontends, pages, now) > allowance
+        for role in roles:
+            mine = [u for u in serving if u.role == role]
+            load = self._load(mine, pages, now, allowance)
+            busy_victims = any(_busy(pages.get(_url(u))) for u in victims if u.role == role)
+            facts[role] = RoleFacts(len(mine), load, busy_victims, demand)
+        for u in victims:  # a victim's reading is not kept once it is gone
+            self._before.pop(_url(u), None)
+        decisions = compute_autoscale(cfg, facts, mem, now)
+        doc = self.state.read_json(self.state.path_of(name, FILE), {}, lambda x: isinstance(x, dict))
+        history = list(doc.get("decisions", []))[-KEEP_DECISIONS:] if isinstance(doc.get("decisions"), list) else []
+        last = {}
+        moved = False
+        for role, dec in decisions.items():
+            before, after = mem[role], dec.memory
+            last[role] = {"at": iso(now), "ask": dec.ask, "reason": dec.reason, "inputs": dict(dec.inputs),
+                          "ready": facts[role].ready, "target": after.target, "built": after.built,
+                          "min": roles[role].min, "max": roles[role].max,
+                          "draining": [f"{role}_{i}" for i in after.draining], "coming": coming(d, o, role, now)}
+            if dec.scaled:
+                history.append({"at": iso(now), "role": role, "from": before.target, "to": after.target,
+                                "reason": dec.reason, "inputs": dict(dec.inputs)})
+                verb = "up" if dec.scaled > 0 else "down"
+                self.state.event("Scaled", name, f"{role} scaled {verb} {dec.reason}", role=role,
+                                 **{"from": before.target, "to": after.target})
+            if after.drain_since is not None and before.drain_since is None:
+                self.state.event("Draining", name, f"{', '.join(last[role]['draining'])} out of the routers; "
+                                 f"stopped once their requests are done (at most {cfg.drain_timeout_seconds:g}s)",
+                                 role=role)
+            moved |= (after.built, list(after.draining)) != (before.built, list(before.draining))
+        self.state.write_json(self.state.path_of(name, FILE), {
+            "recipe": name, "roles": {r: to_json(dec.memory) for r, dec in decisions.items()},
+            "last": last, "decisions": history[-KEEP_DECISIONS:]})
+        return moved
+
+    def _load(self, units: list, pages: dict[str, em.Reading | None], now: float, allowance: float) -> Load | None:
+        pairs = []
+        for u in units:
+            r = pages.get(_url(u))
+            if r is None:
+                continue
+            prev = self._before.get(_url(u))
+            pairs.append((r, prev[1] if prev else None))
+            self._before[_url(u)] = (now, r)
+        if not pairs:
+            return None
+        # requests beyond the readiness canaries (the reconciler's own one-token completions)
+        served = max(0.0, sum(em.requests_since(r, b) for r, b in pairs) - allowance)
+        return Load(len(pairs), sum(r.gauges.get("waiting", 0.0) for r, _ in pairs),
+                    sum(r.gauges.get("running", 0.0) for r, _ in pairs),
+                    sum(r.gauges.get("kv_usage", 0.0) for r, _ in pairs),
+                    em.p90_ms(pairs, "ttft"), em.p90_ms(pairs, "itl"), math.floor(served))
+
+    def _frontend_requests(self, frontends, pages: dict[str, em.Reading | None], now: float) -> float:
+        total = 0.0
+        for u in frontends:
+            r = pages.get(_url(u))
+            if r is None:
+                continue
+            prev = self._before.get(_url(u))
+            self._before[_url(u)] = (now, r)
+            total += em.requests_since(r, prev[1] if prev else None)
+        return total
+
+
+def coming(d, o, role: str, now: float) -> list[str]:
+    """The role's workers that wait for an allocation still in Slurm's queue, with Slurm's reason and
+    expected start (squeue --start, asked at the pending-recheck pace): capacity already coming,
+    which the count decided includes (it is never asked for twice)."""
+    waiting = [f"{r}_{i}" for r, i in d.waiting if r == role]
+    if not waiting:
+        return []
+    infos = [o.pending[a.job_id] for a in o.allocs_of(d.name) if a.job_id in o.pending]
+    return [f"{', '.join(waiting)} wait for " + ("; ".join(i.explain(now) for i in infos) or "their allocation")]
+
+
+def _url(u) -> str:
+    return f"http://{u.nodes[0]}:{u.health_port}{u.metrics_path or '/metrics'}"
+
+
+def _busy(r: em.Reading | None) -> bool:
+    """A draining victim with requests still running or queued (unknown: assumed busy, bounded by the
+    drain timeout)."""
+    return r is None or r.gauges.get("running", 0.0) > 0 or r.gauges.get("waiting", 0.0) > 0
+
+
+def _pages(units: list) -> dict[str, em.Reading | None]:
+    urls = sorted({_url(u) for u in units if u.health_port and u.nodes})
+    texts = probe.fetch_all(urls)
+    out: dict[str, em.Reading | None] = {}
+    for url, text in texts.items():
+        try:
+            out[url] = em.parse(text) if text is not None else None
+        except ValueError:
+            out[url] = None  # not Prometheus text: as if it did not answer
+    return out

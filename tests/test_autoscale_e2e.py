@@ -1,0 +1,125 @@
+"""reconcile.autoscale on the real Slurm, a mocker recipe behind the built-in router: a queue that
+builds up adds workers; when it is gone the extra workers leave the router, drain and are stopped,
+with no request failing on the way (a light client keeps sending through the scale-down). Every
+wait is bounded; the checks read Slurm's steps, the router's endpoints file and the events."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import Harness
+from helpers import wait_until
+from test_surge_e2e import Client
+
+pytestmark = pytest.mark.slurm
+
+TEXT = """\
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker, speedup_ratio: 1, max_num_seqs: 2}}
+roles: {{agg: {{workers: 1, gpus: 1}}}}
+frontend: {{type: builtin, args: {{poll-interval: 0.2}}}}
+reconcile:
+  autoscale:
+    roles:
+      agg: {{min: 1, max: 3, target: {{waiting_per_worker: 2}}}}
+    interval_seconds: 1
+    scale_down_after_seconds: 8
+    drain_seconds: 1
+"""
+
+
+class Heavy(Client):
+    """A client whose requests take a while (so that they queue behind max_num_seqs)."""
+
+    def run(self) -> None:  # the parent's loop with a longer answer
+        import http.client
+
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 60}).encode()
+        while not self.halt.is_set() and self.ok + len(self.failed) < self.limit:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+            try:
+                conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+                r = conn.getresponse()
+                data = r.read()
+                if r.status == 200:
+                    self.ok += 1
+                else:
+                    self.failed.append(f"{r.status}: {data[:200]!r}")
+            except (OSError, http.client.HTTPException) as e:
+                self.failed.append(repr(e))
+            finally:
+                conn.close()
+
+
+def events(h: Harness, name: str) -> list[dict]:
+    return [e for e in map(json.loads, (h.state / "events.jsonl").read_text().splitlines()) if e["recipe"] == name]
+
+
+def routed(h: Harness, name: str) -> list[str]:
+    try:
+        return sorted(w["name"] for w in json.loads((h.state / name / "endpoints.json").read_text())["workers"])
+    except (FileNotFoundError, ValueError):
+        return []
+
+
+def test_load_adds_workers_and_its_end_drains_them_without_a_failed_request(tmp_path):
+    h = Harness(tmp_path, "slurm")
+    clients: list[Client] = []
+    try:
+        name = h.name("elastic")
+        (h.manifests / f"{name}.yaml").write_text(TEXT.format(name=name))
+        h.start()
+        endpoint = h.wait_ready(name, timeout=90)["endpoint"]
+        wait_until(lambda: routed(h, name) == ["agg_0"], timeout=30, what="the one worker routed")
+        light = Client(endpoint, limit=20000)
+        light.start()
+        clients.append(light)
+        heavy = [Heavy(endpoint, limit=2000) for _ in range(8)]
+        for c in heavy:
+            c.start()
+        clients += heavy
+        # the queue builds up: the autoscaler adds workers, Slurm runs them, the router gets them
+        wait_until(lambda: len(routed(h, name)) >= 2, timeout=90, interval=0.5,
+                   what=f"an added worker serving (events: {[e['message'] for e in events(h, name)][-5:]})")
+        up = [e for e in events(h, name) if e["kind"] == "Scaled"]
+        assert up and "scaled up" in up[0]["message"] and "waiting_per_worker" in up[0]["message"], up
+        assert up[0]["from"] == 1 and up[0]["to"] >= 2
+        assert "agg_1" in h.steps(name)
+        g = h.get(name)
+        assert g["autoscale"]["agg"]["desired"] >= 2 and (g["autoscale"]["agg"]["min"], g["autoscale"]["agg"]["max"]) == (1, 3)
+        r = h.cli("describe", name)
+        assert r.returncode == 0 and "Autoscale:" in r.stdout and "agg 1 -> " in r.stdout, r.stdout
+        # the load goes; the light client keeps sending through the scale-down
+        for c in heavy:
+            c.halt.set()
+        for c in heavy:
+            c.join(40)
+        n = light.ok
+        wait_until(lambda: set(h.steps(name)) == {"agg_0", "frontend_0"}, timeout=120, interval=0.5,
+                   what="scaled back down to one worker")
+        wait_until(lambda: light.ok >= n + 20, timeout=60, what="requests through the scale-down")
+        light.halt.set()
+        light.join(40)
+        assert light.failed == [], light.failed[:5]
+        assert all(c.failed == [] for c in heavy), [c.failed[:3] for c in heavy]
+        assert sum(c.ok for c in heavy) > 0
+        evs = events(h, name)
+        down = [i for i, e in enumerate(evs) if e["kind"] == "Scaled" and "scaled down" in e["message"]]
+        assert down, [e["message"] for e in evs]
+        # each victim left the router (Draining) before its step was cancelled
+        for victim in ("agg_1",):
+            drained = next(i for i, e in enumerate(evs) if e["kind"] == "Draining" and victim in e["message"])
+            cancelled = next(i for i, e in enumerate(evs) if e["kind"] == "CancelStep" and f"/{victim}" in e["message"])
+            assert drained < cancelled, [e["message"] for e in evs[drained:cancelled + 1]]
+        assert routed(h, name) == ["agg_0"]
+        assert h.get(name)["autoscale"]["agg"]["desired"] == 1
+    finally:
+        for c in clients:
+            c.halt.set()
+        for c in clients:
+            c.join(40)
+        h.cleanup()

@@ -1,0 +1,116 @@
+"""reconcile.autoscale: the block is validated with located errors, every number bounded."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from reconciler.desired.admission import load_text
+from reconciler.errors import RecipeError
+
+DISAGG = """\
+schema: 2
+name: demo
+model: {path: /models/m}
+resources: {gpus_per_node: 8}
+engine: mocker
+roles:
+  prefill: {workers: 1, gpus: 1}
+  decode: {workers: 2, gpus: 1}
+frontend: {type: builtin}
+reconcile:
+  autoscale:
+    roles:
+      decode: {min: 1, max: 8, target: {itl_p90_ms: 40}}
+      prefill: {min: 1, max: 4, target: {ttft_p90_ms: 800, waiting_per_worker: 4}}
+    scale_down_after_seconds: 120
+"""
+
+
+def load(text: str):
+    return load_text(textwrap.dedent(text), "demo.yaml")
+
+
+def test_the_issue_example_loads_with_hpa_defaults():
+    cfg = load(DISAGG).recipe.reconcile.autoscale
+    assert cfg is not None
+    assert cfg.roles.decode.max == 8 and cfg.roles.decode.target.itl_p90_ms == 40
+    assert cfg.roles.prefill.target.waiting_per_worker == 4 and cfg.roles.agg is None
+    assert cfg.scale_down_after_seconds == 120 and cfg.scale_up_after_seconds == 0
+    assert (cfg.scale_up_limit.workers, cfg.scale_up_limit.percent, cfg.scale_up_limit.period_seconds) == (4, 100, 15)
+    assert cfg.scale_to_zero_after_seconds is None
+
+
+def test_no_block_is_no_autoscaling():
+    text = DISAGG.split("reconcile:")[0]
+    assert load(text).recipe.reconcile.autoscale is None
+
+
+@pytest.mark.parametrize("old, new, key, line, fragment", [
+    ("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 1, max: 8, target: {itl_p90: 40}}",
+     "reconcile.autoscale.roles.decode.target.itl_p90", 13, "itl_p90_ms"),
+    ("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 1, max: 8, target: {}}",
+     "reconcile.autoscale.roles.decode.target", 13, "at least one target"),
+    ("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 9, max: 8, target: {itl_p90_ms: 40}}",
+     "reconcile.autoscale.roles.decode", 13, "min (9) is above max (8)"),
+    ("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 1, max: 100000, target: {itl_p90_ms: 40}}",
+     "reconcile.autoscale.roles.decode.max", 13, "less than or equal to 10000"),
+    ("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 1, max: 8, target: {itl_p90_ms: -1}}",
+     "reconcile.autoscale.roles.decode.target.itl_p90_ms", 13, "greater than 0"),
+    ("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 1, max: 8, target: {kv_usage: 2}}",
+     "reconcile.autoscale.roles.decode.target.kv_usage", 13, "less than or equal to 1"),
+    ("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 1, target: {itl_p90_ms: 40}}",
+     "reconcile.autoscale.roles.decode.max", 13, "missing"),
+    ("scale_down_after_seconds: 120", "scale_down_after_seconds: 1e9",
+     "reconcile.autoscale.scale_down_after_seconds", 15, "less than or equal to 86400"),
+    ("scale_down_after_seconds: 120", "interval_seconds: 0",
+     "reconcile.autoscale.interval_seconds", 15, "greater than or equal to 1"),
+    ("scale_down_after_seconds: 120", "scale_up_limit: {workers: 0}",
+     "reconcile.autoscale.scale_up_limit.workers", 15, "greater than or equal to 1"),
+    ("scale_down_after_seconds: 120", "scale_down_after: 120",
+     "reconcile.autoscale.scale_down_after", 15, "unknown key"),
+])
+def test_schema_rejections_are_located(old, new, key, line, fragment):
+    assert old in DISAGG
+    with pytest.raises(RecipeError) as ei:
+        load(DISAGG.replace(old, new))
+    e = ei.value
+    assert e.key == key, str(e)
+    assert e.line == line, str(e)
+    assert fragment in e.message, str(e)
+
+
+@pytest.mark.parametrize("old, new, key, fragment", [
+    # a role the recipe does not have
+    ("      decode: {min: 1, max: 8, target: {itl_p90_ms: 40}}",
+     "      decode: {min: 1, max: 8, target: {itl_p90_ms: 40}}\n      agg: {min: 1, max: 2, target: {kv_usage: 0.8}}",
+     "reconcile.autoscale.roles.agg", "no role 'agg' (its roles: prefill, decode)"),
+    # the starting count must lie in [min, max]
+    ("decode: {workers: 2, gpus: 1}", "decode: {workers: 9, gpus: 1}",
+     "reconcile.autoscale.roles.decode", "roles.decode.workers (9) is the starting count"),
+    ("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 3, max: 8, target: {itl_p90_ms: 40}}",
+     "reconcile.autoscale.roles.decode", "[min, max] = [3, 8]"),
+    # a colocated decode's GPUs follow the prefill count: prefill cannot be autoscaled then
+    ("decode: {workers: 2, gpus: 1}", "decode: {nodes: colocate, workers: 2, gpus: 1}",
+     "reconcile.autoscale.roles.prefill", "roles.decode colocates on the prefill nodes"),
+    # scale to zero: refused until something brings a role back
+    ("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 0, max: 8, target: {itl_p90_ms: 40}}",
+     "reconcile.autoscale.roles.decode.min", "scale to zero is not supported yet"),
+    ("scale_down_after_seconds: 120", "scale_to_zero_after_seconds: 900",
+     "reconcile.autoscale.scale_to_zero_after_seconds", "scale to zero is not supported yet"),
+])
+def test_rules_across_the_recipe_are_located(old, new, key, fragment):
+    assert old in DISAGG
+    with pytest.raises(RecipeError) as ei:
+        load(DISAGG.replace(old, new))
+    assert ei.value.key == key, str(ei.value)
+    assert fragment in ei.value.message, str(ei.value)
+    assert ei.value.line is not None, str(ei.value)
+
+
+def test_a_colocated_decode_alone_may_be_autoscaled():
+    text = DISAGG.replace("decode: {workers: 2, gpus: 1}", "decode: {nodes: colocate, workers: 2, gpus: 1}")
+    text = text.replace("      prefill: {min: 1, max: 4, target: {ttft_p90_ms: 800, waiting_per_worker: 4}}\n", "")
+    cfg = load(text).recipe.reconcile.autoscale
+    assert cfg.roles.prefill is None and cfg.roles.decode.max == 8
