@@ -1,0 +1,106 @@
+"""The benchmark step: aiperf against a deployment's endpoint, once per concurrency, then one summary.
+
+    python -m reconciler.benchrun --aiperf PATH --url URL --out DIR --subject HASH --plan JSON
+
+``--plan`` (built by reconciler/desired/sources/benchmark.py from the recipe's ``benchmark:``
+section): ``{"type", "isl", "osl", "max_error_rate", "timeout", "levels": [{"concurrency",
+"args"}]}``. Each level's raw aiperf artifacts go under ``DIR/<run>/c<concurrency>/``; the
+summary (reconciler/benchrun/summary.py) is written to ``DIR/<run>.json`` last, atomically, so a
+reader never sees half of one. Exit 0: Succeeded; 3: Failed (the reason is in the summary);
+a SIGTERM (the step cancelled by a rollout) stops aiperf and records the run as Cancelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from reconciler.benchrun.summary import CANCELLED, SUCCEEDED, level_summary, records_summary, summarize
+from reconciler.fsutil import atomic_write_text
+
+EXPORT = "profile_export_aiperf.json"
+
+
+class Cancelled(Exception):
+    pass
+
+
+def _term(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise Cancelled()
+
+
+def run_level(aiperf: str, url: str, art: Path, level: dict, deadline: float) -> dict:
+    """One aiperf invocation; its figures, or ``failed`` with why."""
+    art.mkdir(parents=True, exist_ok=True)
+    argv = [aiperf, "profile", *level["args"], "--url", url, "--artifact-dir", str(art)]
+    # aiperf's ZMQ sockets live under TMPDIR and a deep one is past their path limit
+    with tempfile.TemporaryDirectory(prefix="bench", dir="/tmp") as tmp, open(art / "aiperf.log", "wb") as log:
+        env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"} | {"TMPDIR": tmp}
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            code = p.wait(timeout=max(1.0, deadline - time.time()))
+        except (subprocess.TimeoutExpired, Cancelled) as e:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            if isinstance(e, Cancelled):
+                raise
+            return {"concurrency": level["concurrency"], "failed": "timed out (reconcile.benchmark.timeout_seconds)"}
+    export = art / EXPORT
+    if code != 0 or not export.exists():
+        records = art / "profile_export.jsonl"
+        got = records_summary(records.read_text(errors="replace").splitlines(), level["concurrency"]) \
+            if records.exists() else None
+        if got is not None:
+            return got
+        tail = (art / "aiperf.log").read_text(errors="replace").strip().splitlines()[-1:] or [""]
+        return {"concurrency": level["concurrency"], "failed": f"aiperf exited {code}: {tail[0][-300:]}"}
+    return level_summary(json.loads(export.read_text()), level["concurrency"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m reconciler.benchrun")
+    for flag in ("--aiperf", "--url", "--out", "--subject", "--plan"):
+        p.add_argument(flag, required=True)
+    a = p.parse_args(argv)
+    plan = json.loads(a.plan)
+    started = time.time()
+    run = datetime.fromtimestamp(started, timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{a.subject[:8]}"
+    out = Path(a.out)
+    raw = out / run
+    meta = {"run": run, "type": plan["type"], "subject": a.subject, "url": a.url, "isl": plan["isl"],
+            "osl": plan["osl"], "started": started, "artifacts": str(raw)}
+    signal.signal(signal.SIGTERM, _term)
+    levels: list[dict] = []
+    cancelled = False
+    print(f"benchmark {run}: {plan['type']} against {a.url}, concurrencies "
+          f"{[lv['concurrency'] for lv in plan['levels']]}", flush=True)
+    try:
+        for level in plan["levels"]:
+            got = run_level(a.aiperf, a.url, raw / f"c{level['concurrency']}", level, started + plan["timeout"])
+            levels.append(got)
+            print(f"benchmark {run}: concurrency {level['concurrency']}: {json.dumps(got)}", flush=True)
+            if got.get("failed"):
+                break
+    except Cancelled:
+        cancelled = True
+    ended = time.time()
+    summary = summarize(levels, meta | {"ended": ended, "duration_s": round(ended - started, 3)}, plan["osl"],
+                        plan["max_error_rate"])
+    if cancelled:
+        summary |= {"status": CANCELLED, "reason": "stopped before it finished (its step was cancelled)"}
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / f"{run}.json", json.dumps(summary, indent=2) + "\n")
+    print(f"benchmark {run}: {summary['status']} {summary['reason']}", flush=True)
+    return 0 if summary["status"] == SUCCEEDED else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

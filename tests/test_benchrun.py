@@ -1,0 +1,95 @@
+"""The benchmark step: verdicts on hand-built figures, and real aiperf runs against the mocker
+(a good one Succeeded; 0 output tokens and short answers Failed with the reason)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import start_mocker
+from reconciler.benchrun.summary import FAILED, SUCCEEDED, records_summary, summarize, verdict
+from reconciler.desired.bench_map import bench_plan
+from reconciler.mocker.model_dir import make_model_dir
+from reconciler.recipe.carried import BenchmarkConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+AIPERF = ROOT / ".stacks" / "aiperf" / "bin" / "aiperf"
+
+
+def lv(**kw):
+    return {"concurrency": 4, "requests": 40, "errors": 0, "output_tokens": 1280, "osl_min": 32.0, **kw}
+
+
+@pytest.mark.parametrize("levels, status, reason", [
+    ([lv()], SUCCEEDED, ""),
+    ([lv(output_tokens=0)], FAILED, "at concurrency 4: 0 output tokens in 40 requests"),
+    ([lv(errors=1)], FAILED, "1 of 40 requests failed (2.5% > max_error_rate 0%)"),
+    ([lv(osl_min=31.0)], FAILED, "output shorter than requested (a request got 31 tokens, osl 32)"),
+    ([lv(), lv(concurrency=8, failed="aiperf exited 1: boom")], FAILED, "at concurrency 8: aiperf exited 1: boom"),
+    ([], FAILED, "no level ran"),
+])
+def test_verdicts(levels, status, reason):
+    got = verdict(levels, osl=32, max_error_rate=0.0)
+    assert got[0] == status and reason in got[1]
+
+
+def test_error_threshold_is_the_policys():
+    assert verdict([lv(errors=2)], 32, 0.05)[0] == SUCCEEDED  # 5% allowed
+    assert verdict([lv(errors=3)], 32, 0.05)[0] == FAILED
+
+
+def test_headline_is_the_last_level_and_totals_add_up():
+    s = summarize([lv(req_s=1.0, output_tokens=10), lv(concurrency=8, req_s=2.0, output_tokens=20, errors=0)],
+                  {"run": "x"}, 32, 0.0)
+    assert s["req_s"] == 2.0 and s["output_tokens"] == 30 and s["run"] == "x" and s["status"] == SUCCEEDED
+
+
+def test_records_only_count_the_profiling_phase():
+    rec = lambda phase, tokens=0, error=None: json.dumps(  # noqa: E731
+        {"metadata": {"benchmark_phase": phase}, "metrics": {"output_token_count": {"value": tokens}},
+         **({"error": {"type": "E", "message": error}} if error else {})})
+    got = records_summary([rec("warmup", 5), rec("profiling", error="empty"), rec("profiling", error="empty"),
+                           "not json"], 2)
+    assert got["requests"] == 2 and got["errors"] == 2 and got["output_tokens"] == 0 and got["error"] == "empty"
+    assert records_summary([rec("warmup")], 2) is None
+
+
+def _run(url: str, out: Path, osl: int = 16) -> tuple[int, dict]:
+    p = bench_plan(BenchmarkConfig(type="sa-bench", isl=32, osl=osl, concurrencies=2, num_prompts_mult=4,
+                                   num_warmup_mult=0))
+    tok = str(make_model_dir(out / "tok"))
+    plan = {"type": p.type, "isl": p.isl, "osl": p.osl, "max_error_rate": 0.0, "timeout": 240,
+            "levels": [{"concurrency": l.concurrency, "args": p.aiperf_args(l, "m", tok)} for l in p.levels]}
+    r = subprocess.run([sys.executable, "-m", "reconciler.benchrun", "--aiperf", str(AIPERF), "--url", url,
+                        "--out", str(out / "benchmarks"), "--subject", "feedbeef00", "--plan", json.dumps(plan)],
+                       capture_output=True, text=True, timeout=300)
+    files = list((out / "benchmarks").glob("*.json"))
+    assert len(files) == 1, r.stdout + r.stderr
+    return r.returncode, json.loads(files[0].read_text())
+
+
+needs_aiperf = pytest.mark.skipif(not AIPERF.exists(), reason="no .stacks/aiperf (scripts/stacks-install.sh)")
+
+
+@needs_aiperf
+@pytest.mark.parametrize("fault, code, status, reason", [
+    ((), 0, SUCCEEDED, ""),
+    (("--emit-tokens", "0"), 3, FAILED, "0 output tokens in 8 requests"),
+    (("--emit-tokens", "5"), 3, FAILED, "output shorter than requested (a request got 5 tokens, osl 16)"),
+], ids=["good", "zero-tokens", "short"])
+def test_aiperf_against_the_mocker(tmp_path, fault, code, status, reason):
+    proc, url = start_mocker(tmp_path, "--speedup-ratio", "100", "--model-path", str(make_model_dir(tmp_path / "tok")),
+                             *fault)
+    try:
+        got_code, s = _run(url, tmp_path)
+    finally:
+        proc.stop()
+    assert (got_code, s["status"]) == (code, status) and reason in s["reason"], s
+    assert s["subject"] == "feedbeef00" and Path(s["artifacts"]).is_dir()
+    if status == SUCCEEDED:
+        assert s["output_tokens"] == 8 * 16 and s["errors"] == 0 and s["req_s"] > 0 and s["ttft_p99_ms"] > 0
+        assert list(Path(s["artifacts"]).rglob("profile_export_aiperf.json"))  # raw artifacts kept beside
