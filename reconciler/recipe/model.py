@@ -218,6 +218,21 @@ class BenchmarkPolicy(Strict):
     max_error_rate: float = Field(0.0, ge=0.0, le=1.0)  # failed / sent above this: the run is Failed
     timeout_seconds: float = Field(3600.0, ge=10.0, le=86400.0)  # the whole run, every concurrency
 
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on(cls, data: Any) -> Any:
+        # YAML 1.1 reads a bare `on:` key as the boolean true (as GitHub Actions files know)
+        if isinstance(data, dict) and True in data and "on" not in data:
+            data = {("on" if k is True else k): v for k, v in data.items()}
+        return data
+
+    @field_validator("on")
+    @classmethod
+    def _first_run(cls, v: list[str]) -> list[str]:
+        if "ready" not in v:
+            raise ValueError("on must include ready: the first run is when the recipe first becomes Ready")
+        return v
+
     @field_validator("every")
     @classmethod
     def _every_bounds(cls, v: str | None) -> str | None:
