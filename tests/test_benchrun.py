@@ -93,3 +93,14 @@ def test_aiperf_against_the_mocker(tmp_path, fault, code, status, reason):
     if status == SUCCEEDED:
         assert s["output_tokens"] == 8 * 16 and s["errors"] == 0 and s["req_s"] > 0 and s["ttft_p99_ms"] > 0
         assert list(Path(s["artifacts"]).rglob("profile_export_aiperf.json"))  # raw artifacts kept beside
+
+
+def test_a_missing_aiperf_is_a_failed_run_with_the_reason(tmp_path):
+    plan = {"type": "sa-bench", "isl": 8, "osl": 8, "max_error_rate": 0.0, "timeout": 30,
+            "levels": [{"concurrency": 1, "args": ["--model", "m"]}]}
+    r = subprocess.run([sys.executable, "-m", "reconciler.benchrun", "--aiperf", str(tmp_path / "no-aiperf"), "--url",
+                        "http://127.0.0.1:9", "--out", str(tmp_path / "b"), "--subject", "s", "--plan", json.dumps(plan)],
+                       capture_output=True, text=True, timeout=60)
+    (f,) = (tmp_path / "b").glob("*.json")
+    s = json.loads(f.read_text())
+    assert r.returncode == 3 and s["status"] == FAILED and "cannot start aiperf" in s["reason"], s

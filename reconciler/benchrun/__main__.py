@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,7 +45,10 @@ def run_level(aiperf: str, url: str, art: Path, level: dict, deadline: float) ->
     # aiperf's ZMQ sockets live under TMPDIR and a deep one is past their path limit
     with tempfile.TemporaryDirectory(prefix="bench", dir="/tmp") as tmp, open(art / "aiperf.log", "wb") as log:
         env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"} | {"TMPDIR": tmp}
-        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        except OSError as e:
+            return {"concurrency": level["concurrency"], "failed": f"cannot start aiperf ({aiperf}): {e.strerror or e}"}
         try:
             code = p.wait(timeout=max(1.0, deadline - time.time()))
         except (subprocess.TimeoutExpired, Cancelled) as e:
@@ -65,11 +69,25 @@ def run_level(aiperf: str, url: str, art: Path, level: dict, deadline: float) ->
     return level_summary(json.loads(export.read_text()), level["concurrency"])
 
 
+def find_aiperf() -> str:
+    """aiperf lives in its own venv (scripts/stacks-install.sh); the step finds it on the node, so the
+    recipe's spec does not name a path of this machine."""
+    env = os.environ.get("RECONCILER_AIPERF")
+    stacks = Path(__file__).resolve().parents[2] / ".stacks" / "aiperf" / "bin" / "aiperf"
+    for candidate in (env, str(stacks) if stacks.exists() else None, shutil.which("aiperf")):
+        if candidate:
+            return candidate
+    return "aiperf"  # not found: the level fails with the reason (aiperf exited ... / not found)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m reconciler.benchrun")
-    for flag in ("--aiperf", "--url", "--out", "--subject", "--plan"):
+    for flag in ("--url", "--out", "--subject", "--plan"):
         p.add_argument(flag, required=True)
+    p.add_argument("--aiperf", default=None, help="aiperf's path (default: $RECONCILER_AIPERF, the project's "
+                                                  ".stacks/aiperf, or aiperf on PATH)")
     a = p.parse_args(argv)
+    a.aiperf = a.aiperf or find_aiperf()
     plan = json.loads(a.plan)
     started = time.time()
     run = datetime.fromtimestamp(started, timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{a.subject[:8]}"

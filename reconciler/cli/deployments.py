@@ -67,6 +67,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
             raise ReconcilerError(f"no recipe named {', '.join(missing)} in {manifests}")
         all_names = [n for n in all_names if n in names]
     from reconciler.cli.waits import allocation_waits
+    from reconciler.shell import benchmarks
 
     queued = allocation_waits(snap.plan, snap.observed)
     rows = []
@@ -95,6 +96,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
             "reason": reason or ("InvalidSpec" if invalid else None), "reasonMessage": why,
             "nodes": sorted({n for w in st["workers"] for n in w["nodes"]}),
             "pendingAllocations": st.get("pendingAllocations", []),
+            "benchmark": benchmarks.brief(benchmarks.last(sd.root, name)),
         })
     return rows
 

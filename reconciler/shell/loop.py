@@ -231,6 +231,12 @@ class Controller:
                 restarts[key] = restarts.get(key, 0) + int(rec.get("restarts", 0))
         self.metrics.observe_tick(snap, done, seconds, getattr(self.driver, "tally", Counter()), phases,  # type: ignore[union-attr]
                                   restarts)
+        from reconciler.desired.sources.benchmark import ROLE
+        from reconciler.shell.benchmarks import last
+
+        runs = {n: last(self.state.root, n) for n in snap.desired.recipes if snap.desired.recipes[n].restart.get(
+            ROLE)}
+        self.metrics.benchmarks({n: doc for n, doc in runs.items() if doc})  # type: ignore[union-attr]
 
     def _write_progress(self, now: float) -> None:
         """state/controller.json: ticks and actions so far — what tests and operators watch.

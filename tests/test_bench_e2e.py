@@ -1,0 +1,89 @@
+"""End to end on the real local Slurm: a recipe's benchmark: section runs through aiperf once the
+recipe is Ready, its result shows in describe / get -o json / benchmarks NAME, a run against a
+mocker that answers with 0 tokens is Failed with the reason, and a finished run is not restarted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import Harness
+from helpers import wait_until
+from reconciler.mocker.model_dir import make_model_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+AIPERF = ROOT / ".stacks" / "aiperf" / "bin" / "aiperf"
+pytestmark = [pytest.mark.slurm,
+              pytest.mark.skipif(not AIPERF.exists(), reason="no .stacks/aiperf (scripts/stacks-install.sh)")]
+
+RECIPE = """\
+name: {name}
+model: {{path: "{model}"}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles: {{agg: {{workers: 1, gpus: 1{args}}}}}
+frontend: {{type: builtin}}
+reconcile: {{benchmark: {{}}}}
+benchmark: {{type: sa-bench, isl: 32, osl: 16, concurrencies: "2", num_prompts_mult: 4, num_warmup_mult: 1}}
+"""
+
+
+@pytest.fixture
+def h(tmp_path):
+    harness = Harness(tmp_path, "slurm")
+    yield harness
+    harness.cleanup()
+
+
+def _runs(h: Harness, name: str) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((h.state / name / "benchmarks").glob("*.json"))]
+
+
+def _cli_json(h: Harness, *args: str):
+    r = h.cli(*args, "-o", "json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def _benchmarks(h: Harness, name: str, *out: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "reconciler.cli", "benchmarks", name, "--state", str(h.state), *out],
+                       capture_output=True, text=True, timeout=60, env=h.env)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.parametrize("args, status, reason", [
+    ("", "Succeeded", ""),
+    (", args: {emit-tokens: 0}", "Failed", "0 output tokens"),
+], ids=["good", "zero-tokens"])
+def test_benchmark_runs_once_after_ready_and_is_shown(h, tmp_path, args, status, reason):
+    model = make_model_dir(tmp_path / "tok")
+    name = h.name("bench")
+    (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, model=model, args=args))
+    h.start()
+    h.wait_ready(name, timeout=90)
+    (run,) = wait_until(lambda: _runs(h, name), timeout=240, what=f"a benchmark summary ({h.log()[-2000:]})")
+    assert run["status"] == status and reason in run["reason"], run
+    assert run["type"] == "sa-bench" and run["levels"][0]["concurrency"] == 2 and run["subject"]
+    if status == "Succeeded":
+        assert run["output_tokens"] == 8 * 16 and run["errors"] == 0 and run["req_s"] > 0
+    assert list(Path(run["artifacts"]).rglob("aiperf.log"))  # the raw artifacts, beside
+    # its step ends and is not restarted: no svc-benchmark step while the recipe stays Ready
+    wait_until(lambda: "svc-benchmark_0" not in h.steps(name), timeout=30, what="the benchmark step gone")
+    h.idle(name)
+    assert "svc-benchmark_0" not in h.steps(name) and len(_runs(h, name)) == 1
+    g = h.get(name)
+    assert g["status"] == "Ready", g  # a failed benchmark is a verdict on the deployment, not a down unit
+    assert g["benchmark"]["status"] == status and g["benchmark"]["run"] == run["run"]
+    doc = _cli_json(h, "describe", name)
+    assert doc["benchmark"]["last"]["run"] == run["run"]
+    assert doc["benchmark"]["state"].startswith("ran once to its end")
+    text = h.cli("describe", name).stdout
+    assert f"last: {status} {run['run']}" in text, text
+    assert [r["run"] for r in json.loads(_benchmarks(h, name, "-o", "json"))] == [run["run"]]
+    listed = _benchmarks(h, name)
+    assert run["run"] in listed and status in listed
