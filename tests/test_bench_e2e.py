@@ -14,6 +14,7 @@ import pytest
 from harness import Harness
 from helpers import wait_until
 from reconciler.mocker.model_dir import make_model_dir
+from test_stacks import copy_recipe, stack, stack_tools, tiny_model  # noqa: F401 - the Dynamo stack's fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
 AIPERF = ROOT / ".stacks" / "aiperf" / "bin" / "aiperf"
@@ -87,3 +88,20 @@ def test_benchmark_runs_once_after_ready_and_is_shown(h, tmp_path, args, status,
     assert [r["run"] for r in json.loads(_benchmarks(h, name, "-o", "json"))] == [run["run"]]
     listed = _benchmarks(h, name)
     assert run["run"] in listed and status in listed
+
+
+def test_srtctls_dynamo_agg_runs_its_sa_bench_through_aiperf(stack, corpus):
+    """srtctl's own mocker recipe (Dynamo frontend, dynamo.mocker, etcd) with reconcile.benchmark
+    added: its sa-bench section (isl 128, osl 128, concurrency 4) runs through aiperf."""
+    h = stack
+    name, f = copy_recipe(h, corpus, "srt-slurm-v2/mocker/dynamo-agg.yaml")
+    f.write_text(f.read_text() + "\nreconcile:\n  benchmark: {on: [ready, rollout]}\n")
+    h.start()
+    h.wait_ready(name, timeout=120)
+    (run,) = wait_until(lambda: _runs(h, name), timeout=300, what=f"a benchmark summary ({h.log()[-2000:]})")
+    assert run["status"] == "Succeeded", run
+    assert (run["isl"], run["osl"], [lv["concurrency"] for lv in run["levels"]]) == (128, 128, [4])
+    # srtctl: 10 x concurrency prompts; aiperf counts the answers with the tokenizer (re-tokenized text: >= osl)
+    assert run["levels"][0]["requests"] == 40 and run["output_tokens"] >= 40 * 128 and run["errors"] == 0
+    text = h.cli("describe", name).stdout
+    assert f"last: Succeeded {run['run']}" in text, text

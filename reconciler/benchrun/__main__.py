@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -69,6 +70,27 @@ def run_level(aiperf: str, url: str, art: Path, level: dict, deadline: float) ->
     return level_summary(json.loads(export.read_text()), level["concurrency"])
 
 
+def served_as(url: str, name: str) -> str:
+    """The name the endpoint lists for the model: ``name``, or the listed path whose last component it is
+    (an engine started with a model path and no served name lists the path: dynamo.mocker does). The
+    reconciler's frontend canary matches the same way; unknown (no answer): ``name`` as given."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/v1/models", timeout=10) as r:
+            listed = [str(m.get("id")) for m in json.loads(r.read(1 << 20)).get("data", []) if isinstance(m, dict)]
+    except (OSError, ValueError, AttributeError):
+        return name
+    if name in listed:
+        return name
+    return next((m for m in listed if m.rstrip("/").rsplit("/", 1)[-1] == name), name)
+
+
+def with_model(args: list[str], model: str) -> list[str]:
+    out = list(args)
+    if "--model" in out:
+        out[out.index("--model") + 1] = model
+    return out
+
+
 def find_aiperf() -> str:
     """aiperf lives in its own venv (scripts/stacks-install.sh); the step finds it on the node, so the
     recipe's spec does not name a path of this machine."""
@@ -101,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"benchmark {run}: {plan['type']} against {a.url}, concurrencies "
           f"{[lv['concurrency'] for lv in plan['levels']]}", flush=True)
     try:
+        given = next((lv["args"][lv["args"].index("--model") + 1] for lv in plan["levels"] if "--model" in lv["args"]), "")
+        model = served_as(a.url, given) if given else given
         for level in plan["levels"]:
+            level = level | {"args": with_model(level["args"], model)} if model else level
             got = run_level(a.aiperf, a.url, raw / f"c{level['concurrency']}", level, started + plan["timeout"])
             levels.append(got)
             print(f"benchmark {run}: concurrency {level['concurrency']}: {json.dumps(got)}", flush=True)
