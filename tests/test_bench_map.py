@@ -96,3 +96,11 @@ def test_validate_refuses_an_accuracy_type_only_when_asked_to_run_it():
 def test_the_policy_is_bounded(policy):
     with pytest.raises(RecipeError):
         _load("{type: sa-bench, isl: 8, osl: 8, concurrencies: 2}", policy=policy)
+
+
+def test_the_docs_list_how_every_type_is_handled():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "recipes.md").read_text()
+    for kind, (how, why) in TYPES.items():
+        assert f"| `{kind}` |" in doc and why in doc, f"docs/recipes.md does not say how {kind} is handled"

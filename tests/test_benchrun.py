@@ -104,3 +104,37 @@ def test_a_missing_aiperf_is_a_failed_run_with_the_reason(tmp_path):
     (f,) = (tmp_path / "b").glob("*.json")
     s = json.loads(f.read_text())
     assert r.returncode == 3 and s["status"] == FAILED and "cannot start aiperf" in s["reason"], s
+
+
+def test_the_last_run_as_prometheus_gauges_and_a_deleted_recipes_go():
+    from prometheus_client import generate_latest
+
+    from reconciler.shell.metrics import Metrics
+
+    m = Metrics()
+    m.benchmarks({"r": {"status": SUCCEEDED, "req_s": 4.0, "ttft_p99_ms": 250.0, "output_tokens": 512, "errors": 0},
+                  "q": {"status": FAILED, "output_tokens": 0}})
+    text = generate_latest(m.registry).decode()
+    assert 'reconciler_benchmark_requests_per_second{recipe="r"} 4.0' in text
+    assert 'reconciler_benchmark_ttft_p99_seconds{recipe="r"} 0.25' in text
+    assert 'reconciler_benchmark_succeeded{recipe="r"} 1.0' in text
+    assert 'reconciler_benchmark_succeeded{recipe="q"} 0.0' in text
+    m.benchmarks({"r": {"status": FAILED}})
+    text = generate_latest(m.registry).decode()
+    assert 'recipe="q"' not in text and 'reconciler_benchmark_succeeded{recipe="r"} 0.0' in text
+
+
+def test_history_reads_summaries_oldest_first_and_skips_strangers(tmp_path):
+    from reconciler.shell.benchmarks import brief, history, last, line
+
+    d = tmp_path / "r" / "benchmarks"
+    d.mkdir(parents=True)
+    for run, status in (("20261205T010000Z-a", SUCCEEDED), ("20261205T020000Z-b", FAILED)):
+        (d / f"{run}.json").write_text(json.dumps({"run": run, "status": status, "reason": "x" if status == FAILED else "",
+                                                   "levels": [{"concurrency": 4}]}))
+    (d / "notes.json").write_text("[1, 2]")
+    (d / "broken.json").write_text("{")
+    assert [r["run"] for r in history(tmp_path, "r")] == ["20261205T010000Z-a", "20261205T020000Z-b"]
+    assert brief(last(tmp_path, "r"))["status"] == FAILED
+    assert line(last(tmp_path, "r")).startswith("Failed 20261205T020000Z-b") and "(x)" in line(last(tmp_path, "r"))
+    assert history(tmp_path, "nothing") == [] and last(tmp_path, "nothing") is None
