@@ -105,3 +105,23 @@ def test_srtctls_dynamo_agg_runs_its_sa_bench_through_aiperf(stack, corpus):
     assert run["levels"][0]["requests"] == 40 and run["output_tokens"] >= 40 * 128 and run["errors"] == 0
     text = h.cli("describe", name).stdout
     assert f"last: Succeeded {run['run']}" in text, text
+
+
+def test_a_rollout_runs_it_again_once_settled(h, tmp_path):
+    """on: [ready, rollout]: a spec change rolls the worker; once every unit runs the new spec and is
+    Ready, a second run measures it (another subject), and no third one follows."""
+    model = make_model_dir(tmp_path / "tok")
+    name = h.name("bench")
+    f = h.manifests / f"{name}.yaml"
+    text = RECIPE.format(name=name, model=model, args="").replace("benchmark: {}", "benchmark: {on: [ready, rollout]}")
+    f.write_text(text)
+    h.start()
+    (first,) = wait_until(lambda: _runs(h, name), timeout=240, what="the first benchmark summary")
+    wait_until(lambda: "svc-benchmark_0" not in h.steps(name), timeout=30, what="the first run's step gone")
+    f.write_text(text.replace("speedup_ratio: 100", "speedup_ratio: 50"))
+    runs = wait_until(lambda: len(r := _runs(h, name)) == 2 and r, timeout=240, what="a second run after the rollout")
+    assert runs[1]["subject"] != first["subject"] and runs[1]["status"] == "Succeeded", runs[1]
+    assert runs[1]["started"] > first["ended"]
+    wait_until(lambda: "svc-benchmark_0" not in h.steps(name), timeout=30, what="the second run's step gone")
+    h.idle(name)
+    assert len(_runs(h, name)) == 2
