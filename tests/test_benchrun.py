@@ -138,3 +138,27 @@ def test_history_reads_summaries_oldest_first_and_skips_strangers(tmp_path):
     assert brief(last(tmp_path, "r"))["status"] == FAILED
     assert line(last(tmp_path, "r")).startswith("Failed 20261205T020000Z-b") and "(x)" in line(last(tmp_path, "r"))
     assert history(tmp_path, "nothing") == [] and last(tmp_path, "nothing") is None
+
+
+@needs_aiperf
+def test_a_cancelled_run_is_recorded_as_cancelled(tmp_path):
+    """A rollout cancels the step (SIGTERM): aiperf is stopped and the run says Cancelled, never Succeeded."""
+    from helpers import wait_until
+
+    proc, url = start_mocker(tmp_path, "--speedup-ratio", "0.05", "--model-path", str(make_model_dir(tmp_path / "tok")))
+    p = bench_plan(BenchmarkConfig(type="sa-bench", isl=32, osl=64, concurrencies=1, num_prompts_mult=50,
+                                   num_warmup_mult=0))
+    plan = {"type": p.type, "isl": p.isl, "osl": p.osl, "max_error_rate": 0.0, "timeout": 600,
+            "levels": [{"concurrency": 1, "args": p.aiperf_args(p.levels[0], "m", str(tmp_path / "tok"))}]}
+    run = subprocess.Popen([sys.executable, "-m", "reconciler.benchrun", "--aiperf", str(AIPERF), "--url", url, "--out",
+                            str(tmp_path / "b"), "--subject", "s", "--plan", json.dumps(plan)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_until(lambda: list((tmp_path / "b").rglob("aiperf.log")), timeout=60, what="aiperf started")
+        run.terminate()
+        out, _ = run.communicate(timeout=60)
+    finally:
+        proc.stop()
+    (f,) = (tmp_path / "b").glob("*.json")
+    s = json.loads(f.read_text())
+    assert run.returncode == 3 and s["status"] == "Cancelled", out
