@@ -50,6 +50,13 @@ def _cli_json(h: Harness, *args: str):
     return json.loads(r.stdout)
 
 
+def _cli_events(h: Harness, name: str) -> list[dict]:
+    r = subprocess.run([sys.executable, "-m", "reconciler.cli", "events", name, "--state", str(h.state), "-o", "json"],
+                       capture_output=True, text=True, timeout=60, env=h.env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
 def _benchmarks(h: Harness, name: str, *out: str) -> str:
     r = subprocess.run([sys.executable, "-m", "reconciler.cli", "benchmarks", name, "--state", str(h.state), *out],
                        capture_output=True, text=True, timeout=60, env=h.env)
@@ -88,6 +95,8 @@ def test_benchmark_runs_once_after_ready_and_is_shown(h, tmp_path, args, status,
     assert [r["run"] for r in json.loads(_benchmarks(h, name, "-o", "json"))] == [run["run"]]
     listed = _benchmarks(h, name)
     assert run["run"] in listed and status in listed
+    events = [e for e in _cli_events(h, name) if e["kind"].startswith("Benchmark")]
+    assert [(e["kind"], e["run"]) for e in events] == [(f"Benchmark{status}", run["run"])], events
 
 
 def test_srtctls_dynamo_agg_runs_its_sa_bench_through_aiperf(stack, corpus):

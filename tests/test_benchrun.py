@@ -162,3 +162,14 @@ def test_a_cancelled_run_is_recorded_as_cancelled(tmp_path):
     (f,) = (tmp_path / "b").glob("*.json")
     s = json.loads(f.read_text())
     assert run.returncode == 3 and s["status"] == "Cancelled", out
+
+
+def test_only_the_newest_runs_are_kept(tmp_path):
+    from reconciler.benchrun.__main__ import prune
+
+    for i in range(5):
+        (tmp_path / f"2026120{i}T000000Z-s.json").write_text("{}")
+        (tmp_path / f"2026120{i}T000000Z-s" / "c1").mkdir(parents=True)
+    assert prune(tmp_path, keep=2) == [f"2026120{i}T000000Z-s" for i in range(3)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "20261203T000000Z-s", "20261203T000000Z-s.json", "20261204T000000Z-s", "20261204T000000Z-s.json"]

@@ -29,6 +29,7 @@ from reconciler.benchrun.summary import CANCELLED, SUCCEEDED, level_summary, rec
 from reconciler.fsutil import atomic_write_text
 
 EXPORT = "profile_export_aiperf.json"
+KEEP_RUNS = 100  # the newest runs kept (summary and raw artifacts); older ones are removed after each run
 
 
 class Cancelled(Exception):
@@ -91,6 +92,17 @@ def with_model(args: list[str], model: str) -> list[str]:
     return out
 
 
+def prune(out: Path, keep: int = KEEP_RUNS) -> list[str]:
+    """Remove all but the newest ``keep`` runs (run names sort by their UTC start): a periodic
+    benchmark must not fill the state directory. Returns the runs removed."""
+    runs = sorted(p.stem for p in out.glob("*.json"))
+    gone = runs[:-keep] if keep > 0 else runs
+    for run in gone:
+        shutil.rmtree(out / run, ignore_errors=True)
+        (out / f"{run}.json").unlink(missing_ok=True)
+    return gone
+
+
 def find_aiperf() -> str:
     """aiperf lives in its own venv (scripts/stacks-install.sh); the step finds it on the node, so the
     recipe's spec does not name a path of this machine."""
@@ -141,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         summary |= {"status": CANCELLED, "reason": "stopped before it finished (its step was cancelled)"}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / f"{run}.json", json.dumps(summary, indent=2) + "\n")
+    prune(out)
     print(f"benchmark {run}: {summary['status']} {summary['reason']}", flush=True)
     return 0 if summary["status"] == SUCCEEDED else 3
 

@@ -71,3 +71,31 @@ def now_state(desired_recipe, observed, recipe_plan) -> str | None:
     if wait is None:
         return "starting"
     return wait.reason.value + (f": {wait.detail}" if wait.detail else "")
+
+
+class Announcer:
+    """An event per finished run (``BenchmarkSucceeded`` / ``BenchmarkFailed`` / ``BenchmarkCancelled``),
+    once: a run that ended before this process started was announced by the one before it."""
+
+    def __init__(self, started: float):
+        self.started = started
+        self.seen: dict[str, str] = {}  # recipe -> the last run announced (or found)
+
+    def tick(self, state, names: list[str]) -> dict[str, dict[str, Any]]:
+        """``names``: the recipes that run a benchmark. Returns each one's last run (for the metrics)."""
+        out = {}
+        for name in names:
+            doc = last(state.root, name)
+            if doc is None:
+                continue
+            out[name] = doc
+            run = str(doc.get("run"))
+            if self.seen.get(name) == run:
+                continue
+            self.seen[name] = run
+            ended = doc.get("ended")
+            if isinstance(ended, (int, float)) and ended >= self.started:
+                state.event(f"Benchmark{doc['status']}", name, line(doc), run=run)
+        for gone in set(self.seen) - set(names):
+            del self.seen[gone]
+        return out
