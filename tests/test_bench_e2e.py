@@ -18,8 +18,7 @@ from test_stacks import copy_recipe, stack, stack_tools, tiny_model  # noqa: F40
 
 ROOT = Path(__file__).resolve().parents[1]
 AIPERF = ROOT / ".stacks" / "aiperf" / "bin" / "aiperf"
-pytestmark = [pytest.mark.slurm,
-              pytest.mark.skipif(not AIPERF.exists(), reason="no .stacks/aiperf (scripts/stacks-install.sh)")]
+pytestmark = pytest.mark.skipif(not AIPERF.exists(), reason="no .stacks/aiperf (scripts/stacks-install.sh)")
 
 RECIPE = """\
 name: {name}
@@ -33,9 +32,9 @@ benchmark: {{type: sa-bench, isl: 32, osl: 16, concurrencies: "2", num_prompts_m
 """
 
 
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path, "slurm")
+@pytest.fixture(params=[pytest.param("slurm", marks=pytest.mark.slurm), "local"])
+def h(request, tmp_path):
+    harness = Harness(tmp_path, request.param)
     yield harness
     harness.cleanup()
 
@@ -99,6 +98,7 @@ def test_benchmark_runs_once_after_ready_and_is_shown(h, tmp_path, args, status,
     assert [(e["kind"], e["run"]) for e in events] == [(f"Benchmark{status}", run["run"])], events
 
 
+@pytest.mark.slurm
 def test_srtctls_dynamo_agg_runs_its_sa_bench_through_aiperf(stack, corpus):
     """srtctl's own mocker recipe (Dynamo frontend, dynamo.mocker, etcd) with reconcile.benchmark
     added: its sa-bench section (isl 128, osl 128, concurrency 4) runs through aiperf."""

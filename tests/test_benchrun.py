@@ -173,3 +173,13 @@ def test_only_the_newest_runs_are_kept(tmp_path):
     assert prune(tmp_path, keep=2) == [f"2026120{i}T000000Z-s" for i in range(3)]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "20261203T000000Z-s", "20261203T000000Z-s.json", "20261204T000000Z-s", "20261204T000000Z-s.json"]
+
+
+def test_why_aiperf_failed_is_its_last_error_line(tmp_path):
+    from reconciler.benchrun.__main__ import why_failed
+
+    log = tmp_path / "aiperf.log"
+    log.write_text("starting\nOSError: Can't load tokenizer for 'Qwen/Qwen3'\n│ some box │\nLog File: /x\n")
+    assert why_failed(log) == "OSError: Can't load tokenizer for 'Qwen/Qwen3'"
+    log.write_text("only this\n")
+    assert why_failed(log) == "only this"

@@ -40,6 +40,13 @@ def _term(signum, frame):  # noqa: ARG001 - signal handler signature
     raise Cancelled()
 
 
+def why_failed(log: Path) -> str:
+    """The line of aiperf's output that says why: its last error line, else its last line."""
+    lines = [l.strip(" │|") for l in log.read_text(errors="replace").splitlines() if l.strip(" │|")]
+    errors = [l for l in lines if "error" in l.lower() or "exception" in l.lower()]
+    return ((errors or lines or [""])[-1])[-300:]
+
+
 def run_level(aiperf: str, url: str, art: Path, level: dict, deadline: float) -> dict:
     """One aiperf invocation; its figures, or ``failed`` with why."""
     art.mkdir(parents=True, exist_ok=True)
@@ -66,8 +73,7 @@ def run_level(aiperf: str, url: str, art: Path, level: dict, deadline: float) ->
             if records.exists() else None
         if got is not None:
             return got
-        tail = (art / "aiperf.log").read_text(errors="replace").strip().splitlines()[-1:] or [""]
-        return {"concurrency": level["concurrency"], "failed": f"aiperf exited {code}: {tail[0][-300:]}"}
+        return {"concurrency": level["concurrency"], "failed": f"aiperf exited {code}: {why_failed(art / 'aiperf.log')}"}
     return level_summary(json.loads(export.read_text()), level["concurrency"])
 
 

@@ -133,3 +133,14 @@ def test_without_the_policy_nothing_runs():
     rs = {"r": recipe((TEXT % {"policy": "{}", "speedup": 10}).replace("reconcile: {benchmark: {}}\n", ""))}
     c.converge(rs)
     assert not any(u.role == BENCH for u in c.desired(rs).recipes["r"].services)
+
+
+def test_the_endpoint_is_the_first_frontend_else_the_first_worker():
+    from reconciler.desired.sources.benchmark import endpoint
+
+    c, rs = FakeCluster(), recipes()
+    c.converge(rs)
+    d = c.desired(rs).recipes["r"]
+    assert endpoint((*d.units, *d.frontends)) == d.frontends[0].url
+    assert endpoint(d.units) == d.units[0].url  # frontend: none, the workers serve
+    assert endpoint(()) is None
