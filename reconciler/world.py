@@ -76,6 +76,9 @@ class Unit:
     # runs once to its end (a benchmark): never restarted, started only on a settled recipe, kept out
     # of the recipe's Ready / Degraded and counts; its restart policy is "once" (core/plan/relaunch.py)
     run_once: bool = False
+    # a run-once unit's own definition (a benchmark's plan and target, not what it measures): a new
+    # one runs whatever the policy says about rollouts
+    run_key: str = ""
 
     @property
     def is_service(self) -> bool:
@@ -209,6 +212,7 @@ class UnitHealth:
     ready_after: float | None = None  # seconds this life took from launch to Ready (state/, when seen)
     took: float | None = None  # the same, of this life or the last one that was seen through (hand-over time)
     last_spec: str | None = None  # the spec hash of the life launched last (a run-once unit: what last ran)
+    last_run_key: str | None = None  # a run-once unit's Unit.run_key at that launch
 
     @property
     def grace_from(self) -> float | None:

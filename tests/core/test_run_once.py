@@ -5,6 +5,7 @@ core/plan/placement.py:settled, desired/sources/benchmark.py)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -98,6 +99,17 @@ def test_a_rollout_starts_a_new_run_after_it_settles_only_with_on_rollout():
                 break
             c.apply(p)
         assert [a.reason for a in launches] == ([PlaceReason.NEW] if again else []), policy
+
+
+def test_a_changed_benchmark_section_runs_again_without_on_rollout():
+    c, rs = FakeCluster(), recipes()
+    c.converge(rs)
+    u = bench_unit(c, rs)
+    finish(c, rs)
+    c.health[("r", BENCH, 0)] = replace(c.health[("r", BENCH, 0)], last_run_key=u.run_key)
+    assert not c.plan(rs, now=200.0).actions  # the same definition: finished
+    changed = {"r": recipe((TEXT % {"policy": "{}", "speedup": 10}).replace('"1x2"', '"1x4"'))}
+    assert [a.reason for a in bench_launch(c.plan(changed, now=200.0))] == [PlaceReason.NEW]
 
 
 def test_every_runs_again_that_long_after_the_last_run_ended():

@@ -63,10 +63,13 @@ def offer(ctx: Context, earlier: tuple[Unit, ...]) -> Offer:
     argv = (ctx.runtime.python, "-m", "reconciler.benchrun", "--url", url, "--out", str(out),
             "--subject", subject(earlier), "--plan", json.dumps(spec, sort_keys=True))
     head = where.head
+    # its own definition (not what it measures): a changed benchmark section runs again, rollouts or not
+    run_key = hashlib.sha256(json.dumps([url, spec]).encode()).hexdigest()[:16]
 
     def build(slot: int) -> Unit:
         launch = Launch(0, (head,), 1, None, argv, (("PYTHONUNBUFFERED", "1"),))
         return Unit(recipe=recipe.name, role=ROLE, index=0, ordinals=(0,), nodes=(head,), gpus=(), ports={},
-                    launches=(launch,), container=None, probe="started", phase="after_frontend", run_once=True)
+                    launches=(launch,), container=None, probe="started", phase="after_frontend", run_once=True,
+                    run_key=run_key)
 
     return Offer((Life((ROLE, 0), build),), job_of={(ROLE, 0): where.head_job or ""}, restart=restart)
