@@ -59,7 +59,7 @@ def test_records_only_count_the_profiling_phase():
 
 
 def _run(url: str, out: Path, osl: int = 16) -> tuple[int, dict]:
-    p = bench_plan(BenchmarkConfig(type="sa-bench", isl=32, osl=osl, concurrencies=2, num_prompts_mult=4,
+    p = bench_plan(BenchmarkConfig(type="sa-bench", isl=32, osl=osl, concurrencies="2x4", num_prompts_mult=4,
                                    num_warmup_mult=0))
     tok = str(make_model_dir(out / "tok"))
     plan = {"type": p.type, "isl": p.isl, "osl": p.osl, "max_error_rate": 0.0, "timeout": 240,
@@ -91,8 +91,11 @@ def test_aiperf_against_the_mocker(tmp_path, fault, code, status, reason):
     assert (got_code, s["status"]) == (code, status) and reason in s["reason"], s
     assert s["subject"] == "feedbeef00" and Path(s["artifacts"]).is_dir()
     if status == SUCCEEDED:
-        assert s["output_tokens"] == 8 * 16 and s["errors"] == 0 and s["req_s"] > 0 and s["ttft_p99_ms"] > 0
+        assert [lv["concurrency"] for lv in s["levels"]] == [2, 4]
+        assert s["output_tokens"] == (8 + 16) * 16 and s["errors"] == 0 and s["req_s"] > 0 and s["ttft_p99_ms"] > 0
         assert list(Path(s["artifacts"]).rglob("profile_export_aiperf.json"))  # raw artifacts kept beside
+    else:  # the first level failed it: the next one is not run
+        assert [lv["concurrency"] for lv in s["levels"]] == [2]
 
 
 def test_a_missing_aiperf_is_a_failed_run_with_the_reason(tmp_path):

@@ -25,7 +25,7 @@ import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
-from reconciler.benchrun.summary import CANCELLED, SUCCEEDED, level_summary, records_summary, summarize
+from reconciler.benchrun.summary import CANCELLED, SUCCEEDED, level_summary, records_summary, summarize, verdict
 from reconciler.fsutil import atomic_write_text
 
 EXPORT = "profile_export_aiperf.json"
@@ -148,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             got = run_level(a.aiperf, a.url, raw / f"c{level['concurrency']}", level, started + plan["timeout"])
             levels.append(got)
             print(f"benchmark {run}: concurrency {level['concurrency']}: {json.dumps(got)}", flush=True)
-            if got.get("failed"):
-                break
+            if verdict([got], plan["osl"], plan["max_error_rate"])[0] != SUCCEEDED:
+                break  # the run has failed: the higher concurrencies would only add load to a broken deployment
     except Cancelled:
         cancelled = True
     ended = time.time()
