@@ -73,6 +73,12 @@ class Unit:
     shares_port: bool = False  # a frontend whose two lives can listen on one port (the built-in router)
     # units that must be Ready before this one starts (a failover engine: its worker's gms instance)
     needs: tuple[tuple[str, int], ...] = ()
+    # runs once to its end (a benchmark): never restarted, started only on a settled recipe, kept out
+    # of the recipe's Ready / Degraded and counts; its restart policy is "once" (core/plan/relaunch.py)
+    run_once: bool = False
+    # a run-once unit's own definition (a benchmark's plan and target, not what it measures): a new
+    # one runs whatever the policy says about rollouts
+    run_key: str = ""
 
     @property
     def is_service(self) -> bool:
@@ -205,6 +211,8 @@ class UnitHealth:
     watched_since: float | None = None  # when this reconciler process first probed it (after a restart)
     ready_after: float | None = None  # seconds this life took from launch to Ready (state/, when seen)
     took: float | None = None  # the same, of this life or the last one that was seen through (hand-over time)
+    last_spec: str | None = None  # the spec hash of the life launched last (a run-once unit: what last ran)
+    last_run_key: str | None = None  # a run-once unit's Unit.run_key at that launch
 
     @property
     def grace_from(self) -> float | None:
@@ -296,11 +304,13 @@ class AllocSpec:
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    policy: str = "always"  # never | on-failure | always
+    policy: str = "always"  # never | on-failure | always | once (a run-once unit: see core/plan/relaunch.py)
     max_restarts: int | None = None
     backoff_seconds: float = 10.0
     max_backoff_seconds: float = 300.0
     reset_after_seconds: float = 600.0
+    every_seconds: float | None = None  # once: run again this long after the last run ended
+    on_change: bool = False  # once: run again when the unit's spec changed since the last run
 
     def delay(self, restarts: int) -> float:
         """The wait before a relaunch, ``restarts`` relaunches into a run of failures (kubelet-style):

@@ -353,10 +353,11 @@ def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, in
 
 
 def _register_operations() -> None:
+    from reconciler.cli import bench as cli_bench
     from reconciler.cli import get as cli_get
     from reconciler.cli import ops as cli_ops
 
-    for command in (cli_get.get, *cli_ops.COMMANDS):
+    for command in (cli_get.get, *cli_ops.COMMANDS, cli_bench.benchmarks):
         cli.add_command(command)
 
 

@@ -68,6 +68,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
             raise ReconcilerError(f"no recipe named {', '.join(missing)} in {manifests}")
         all_names = [n for n in all_names if n in names]
     from reconciler.cli.waits import allocation_waits
+    from reconciler.shell import benchmarks
 
     queued = allocation_waits(snap.plan, snap.observed)
     rows = []
@@ -97,6 +98,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
             "nodes": sorted({n for w in st["workers"] for n in w["nodes"]}),
             "pendingAllocations": st.get("pendingAllocations", []),
             "autoscale": autoscale_view.summary(sd, name, st["roles"]),
+            "benchmark": benchmarks.brief(benchmarks.last(sd.root, name)),
         })
     return rows
 

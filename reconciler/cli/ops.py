@@ -54,7 +54,12 @@ def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: st
                   if a.job_id in o.deadlines else {}),
                **(o.pending[a.job_id].doc(snap.now) if a.job_id in o.pending else {})}
               for a in o.allocs_of(name)]
+    from reconciler.shell import benchmarks
+
+    bench = {"state": benchmarks.now_state(snap.desired.recipes.get(name), o, rp),
+             "last": benchmarks.last(sd.root, name)}
     return {"name": name, "phase": st.get("phase", "Unknown"), "endpoint": st.get("endpoint"),
+            "benchmark": bench if bench["state"] or bench["last"] else None,
             "suspended": bool((d := snap.desired.recipes.get(name)) and d.suspended),
             "error": snap.manifests.invalid.get(name) or snap.desired.held.get(name),
             "conditions": st.get("conditions", []), "units": st.get("workers", []), "allocations": allocs,
@@ -120,6 +125,12 @@ def describe(name: str, manifests: str, state: str, driver: str | None, port_ran
         lost = doc["lastAllocationLost"]
         click.echo(f"  last lost: {lost['message']} (at {lost['at']})")
     autoscale_view.print_describe(doc["autoscale"])
+    if doc["benchmark"]:
+        from reconciler.shell.benchmarks import line
+
+        b = doc["benchmark"]
+        click.echo("Benchmark:" + (f" {b['state']}" if b["state"] else ""))
+        click.echo("  last: " + (line(b["last"]) if b["last"] else "none yet"))
     click.echo("Events:")
     for e in doc["events"] or []:
         click.echo("  " + operate.event_line(e))

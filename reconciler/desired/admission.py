@@ -13,6 +13,7 @@ from pathlib import Path
 
 from reconciler.backends.dynamo_install import check_version
 from reconciler.backends.registry import endpoints_of
+from reconciler.desired.bench_map import bench_plan
 from reconciler.desired.frontends import check as check_frontend
 from reconciler.desired.frontends import owned_arg
 from reconciler.desired.passive import not_acted_on
@@ -48,7 +49,11 @@ def admit(recipe: Recipe, data: dict, preflight: bool) -> dict[str, str]:
         raise KeyedError("reconcile.discovery", "file discovery across several nodes needs a directory every node "
                                                 "sees: set discovery.shared_dir in the cluster config (or "
                                                 "reconcile.discovery_dir)")
-    return not_acted_on(recipe, data)
+    carried = not_acted_on(recipe, data)
+    if recipe.reconcile.benchmark is not None:  # asked to run: its type must map to aiperf, or it is refused here
+        bench_plan(recipe.benchmark)
+        carried.pop("benchmark", None)
+    return carried
 
 
 def load_file(path: str | Path, cluster: Cluster | None = None) -> list[LoadedRecipe]:

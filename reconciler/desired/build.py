@@ -24,7 +24,7 @@ from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.desired.context import Context, context
 from reconciler.desired.passes import live
 from reconciler.desired.placement import Placement, placement
-from reconciler.desired.sources import frontend, per_worker, services, workers
+from reconciler.desired.sources import benchmark, frontend, per_worker, services, workers
 from reconciler.desired.scale import Scale
 from reconciler.desired.sources.base import Source
 from reconciler.desired.topology import generation, topology
@@ -38,6 +38,7 @@ SOURCES: tuple[Source, ...] = (
     Source("workers", "workers", workers.offer),  # the engines (with failover engines)
     Source("per-worker services", "services", per_worker.offer),  # gms and other sidecars, one per worker
     Source("frontend", "frontend", frontend.offer),  # the router in front of the workers
+    Source("benchmark", "services", benchmark.offer),  # reconcile.benchmark: run-once aiperf against the endpoint
 )
 
 

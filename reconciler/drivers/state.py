@@ -31,7 +31,7 @@ def _is_status(d: Any) -> bool:
 
 
 _RECORD_TYPES = {"launches": int, "restarts": int, "backoff": int, "lastLaunch": (int, float), "ports": dict,
-                 "stoppedFor": str, "replace": bool}
+                 "stoppedFor": str, "replace": bool, "spec": str, "runKey": str}
 
 
 def _is_launches(d: Any) -> bool:
@@ -156,7 +156,8 @@ class StateDir:
         self.write_json(self.path_of(name, "launches.json"), data)
 
     def count_launch(self, name: str, unit: str, now: float, restart: bool,
-                     ports: dict[str, dict[str, int]] | None = None, slot: int = 0) -> dict:
+                     ports: dict[str, dict[str, int]] | None = None, slot: int = 0, spec: str = "",
+                    run_key: str = "") -> dict:
         """Record a new life. ``restart``: the plan says it is a relaunch after a failure."""
         data = self.launches(name)
         rec = data.setdefault(unit, {})
@@ -166,6 +167,8 @@ class StateDir:
         rec["launches"] = rec.get("launches", 0) + 1
         rec["lastLaunch"] = now
         rec["slot"] = slot  # which life slot that launch was in (its exit record is that slot's)
+        rec["spec"] = spec  # the spec hash launched: a run-once unit runs again only for another one
+        rec["runKey"] = run_key  # a run-once unit's own definition at that launch
         rec["lastReadyAfter"] = rec.pop("readyAfter", rec.get("lastReadyAfter"))  # the last life's, kept
         rec["ports"] = ports or {}
         rec.pop("replace", None)

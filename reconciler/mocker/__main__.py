@@ -36,10 +36,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--crash-on-nodes", default=None,
                    help="faults apply only on these Slurm nodes (comma list; $SLURMD_NODENAME): a node-bound failure")
     p.add_argument("--hang-after", type=float, default=None, help="fault: print a FATAL line and stop answering after SEC")
+    p.add_argument("--emit-tokens", type=int, default=None,
+                   help="fault: answers carry at most N tokens (0: empty answers that still succeed)")
     args = p.parse_args(argv)
     for name in ("num_gpu_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.emit_tokens is not None and args.emit_tokens < 0:
+        p.error("--emit-tokens must be >= 0")
     if args.speedup_ratio < 0:
         p.error("--speedup-ratio must be >= 0")
     return args
@@ -58,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     faulty = a.crash_on_nodes is None or here in a.crash_on_nodes.split(",")
     scfg = ServerConfig(host=a.host, port=a.port, model_name=a.model_name, startup_time=a.startup_time,
                         crash_after=a.crash_after if faulty else None, hang_after=a.hang_after if faulty else None, request_timeout=a.request_timeout,
-                        model_path=a.model_path)
+                        model_path=a.model_path, emit_tokens=a.emit_tokens)
     vocab, which = vocabulary(a.model_path)
     server = MockerServer(scfg, ecfg, vocab)
     log("INFO", f"starting mode={a.mode} model={a.model_name} port={a.port} speedup={a.speedup_ratio:g} "

@@ -37,6 +37,9 @@ class ServerConfig:
     hang_after: float | None = None
     request_timeout: float = 30.0
     model_path: str | None = None
+    # fault: answers carry at most this many tokens (0: empty answers that still succeed, the way an
+    # engine whose KV transfer broke answers); the engine still decodes max_tokens, so timing stays
+    emit_tokens: int | None = None
 
 
 class MockerServer:
@@ -240,15 +243,20 @@ class MockerServer:
         return data
 
     def _usage(self, req: Request) -> dict[str, int]:
-        return {"prompt_tokens": len(req.prompt), "completion_tokens": req.generated,
-                "total_tokens": len(req.prompt) + req.generated}
+        n = req.generated if self.scfg.emit_tokens is None else min(req.generated, self.scfg.emit_tokens)
+        return {"prompt_tokens": len(req.prompt), "completion_tokens": n, "total_tokens": len(req.prompt) + n}
+
+    def _shown(self, item: tuple) -> bool:
+        """Whether a token the engine made reaches the client (the emit_tokens fault drops the rest)."""
+        return self.scfg.emit_tokens is None or item[2] < self.scfg.emit_tokens
 
     async def _collect(self, req: Request, queue: asyncio.Queue) -> tuple[str, str]:
         pieces = []
         while True:
             item = await queue.get()
             if item[0] == "token":
-                pieces.append(item[1])
+                if self._shown(item):
+                    pieces.append(item[1])
             else:
                 return "".join(pieces), item[1]
 
@@ -294,8 +302,9 @@ class MockerServer:
         while True:
             item = await queue.get()
             if item[0] == "token":
-                await resp.write(sse(chunk(item[1], None, first)))
-                first = False
+                if self._shown(item):
+                    await resp.write(sse(chunk(item[1], None, first)))
+                    first = False
                 continue
             await resp.write(sse(chunk(None, item[1])))
             if include_usage:

@@ -129,7 +129,8 @@ class Executor:
             if l.rank == 0:
                 with self._done_anyway(a):
                     self.state.count_launch(u.recipe, u.name, now, restart=a.reason.restart,
-                                            ports={u.nodes[0]: dict(u.ports)} if u.ports else {}, slot=u.slot)
+                                            ports={u.nodes[0]: dict(u.ports)} if u.ports else {}, slot=u.slot,
+                                            spec=u.spec_hash, run_key=u.run_key)
                 self.observer.tracker.new_life(u.key)
             if handle is not None:
                 pseudo = Step(f"{a.job_id}.pending-{u.life}-{l.rank}", u.recipe, u.role, u.index, l.rank,

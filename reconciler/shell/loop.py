@@ -43,6 +43,8 @@ from reconciler.shell.tickfail import TickHealth
 from reconciler.shell.lease import wait_for_lease
 from reconciler.timefmt import iso
 from reconciler.world import Alloc, Observed
+from reconciler.desired.sources.benchmark import ROLE as BENCHMARK_ROLE
+from reconciler.shell.benchmarks import Announcer
 
 log = structlog.get_logger("reconciler")
 TICK_BACKOFF_MAX = 60.0  # seconds between attempts when whole ticks keep failing (e.g. squeue is down)
@@ -72,6 +74,8 @@ class Controller:
         # the deployments' gateways (nginx on this host); a master that exits wakes the loop
         self.gateways = None if read_only else Gateways(self.state, wake=self._wake_soon)
         self.metrics: Metrics | None = None  # run --metrics-addr
+        self.bench_events = Announcer(time.time())  # an event per finished benchmark run
+        self._bench_runs: dict[str, dict] = {}  # recipe -> its last benchmark run (for the metrics)
         self.ui = None  # run --ui-addr: reconciler.ui.StatusUI, handed each tick's result
         self._live_allocs: dict[str, Alloc] = {}  # last tick's live allocations (to notice one lost)
         self._cancelled: set[str] = set()  # allocations we released: their going is no loss
@@ -182,6 +186,8 @@ class Controller:
         record(self.state, snap, self.gateways)
         if self.autoscaler.after_tick(snap):
             self._wake.set()  # a count changed or a victim left the routers: the next tick acts on it
+        self._bench_runs = self.bench_events.tick(self.state, [n for n, d in snap.desired.recipes.items()
+                                                               if d.restart.get(BENCHMARK_ROLE)])
         self.ticks += 1
         self.actions_done += len(done)
         self._write_progress(snap.now)
@@ -239,6 +245,7 @@ class Controller:
                 restarts[key] = restarts.get(key, 0) + int(rec.get("restarts", 0))
         self.metrics.observe_tick(snap, done, seconds, getattr(self.driver, "tally", Counter()), phases,  # type: ignore[union-attr]
                                   restarts)
+        self.metrics.benchmarks(self._bench_runs)  # type: ignore[union-attr]
 
     def _write_progress(self, now: float) -> None:
         """state/controller.json: ticks and actions so far — what tests and operators watch.

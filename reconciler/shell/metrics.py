@@ -17,6 +17,27 @@ TICK_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 READY_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 
 
+# gauge suffix -> help; each from the last run's summary (reconciler/benchrun/summary.py)
+BENCH_GAUGES = {
+    "succeeded": "1 when the deployment's last benchmark run Succeeded, 0 when it Failed or was Cancelled",
+    "requests_per_second": "Request throughput of the last benchmark run (its highest concurrency)",
+    "output_tokens_per_second": "Output token throughput of the last benchmark run (its highest concurrency)",
+    "ttft_p50_seconds": "Time to first token, p50, of the last benchmark run",
+    "ttft_p99_seconds": "Time to first token, p99, of the last benchmark run",
+    "itl_p50_seconds": "Inter-token latency, p50, of the last benchmark run",
+    "itl_p99_seconds": "Inter-token latency, p99, of the last benchmark run",
+    "errors": "Failed requests of the last benchmark run",
+    "output_tokens": "Output tokens of the last benchmark run",
+    "duration_seconds": "Wall time of the last benchmark run",
+    "ended_timestamp_seconds": "When the last benchmark run ended (Unix time)",
+}
+_FROM_SUMMARY = {"requests_per_second": ("req_s", 1), "output_tokens_per_second": ("output_tok_s", 1),
+                 "ttft_p50_seconds": ("ttft_p50_ms", 1e-3), "ttft_p99_seconds": ("ttft_p99_ms", 1e-3),
+                 "itl_p50_seconds": ("itl_p50_ms", 1e-3), "itl_p99_seconds": ("itl_p99_ms", 1e-3),
+                 "errors": ("errors", 1), "output_tokens": ("output_tokens", 1),
+                 "duration_seconds": ("duration_s", 1), "ended_timestamp_seconds": ("ended", 1)}
+
+
 class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
@@ -34,10 +55,25 @@ class Metrics:
                                      ["role"], registry=r, buckets=READY_BUCKETS)
         self.pending = Gauge("reconciler_pending_seconds", "Seconds the longest-waiting pending allocation of a "
                              "deployment has waited in Slurm's queue (0: none pending)", ["recipe"], registry=r)
+        # the last benchmark run of each deployment (state/<recipe>/benchmarks/): one gauge per figure
+        self.bench = {k: Gauge(f"reconciler_benchmark_{k}", why, ["recipe"], registry=r) for k, why in BENCH_GAUGES.items()}
+        self._bench_series: set[str] = set()
         self._launched: dict[tuple[str, str, int], float] = {}  # unit key -> when its launch was issued
         self._seen_commands: Tally = Tally()
         self._series: set[tuple[str, str, str]] = set()
         self._pending_series: set[str] = set()
+
+    def benchmarks(self, last: dict[str, dict]) -> None:
+        """``last``: recipe -> its last benchmark summary (recipes without one have no series)."""
+        for name in self._bench_series - set(last):
+            for g in self.bench.values():
+                g.remove(name)
+        for name, doc in last.items():
+            self.bench["succeeded"].labels(name).set(1 if doc.get("status") == "Succeeded" else 0)
+            for key, (field, scale) in _FROM_SUMMARY.items():
+                v = doc.get(field)
+                self.bench[key].labels(name).set(float(v) * scale if isinstance(v, (int, float)) else float("nan"))
+        self._bench_series = set(last)
 
     def serve(self, addr: str) -> None:
         host, _, port = addr.rpartition(":")

@@ -139,7 +139,8 @@ class Observer:
                 last_exit=last_exit, missing_since=missing, stopped_for=stopped_for, was_ready=life.was_ready,
                 ready_since=life.ready_since, first_ready=life.first_ready, probe_failures=life.probe_failures, fatal=life.fatal,
                 watched_since=life.watched_since, ready_after=rec.get("readyAfter"),
-                took=rec.get("readyAfter", rec.get("lastReadyAfter")),
+                took=rec.get("readyAfter", rec.get("lastReadyAfter")), last_spec=rec.get("spec"),
+                last_run_key=rec.get("runKey"),
             )
         return ready, out
 

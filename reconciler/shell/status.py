@@ -151,6 +151,8 @@ def worker_rows(
     # one: not Ready from this tick on, though its probe still passed a moment ago
     leaving = {c.unit for c in rp.stop if c.reason is StopReason.DEPENDENCY_RESTARTED}
     for u in d.all_units:
+        if u.run_once:  # reported apart (state/<recipe>/benchmarks/): not part of Ready or Degraded
+            continue
         ss = steps.get((u.role, u.index), [])
         ok = bool(o.ready.get(u.key)) and u.name not in leaving
         if not ss:

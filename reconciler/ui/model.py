@@ -10,6 +10,7 @@ from pathlib import Path
 
 from reconciler.recipe import namespaces
 from reconciler.timefmt import iso
+from reconciler.shell import benchmarks
 
 EVENTS_TAIL = 64 << 10  # bytes of events.jsonl read for "recent events"
 ROLES = ("prefill", "decode", "agg")
@@ -75,7 +76,7 @@ def build(ctl, names: list[str], settings: dict) -> dict:
         st = sd.status(name)
         if not st or st.get("phase") == "Deleted":
             continue
-        bench = sd.read_json(sd.path_of(name, "benchmark.json"), None, lambda x: isinstance(x, dict))
+        bench = benchmarks.brief(benchmarks.last(sd.root, name))  # the last run (reconcile.benchmark)
         deps.append(deployment(name, st, sd.launches(name), bench))
     return {
         "generatedAt": iso(time.time()), "settings": settings,

@@ -54,7 +54,7 @@ const UNIT_HEAD = "<tr><th>UNIT</th><th>PHASE</th><th>NODE</th><th>PORTS</th><th
 function detail(d){
   const p = d.plots || {};
   const bench = d.benchmark ? `<pre class="mono">${esc(JSON.stringify(d.benchmark, null, 2))}</pre>`
-    : `<div class="empty-section">no benchmark results for this deployment (state/${esc(d.name)}/benchmark.json)</div>`;
+    : `<div class="empty-section">no benchmark runs for this deployment (reconcile.benchmark; state/${esc(d.name)}/benchmarks/)</div>`;
   return `<section class="card" data-deployment="${esc(d.name)}"><h2>${esc(d.shown||d.name)} ${pill(d.phase)}
   <span class="roles">${ready(d.roles)}</span>${d.endpoint ? `<span class="mono">${esc(d.endpoint)}</span>` : ""}</h2>
   ${d.reason ? `<div><span class="reason">${esc(d.reason)}</span> <span class="msg">${esc(d.reasonMessage)}</span></div>` : ""}

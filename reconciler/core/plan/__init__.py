@@ -154,6 +154,8 @@ def counts(d: DesiredRecipe, c: Classified) -> dict[str, RoleCounts]:
     running: Counter[str] = Counter()
     ready: Counter[str] = Counter()
     for v in c.units:
+        if v.unit.run_once:  # a benchmark is not part of what serves: it never counts as unavailable
+            continue
         desired[v.unit.role] += 1
         running[v.unit.role] += any(not s.pending for s in v.steps)
         ready[v.unit.role] += v.ready

@@ -45,7 +45,17 @@ def gate(d: DesiredRecipe, c: Classified, v: UnitView) -> Wait | None:
         return Wait(WaitReason.NEEDS_SERVICES, ", ".join(r.removeprefix(SERVICE_PREFIX) for r in blocking))
     if phase == "after_frontend" and not _frontend_ready(d, c):
         return Wait(WaitReason.NEEDS_READY_FRONTEND)
+    if v.unit.run_once and not settled(c):
+        return Wait(WaitReason.NEEDS_SETTLED)
     return None
+
+
+def settled(c: Classified) -> bool:
+    """Every unit but the run-once ones runs its current spec and is Ready: nothing rolls, starts or
+    waits (what a benchmark measures is then the deployment as desired, not a mix of versions)."""
+    others = [v for v in c.units if not v.unit.run_once]
+    running = {v.key for v in c.running}
+    return bool(others) and not c.waiting and all(v.key in running and v.ready for v in others)
 
 
 def _all_ready(d: DesiredRecipe, c: Classified, role: str) -> bool:

@@ -23,12 +23,15 @@ class Gate(str, Enum):
     STOP = "stop"
 
 
-def restart_gate(policy: RestartPolicy, h: UnitHealth | None, now: float) -> tuple[Gate, PlaceReason | WaitReason, str, float | None]:
+def restart_gate(policy: RestartPolicy, h: UnitHealth | None, now: float, spec: str = "",
+                 run_key: str = "") -> tuple[Gate, PlaceReason | WaitReason, str, float | None]:
     """Whether a worker without a step is launched now: (gate, reason, detail, retry at)."""
     if h is None or h.launches == 0:
         return Gate.LAUNCH, PlaceReason.NEW, "", None
     if replaced_on_purpose(h):
         return Gate.LAUNCH, PlaceReason.REPLACEMENT, "", None
+    if policy.policy == "once":
+        return once_gate(policy, h, now, spec, run_key)
     code, ended = h.ended(now)
     how = "was killed" if code is None else f"exited with code {code}"
     if policy.policy == "never":
@@ -41,6 +44,27 @@ def restart_gate(policy: RestartPolicy, h: UnitHealth | None, now: float) -> tup
     if now < due:
         return Gate.WAIT, WaitReason.BACKOFF, f"{how}; relaunch in {due - now:.0f}s (restart {h.restarts + 1})", due
     return Gate.LAUNCH, PlaceReason.RELAUNCH, f"{how}; restart {h.restarts + 1}", None
+
+
+def once_gate(policy: RestartPolicy, h: UnitHealth, now: float, spec: str,
+              run_key: str = "") -> tuple[Gate, PlaceReason | WaitReason, str, float | None]:
+    """A run-once unit whose last run ended. Unlike every other unit it is never restarted, whatever
+    its exit (a benchmark that failed has a verdict, not a crash): a new run is a new launch
+    (``PlaceReason.NEW``, not a restart) when its spec changed since that run (``on_change``: what
+    it measures rolled out), its own definition changed (``run_key``: a benchmark's parameters or
+    target), or its period since the run's end is over (``every_seconds``)."""
+    code, ended = h.ended(now)
+    how = "was killed" if code is None else f"exited with code {code}"
+    if run_key and h.last_run_key is not None and h.last_run_key != run_key:
+        return Gate.LAUNCH, PlaceReason.NEW, f"last run {how}; its definition changed: a new run", None
+    if policy.on_change and spec and h.last_spec is not None and h.last_spec != spec:
+        return Gate.LAUNCH, PlaceReason.NEW, f"last run {how}; its spec changed: a new run", None
+    if policy.every_seconds is not None:
+        due = ended + policy.every_seconds
+        if now >= due:
+            return Gate.LAUNCH, PlaceReason.NEW, f"last run {how}; its period is over: a new run", None
+        return Gate.WAIT, WaitReason.FINISHED, f"last run {how}; next run in {due - now:.0f}s", due
+    return Gate.STOP, WaitReason.FINISHED, f"last run {how}", None
 
 
 def replaced_on_purpose(h: UnitHealth) -> bool:
@@ -65,14 +89,15 @@ def compute_relaunch(
     for v in c.missing:
         if not v.ever_launched or v.name in held_back:
             continue
-        gate, reason, detail, due = restart_gate(d.policy(v.unit.role), v.health, now)
+        gate, reason, detail, due = restart_gate(d.policy(v.unit.role), v.health, now, v.unit.spec_hash,
+                                               v.unit.run_key)
         if gate is Gate.LAUNCH:
             place += launches_for(d, v, reason)  # type: ignore[arg-type]
         elif gate is Gate.WAIT:
             later[v.name] = due  # type: ignore[assignment]
-            waiting[v.name] = Wait(WaitReason.BACKOFF, detail, due)
+            waiting[v.name] = Wait(reason if reason is WaitReason.FINISHED else WaitReason.BACKOFF, detail, due)
         else:
-            waiting[v.name] = Wait(WaitReason.GAVE_UP, detail)
+            waiting[v.name] = Wait(reason if reason is WaitReason.FINISHED else WaitReason.GAVE_UP, detail)
     return tuple(place), later, waiting
 
 

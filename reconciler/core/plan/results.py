@@ -73,6 +73,10 @@ class WaitReason(str, Enum):
     SURGE_HANDOVER = "its new life is Ready: the old one leaves the routers, then stops"
     SURGE_ALLOCATION = "waits for a surge allocation: its allocation has no GPUs for a second life"
     ACTION_BACKOFF = "an action failed: the recipe backs off"
+    # a run-once unit (a benchmark): it ran to its end and is not restarted; it runs again only on
+    # its policy's triggers (a changed spec, its period): core/plan/relaunch.py:once_gate
+    FINISHED = "ran once to its end: not restarted"
+    NEEDS_SETTLED = "a run-once unit waits for every unit to run the current spec and be Ready"
 
 
 class RecipeState(str, Enum):
