@@ -15,9 +15,9 @@ name: demo
 model: {path: /models/m}
 resources: {gpus_per_node: 8}
 engine: mocker
-roles:
-  prefill: {workers: 1, gpus: 1}
-  decode: {workers: 2, gpus: 1}
+roles:  # each role on nodes of its own (no node count at all packs decode after prefill, as srtctl)
+  prefill: {nodes: 1, workers: 1, gpus: 1}
+  decode: {nodes: 1, workers: 2, gpus: 1}
 frontend: {type: builtin}
 reconcile:
   autoscale:
@@ -87,12 +87,12 @@ def test_schema_rejections_are_located(old, new, key, line, fragment):
      "      decode: {min: 1, max: 8, target: {itl_p90_ms: 40}}\n      agg: {min: 1, max: 2, target: {kv_usage: 0.8}}",
      "reconcile.autoscale.roles.agg", "no role 'agg' (its roles: prefill, decode)"),
     # the starting count must lie in [min, max]
-    ("decode: {workers: 2, gpus: 1}", "decode: {workers: 9, gpus: 1}",
+    ("decode: {nodes: 1, workers: 2, gpus: 1}", "decode: {nodes: 2, workers: 9, gpus: 1}",
      "reconcile.autoscale.roles.decode", "roles.decode.workers (9) is the starting count"),
     ("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 3, max: 8, target: {itl_p90_ms: 40}}",
      "reconcile.autoscale.roles.decode", "[min, max] = [3, 8]"),
     # a colocated decode's GPUs follow the prefill count: prefill cannot be autoscaled then
-    ("decode: {workers: 2, gpus: 1}", "decode: {nodes: colocate, workers: 2, gpus: 1}",
+    ("decode: {nodes: 1, workers: 2, gpus: 1}", "decode: {nodes: colocate, workers: 2, gpus: 1}",
      "reconcile.autoscale.roles.prefill", "roles.decode colocates on the prefill nodes"),
     # scale to zero: refused until something brings a role back
     ("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 0, max: 8, target: {itl_p90_ms: 40}}",
@@ -110,7 +110,7 @@ def test_rules_across_the_recipe_are_located(old, new, key, fragment):
 
 
 def test_a_colocated_decode_alone_may_be_autoscaled():
-    text = DISAGG.replace("decode: {workers: 2, gpus: 1}", "decode: {nodes: colocate, workers: 2, gpus: 1}")
+    text = DISAGG.replace("decode: {nodes: 1, workers: 2, gpus: 1}", "decode: {nodes: colocate, workers: 2, gpus: 1}")
     text = text.replace("      prefill: {min: 1, max: 4, target: {ttft_p90_ms: 800, waiting_per_worker: 4}}\n", "")
     cfg = load(text).recipe.reconcile.autoscale
     assert cfg.roles.prefill is None and cfg.roles.decode.max == 8

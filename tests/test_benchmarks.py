@@ -45,6 +45,7 @@ SMOKES = {
     "converge.py": Smoke(r"run\s+workers\s+drop -> healthy s", 4, (pytest.mark.slurm,)),
     "mttr.py": Smoke(r"^\s+what\s+figure$", 2, (pytest.mark.slurm,)),
     "node_failure.py": Smoke(r"run\s+how\s+failed node", 4, (pytest.mark.multinode,), root=True),
+    "autoscale.py": Smoke(r"run\s+requests\s+failed\s+within %", 5, (pytest.mark.slurm,)),
     "continuity.py": Smoke(r"^\| fault \| stack \| frontends", 5, (pytest.mark.slurm,),
                            needs=(".stacks/dynamo/bin/python",)),
     "stacks.py": Smoke(r"^\| stack \| conc \| req/s", 9, (pytest.mark.slurm,),

@@ -29,7 +29,7 @@ def test_render_upstreams_retry_policy_and_no_frontend():
     assert "server gpu01:20010 max_fails=1 fail_timeout=5s;" in text
     assert "server gpu02:20011 max_fails=1 fail_timeout=5s;" in text
     # a POST whose frontend died before answering is sent to another (completions have no side effects)
-    assert "proxy_next_upstream error timeout non_idempotent;" in text
+    assert "proxy_next_upstream error timeout http_503 non_idempotent;" in text
     assert "proxy_buffering off;" in text and "listen 0.0.0.0:20001" in text
     empty = render(GatewayConfig("r1", 20001, Path("/s/r1/gateway")))
     assert "upstream frontends" not in empty and "proxy_pass" not in empty and "return 503" in empty and "no Ready frontend" in empty
@@ -117,14 +117,16 @@ def test_gateway_serves_ready_frontends_reloads_and_keeps_its_address(gw, tmp_pa
 
 
 class _Drops(threading.Thread):
-    """An upstream that reads a request and closes without answering: it *started* the request."""
+    """An upstream that reads a request and closes without answering: it *started* the request.
+    ``answer``: it answers that instead (a frontend with no worker answers 503)."""
 
-    def __init__(self):
+    def __init__(self, answer: bytes | None = None):
         super().__init__(daemon=True)
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
         self.seen = 0
+        self.answer = answer
 
     @property
     def addr(self) -> str:
@@ -138,6 +140,8 @@ class _Drops(threading.Thread):
                 return
             c.recv(65536)
             self.seen += 1
+            if self.answer:
+                c.sendall(self.answer)
             c.close()
 
 
@@ -160,6 +164,16 @@ def test_retry_what_no_upstream_answered(gw, tmp_path):
         wait_until(lambda: drops.addr in (prefix_of(gw.state.root, "r1") / "nginx.conf").read_text())
         codes = [post(url + "/v1/chat/completions", CHAT)[0] for _ in range(6)]
         assert drops.seen >= 1 and codes == [200] * 6, (drops.seen, codes)
+        # an upstream that answers 503 (a Dynamo frontend whose workers are gone): the next one serves
+        busy = _Drops(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        busy.start()
+        try:
+            gw.sync("r1", [_hp(ok_url), busy.addr], ports, 3.0)
+            wait_until(lambda: busy.addr in (prefix_of(gw.state.root, "r1") / "nginx.conf").read_text())
+            codes = [post(url + "/v1/chat/completions", CHAT)[0] for _ in range(6)]
+            assert busy.seen >= 1 and codes == [200] * 6, (busy.seen, codes)
+        finally:
+            busy.sock.close()
     finally:
         ok.stop()
         drops.sock.close()

@@ -27,7 +27,7 @@ from reconciler.core.plan.placement import gate
 from reconciler.core.plan.relaunch import Gate, launches_for, restart_gate
 from reconciler.core.plan.stop import liveness, serving, startup_deadline
 from reconciler.core.plan.results import CancelStep, LaunchStep, PlaceReason, StopReason, Wait, WaitReason
-from reconciler.world import is_service_role
+from reconciler.world import FRONTEND, is_service_role
 from reconciler.world import DesiredRecipe, UnitHealth
 
 
@@ -48,11 +48,26 @@ def clients_left(d: DesiredRecipe, c: Classified, v: UnitView) -> list[str]:
     """The units whose old lives still run beside a new one and read this service's old address:
     its old life stays until they are gone (a stack moves whole: the old frontend keeps
     serving through the old etcd until the new one answers)."""
+    if v.is_worker:
+        return _frontends_left(c, v)
     if not is_service_role(v.unit.role):
         return []
     views = {(u.unit.role, u.unit.index): u for u in c.units}
     return [u.name for key in dependents(d).get((v.unit.role, v.unit.index), ())
             if (u := views.get(key)) is not None and any(s.cancellable or s.pending for s in u.old)]
+
+
+def _frontends_left(c: Classified, v: UnitView) -> list[str]:
+    """A worker moving to another allocation (a hand-over) keeps its old life while an old life of
+    a frontend on that allocation still runs: a Dynamo frontend serves only the workers of its own
+    etcd, so the old one answers 503 once its workers are gone, and the gateway may still send it
+    requests until its successor answers. (The built-in router's lives share one address and
+    route to every Ready worker: they do not hold a worker.)"""
+    away = {s.job_id for s in v.old if s.job_id != v.job}
+    if not away:
+        return []
+    return [f.name for f in c.units if f.unit.role == FRONTEND and not f.unit.shares_port
+            and any(s.job_id in away and (s.cancellable or s.pending) for s in f.old)]
 
 
 def old_life_routed(d: DesiredRecipe, new_ready: bool, h: UnitHealth | None, now: float) -> bool:
