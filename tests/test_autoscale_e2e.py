@@ -32,27 +32,9 @@ reconcile:
 """
 
 
-class Heavy(Client):
+def Heavy(endpoint: str, limit: int) -> Client:
     """A client whose requests take a while (so that they queue behind max_num_seqs)."""
-
-    def run(self) -> None:  # the parent's loop with a longer answer
-        import http.client
-
-        body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 60}).encode()
-        while not self.halt.is_set() and self.ok + len(self.failed) < self.limit:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
-            try:
-                conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
-                r = conn.getresponse()
-                data = r.read()
-                if r.status == 200:
-                    self.ok += 1
-                else:
-                    self.failed.append(f"{r.status}: {data[:200]!r}")
-            except (OSError, http.client.HTTPException) as e:
-                self.failed.append(repr(e))
-            finally:
-                conn.close()
+    return Client(endpoint, limit=limit, max_tokens=60, timeout=30)
 
 
 def events(h: Harness, name: str) -> list[dict]:

@@ -34,19 +34,19 @@ reconcile: {{rollout: {{max_surge: 1, max_unavailable: 0, pickup_seconds: 1, dra
 class Client(threading.Thread):
     """Sequential chat completions through the router until stopped or ``limit`` sent (bounded)."""
 
-    def __init__(self, endpoint: str, limit: int = 5000):
+    def __init__(self, endpoint: str, limit: int = 5000, max_tokens: int = 4, timeout: float = 10):
         super().__init__(daemon=True)
         u = urlsplit(endpoint)
         self.host, self.port = u.hostname, u.port
-        self.limit = limit
+        self.limit, self.max_tokens, self.timeout = limit, max_tokens, timeout
         self.ok = 0
         self.failed: list[str] = []
         self.halt = threading.Event()
 
     def run(self) -> None:
-        body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).encode()
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": self.max_tokens}).encode()
         while not self.halt.is_set() and self.ok + len(self.failed) < self.limit:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
             try:
                 conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
                 r = conn.getresponse()
