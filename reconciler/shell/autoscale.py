@@ -39,6 +39,9 @@ class Autoscaler:
         self.state = state
         self._before: dict[str, tuple[float, em.Reading]] = {}  # metrics URL -> (when, its last reading)
         self._due: dict[str, float] = {}  # recipe -> the next decision's time
+        # unit key -> when it was first left out of the routers (the endpoints file, the /workers
+        # API): a router picks that up a moment later, so the victim is not idle before then
+        self._left: dict[tuple[str, str, int], float] = {}
 
     # ---------------------------------------------------------------- read by every snapshot
     def memory(self, name: str, recipe: Recipe, now: float) -> dict[str, RoleMemory]:
@@ -106,10 +109,13 @@ class Autoscaler:
         for role in roles:
             mine = [u for u in serving if u.role == role]
             load = self._load(mine, pages, now, allowance)
-            busy_victims = any(_busy(pages.get(_url(u))) for u in victims if u.role == role)
+            busy_victims = any(_busy(pages.get(_url(u))) or now - self._left.setdefault(u.key, now) < d.surge_pickup_seconds
+                               for u in victims if u.role == role)
             facts[role] = RoleFacts(len(mine), load, busy_victims, demand)
         for u in victims:  # a victim's reading is not kept once it is gone
             self._before.pop(_url(u), None)
+        for key in [k for k in self._left if k[0] == name and k not in {u.key for u in victims}]:
+            del self._left[key]  # stopped, or back in the routers
         decisions = compute_autoscale(cfg, facts, mem, now)
         doc = self.state.read_json(self.state.path_of(name, FILE), {}, lambda x: isinstance(x, dict))
         history = list(doc.get("decisions", []))[-KEEP_DECISIONS:] if isinstance(doc.get("decisions"), list) else []
