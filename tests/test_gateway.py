@@ -31,6 +31,9 @@ def test_render_upstreams_retry_policy_and_no_frontend():
     # a POST whose frontend died before answering is sent to another (completions have no side effects)
     assert "proxy_next_upstream error timeout http_503 non_idempotent;" in text
     assert "proxy_buffering off;" in text and "listen 0.0.0.0:20001" in text
+    # a reload never cuts a stream the read timeout allows; a login node's 1024 files are raised
+    assert "worker_shutdown_timeout 3600s;" in text and "proxy_read_timeout 3600s;" in text
+    assert "worker_rlimit_nofile 8256;" in text and "worker_connections 4096;" in text
     empty = render(GatewayConfig("r1", 20001, Path("/s/r1/gateway")))
     assert "upstream frontends" not in empty and "proxy_pass" not in empty and "return 503" in empty and "no Ready frontend" in empty
     assert render(GatewayConfig("r1", 20001, Path("/s/g"), ("a:1",))) == render(GatewayConfig("r1", 20001, Path("/s/g"), ("a:1",)))

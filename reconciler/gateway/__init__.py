@@ -34,7 +34,11 @@ from pathlib import Path
 
 FAIL_TIMEOUT_S = 5  # a frontend that refused a connection rests this long before nginx tries it again
 READ_TIMEOUT_S = 3600  # a completion (or a stream) may run long: never cut by the gateway
-SHUTDOWN_TIMEOUT_S = 600  # old workers of a reload finish their requests within this
+# old workers of a reload finish their requests within this: as long as a request may run, so a
+# reload never cuts a stream the read timeout would have let finish
+SHUTDOWN_TIMEOUT_S = READ_TIMEOUT_S
+CONNECTIONS = 4096  # per worker; a proxied request holds two (client and frontend)
+OPEN_FILES = 2 * CONNECTIONS + 64  # a login node's soft limit is often 1024: raised for the worker
 
 
 @dataclass(frozen=True)
@@ -101,10 +105,11 @@ def render(cfg: GatewayConfig) -> str:
     return (
         f"# gateway of {cfg.recipe}: written by the reconciler, replaced on every upstream change\n"
         "worker_processes 1;\n"
+        f"worker_rlimit_nofile {OPEN_FILES};\n"
         f"pid {p}/nginx.pid;\n"
         f"error_log {p}/error.log warn;\n"
         f"worker_shutdown_timeout {SHUTDOWN_TIMEOUT_S}s;\n"
-        "events {\n    worker_connections 4096;\n}\n"
+        "events {\n    worker_connections " + str(CONNECTIONS) + ";\n}\n"
         "http {\n"
         "    access_log off;\n"
         f"    client_body_temp_path {p}/tmp/body;\n"

@@ -205,7 +205,8 @@ CANARY_TIMEOUT = 5.0  # a one-token completion through a frontend (its engines m
 CANARY_INTERVAL = 1.0  # seconds between two canaries of one frontend: Ready goes within this + a tick
 # unit key -> why its health probe passes but it is not Ready (its canary failed): the tick reads it
 why: dict[tuple[str, str, int], str] = {}
-_canaried: dict[tuple[str, str, int], tuple[float, str | None]] = {}  # key -> (when, its failure or None)
+# (unit key, host, port) -> (when, its failure or None)
+_canaried: dict[tuple[tuple[str, str, int], str, int], tuple[float, str | None]] = {}
 
 
 def canary(host: str, port: int, model: str, timeout: float = CANARY_TIMEOUT) -> str | None:
@@ -241,10 +242,15 @@ def canary(host: str, port: int, model: str, timeout: float = CANARY_TIMEOUT) ->
 def _canary(u: Unit) -> bool:
     """The frontend's canary, at most every CANARY_INTERVAL (the last answer kept in between)."""
     now = time.monotonic()
-    last = _canaried.get(u.key)
+    # per life (its address), not per unit: a hand-over's old and new frontend lives are both
+    # probed, and the new one must not borrow the old one's passing answer
+    at = (u.key, u.nodes[0], u.health_port or 0)
+    last = _canaried.get(at)
     if last is None or now - last[0] >= CANARY_INTERVAL or last[1] is not None:
         last = (now, canary(u.nodes[0], u.health_port or 0, u.canary))
-        _canaried[u.key] = last
+        if len(_canaried) > 4096:  # lives come and go: bounded
+            _canaried.clear()
+        _canaried[at] = last
     if last[1] is None:
         why.pop(u.key, None)
         return True
