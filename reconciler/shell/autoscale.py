@@ -133,7 +133,7 @@ class Autoscaler:
                 verb = "up" if dec.scaled > 0 else "down"
                 self.state.event("Scaled", name, f"{role} scaled {verb} {dec.reason}", role=role,
                                  **{"from": before.target, "to": after.target})
-            if after.drain_since is not None and before.drain_since is None:
+            if after.drain_since is not None and after.drain_since != before.drain_since:
                 self.state.event("Draining", name, f"{', '.join(last[role]['draining'])} out of the routers; "
                                  f"stopped once their requests are done (at most {cfg.drain_timeout_seconds:g}s)",
                                  role=role)

@@ -181,3 +181,20 @@ def test_memory_round_trips_and_is_clamped_to_the_spec():
     assert from_json(to_json(m), rs) == m
     assert from_json({**to_json(m), "target": 50, "drain_since": None}, rs).target == 8
     assert from_json({"built": "x"}, rs) is None and from_json([], rs) is None
+
+
+def test_a_further_scale_down_during_a_drain_drains_its_new_victims_too():
+    """3 -> 2 starts a drain; 2 -> 1 while it runs adds a victim that is still routed: the drain
+    starts over, so that victim leaves the routers (drain_seconds) before any is stopped (found
+    by test_autoscale_e2e: the second victim was cancelled in the tick it was chosen)."""
+    c = cfg(scale_down_after_seconds=0, drain_seconds=3, scale_down_limit={"workers": 1, "percent": 0,
+                                                                            "period_seconds": 1})
+    idle = RoleFacts(3, IDLE, victims_busy=False)
+    out, m = run(c, "decode", [(5, idle)], workers=3)
+    assert out == [(2, 3)] and list(m.draining) == [2]
+    out, m = run_from(c, "decode", m, [(4, RoleFacts(2, IDLE, victims_busy=False))])
+    assert out == [(1, 3)] and list(m.draining) == [1, 2], "the first drain is done but a new victim joined"
+    out, m = run_from(c, "decode", m, [(1, RoleFacts(1, IDLE, victims_busy=False))])
+    assert out == [(1, 3)], "the new victim has been out of the routers for 1 s only"
+    out, m = run_from(c, "decode", m, [(3, RoleFacts(1, IDLE, victims_busy=False))])
+    assert out == [(1, 1)] and not list(m.draining)

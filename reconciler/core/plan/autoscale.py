@@ -130,7 +130,7 @@ def decide(cfg: AutoscaleConfig, rs: RoleScale, f: RoleFacts, m: RoleMemory, now
     if target != m.target:
         changes += ((now, target - m.target),)
     mem = RoleMemory(m.built, target, asks, changes, m.drain_since, last_busy)
-    return RoleDecision(_drain(cfg, mem, f, now), ask, reason, inputs, target - m.target)
+    return RoleDecision(_drain(cfg, mem, f, now, m.target), ask, reason, inputs, target - m.target)
 
 
 def recommend(rs: RoleScale, f: RoleFacts, current: int, tolerance: float) -> tuple[int | None, str, dict]:
@@ -206,11 +206,13 @@ def _down_limit(lim: Limit, start: int) -> int:
     return max(0, min(start - lim.workers, math.ceil(start * (1 - lim.percent / 100))))
 
 
-def _drain(cfg: AutoscaleConfig, m: RoleMemory, f: RoleFacts, now: float) -> RoleMemory:
-    """The built count: up at once; down once the victims are out of the routers and done."""
+def _drain(cfg: AutoscaleConfig, m: RoleMemory, f: RoleFacts, now: float, before: int | None = None) -> RoleMemory:
+    """The built count: up at once; down once the victims are out of the routers and done.
+    ``before``: the target until this decision; a lower one during a drain adds victims that are
+    still routed, so the drain starts over for them (they leave the routers from this tick on)."""
     if m.target >= m.built:
         return replace(m, built=m.target, drain_since=None)  # up, or load came back during a drain
-    if m.drain_since is None:
+    if m.drain_since is None or (before is not None and m.target < before):
         return replace(m, drain_since=now)  # the victims leave the routers from this tick on
     out_for = now - m.drain_since
     if out_for >= cfg.drain_timeout_seconds or (out_for >= cfg.drain_seconds and not f.victims_busy):
