@@ -159,16 +159,8 @@ def nic():
 def _no_gateway_left_behind(tmp_path_factory):
     """A test that runs a controller and leaves its recipes (no cleanup run) leaves the deployment's
     gateway, an nginx daemon, running: at the end of the session every nginx master whose prefix is
-    under this session's temporary directory is told to quit (SIGQUIT, by its own pid)."""
+    under this session's temporary directory is told to quit (SIGQUIT), found by its process."""
     yield
-    import os
-    import signal
+    from reconciler.shell.gateway import quit_under
 
-    base = str(tmp_path_factory.getbasetemp())
-    for pidfile in Path(base).glob("**/gateway/nginx.pid"):
-        try:
-            pid = int(pidfile.read_text().strip())
-            if base in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-                os.kill(pid, signal.SIGQUIT)
-        except (OSError, ValueError):
-            continue
+    quit_under(tmp_path_factory.getbasetemp())  # by the processes: a wiped state dir has no pid file

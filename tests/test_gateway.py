@@ -257,3 +257,19 @@ def test_a_config_nginx_refuses_is_not_taken_for_served_and_is_tried_again(gw, t
         assert facts(gw.state.root, "r1")["upstreams"] == []
     finally:
         ok.stop()
+
+
+@needs_nginx
+def test_quit_under_finds_a_gateway_whose_state_was_wiped(gw, tmp_path):
+    """A state directory removed under a running reconciler takes the pid file with it: the master
+    is found by its process (its -p prefix), so a test session or a benchmark leaves none behind."""
+    from reconciler.shell.gateway import quit_under
+
+    gw.sync("r1", [], _ports(), 1.0)
+    prefix = prefix_of(gw.state.root, "r1")
+    pid = master_pid(prefix)
+    assert pid is not None
+    (prefix / "nginx.pid").unlink()
+    assert quit_under(gw.state.root) == [pid]
+    wait_until(lambda: not Path(f"/proc/{pid}").exists() or b"nginx" not in Path(f"/proc/{pid}/cmdline").read_bytes(),
+               what="the wiped gateway's master gone")

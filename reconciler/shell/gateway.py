@@ -111,12 +111,17 @@ def quit_under(root: Path) -> list[int]:
     (workloads keep running when it stops): whoever removes a state directory for good (a benchmark's
     teardown, a test session) stops its gateways first, or they hold their ports with no record left."""
     told = []
-    for pidfile in Path(root).glob("**/gateway/nginx.pid"):
+    # by the processes themselves, not only the pid files: a state directory wiped under a running
+    # reconciler leaves its gateway's master running with no pid file to find it by
+    where = f"-p {Path(root)}"
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
         try:
-            pid = int(pidfile.read_text().strip())
-            if str(Path(root)) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-                os.kill(pid, signal.SIGQUIT)
-                told.append(pid)
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if cmd.startswith("nginx: master process") and where in cmd:
+                os.kill(int(proc.name), signal.SIGQUIT)
+                told.append(int(proc.name))
         except (OSError, ValueError):
             continue
     return told

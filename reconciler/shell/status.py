@@ -60,7 +60,7 @@ def build_status(
     canary = next((r["notReadyReason"] for r in fe_rows if r.get("notReadyReason")), None)
     reason = ("AllReady" if all_ready else "GatewayDown" if not gateway_up
               else "FrontendNotAnswering" if fe_down and canary
-              else "GatewayNotRouting" if not gateway_routes else "NotReady")
+              else "GatewayNotRouting" if not gateway_routes and not fe_down and ready == want else "NotReady")
     cond("Ready", all_ready, reason,
          f"{ready}/{want} workers ready" + ((f", frontend {'ready' if fe['ready'] else 'not ready'}" if len(fe_rows) == 1 else
             f", frontends {sum(r['ready'] for r in fe_rows)}/{len(fe_rows)} ready") if fe else "")
