@@ -28,7 +28,9 @@ def cli(ctx: click.Context, cluster_config: str | None) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("-v", "--verbose", is_flag=True, help="Also list notes, and why each carried key has no effect.")
-def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
+@click.option("--strict", is_flag=True,
+              help="Exit 1 for an ignored file too (a name an earlier file in its folder already has).")
+def validate(paths: tuple[str, ...], output: str, verbose: bool, strict: bool) -> None:
     """Validate recipe files (or every *.yaml under directories)."""
     from reconciler.recipe import namespaces
     from reconciler.recipe.load import iter_recipe_files, name_clashes, outside_link
@@ -90,7 +92,7 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
                         click.echo(f"         note: {n}")
                 _print_carried(r["not_acted_on"], verbose, "         ")
             elif r.get("duplicate"):
-                click.echo(f"{click.style('ignored', fg='red')} {r['error']}")
+                click.echo(f"{click.style('ignored', fg='yellow')} {r['error']}")
             else:
                 click.echo(f"{click.style('invalid', fg='red')} {r['error']}")
         bad = sum(not r["valid"] for r in results)
@@ -98,7 +100,9 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool) -> None:
         click.echo(f"{len(results) - bad} valid, {bad - dup} invalid"
                    + (f", {dup} ignored (a name an earlier file in the same folder already has: run keeps that "
                       "file; rename one to run both)" if dup else ""), err=True)
-    sys.exit(0 if all(r["valid"] for r in results) else 1)
+    # an ignored file is a warning: the tree is what run accepts (it runs the first of the name and
+    # reports the other); --strict makes it an error for a tree that must run every file
+    sys.exit(0 if all(r["valid"] or (r.get("duplicate") and not strict) for r in results) else 1)
 
 
 def _print_carried(keys: dict[str, str], verbose: bool, indent: str) -> None:
