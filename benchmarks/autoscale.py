@@ -199,7 +199,7 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="the smallest size (max 2, short phases): that it runs")
     a = ap.parse_args()
     if a.smoke:
-        a.max, a.clients, a.low, a.high, a.tail, a.down = 2, 6, 3.0, 15.0, 12.0, 5.0
+        a.max, a.clients, a.low, a.high, a.tail, a.down = 2, 6, 1.0, 6.0, 4.0, 2.0
     driver = a.driver or ("slurm" if shutil.which("sbatch") else "local")
     tmp = Path(tempfile.mkdtemp(prefix="autoscale-"))
     (tmp / "manifests").mkdir()
