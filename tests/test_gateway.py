@@ -123,10 +123,11 @@ class _Drops(threading.Thread):
     """An upstream that reads a request and closes without answering: it *started* the request.
     ``answer``: it answers that instead (a frontend with no worker answers 503)."""
 
-    def __init__(self, answer: bytes | None = None):
+    def __init__(self, answer: bytes | None = None, sock: socket.socket | None = None):
         super().__init__(daemon=True)
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock = sock or socket.socket()
+        if sock is None:
+            self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
         self.seen = 0
         self.answer = answer
@@ -181,6 +182,38 @@ def test_retry_what_no_upstream_answered(gw, tmp_path):
         ok.stop()
         drops.sock.close()
         refused.close()
+
+
+@needs_nginx
+def test_with_no_frontend_alive_the_first_to_listen_again_is_served_at_once(gw):
+    """Every frontend died (issue 27, the only frontend's gap): the gateway keeps the addresses
+    they are relaunched at, unproven (no failure counted), so the first to listen again takes the
+    next request with no probe, canary or reload in between; until then a request gets a JSON 503."""
+    socks = [socket.socket() for _ in range(2)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))  # bound, not listening: refused, as a dead frontend's port
+    addrs = sorted("127.0.0.1:%d" % s.getsockname()[1] for s in socks)
+    back = None
+    try:
+        ports = _ports()
+        gw.sync("r1", addrs, ports, 1.0, unproven=True)
+        url = facts(gw.state.root, "r1")["url"]
+        conf = prefix_of(gw.state.root, "r1") / "nginx.conf"
+        text = conf.read_text()
+        for _ in range(4):  # each refused by both (with failures counted, both would now rest 5 s)
+            status, body = post(url + "/v1/chat/completions", CHAT)
+            assert status == 503 and b"no frontend behind the gateway answered" in body, (status, body)
+        back = _Drops(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok", sock=socks[1])
+        back.start()  # one frontend listens again, at its old address
+        assert [post(url + "/v1/chat/completions", CHAT)[0] for _ in range(4)] == [200] * 4
+        assert conf.read_text() == text  # served by the same config: nothing was reloaded
+        # once it is Ready it is a proven upstream again (failures counted): one reload
+        alive = "127.0.0.1:%d" % socks[1].getsockname()[1]
+        assert [c.kind for c in gw.sync("r1", [alive], ports, 2.0)] == ["GatewayReloaded"]
+        assert "max_fails=1" in conf.read_text()
+    finally:
+        for s in socks:
+            s.close()
 
 
 @needs_nginx

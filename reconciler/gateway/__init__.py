@@ -22,8 +22,13 @@ Choices, with nginx's documented semantics (ngx_http_proxy_module, ngx_http_upst
   slow answer is not cut. No kept-alive upstream connections (see ``render``).
 - Upstream changes go through a graceful reload (SIGHUP): new workers take new connections, old
   workers finish the requests they carry (bounded by ``worker_shutdown_timeout``).
-- No Ready frontend: nginx needs at least one server in an upstream, so the server answers 503
-  with a JSON error saying so instead of proxying.
+- No frontend alive (``unproven``): the upstreams are the addresses the frontends are relaunched
+  at (a life keeps its port), with ``max_fails=0`` — nothing there is known to serve, so no
+  failure is counted and the first frontend to listen again gets the next request, without
+  waiting for its probe, its canary and a reload (the only frontend's relaunch gap). A request
+  that no frontend took (nginx's own 502/504) gets a JSON 503 saying so.
+- No frontend placed at all: nginx needs at least one server in an upstream, so the server
+  answers 503 with a JSON error saying so instead of proxying.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ class GatewayConfig:
     port: int
     prefix: Path  # nginx's -p: the config, pid file, logs and temp directories live under it
     upstreams: tuple[str, ...] = ()
+    unproven: bool = False  # none of them is known to serve now: count no failures against them
     listen: str = "0.0.0.0"  # clients come from anywhere the login node is reachable from
 
 
@@ -73,11 +79,15 @@ def render(cfg: GatewayConfig) -> str:
     p = cfg.prefix
     no_frontend = json.dumps({"error": {"message": f"{cfg.recipe}: no Ready frontend behind the gateway",
                                         "type": "service_unavailable", "code": 503}})
+    no_answer = json.dumps({"error": {"message": f"{cfg.recipe}: no frontend behind the gateway answered",
+                                      "type": "service_unavailable", "code": 503}})
     # what a reload is confirmed by: the shell waits until the gateway answers with the new list
-    health = json.dumps({"gateway": cfg.recipe, "upstreams": list(cfg.upstreams)})
+    health = json.dumps({"gateway": cfg.recipe, "upstreams": list(cfg.upstreams), "unproven": cfg.unproven})
     if cfg.upstreams:
-        servers = "".join(f"        server {u} max_fails=1 fail_timeout={FAIL_TIMEOUT_S}s;\n"
-                          for u in cfg.upstreams)
+        # all unproven and marked failed, nginx would answer "no live upstreams" for fail_timeout
+        # after one of them is back (a single server is never marked: nginx ignores max_fails then)
+        fails = "max_fails=0" if cfg.unproven else f"max_fails=1 fail_timeout={FAIL_TIMEOUT_S}s"
+        servers = "".join(f"        server {u} {fails};\n" for u in cfg.upstreams)
         # no kept-alive upstream connections: a frontend that died is then seen at once as a refused
         # connect (next frontend, no wait), never as a dead cached connection
         upstream = ("    upstream frontends {\n" + servers + "    }\n")
@@ -94,6 +104,11 @@ def render(cfg: GatewayConfig) -> str:
             "            proxy_connect_timeout 2s;\n"
             f"            proxy_read_timeout {READ_TIMEOUT_S}s;\n"
             f"            proxy_send_timeout {READ_TIMEOUT_S}s;\n"
+            "            error_page 502 504 = @nofrontend;\n"
+            "        }\n"
+            "        location @nofrontend {\n"
+            "            default_type application/json;\n"
+            f"            return 503 '{no_answer}\\n';\n"
             "        }\n")
     else:
         upstream = ""

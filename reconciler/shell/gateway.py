@@ -194,15 +194,17 @@ class Gateways:
         return self.host, port
 
     # ---------------------------------------------------------------- each tick
-    def sync(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float) -> list[Change]:
-        """Make the gateway run with exactly these upstreams (host:port of Ready frontends)."""
+    def sync(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float,
+             unproven: bool = False) -> list[Change]:
+        """Make the gateway run with exactly these upstreams (host:port of Ready frontends; with
+        ``unproven``, where the frontends are relaunched, none of them alive now)."""
         if self.nginx is None:
             return self._fail(recipe, now, "nginx is not installed (apt-get install nginx-light); "
                                            "the endpoint is the frontend's own address")
         host, port = self.address(recipe, ports, now)
         prefix = prefix_of(self.state.root, recipe)
         conf = prefix / "nginx.conf"
-        text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams))))
+        text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven))
         rec = self._record(recipe)
         pid = master_pid(prefix)
         changes: list[Change] = []
@@ -212,7 +214,8 @@ class Gateways:
             previous = conf.read_text() if conf.exists() else None
             # a reload is due when the text changed, or when the last one was not confirmed: the
             # record holds what nginx was confirmed to serve, never what was only asked of it
-            if previous != text or rec.get("upstreams") != served or rec.get("lastError"):
+            if (previous != text or rec.get("upstreams") != served or bool(rec.get("unproven")) != unproven
+                    or rec.get("lastError")):
                 atomic_write_text(conf, text)
                 err = self._run(["-t", "-q"], prefix)
                 if err is not None:
@@ -221,12 +224,13 @@ class Gateways:
                     return self._fail(recipe, now, f"config test failed: {err}")
                 old = workers_of(pid)
                 os.kill(pid, signal.SIGHUP)  # graceful: old workers finish what they carry
-                if not self._confirm(port, served):
+                if not self._confirm(port, served, unproven):
                     return self._fail(recipe, now, "the reload was not confirmed by /gateway/health in time; "
                                                    "retried next pass")
                 self._await_gone(pid, old)
-                changes.append(Change("GatewayReloaded", recipe, f"upstreams now {', '.join(served) or 'none'}"))
-            up = {**rec, "upstreams": served, "pid": pid, "lastError": None,
+                how = " (none alive: where the frontends are relaunched)" if unproven else ""
+                changes.append(Change("GatewayReloaded", recipe, f"upstreams now {', '.join(served) or 'none'}{how}"))
+            up = {**rec, "upstreams": served, "unproven": unproven, "pid": pid, "lastError": None,
                   "workers": workers_of(pid) or rec.get("workers", [])}
             if rec.get("startedAt") is not None and now - rec["startedAt"] >= RESET_AFTER_S and rec.get("backoff"):
                 up["backoff"] = 0  # stayed up: the next failure restarts at once again
@@ -255,7 +259,7 @@ class Gateways:
                            f"next try in {delay:g}s")]
         self._write(recipe, {**rec, "pid": pid, "startedAt": now, "exitedAt": None, "lastError": None,
                              "workers": self._await_workers(pid),
-                             "upstreams": sorted(upstreams),
+                             "upstreams": sorted(upstreams), "unproven": unproven,
                              "restarts": int(rec.get("restarts", 0) or 0) + int(restarting),
                              "backoff": backoff + int(restarting), "notBefore": None})
         self._watch(recipe, pid)
@@ -336,10 +340,10 @@ class Gateways:
         while set(old) & set(workers_of(pid)) and time.monotonic() < deadline:
             time.sleep(0.01)
 
-    def _confirm(self, port: int, upstreams: list[str]) -> bool:
+    def _confirm(self, port: int, upstreams: list[str], unproven: bool) -> bool:
         """A reload is asynchronous: wait (bounded) until the gateway answers with the new upstreams,
         so that what the reconciler reports is what nginx does."""
-        want = {"upstreams": upstreams}
+        want = {"upstreams": upstreams, "unproven": unproven}
         deadline = time.monotonic() + CONFIRM_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
@@ -347,7 +351,7 @@ class Gateways:
                 conn.request("GET", "/gateway/health")
                 got = json.loads(conn.getresponse().read())
                 conn.close()
-                if got.get("upstreams") == want["upstreams"]:
+                if {k: got.get(k) for k in want} == want:
                     return True
             except (OSError, ValueError, http.client.HTTPException):
                 pass

@@ -131,10 +131,12 @@ def write_endpoints(state: StateDir, d: DesiredRecipe, o: Observed, now: float) 
 
 
 
-def gateway_upstreams(d: DesiredRecipe, o: Observed) -> list[str]:
+def gateway_upstreams(d: DesiredRecipe, o: Observed) -> tuple[list[str], bool]:
     """host:port of the frontends that serve (Ready — their canary answers —, or Ready before and
     not yet judged dead: one failed probe does not flap the gateway; nginx's passive checks cover
-    the moment)."""
+    the moment); and whether they are *unproven*: none is alive, so they are the addresses the
+    frontends are relaunched at (a life keeps its port), and the first to listen again is routed
+    to at once — not a probe interval, a canary and a reload later (the only frontend's gap)."""
     ready = [u for u in d.frontends if u.health_port and router_sync.serving(d, o, u)]
     # a frontend's old life (a surge, or a hand-over to another allocation) serves until it leaves:
     # without it, the gateway has no upstream between the old life's last tick and the new one's Ready
@@ -145,7 +147,10 @@ def gateway_upstreams(d: DesiredRecipe, o: Observed) -> list[str]:
     # so that the gateway passes on what it can rather than answer 503 to everything
     alive = ready or [u for u in d.frontends if u.health_port and (h := o.health.get(u.key)) is not None
                       and h.was_ready and h.missing_since is None and h.probe_failures < d.liveness_failures]
-    return sorted({f"{u.nodes[0]}:{u.health_port}" for u in alive})
+    if alive:
+        return sorted({f"{u.nodes[0]}:{u.health_port}" for u in alive}), False
+    placed = [u for u in d.frontends if u.health_port and u.nodes]
+    return sorted({f"{u.nodes[0]}:{u.health_port}" for u in placed}), bool(placed)
 
 
 def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
@@ -160,8 +165,11 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
     for name in sorted(wanted):
         dr = d.recipes[name]
         try:
-            changes = [] if dr.suspended else gateways.sync(name, gateway_upstreams(dr, snap.observed),
-                                                            snap.ports, snap.now)
+            if dr.suspended:
+                changes = []
+            else:
+                upstreams, unproven = gateway_upstreams(dr, snap.observed)
+                changes = gateways.sync(name, upstreams, snap.ports, snap.now, unproven=unproven)
         except Exception as e:  # noqa: BLE001 - one gateway's failure must not stop the tick
             log.exception("gateway sync failed", recipe=name, error=f"{type(e).__name__}: {e}")
             continue

@@ -26,8 +26,8 @@ class Gateways:
     def known(self):
         return list(self._known)
 
-    def sync(self, name, upstreams, ports, now):
-        self.calls.append(("sync", name, tuple(upstreams)))
+    def sync(self, name, upstreams, ports, now, unproven=False):
+        self.calls.append(("sync", name, tuple(upstreams)) + (("unproven",) if unproven else ()))
         return []
 
     def stop(self, name, ports):

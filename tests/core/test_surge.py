@@ -340,7 +340,8 @@ reconcile: {rollout: {max_surge: 1, max_unavailable: 0}}
 @pytest.mark.parametrize("old_ready, routed", [(True, True), (False, False)])
 def test_the_gateway_keeps_a_frontends_old_life_while_the_new_one_is_not_ready(old_ready, routed):
     """A frontend's new life (a surge here; a hand-over alike) is not Ready at its first ticks: its
-    old life, still answering, stays the gateway's upstream, or the gateway has none (503)."""
+    old life, still answering, stays the gateway's upstream; with neither alive, the new life's
+    address is, unproven (the first to listen there is routed to at once)."""
     from reconciler.shell.record import gateway_upstreams
     from reconciler.world import Observed
 
@@ -355,13 +356,15 @@ def test_the_gateway_keeps_a_frontends_old_life_while_the_new_one_is_not_ready(o
     new = d.frontend
     assert new.slot != old.slot
     o = Observed((), (), {new.key: False}, {}, previous_ready={old.key: old_ready})
-    assert gateway_upstreams(d, o) == ([f"{old.nodes[0]}:{old.health_port}"] if routed else [])
+    # none alive: the gateway points at where the new life listens (unproven), not at nothing
+    relaunch = ([f"{new.nodes[0]}:{new.health_port}"], True)
+    assert gateway_upstreams(d, o) == (([f"{old.nodes[0]}:{old.health_port}"], False) if routed else relaunch)
     # one slow /health answer of the old life (Ready before, issue 32 item 9) keeps it the upstream;
     # judged dead (liveness_failures in a row) it goes
     for failures, kept in ((1, True), (3, False)):
         o = Observed((), (), {new.key: False}, {}, previous_ready={old.key: False},
                      previous_failures={old.key: failures})
-        assert gateway_upstreams(d, o) == ([f"{old.nodes[0]}:{old.health_port}"] if kept else []), failures
+        assert gateway_upstreams(d, o) == (([f"{old.nodes[0]}:{old.health_port}"], False) if kept else relaunch), failures
 
 
 @pytest.mark.parametrize("failures, strict, routed", [
