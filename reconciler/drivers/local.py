@@ -19,6 +19,7 @@ from pathlib import Path
 
 from reconciler import labels
 from reconciler.drivers.base import LAUNCHER, rotate, step_paths, wrapped_argv
+from reconciler.drivers.exits import ExitWatch
 from reconciler.fsutil import atomic_write_text
 from reconciler.world import Launch, Unit
 from reconciler.world import Alloc, AllocSpec, Step
@@ -70,6 +71,7 @@ class LocalDriver:
         self.host = host or "localhost"
         self.commands = 0
         self._children: list[subprocess.Popen] = []
+        self.exits = ExitWatch()
 
     # ---------------------------------------------------------------- records
     def _load(self, what: str, repair: bool = True) -> dict:
@@ -165,6 +167,7 @@ class LocalDriver:
             p = subprocess.Popen(wrapped_argv(launch, paths.status, step_name), stdin=subprocess.DEVNULL,
                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, env=env)
         self._children.append(p)
+        self.exits.watch(p.pid)  # its end wakes the loop
 
     def _cancel(self, pid: int, start: str) -> None:
         _killpg(pid, signal.SIGTERM)

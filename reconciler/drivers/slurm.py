@@ -12,6 +12,7 @@ from pathlib import Path
 from reconciler import hostlist, labels
 from reconciler.drivers import slurm_queue as queue
 from reconciler.drivers.base import DriverError, rotate, step_paths, wrapped_argv
+from reconciler.drivers.exits import ExitWatch
 from reconciler.core.plan.reservations import Reservation
 from reconciler.world import Launch, Unit
 from reconciler.world import Alloc, AllocSpec, Step
@@ -36,6 +37,7 @@ class SlurmDriver:
         self.commands = 0
         self.tally: Counter[tuple[str, bool]] = Counter()  # (verb, succeeded) -> count, for the metrics
         self._children: list[subprocess.Popen] = []
+        self.exits = ExitWatch()
 
     # ---------------------------------------------------------------- helpers
     def _run(self, argv: list[str], check: bool = True, verb: str | None = None) -> subprocess.CompletedProcess:
@@ -86,6 +88,7 @@ class SlurmDriver:
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                  start_new_session=True, close_fds=True)
         self._children.append(p)
+        self.exits.watch(p.pid)  # the client ends with its step: the loop looks at once
         return p  # the step shows in squeue a moment later; until then the caller watches the client
 
     def cancel_step(self, step_id: str) -> None:

@@ -73,6 +73,9 @@ class Controller:
         self.autoscaler = Autoscaler(self.state)  # reconcile.autoscale: counts per role, kept in state/
         # the deployments' gateways (nginx on this host); a master that exits wakes the loop
         self.gateways = None if read_only else Gateways(self.state, wake=self._wake_soon)
+        exits = getattr(driver, "exits", None)  # a launched step's end wakes the loop (drivers/exits.py)
+        if exits is not None and not read_only:
+            exits.wake = self._wake_soon
         self.metrics: Metrics | None = None  # run --metrics-addr
         self.bench_events = Announcer(time.time())  # an event per finished benchmark run
         self._bench_runs: dict[str, dict] = {}  # recipe -> its last benchmark run (for the metrics)
