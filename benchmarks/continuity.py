@@ -1,6 +1,6 @@
 """Service continuity under faults (issue 27): a client loop through the gateway while a fault hits.
 
-    python benchmarks/continuity.py [--smoke] [--faults frontend2,frontend1,etcd,handover,ratio]
+    python benchmarks/continuity.py [--smoke] [--faults frontend2,frontend1,etcd,handover,ratio,controller]
 
 Each fault runs on the local Slurm (scripts/slurm-dev.sh up) with real programs: `reconciler run`,
 Debian's nginx as the gateway, the built-in router or NVIDIA Dynamo 1.6.1 (frontend + mocker) with
@@ -15,8 +15,9 @@ Two Dynamo frontends need a job of three nodes (srtctl's rule: one frontend per 
 than the head, one on a one-node job); the local Slurm has one node, so the 2-frontend rows run
 the built-in stack only. ``handover``: the Dynamo stack with a 1-minute limit, moved whole to
 a successor allocation under traffic (its "Ready again" column: from the traffic's start to the
-old job gone). Not run here: the Slurm controller restarted with fresh state (the dev Slurm is
-shared: its controller is not restarted by a benchmark).
+old job gone). ``controller``: slurmctld restarted with fresh state (every job and step
+forgotten), on a Slurm of the benchmark's own (tests/private_slurm.py; the dev Slurm is shared),
+built-in stack; its "Ready again" is from the restart's start.
 """
 
 from __future__ import annotations
@@ -207,6 +208,50 @@ def handover(stack: str, tmp: Path) -> dict:
         h.cleanup()
 
 
+def controller(stack: str, tmp: Path) -> dict:
+    """slurmctld restarted with fresh state (every job and step forgotten, job ids from 1 again),
+    on a Slurm of its own (tests/private_slurm.py: the dev Slurm is shared)."""
+    from private_slurm import PrivateSlurm, available
+
+    why = available()
+    if why:
+        return {"fault": "Slurm controller restarted with fresh state", "skipped": why}
+    slurm = PrivateSlurm(tmp / "slurm")
+    slurm.start()
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(slurm.conf)  # the harness's squeue and the reconciler's
+    try:
+        h, name, endpoint, _ = deploy(tmp, stack, 1)
+        try:
+            traffic = Traffic(endpoint).start()
+            wait(lambda: traffic.wait_ok(time.monotonic(), 30), 35, "served before the fault")
+            start = time.monotonic()
+            slurm.restart_fresh()
+            wait(lambda: traffic.failed(), 60, "the lost steps seen by the client")
+            # serving again: a success after the last failure, and none failing for 2 s since
+            wait(lambda: (f := traffic.failed()) and traffic.wait_ok(f[-1].at, 0.1) is not None
+                 and time.monotonic() - f[-1].at > 2.0, 180, "serving again")
+            last = traffic.failed()[-1].at
+            back = traffic.wait_ok(last, 1)
+            ready_at = wait(lambda: phase(h, name) == "Ready" and time.monotonic(), 60, "Ready again")
+            same = h.get(name)["endpoint"] == endpoint
+            traffic.stop()
+            after = [o for o in traffic.outcomes if o.at >= start]
+            return {"fault": "Slurm controller restarted with fresh state" + ("" if same else " (NEW ENDPOINT)"),
+                    "stack": stack, "frontends": 1, "sent": len(after), "failed": sum(not o.ok for o in after),
+                    "gap": traffic.longest_gap(start, back), "serving_again": back - start,
+                    "ready_again": ready_at - start, "not_ready_seen": True,
+                    "failed_while_ready": 0}
+        finally:
+            h.cleanup()
+    finally:
+        if before is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = before
+        slurm.down()
+
+
 def ratio(stack: str, smoke: bool, tmp: Path) -> dict:
     """aiperf at concurrency 64 (8 with --smoke) through the gateway: 2 frontends vs 1."""
     aiperf = ROOT / ".stacks" / "aiperf" / "bin" / "aiperf"
@@ -266,12 +311,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", action="store_true", help="one trial per fault, small aiperf run")
     ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--faults", default=None, help="default frontend2,frontend1,etcd,handover,ratio "
+    ap.add_argument("--faults", default=None, help="default frontend2,frontend1,etcd,handover,ratio,controller "
                     "(--smoke: frontend2,etcd)")
     ap.add_argument("--stacks", default="builtin,dynamo")
     a = ap.parse_args()
     trials = 1 if a.smoke else a.trials
-    faults = a.faults or ("frontend2,etcd" if a.smoke else "frontend2,frontend1,etcd,handover,ratio")
+    faults = a.faults or ("frontend2,etcd" if a.smoke else "frontend2,frontend1,etcd,handover,ratio,controller")
     os.environ.setdefault("RECONCILER_TEST_PORTS", "32400-32600")
     have_dynamo = (ROOT / ".stacks" / "dynamo" / "bin" / "python").exists() and shutil.which("etcd")
     rows: list[dict] = []
@@ -284,6 +329,8 @@ def main() -> None:
                     continue
                 if f in ("etcd", "handover") and stack != "dynamo":
                     continue  # the built-in stack's hand-over: tests/test_handover_e2e.py
+                if f == "controller" and stack != "builtin":
+                    continue  # the private Slurm has no Dynamo cluster config: the built-in stack
                 if f in ("frontend2", "ratio") and stack == "dynamo":
                     # srtctl's rule: one Dynamo frontend on a one-node job (several need 3+ nodes)
                     rows.append({"fault": f, "skipped": "dynamo: one frontend on a one-node job (srtctl's rule)"})
@@ -302,8 +349,9 @@ def main() -> None:
                         rows.append(handover(stack, where))
                     elif f == "ratio":
                         rows.append(ratio(stack, a.smoke, where))
+                    elif f == "controller":
+                        rows.append(controller(stack, where))
                     print(json.dumps(rows[-1]), file=sys.stderr)
-    rows += [{"fault": "Slurm controller restarted with fresh state", "skipped": "the dev Slurm is shared"}]
     print(table(rows))
 
 

@@ -1,0 +1,82 @@
+"""The Slurm controller restarted with fresh state (issue 27): every job and step it knew is gone
+and job ids start again at 1. On a Slurm of this test's own (tests/private_slurm.py: the dev
+Slurm is shared, its controller is not ours to restart), the built-in stack serves through its
+gateway with a client loop; after the restart the reconciler submits again and the *same*
+endpoint serves again."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from benchmarks.traffic import Traffic
+from harness import Harness
+from helpers import wait_until
+from private_slurm import PrivateSlurm, available
+from reconciler.shell.gateway import nginx_binary
+
+pytestmark = [pytest.mark.slurm,
+              pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")]
+
+RECIPE = """\
+schema: 2
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles: {{agg: {{workers: 1, gpus: 1}}}}
+frontend: {{type: builtin}}
+"""
+
+
+@pytest.fixture
+def private(tmp_path, monkeypatch):
+    why = available()
+    if why:
+        if os.environ.get("RECONCILER_REQUIRE_SLURM") == "1":
+            pytest.fail(f"RECONCILER_REQUIRE_SLURM=1 but a private Slurm cannot run: {why}")
+        pytest.skip(why)
+    s = PrivateSlurm(tmp_path / "slurm")
+    s.start()
+    monkeypatch.setenv("SLURM_CONF", str(s.conf))  # the harness's squeue/scancel and the reconciler's
+    try:
+        yield s
+    finally:
+        s.down()
+
+
+def test_a_controller_restarted_with_fresh_state_serves_again_on_the_same_endpoint(private, tmp_path):
+    h = Harness(tmp_path, "slurm")
+    name = h.name("ctl")
+    (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name))
+    h.start()
+    traffic = None
+    try:
+        endpoint = h.wait_ready(name, timeout=90)["endpoint"]
+        traffic = Traffic(endpoint).start()
+        assert traffic.wait_ok(time.monotonic(), 30), traffic.failed()[-3:]
+        (old_job,) = h.jobs(name)
+        restarted = time.monotonic()
+        private.restart_fresh()  # every job forgotten; the node kills their steps once it registers
+        wait_until(lambda: traffic.failed(), timeout=60, what="the lost steps seen by the client")
+        # serving again: the first success after the last failure, through the same endpoint
+        wait_until(lambda: (f := traffic.failed()) and traffic.wait_ok(f[-1].at, 0.1) is not None
+                   and time.monotonic() - f[-1].at > 2.0, timeout=120,
+                   what=f"serving again (reconciler log:\n{h.log()[-3000:]})")
+        back = traffic.wait_ok(traffic.failed()[-1].at, 1)
+        g = h.wait_ready(name, timeout=60)
+        assert g["endpoint"] == endpoint, (g["endpoint"], endpoint)
+        (new_job,) = h.jobs(name)
+        failed = [o for o in traffic.failed() if o.at >= restarted]
+        print(f"\ncontroller restarted with fresh state: job {old_job} -> {new_job}, {len(failed)} failed, "
+              f"serving again {back - restarted:.1f}s after the restart began, same endpoint {endpoint}")
+        events = [json.loads(line) for line in (h.state / "events.jsonl").read_text().splitlines()]
+        assert any(e["kind"] == "AllocationLost" and e["recipe"] == name for e in events), \
+            "the forgotten allocation is reported"
+    finally:
+        if traffic is not None:
+            traffic.stop()
+        h.cleanup()
