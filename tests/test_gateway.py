@@ -43,12 +43,20 @@ def test_render_upstreams_retry_policy_and_no_frontend():
     (GatewayConfig("r1", 0, Path("/s")), "port"),
     (GatewayConfig("r1", 1, Path("/s"), ("a:1; include /etc/passwd",)), "upstream"),
     (GatewayConfig("r1", 1, Path("/s"), ("nohostport",)), "upstream"),
-    (GatewayConfig("r1", 1, Path("/s x;")), "path"),
+    (GatewayConfig("r1", 1, Path("/s"), listen="0.0.0.0; include /x"), "address"),
     (GatewayConfig("r'1", 1, Path("/s")), "recipe name"),
 ])
 def test_render_refuses_text_nginx_would_parse(cfg, where):
     with pytest.raises(ValueError, match=where):
         render(cfg)
+
+
+def test_no_path_is_written_into_the_config():
+    """Every path is relative to nginx's -p (an argv item): a state directory named with a space,
+    a quote, a $ or a # cannot break the config or reach nginx as syntax."""
+    odd = Path("/srv/my state/it's $HOME #1/r1/gateway")
+    text = render(GatewayConfig("r1", 20001, odd, ("gpu01:20010",)))
+    assert str(odd) not in text and "/srv" not in text
 
 
 def test_restart_delay_first_immediate_then_doubling_capped():
@@ -182,6 +190,26 @@ def test_retry_what_no_upstream_answered(gw, tmp_path):
         ok.stop()
         drops.sock.close()
         refused.close()
+
+
+@needs_nginx
+def test_a_state_directory_with_odd_characters_serves(tmp_path):
+    """Issue 27 review: a state path with a space, a quote, a $ or a # kept the recipe NotReady
+    (the config test refused it); nginx now reads every path relative to its -p."""
+    state = StateDir(tmp_path / "my state" / "it's $HOME #1")
+    g = Gateways(state, host="127.0.0.1")
+    a, a_url = start_mocker(tmp_path, "--speedup-ratio", "100", name="a")
+    try:
+        assert [c.kind for c in g.sync("r1", [_hp(a_url)], _ports(), 1.0)] == ["GatewayStarted"]
+        url = facts(state.root, "r1")["url"]
+        wait_until(lambda: post(url + "/v1/chat/completions", CHAT)[0] == 200, what="served")
+        assert (prefix_of(state.root, "r1") / "nginx.pid").exists()  # where -p says, not in the text
+    finally:
+        a.stop()
+        pid = master_pid(prefix_of(state.root, "r1"))
+        if pid:
+            os.kill(pid, signal.SIGQUIT)
+            wait_until(lambda: master_pid(prefix_of(state.root, "r1")) is None, what="nginx gone")
 
 
 @needs_nginx

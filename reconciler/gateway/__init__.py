@@ -52,7 +52,7 @@ class GatewayConfig:
 
     recipe: str
     port: int
-    prefix: Path  # nginx's -p: the config, pid file, logs and temp directories live under it
+    prefix: Path  # nginx's -p (argv): the pid file, logs and temp directories, named relative to it
     upstreams: tuple[str, ...] = ()
     unproven: bool = False  # none of them is known to serve now: count no failures against them
     listen: str = "0.0.0.0"  # clients come from anywhere the login node is reachable from
@@ -68,15 +68,15 @@ def _check(cfg: GatewayConfig) -> None:
             raise ValueError(f"gateway upstream {up!r} is not host:port")
     if not all(c.isalnum() or c in "._-" for c in cfg.recipe):
         raise ValueError(f"gateway of {cfg.recipe!r}: a recipe name with characters nginx would read as syntax")
-    for text in (str(cfg.prefix), cfg.listen):
-        if any(c in text for c in ' \t\n;{}"\'#$\\'):
-            raise ValueError(f"gateway path or address {text!r} has characters nginx would read as syntax")
+    # the prefix never appears in the text: every path is relative to nginx's -p (an argv item), so
+    # a state directory with a space, a quote or a $ in its path needs no quoting here
+    if any(c in cfg.listen for c in ' \t\n;{}"\'#$\\'):
+        raise ValueError(f"gateway address {cfg.listen!r} has characters nginx would read as syntax")
 
 
 def render(cfg: GatewayConfig) -> str:
     """The complete nginx.conf of one gateway (deterministic: the same input renders the same text)."""
     _check(cfg)
-    p = cfg.prefix
     no_frontend = json.dumps({"error": {"message": f"{cfg.recipe}: no Ready frontend behind the gateway",
                                         "type": "service_unavailable", "code": 503}})
     no_answer = json.dumps({"error": {"message": f"{cfg.recipe}: no frontend behind the gateway answered",
@@ -121,17 +121,17 @@ def render(cfg: GatewayConfig) -> str:
         f"# gateway of {cfg.recipe}: written by the reconciler, replaced on every upstream change\n"
         "worker_processes 1;\n"
         f"worker_rlimit_nofile {OPEN_FILES};\n"
-        f"pid {p}/nginx.pid;\n"
-        f"error_log {p}/error.log warn;\n"
+        "pid nginx.pid;\n"
+        "error_log error.log warn;\n"
         f"worker_shutdown_timeout {SHUTDOWN_TIMEOUT_S}s;\n"
         "events {\n    worker_connections " + str(CONNECTIONS) + ";\n}\n"
         "http {\n"
         "    access_log off;\n"
-        f"    client_body_temp_path {p}/tmp/body;\n"
-        f"    proxy_temp_path {p}/tmp/proxy;\n"
-        f"    fastcgi_temp_path {p}/tmp/fastcgi;\n"
-        f"    uwsgi_temp_path {p}/tmp/uwsgi;\n"
-        f"    scgi_temp_path {p}/tmp/scgi;\n"
+        "    client_body_temp_path tmp/body;\n"
+        "    proxy_temp_path tmp/proxy;\n"
+        "    fastcgi_temp_path tmp/fastcgi;\n"
+        "    uwsgi_temp_path tmp/uwsgi;\n"
+        "    scgi_temp_path tmp/scgi;\n"
         "    client_max_body_size 64m;\n"
         "    client_body_buffer_size 1m;\n"
         "    keepalive_timeout 75s;\n"
