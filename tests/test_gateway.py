@@ -193,6 +193,44 @@ def test_retry_what_no_upstream_answered(gw, tmp_path):
 
 
 @needs_nginx
+def test_a_port_held_by_another_process_is_said_and_waited_for_keeping_the_address(gw, tmp_path):
+    """Issue 27 review finding 6: the gateway's port taken by a foreign process (while it was
+    down) made every start run nginx's own bind retries (a stalled tick each time), and said
+    only "nginx did not start". Now: said at once, named, and the address is kept."""
+    a, a_url = start_mocker(tmp_path, "--speedup-ratio", "100", name="a")
+    squatter = socket.socket()
+    try:
+        ports = _ports()
+        gw.sync("r1", [_hp(a_url)], ports, 10.0)
+        url = facts(gw.state.root, "r1")["url"]
+        pid = master_pid(prefix_of(gw.state.root, "r1"))
+        os.kill(pid, signal.SIGQUIT)
+        wait_until(lambda: master_pid(prefix_of(gw.state.root, "r1")) is None, what="master gone")
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        wait_until(lambda: _try_bind(squatter, int(url.rsplit(":", 1)[1])), what="the port taken")
+        squatter.listen(1)
+        changes = gw.sync("r1", [_hp(a_url)], ports, 11.0)
+        assert [c.kind for c in changes] == ["GatewayFailed"] and "held by another process" in changes[0].message
+        assert facts(gw.state.root, "r1")["url"] == url  # the endpoint is not moved
+        squatter.close()
+        later = 11.0 + 60  # past the restart backoff
+        assert [c.kind for c in gw.sync("r1", [_hp(a_url)], ports, later)] == ["GatewayRestarted"]
+        assert facts(gw.state.root, "r1")["url"] == url
+        wait_until(lambda: post(url + "/v1/chat/completions", CHAT)[0] == 200, what="served again")
+    finally:
+        squatter.close()
+        a.stop()
+
+
+def _try_bind(s: socket.socket, port: int) -> bool:
+    try:
+        s.bind(("0.0.0.0", port))
+        return True
+    except OSError:
+        return False
+
+
+@needs_nginx
 def test_a_state_directory_with_odd_characters_serves(tmp_path):
     """Issue 27 review: a state path with a space, a quote, a $ or a # kept the recipe NotReady
     (the config test refused it); nginx now reads every path relative to its -p."""

@@ -247,8 +247,14 @@ class Gateways:
             return []
         (prefix / "tmp").mkdir(parents=True, exist_ok=True)
         stop_orphans(list(rec.get("workers") or []), port)
-        atomic_write_text(conf, text)
-        err = self._run([], prefix)
+        # held by something not ours: said at once, without nginx's own bind retries (5 x 0.5 s,
+        # a stalled tick each time); the endpoint is promised stable, so the port is not changed
+        err = None if _bind_free(port) else (
+            f"port {port} is held by another process; the endpoint keeps its address, so the gateway waits "
+            f"for the port (free it, or remove {record_path(self.state.root, recipe)} to take a new one)")
+        if err is None:
+            atomic_write_text(conf, text)
+            err = self._run([], prefix)
         pid = self._await_pid(prefix) if err is None else None
         restarting = rec.get("startedAt") is not None
         if pid is None:
