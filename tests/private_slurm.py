@@ -10,12 +10,15 @@ Needs root (slurmd), slurm-wlm and a running munged — what scripts/slurm-dev.s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from helpers import wait_until
 
@@ -140,3 +143,21 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Over
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait(10)
+
+
+@contextlib.contextmanager
+def running(root: Path, monkeypatch: pytest.MonkeyPatch, gpus: int = 8):
+    """A started private Slurm that this process's squeue/scancel and the harness's reconciler
+    reach (SLURM_CONF); skipped where it cannot run, failed instead under RECONCILER_REQUIRE_SLURM=1."""
+    why = available()
+    if why:
+        if os.environ.get("RECONCILER_REQUIRE_SLURM") == "1":
+            pytest.fail(f"RECONCILER_REQUIRE_SLURM=1 but a private Slurm cannot run: {why}")
+        pytest.skip(why)
+    s = PrivateSlurm(root, gpus=gpus)
+    s.start()
+    monkeypatch.setenv("SLURM_CONF", str(s.conf))
+    try:
+        yield s
+    finally:
+        s.down()

@@ -7,7 +7,6 @@ endpoint serves again."""
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from benchmarks.traffic import Traffic
 from harness import Harness
 from helpers import wait_until
-from private_slurm import PrivateSlurm, available
+from private_slurm import running
 from reconciler.shell.gateway import nginx_binary
 
 pytestmark = [pytest.mark.slurm,
@@ -34,18 +33,8 @@ frontend: {{type: builtin}}
 
 @pytest.fixture
 def private(tmp_path, monkeypatch):
-    why = available()
-    if why:
-        if os.environ.get("RECONCILER_REQUIRE_SLURM") == "1":
-            pytest.fail(f"RECONCILER_REQUIRE_SLURM=1 but a private Slurm cannot run: {why}")
-        pytest.skip(why)
-    s = PrivateSlurm(tmp_path / "slurm")
-    s.start()
-    monkeypatch.setenv("SLURM_CONF", str(s.conf))  # the harness's squeue/scancel and the reconciler's
-    try:
+    with running(tmp_path / "slurm", monkeypatch) as s:
         yield s
-    finally:
-        s.down()
 
 
 def test_a_controller_restarted_with_fresh_state_serves_again_on_the_same_endpoint(private, tmp_path):
