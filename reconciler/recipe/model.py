@@ -29,6 +29,7 @@ from reconciler.recipe.engines import ENGINES, Engine, engine_list_text
 from reconciler.recipe.bounds import MAX_GPUS_PER_WORKER, MAX_NODES_PER_WORKER, MAX_WORKERS
 from reconciler.recipe.slurm import SlurmConfig  # noqa: F401 - a section of Recipe
 from reconciler.recipe.autoscale import AutoscaleConfig
+from reconciler.recipe.analysis import RolloutAnalysis
 from reconciler.recipe.topology import MODES, Mode, RoleLayout, one_node_split
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")  # srtctl has no limit; ours keeps paths sane
@@ -193,11 +194,14 @@ class RolloutConfig(Strict):
     # allocations hold twice the GPUs the workers use on a node (up to the node's), so that a GPU
     # engine's surge life has GPUs of its own; without it such workers are rolled in place
     surge_gpus: bool = False
+    analysis: RolloutAnalysis | None = None  # a surge life is measured and replaces the old one only if it passes
 
     @model_validator(mode="after")
     def _progress(self) -> "RolloutConfig":
         if self.max_surge == 0 and self.max_unavailable == 0:
             raise ValueError("max_surge and max_unavailable cannot both be 0: a rollout could never progress")
+        if self.analysis is not None and self.max_surge == 0:
+            raise ValueError("analysis needs max_surge >= 1: the new life is measured beside the old one")
         return self
 
 

@@ -86,6 +86,9 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
                       launches, now, state.exits(name), gateway=gateway_facts(state.root, name))
     reasons.annotate(st["workers"], d, state.root, name, launches)  # why a unit is down, for get and the UI
     st["reason"], st["reasonMessage"] = reasons.recipe_reason(st["workers"])
+    refused = next((c for c in st["conditions"] if c["reason"] == "RolloutFailed"), None)
+    if refused:  # the deployment's REASON: its rollout was stopped by analysis (the figures are in the message)
+        st["reason"], st["reasonMessage"] = refused["reason"], refused["message"]
     lost = state.read_json(state.path_of(name, "allocation-lost.json"), None, lambda x: isinstance(x, dict))
     if lost:
         st["lastAllocationLost"] = lost  # Slurm's state and reason for the last allocation that went away
