@@ -66,6 +66,7 @@ class Analyzer:
         self.started = started  # runs that ended before this process started were announced by the one before
         self.seen: set[str] = set()
         self.runs: dict[tuple[str, str, str], tuple[dict[str, Any], ...]] = {}
+        self.stopped: set[int] = set()  # runner pids sent SIGTERM
 
     def facts(self, desired: Desired) -> dict[tuple[str, str, str], tuple[dict[str, Any], ...]]:
         """The finished runs of every recipe that has a rollout analysis (``Observed.analysis``)."""
@@ -101,9 +102,11 @@ class Analyzer:
             want = rp.measure[0] if rp is not None and rp.measure else None
             cur = self._running(name)
             if cur is not None and cur[1] != want:
-                os.kill(cur[0], signal.SIGTERM)  # the runner stops aiperf and records the run Cancelled
-                self.state.event("AnalysisStopped", name, f"measuring {cur[1].unit} ({cur[1].life} life) is no "
-                                 "longer wanted: stopped")
+                if cur[0] not in self.stopped:  # once: it takes a moment to stop aiperf and write its summary
+                    self.stopped.add(cur[0])
+                    os.kill(cur[0], signal.SIGTERM)  # the runner stops aiperf and records the run Cancelled
+                    self.state.event("AnalysisStopped", name, f"measuring {cur[1].unit} ({cur[1].life} life) "
+                                     "is no longer wanted: stopped")
             elif cur is None and want is not None and (d := desired.recipes.get(name)) and d.analysis \
                     and not self._done(want):
                 self._start(want, d.analysis.plan)
