@@ -90,7 +90,8 @@ def test_a_slower_rollout_is_stopped_by_analysis_and_a_good_one_passes(tmp_path)
         g = wait_until(lambda: (g := h.get(name))["reason"] == "RolloutFailed" and g, timeout=240, interval=0.5,
                        what=f"RolloutFailed ({h.log()[-3000:]})")
         assert "throughput ratio" in g["reasonMessage"] and "< min_throughput_ratio 0.75" in g["reasonMessage"], g
-        (failed,) = events(h, name, "RolloutFailed")
+        # the event is the running reconciler's, a tick after the run's file (get reads the file itself)
+        (failed,) = wait_until(lambda: events(h, name, "RolloutFailed"), timeout=30, what="the RolloutFailed event")
         assert "new life" in failed["message"] and "old life" in failed["message"], failed
         assert [e["message"] for e in events(h, name, "AnalysisBaseline")] and len(events(h, name, "AnalysisStarted")) == 2
         wait_until(lambda: [(u, s, sid) for u, s, sid in h.lives(name) if u == "agg_0"] == [old], timeout=60,
