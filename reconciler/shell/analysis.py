@@ -115,7 +115,8 @@ class Analyzer:
     def _done(self, m: Measure) -> bool:
         """Its run ended after this tick's facts were read (the plan asked from those): not again."""
         runs = read_runs(self.state.root, m.recipe).get((m.recipe, m.role, m.spec), ())
-        return any(m.life == analysis.OLD or (r["index"] == m.index and r["against"] == m.against) for r in runs)
+        return any(m.life == analysis.OLD or (r["index"] == m.index and r["against"] == m.against
+                                              and r["generation"] == m.generation) for r in runs)
 
     def _start(self, m: Measure, plan: str) -> None:
         out = run_dir(self.state.root, m)

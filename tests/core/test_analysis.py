@@ -88,6 +88,8 @@ def test_without_the_key_nothing_is_measured():
     ("ok", True, dict(status="Failed", reason="at concurrency 8: 0 output tokens in 200 requests", tok=0.0),
      ("failed", "its run failed: at concurrency 8: 0 output tokens")),
     ("ok", True, dict(tok=280.0, p90=400.0), ("passed", None)),
+    # a run of an earlier version of the file (a change that left this worker's argv alone) is no verdict
+    ("ok", True, dict(tok=100.0, gen="an older generation"), ("measure", NEW)),
     # a broken old life (its own run failed) gives no ratio: the new one is judged on its own figures
     ("broken", True, dict(tok=10.0), ("passed", None)),
 ])
@@ -98,7 +100,7 @@ def test_what_a_surge_under_analysis_does(baseline, ready, new_run, want):
     elif baseline == "broken":
         c.analysis[("r", "agg", old.spec_hash)] = (run(0, old.spec_hash, tok=0.0, status="Failed"),)
     if new_run is not None:
-        c.analysis[("r", "agg", new.spec_hash)] = (run(0, old.spec_hash, gen(c), **new_run),)
+        c.analysis[("r", "agg", new.spec_hash)] = (run(0, old.spec_hash, **({"gen": gen(c)} | new_run)),)
     if ready:
         c.health[new.unit_key] = UnitHealth(launches=2, was_ready=True, ready_since=100.0, first_ready=100.0)
     else:

@@ -52,9 +52,12 @@ def baseline(o: Observed, recipe: str, role: str, old_spec: str) -> Doc | None:
     return max(good or runs, key=lambda r: r.get("ended") or 0.0, default=None)
 
 
-def new_run(o: Observed, recipe: str, u: Unit, old_spec: str) -> Doc | None:
-    """The new life's run against this old spec (its own index: each life is measured)."""
-    runs = [r for r in _runs(o, recipe, u.role, u.spec_hash) if r.get("against") == old_spec and r.get("index") == u.index]
+def new_run(d: DesiredRecipe, o: Observed, u: Unit, old_spec: str) -> Doc | None:
+    """The new life's run against this old spec for this generation of the recipe (its own index:
+    each life is measured). A run of an earlier generation is no verdict now: a file changed in
+    what does not reach this worker's argv (same spec hash) measures it again."""
+    runs = [r for r in _runs(o, d.name, u.role, u.spec_hash) if r.get("against") == old_spec
+            and r.get("index") == u.index and r.get("generation") == d.generation]
     return max(runs, key=lambda r: r.get("ended") or 0.0, default=None)
 
 
@@ -108,7 +111,7 @@ def old_spec_of(steps: list[Step] | tuple[Step, ...], u: Unit) -> str | None:
 
 def passed_at(d: DesiredRecipe, o: Observed, u: Unit, old_spec: str) -> float | None:
     """When the new life's run ended, if it passed."""
-    run = new_run(o, d.name, u, old_spec)
+    run = new_run(d, o, u, old_spec)
     if run is None or d.analysis is None:
         return None
     ok, _ = judge(d.analysis, run, baseline(o, d.name, u.role, old_spec))
@@ -140,6 +143,6 @@ def next_measure(d: DesiredRecipe, o: Observed, u: Unit, old_spec: str, new_read
     if baseline(o, d.name, u.role, old_spec) is None:
         return (Measure(d.name, u.role, u.index, old_spec, old_spec, prev.url, OLD, d.generation)
                 if prev is not None and prev.url else None)
-    if new_ready and new_run(o, d.name, u, old_spec) is None and u.url:
+    if new_ready and new_run(d, o, u, old_spec) is None and u.url:
         return Measure(d.name, u.role, u.index, u.spec_hash, old_spec, u.url, NEW, d.generation)
     return None
