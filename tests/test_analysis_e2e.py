@@ -98,6 +98,9 @@ def test_a_slower_rollout_is_stopped_by_analysis_and_a_good_one_passes(tmp_path)
                    what="only the old life left")
         d = json.loads(h.cli("describe", name, "-o", "json").stdout)
         assert any(c["reason"] == "RolloutFailed" for c in d["conditions"]), d["conditions"]
+        text = h.cli("describe", name).stdout
+        assert "RolloutFailed" in text and "throughput ratio" in text and "rollout analysis failed" in text, text
+        assert "RolloutFailed" in h.cli("get", name).stdout
         # not retried: more ticks, no launch
         h.idle(name, ticks=5)
         n = client.ok
