@@ -62,3 +62,18 @@ def test_one_runner_per_recipe_adopted_by_a_new_process_and_stopped_when_not_ask
     assert not pidfile.exists()
     kinds = [json.loads(l)["kind"] for l in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert kinds.count("AnalysisStarted") == 1 and kinds.count("AnalysisStopped") == 1
+
+
+def test_get_wait_stops_at_once_on_a_rollout_analysis_failure_of_the_current_file(tmp_path, capsys):
+    from reconciler.cli.get_wait import wait
+
+    (tmp_path / "r").mkdir()
+    msg = "rollout analysis failed ...: agg_0: throughput ratio 0.54 < min_throughput_ratio 0.75; ..."
+    (tmp_path / "r" / "status.json").write_text(json.dumps({
+        "name": "r", "phase": "Degraded", "observedGeneration": "g2",
+        "conditions": [{"type": "Progressing", "status": "False", "reason": "RolloutFailed", "message": msg}]}))
+    assert wait(tmp_path, ["r"], {"r": "g2"}, timeout=20, poll=0.05) is False
+    assert f"error: r: {msg}" in capsys.readouterr().err
+    # a status of an earlier version of the file is not this one's failure: it waits (here: to its timeout)
+    assert wait(tmp_path, ["r"], {"r": "g3"}, timeout=0.2, poll=0.05) is False
+    assert "not Ready after" in capsys.readouterr().err
