@@ -32,6 +32,8 @@ def test_runs_are_read_back_with_their_index_old_spec_and_generation(tmp_path):
     assert list(read_runs(tmp_path, "r")) == [("r", "agg", "specnew")]
     (run,) = runs  # a Cancelled run is no verdict: the life is measured again
     assert (run["index"], run["against"], run["generation"], run["ended"]) == (0, "specold", "gen1", 5.0)
+    # only the specs that run or are wanted are read each tick (every spec's runs are kept)
+    assert read_runs(tmp_path, "r", {"specnew"}) and read_runs(tmp_path, "r", {"specother"}) == {}
 
 
 def test_one_runner_per_recipe_adopted_by_a_new_process_and_stopped_when_not_asked_for(tmp_path):

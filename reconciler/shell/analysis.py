@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import structlog
 from reconciler.core.plan import analysis
 from reconciler.core.plan.results import Measure, Plan
 from reconciler.drivers.state import StateDir
-from reconciler.world import Desired, Observed
+from reconciler.world import Desired, Observed, Step
 
 log = structlog.get_logger("reconciler")
 FINISHED = ("Succeeded", "Failed")  # a Cancelled run (stopped by us) is no verdict: measured again
@@ -35,11 +36,17 @@ def run_dir(root: Path, m: Measure) -> Path:
     return Path(root) / m.recipe / "analysis" / m.role / m.spec / str(m.index)
 
 
-def read_runs(root: Path, name: str) -> dict[tuple[str, str, str], tuple[dict[str, Any], ...]]:
+Runs = dict[tuple[str, str, str], tuple[dict[str, Any], ...]]  # (recipe, role, spec) -> finished runs
+
+
+def read_runs(root: Path, name: str, specs: set[str] | None = None) -> Runs:
     """(recipe, role, spec) -> the finished runs under state/<recipe>/analysis/, each with its index
-    and ``file`` (where it was read from)."""
+    and ``file`` (where it was read from). ``specs``: only these (what runs or is desired now: the
+    runs of every spec a deployment ever had are kept, but only those are read each tick)."""
     out: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for f in sorted((Path(root) / name / "analysis").glob("*/*/*/*.json")):
+        if specs is not None and f.parent.parent.name not in specs:
+            continue
         try:
             doc = json.loads(f.read_text())
         except (OSError, ValueError):
@@ -65,15 +72,19 @@ class Analyzer:
         self.state = state
         self.started = started  # runs that ended before this process started were announced by the one before
         self.seen: set[str] = set()
-        self.runs: dict[tuple[str, str, str], tuple[dict[str, Any], ...]] = {}
+        self.runs: Runs = {}
         self.stopped: set[int] = set()  # runner pids sent SIGTERM
 
-    def facts(self, desired: Desired) -> dict[tuple[str, str, str], tuple[dict[str, Any], ...]]:
-        """The finished runs of every recipe that has a rollout analysis (``Observed.analysis``)."""
-        out: dict[tuple[str, str, str], tuple[dict[str, Any], ...]] = {}
+    def facts(self, desired: Desired, steps: Iterable[Step] = ()) -> Runs:
+        """The finished runs of every recipe that has a rollout analysis (``Observed.analysis``), of
+        the specs its steps run and its units want (an old life's baseline, a new life's verdict)."""
+        running: dict[str, set[str]] = {}
+        for st in steps:
+            running.setdefault(st.recipe, set()).add(st.spec_hash)
+        out: Runs = {}
         for name, d in desired.recipes.items():
             if d.analysis is not None:
-                out |= read_runs(self.state.root, name)
+                out |= read_runs(self.state.root, name, running.get(name, set()) | {u.spec_hash for u in d.units})
         self.runs = out
         return out
 

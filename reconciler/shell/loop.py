@@ -159,7 +159,7 @@ class Controller:
                             self.slurm.deadlines(facts.allocs, desired, self.nodes.excluded(), now),
                             self.slurm.pending(facts.allocs),
                             why={k: w for k, w in probe.why.items() if not ready.get(k)},
-                            previous_failures=previous_failures, analysis=self.analyzer.facts(desired))
+                            previous_failures=previous_failures, analysis=self.analyzer.facts(desired, facts.steps))
         p = plan(desired, observed, now)
         release_unused(ports, desired, observed, p.refused_prune)
         return Snapshot(m, desired, observed, p, ports, reassigned, facts.failed_launches, now)

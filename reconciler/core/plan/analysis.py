@@ -77,8 +77,8 @@ def judge(a: Analysis, new: Doc, old: Doc | None) -> tuple[bool, str]:
     base = old.get("output_tok_s") if old is not None and old.get("status") == SUCCEEDED else None
     ratio = tput / base if isinstance(tput, (int, float)) and isinstance(base, (int, float)) and base > 0 else None
     figures = (f"new life {_fmt(tput)} output tok/s, TTFT p90 {_fmt(ttft)} ms; old life "
-               + (f"{_fmt(base)} output tok/s, TTFT p90 {_fmt(p90(old))} ms; ratio {_fmt(ratio, '.2f')}"  # type: ignore[arg-type]
-                  if base is not None else "not measured validly (no ratio)"))
+               + (f"{_fmt(base)} output tok/s, TTFT p90 {_fmt(p90(old))} ms; "  # type: ignore[arg-type]
+                  f"ratio {_fmt(ratio, '.2f')}" if base is not None else "not measured validly (no ratio)"))
     why = []
     if new.get("status") != SUCCEEDED:
         why.append(f"its run failed: {new.get('reason') or new.get('status')}")
