@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
+from reconciler.errors import KeyedError
 from reconciler.recipe.bounds import MAX_WORKERS
 from reconciler.recipe.types import Strict
 
@@ -66,3 +67,16 @@ class RolloutConfig(Strict):
         if self.analysis is not None and self.max_surge == 0:
             raise ValueError("analysis needs max_surge >= 1: the new life is measured beside the old one")
         return self
+
+
+def check(recipe) -> None:
+    """Analysis measures a worker alone at its own address: a disaggregated recipe's prefill worker
+    answers with a KV handle, not tokens, and its decode worker needs one (srtctl's prefill/decode
+    roles), so either would fail every rollout for a reason that is not its own. Refused, with why."""
+    if recipe.reconcile.rollout.analysis is None:
+        return
+    split = [r for r in recipe.role_layouts() if r in ("prefill", "decode")]
+    if split:
+        raise KeyedError("reconcile.rollout.analysis", f"analysis measures one worker alone at its own address, "
+                         f"and a {split[0]} worker does not answer a request by itself (a disaggregated recipe); "
+                         "only agg roles can be analysed for now")

@@ -212,3 +212,13 @@ def test_analysis_needs_surge():
     with pytest.raises(RecipeError) as ei:
         _load(text)
     assert "analysis needs max_surge >= 1" in ei.value.message and ei.value.key == "reconcile.rollout"
+
+
+def test_a_disaggregated_recipe_is_refused_with_why():
+    text = (TEXT % {"workers": 1, "speed": 10}).replace("  agg: {workers: 1, gpus: 1}",
+                                                        "  prefill: {workers: 1, gpus: 1}\n  decode: {workers: 1, gpus: 1}")
+    with pytest.raises(RecipeError) as ei:
+        _load(text)
+    e = ei.value
+    assert e.key == "reconcile.rollout.analysis" and "a prefill worker does not answer a request by itself" in e.message
+    assert e.line is not None, str(e)
