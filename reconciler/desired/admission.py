@@ -13,6 +13,7 @@ from pathlib import Path
 
 from reconciler.backends.dynamo_install import check_version
 from reconciler.backends.registry import endpoints_of
+from reconciler.desired.analysis import check as check_analysed
 from reconciler.desired.bench_map import bench_plan
 from reconciler.desired.frontends import check as check_frontend
 from reconciler.desired.frontends import owned_arg
@@ -39,6 +40,7 @@ def admit(recipe: Recipe, data: dict, preflight: bool) -> dict[str, str]:
     resolve(recipe)  # the services it runs (ServiceError at the service's key)
     check_autoscale(recipe)  # the autoscaled roles exist and start within [min, max]
     check_rollout(recipe)  # rollout analysis measures a worker alone: agg roles only
+    check_analysed(recipe)  # ... and one that serves HTTP itself (not a Dynamo worker)
     wrong = check_frontend(recipe)
     if wrong is not None:
         raise KeyedError(*wrong)

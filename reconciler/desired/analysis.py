@@ -7,9 +7,25 @@ from __future__ import annotations
 
 import json
 
+from reconciler.backends.registry import backend_for
 from reconciler.desired.bench_map import BenchPlan, Level
 from reconciler.desired.context import Context
+from reconciler.errors import KeyedError
+from reconciler.recipe.model import Recipe
 from reconciler.world import Analysis
+
+
+def check(recipe: Recipe) -> None:
+    """A worker is measured at its own address: one that serves no OpenAI API of its own (a Dynamo
+    worker, reached only through its frontend, answers just health on its system port) would fail
+    every rollout for a reason that is not its own. Refused at validate, with why."""
+    if recipe.reconcile.rollout.analysis is None:
+        return
+    for mode in recipe.role_layouts():
+        if backend_for(recipe, mode).health_probe(mode).kind != "http":
+            raise KeyedError("reconcile.rollout.analysis", f"analysis measures each worker at its own address, and "
+                             f"the {mode} workers serve no OpenAI API of their own (Dynamo workers are reached only "
+                             "through the Dynamo frontend); only engines that serve HTTP themselves can be analysed")
 
 
 def analysis_spec(ctx: Context) -> Analysis | None:

@@ -222,3 +222,11 @@ def test_a_disaggregated_recipe_is_refused_with_why():
     e = ei.value
     assert e.key == "reconcile.rollout.analysis" and "a prefill worker does not answer a request by itself" in e.message
     assert e.line is not None, str(e)
+
+
+def test_a_dynamo_worker_is_refused_with_why():
+    text = (TEXT % {"workers": 1, "speed": 10}).replace("frontend: {type: none}",
+                                                        "frontend: {type: dynamo, enable_multiple_frontends: false}")
+    with pytest.raises(RecipeError) as ei:
+        _load(text)
+    assert ei.value.key == "reconcile.rollout.analysis" and "serve no OpenAI API of their own" in ei.value.message

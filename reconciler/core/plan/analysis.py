@@ -19,8 +19,9 @@ Decisions out, per surging worker:
   (a new generation, new spec hashes) rolls again.
 
 Only a worker's surge is analysed: a frontend's or service's new life has no old one beside it
-to compare with. Engines that register themselves with a discovery service (Dynamo workers in
-etcd) are found by their frontend at start: ``held`` cannot keep them out of it.
+to compare with. A worker that serves no HTTP API of its own (a Dynamo worker: its frontend finds
+it through etcd at start, so ``held`` could not keep it out either) or does not answer alone (a
+prefill or decode worker) cannot be measured: admission refuses the key for such recipes.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ Doc = Mapping[str, Any]
 
 
 def applies(d: DesiredRecipe, u: Unit) -> bool:
-    return d.analysis is not None and not u.is_service and u.role != FRONTEND and not u.run_once
+    """A worker that serves HTTP at its own address (admission refuses analysis for any other)."""
+    return (d.analysis is not None and not u.is_service and u.role != FRONTEND and not u.run_once
+            and u.probe == "http" and u.url is not None)
 
 
 def _runs(o: Observed, recipe: str, role: str, spec: str) -> tuple[Doc, ...]:
