@@ -230,3 +230,18 @@ def test_a_dynamo_worker_is_refused_with_why():
     with pytest.raises(RecipeError) as ei:
         _load(text)
     assert ei.value.key == "reconcile.rollout.analysis" and "serve no OpenAI API of their own" in ei.value.message
+
+
+def test_a_recipe_backing_off_after_a_failed_action_keeps_its_measurement_going():
+    from dataclasses import replace
+
+    from reconciler.core.plan import plan
+    from reconciler.world import ActionFailures
+
+    c, old, new = surging(workers=2)
+    c.unready.add((new.unit_key, 1))
+    del c.steps[next(s.step_id for s in c.steps.values() if s.index == 1)]  # agg_1 is to be launched again
+    desired = c.desired(spec(2, speed=3))
+    o = replace(c.observed(desired), action_failures={"r": ActionFailures(1, 150.0)})
+    rp = plan(desired, o, 151.0).recipes["r"]
+    assert rp.deferred and not rp.actions and [m.life for m in rp.measure] == [OLD]

@@ -167,4 +167,5 @@ def counts(d: DesiredRecipe, c: Classified) -> dict[str, RoleCounts]:
 def defer(rp: RecipePlan, retry_at: float) -> RecipePlan:
     """The recipe backs off after a failed action: nothing of it is done before ``retry_at``."""
     return RecipePlan(rp.name, rp.state, relaunch_later=rp.relaunch_later, waiting=rp.waiting, counts=rp.counts,
-                      detail=rp.detail, deferred=rp.actions, deferred_until=retry_at)
+                      detail=rp.detail, deferred=rp.actions, deferred_until=retry_at,
+                      measure=rp.measure)  # a measurement is no action: it goes on meanwhile
