@@ -263,6 +263,8 @@ class Observed:
     # unit key -> failed probes in a row of its old life (a surging worker's) since that life was
     # Ready: one slow /health answer must not take the old life out of the routers (0: Ready now, or never)
     previous_failures: Mapping[tuple[str, str, int], int] = field(default_factory=dict)
+    # (recipe, role, spec hash) -> the finished rollout-analysis runs of lives of that spec (shell/analysis.py)
+    analysis: Mapping[tuple[str, str, str], tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
 
     @cached_property
     def _index(self) -> dict[str, tuple[list[Alloc], list[Step]]]:
@@ -322,6 +324,15 @@ class RestartPolicy:
 
 
 @dataclass(frozen=True)
+class Analysis:
+    """reconcile.rollout.analysis, resolved: the runner's plan (``reconciler.benchrun --plan``) and the bars."""
+
+    plan: str
+    max_ttft_p90_ms: float | None = None
+    min_throughput_ratio: float | None = None
+
+
+@dataclass(frozen=True)
 class DesiredRecipe:
     name: str
     generation: str  # hash of the recipe spec: status observedGeneration
@@ -360,6 +371,7 @@ class DesiredRecipe:
     time_limit_seconds: float | None = None  # the allocations' Slurm time limit, when there is one
     # autoscaler scale-down victims: out of the routers, still running until drained (desired/scale.py)
     draining: frozenset[str] = frozenset()
+    analysis: Analysis | None = None  # a surge life is measured before it is routed (core/plan/analysis.py)
 
     def policy(self, role: str) -> RestartPolicy:
         return self.restart.get(role, RestartPolicy())

@@ -27,6 +27,7 @@ class FakeCluster:
     steps: dict[str, Step] = field(default_factory=dict)
     unready: set = field(default_factory=set)
     health: dict = field(default_factory=dict)  # unit key -> UnitHealth
+    analysis: dict = field(default_factory=dict)  # Observed.analysis: (recipe, role, spec) -> finished runs
     pending: bool = False
     ports: NodePortAllocator = field(default_factory=NodePortAllocator)
     _jobs: itertools.count = field(default_factory=lambda: itertools.count(100))
@@ -43,14 +44,15 @@ class FakeCluster:
 
         if desired is None:
             ready = {s.unit_key: True for s in self.steps.values() if up(s)}
-            return Observed(tuple(self.allocs.values()), tuple(self.steps.values()), ready, dict(self.health))
+            return Observed(tuple(self.allocs.values()), tuple(self.steps.values()), ready, dict(self.health),
+                            analysis=dict(self.analysis))
         slot = {u.key: u.slot for d in desired.recipes.values() for u in d.all_units}
         old = {u.key: u.slot for d in desired.recipes.values() for u in d.previous.values()}
         ready = {s.unit_key: True for s in self.steps.values() if up(s) and slot.get(s.unit_key, 0) == s.slot}
         prev = {s.unit_key: True for s in self.steps.values() if up(s) and old.get(s.unit_key) == s.slot}
         health = {k: UnitHealth(launches=1, was_ready=True, ready_since=-1e6, first_ready=-1e6) for k in ready} | self.health
         return Observed(tuple(self.allocs.values()), tuple(self.steps.values()), ready, health,
-                        previous_ready=prev)
+                        previous_ready=prev, analysis=dict(self.analysis))
 
     def desired(self, recipes: dict, manifests_seen: int | None = None, allow_empty: bool = False) -> Desired:
         seen = len(recipes) if manifests_seen is None else manifests_seen

@@ -36,7 +36,10 @@ def recorded_rows(state: Path, names: list[str], generations: dict[str, str | No
         rows.append({"name": name, "status": phase if current else "Pending", "recordedPhase": phase,
                      "roles": {r: c for r, c in (st.get("roles") or {}).items() if r != "frontend"},
                      "conditions": st.get("conditions") or [], "error": st.get("error") or note,
-                     "ready": current and phase == "Ready"})
+                     "ready": current and phase == "Ready",
+                     # rollout analysis stopped this version of the file: it will not become Ready
+                     "refused": next((c["message"] for c in st.get("conditions") or []
+                                      if current and c.get("reason") == "RolloutFailed"), None)})
     return rows
 
 
@@ -55,6 +58,10 @@ def wait(state: Path, names: list[str], generations: dict[str, str | None], time
             if tty and last:
                 click.echo("\r\033[K", nl=False, err=True)
             return True
+        if refused := [r for r in rows if r["refused"]]:
+            for r in refused:
+                click.echo(f"error: {r['name']}: {r['refused']}", err=True)
+            return False
         if not warned and not run_settings.run_alive(state):
             warned = True
             click.echo(click.style("warning: ", fg="yellow") + f"no `reconciler run` is running on {state}: "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from reconciler.backends.dynamo_install import check_version
 from reconciler.backends.registry import endpoints_of
+from reconciler.desired.analysis import check as check_analysed
 from reconciler.desired.bench_map import bench_plan
 from reconciler.desired.frontends import check as check_frontend
 from reconciler.desired.frontends import owned_arg
@@ -22,6 +23,7 @@ from reconciler.desired.runtime import node_count
 from reconciler.errors import KeyedError
 from reconciler.recipe import load
 from reconciler.recipe.autoscale import check as check_autoscale
+from reconciler.recipe.rollout import check as check_rollout
 from reconciler.recipe.cluster import Cluster
 from reconciler.recipe.load import LoadedRecipe
 from reconciler.recipe.model import Recipe
@@ -37,6 +39,8 @@ def admit(recipe: Recipe, data: dict, preflight: bool) -> dict[str, str]:
     endpoints_of(recipe)  # each engine's topology rules (TopologyError at the role's key)
     resolve(recipe)  # the services it runs (ServiceError at the service's key)
     check_autoscale(recipe)  # the autoscaled roles exist and start within [min, max]
+    check_rollout(recipe)  # rollout analysis measures a worker alone: agg roles only
+    check_analysed(recipe)  # ... and one that serves HTTP itself (not a Dynamo worker)
     wrong = check_frontend(recipe)
     if wrong is not None:
         raise KeyedError(*wrong)

@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
+from reconciler.desired.analysis import analysis_spec
 from reconciler.desired.context import Context, context
 from reconciler.desired.passes import live
 from reconciler.desired.placement import Placement, placement
@@ -160,6 +161,7 @@ def assemble(ctx: Context) -> DesiredRecipe:
         surge_drain_seconds=rollout.drain_seconds, previous=previous, no_room=no_room,
         surge_allocs=_surge_allocs(where, no_room) if rollout.max_unavailable == 0 else {},
         handover_seconds=recipe.reconcile.handover_seconds, time_limit_seconds=slurm_seconds(recipe.slurm.time_limit),
+        analysis=analysis_spec(ctx),
     )
 
 

@@ -29,6 +29,7 @@ from reconciler.recipe.engines import ENGINES, Engine, engine_list_text
 from reconciler.recipe.bounds import MAX_GPUS_PER_WORKER, MAX_NODES_PER_WORKER, MAX_WORKERS
 from reconciler.recipe.slurm import SlurmConfig  # noqa: F401 - a section of Recipe
 from reconciler.recipe.autoscale import AutoscaleConfig
+from reconciler.recipe.rollout import RolloutConfig  # noqa: F401 - a section of ReconcileConfig
 from reconciler.recipe.topology import MODES, Mode, RoleLayout, one_node_split
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")  # srtctl has no limit; ours keeps paths sane
@@ -179,26 +180,6 @@ class HealthCheckConfig(Strict):
         for p in v:
             check_regex(p)
         return v
-
-
-class RolloutConfig(Strict):
-    """A spec change replaces workers: ``max_surge`` new lives start beside the old ones (on their
-    own ports) and an old one stops once its successor is Ready and routed; with ``max_surge: 0``
-    the old one stops first, ``max_unavailable`` at a time."""
-
-    max_surge: int = Field(1, ge=0, le=64)
-    max_unavailable: int = Field(0, ge=0)
-    pickup_seconds: float = Field(2.0, ge=0, le=600)  # a Ready surge life is routed this long before the old leaves
-    drain_seconds: float = Field(3.0, ge=0, le=3600)  # the old life, out of the routers, finishes its requests
-    # allocations hold twice the GPUs the workers use on a node (up to the node's), so that a GPU
-    # engine's surge life has GPUs of its own; without it such workers are rolled in place
-    surge_gpus: bool = False
-
-    @model_validator(mode="after")
-    def _progress(self) -> "RolloutConfig":
-        if self.max_surge == 0 and self.max_unavailable == 0:
-            raise ValueError("max_surge and max_unavailable cannot both be 0: a rollout could never progress")
-        return self
 
 
 _DURATION = r"^[1-9][0-9]{0,5}(s|m|h|d)$"

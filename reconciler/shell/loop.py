@@ -45,11 +45,10 @@ from reconciler.timefmt import iso
 from reconciler.world import Alloc, Observed
 from reconciler.desired.sources.benchmark import ROLE as BENCHMARK_ROLE
 from reconciler.shell.benchmarks import Announcer
+from reconciler.shell.analysis import Analyzer
 
 log = structlog.get_logger("reconciler")
 TICK_BACKOFF_MAX = 60.0  # seconds between attempts when whole ticks keep failing (e.g. squeue is down)
-
-
 LOSS_WAIT = 30.0  # seconds to wait for a lost job's end state before reporting what is known
 
 
@@ -79,6 +78,7 @@ class Controller:
         self.metrics: Metrics | None = None  # run --metrics-addr
         self.bench_events = Announcer(time.time())  # an event per finished benchmark run
         self._bench_runs: dict[str, dict] = {}  # recipe -> its last benchmark run (for the metrics)
+        self.analyzer = Analyzer(self.state, time.time())  # reconcile.rollout.analysis: the measurements
         self.ui = None  # run --ui-addr: reconciler.ui.StatusUI, handed each tick's result
         self._live_allocs: dict[str, Alloc] = {}  # last tick's live allocations (to notice one lost)
         self._cancelled: set[str] = set()  # allocations we released: their going is no loss
@@ -159,7 +159,7 @@ class Controller:
                             self.slurm.deadlines(facts.allocs, desired, self.nodes.excluded(), now),
                             self.slurm.pending(facts.allocs),
                             why={k: w for k, w in probe.why.items() if not ready.get(k)},
-                            previous_failures=previous_failures)
+                            previous_failures=previous_failures, analysis=self.analyzer.facts(desired, facts.steps))
         p = plan(desired, observed, now)
         release_unused(ports, desired, observed, p.refused_prune)
         return Snapshot(m, desired, observed, p, ports, reassigned, facts.failed_launches, now)
@@ -187,6 +187,7 @@ class Controller:
         self.slurm.failures(done, snap.observed, [f.step for f in snap.failed_launches], snap.desired, snap.now)
         self.slurm.note(snap.observed.pending, snap.observed.deadlines, snap.observed.allocs, snap.now)
         record(self.state, snap, self.gateways)
+        self.analyzer.tick(snap.plan, snap.desired)  # after record: the routers never had the life it measures
         if self.autoscaler.after_tick(snap):
             self._wake.set()  # a count changed or a victim left the routers: the next tick acts on it
         self._bench_runs = self.bench_events.tick(self.state, [n for n, d in snap.desired.recipes.items()

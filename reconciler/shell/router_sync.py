@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from reconciler.core.plan import stop
+from reconciler.core.plan import analysis, stop
 from reconciler.core.plan.rollout import old_life_routed
 from reconciler.world import DesiredRecipe, Observed
 
@@ -36,7 +36,8 @@ class Change:
 def serving(d: DesiredRecipe, o: Observed, u) -> bool:
     """Ready, or Ready before and not (yet) judged dead: one failed probe does not flap the router.
     A worker the autoscaler drains is out of the routers, whatever its health."""
-    return u.name not in d.draining and stop.serving(d, bool(o.ready.get(u.key)), o.health.get(u.key))
+    return (u.name not in d.draining and stop.serving(d, bool(o.ready.get(u.key)), o.health.get(u.key))
+            and not analysis.held(d, o, u))  # a surge life under rollout analysis takes no request yet
 
 
 def old_serving(d: DesiredRecipe, o: Observed, u) -> bool:
@@ -51,11 +52,17 @@ def old_lives(d: DesiredRecipe, o: Observed, at: float, strict: bool = False) ->
     Ready for long enough (``core/plan/rollout.old_life_routed``). ``strict``: for a router that
     is given only the workers Ready right now (the built-in one), an old life also stands in
     while its successor's probe fails."""
-    workers = {(u.role, u.index) for u in d.units}  # not a moving service's or frontend's old life
+    workers = {(u.role, u.index): u for u in d.units}  # not a moving service's or frontend's old life
     return [u for key, u in sorted(d.previous.items()) if key in workers and not u.shares_port
             and old_serving(d, o, u)
-            and (old_life_routed(d, bool(o.ready.get(u.key)), o.health.get(u.key), at)
+            and (old_life_routed(d, bool(o.ready.get(u.key)), o.health.get(u.key), at, _start(d, o, workers[key]))
                  or (strict and not o.ready.get(u.key)))]
+
+
+def _start(d: DesiredRecipe, o: Observed, new) -> float | None:
+    """When the new life's hand-over clock started (its first Ready; with rollout analysis, its pass)."""
+    old = analysis.old_spec_of(o.steps_of(d.name), new) if d.analysis is not None else None
+    return analysis.handover_start(d, o, new, old, o.health.get(new.key))
 
 
 def wanted(d: DesiredRecipe, o: Observed, at: float | None = None) -> dict[str, dict]:

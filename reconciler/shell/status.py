@@ -37,6 +37,8 @@ def build_status(
     suspended = bool(d and d.suspended)
     # Slurm's reason in words and its expected start, per pending allocation (core/plan/pending.py)
     pending = sorted((o.pending[a.job_id] for a in o.allocs_of(name) if a.job_id in o.pending), key=lambda p: p.index)
+    # rollout analysis refused the new spec: the old lives serve on, nothing moves until the recipe changes
+    refused = sorted(f"{u}: {w.detail}" for u, w in rp.waiting.items() if w.reason is WaitReason.ROLLOUT_FAILED)
     conds = []
 
     def cond(kind: str, status: bool, reason: str, message: str) -> None:
@@ -79,6 +81,9 @@ def build_status(
         cond("Progressing", True, "AllocationPending", d.pending_reason)
     elif d.waiting:
         cond("Progressing", True, "AllocationPending", f"{len(d.waiting)} worker(s) wait for their allocation")
+    elif refused:
+        cond("Progressing", False, "RolloutFailed", "rollout analysis failed, the old lives keep serving and the "
+             "spec is not tried again until the recipe changes: " + "; ".join(refused))
     elif pending_actions:
         cond("Progressing", True, "Reconciling", "; ".join(a.describe() for a in pending_actions[:3])
              + (f" (+{len(pending_actions) - 3} more)" if len(pending_actions) > 3 else ""))
@@ -96,7 +101,7 @@ def build_status(
     cond("Invalid", invalid is not None, "InvalidSpec" if invalid else "Valid",
          (invalid + ("; still running the last applied spec" if d else "")) if invalid else "the recipe file validates")
     phase = ("Invalid" if invalid and d is None else "Suspended" if suspended else "Ready" if all_ready
-             else "Degraded" if stalled and not pending_actions else "Progressing")
+             else "Degraded" if (stalled and not pending_actions) or refused else "Progressing")
     return {
         "name": name,
         "phase": phase,
@@ -110,6 +115,13 @@ def build_status(
         "workers": rows,
         "pendingAllocations": [p.doc(now) for p in pending],
     }
+
+
+def refused(st: dict[str, Any]) -> tuple[str, str] | None:
+    """The deployment's REASON when rollout analysis stopped its rollout (the figures in the message):
+    it comes before any worker's, whose rows are all still serving on the old spec."""
+    c = next((c for c in st["conditions"] if c["reason"] == "RolloutFailed"), None)
+    return (c["reason"], c["message"]) if c else None
 
 
 def _restarts(launches: dict[str, dict], unit: str) -> int:

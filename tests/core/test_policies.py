@@ -224,9 +224,10 @@ def test_backoff_reset_after_the_healthy_period():
 
 
 def test_stop_reasons_are_a_closed_set_and_only_a_rollout_or_a_dependency_is_on_purpose():
-    # a dependent relaunched with its service's new life is no failure of its own (no backoff)
+    # a dependent relaunched with its service's new life is no failure of its own (no backoff); nor is
+    # a surge life stopped by rollout analysis (it is not restarted at all: core/plan/analysis.py)
     assert {r for r in StopReason if r.on_purpose} == {StopReason.SPEC_CHANGED, StopReason.SUPERSEDED,
-                                                       StopReason.DEPENDENCY_RESTARTED}
+                                                       StopReason.DEPENDENCY_RESTARTED, StopReason.ANALYSIS_FAILED}
     assert {r for r in StopReason if not r.ends_unit} == {StopReason.SUPERSEDED}
     assert {r for r in PlaceReason if r.restart} == {PlaceReason.RELAUNCH}
     assert WaitReason("restart backoff") is WaitReason.BACKOFF

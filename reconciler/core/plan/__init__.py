@@ -129,7 +129,7 @@ def converge(d: DesiredRecipe, observed: Observed, now: float) -> tuple[RecipePl
     held_back = held_svc | held_fe
     place = compute_placements(d, c, held_back)
     relaunch, later, w_relaunch = compute_relaunch(d, c, held_back, now)
-    replace, surge, w_roll, dl_roll = compute_rollout(d, c, now)
+    replace, surge, w_roll, dl_roll, measure = compute_rollout(d, c, now, observed)
     reset, next_reset = compute_backoff_reset(d, c, now)
     pending = Wait(WaitReason.ALLOCATION_PENDING, d.pending_reason)
     waiting = {f"{r}_{i}": pending for r, i in c.waiting}
@@ -138,7 +138,7 @@ def converge(d: DesiredRecipe, observed: Observed, now: float) -> tuple[RecipePl
     rp = RecipePlan(
         d.name, submit=submit + successors, release=release, place=place + relaunch + surge, stop=stops,
         replace=replace,
-        relaunch_later=later, waiting=waiting, counts=counts(d, c), reset_backoff=reset,
+        relaunch_later=later, waiting=waiting, counts=counts(d, c), reset_backoff=reset, measure=measure,
     )
     # a worker waiting its turn in a rollout beside its serving old life is not motion by itself
     starting = [v for v in c.running + c.broken + c.outdated if not v.ready and (v.current or v not in c.outdated)]
@@ -167,4 +167,5 @@ def counts(d: DesiredRecipe, c: Classified) -> dict[str, RoleCounts]:
 def defer(rp: RecipePlan, retry_at: float) -> RecipePlan:
     """The recipe backs off after a failed action: nothing of it is done before ``retry_at``."""
     return RecipePlan(rp.name, rp.state, relaunch_later=rp.relaunch_later, waiting=rp.waiting, counts=rp.counts,
-                      detail=rp.detail, deferred=rp.actions, deferred_until=retry_at)
+                      detail=rp.detail, deferred=rp.actions, deferred_until=retry_at,
+                      measure=rp.measure)  # a measurement is no action: it goes on meanwhile

@@ -34,10 +34,12 @@ class StopReason(str, Enum):
     # a service it reads (etcd, NATS, the Mooncake master, a gms...) has a new life: the unit's
     # registrations went with the old one, so it is relaunched at once (core/plan/dependents.py)
     DEPENDENCY_RESTARTED = "a service it depends on has a new life"
+    ANALYSIS_FAILED = "rollout analysis failed: the new life stops, the old one keeps serving"
 
     @property
     def on_purpose(self) -> bool:
-        return self in (StopReason.SPEC_CHANGED, StopReason.SUPERSEDED, StopReason.DEPENDENCY_RESTARTED)
+        return self in (StopReason.SPEC_CHANGED, StopReason.SUPERSEDED, StopReason.DEPENDENCY_RESTARTED,
+                        StopReason.ANALYSIS_FAILED)
 
     @property
     def ends_unit(self) -> bool:
@@ -77,6 +79,9 @@ class WaitReason(str, Enum):
     # its policy's triggers (a changed spec, its period): core/plan/relaunch.py:once_gate
     FINISHED = "ran once to its end: not restarted"
     NEEDS_SETTLED = "a run-once unit waits for every unit to run the current spec and be Ready"
+    # reconcile.rollout.analysis (core/plan/analysis.py): measured before it is routed; failed: not retried
+    ANALYSING = "rollout analysis: a life is measured before the new one takes requests"
+    ROLLOUT_FAILED = "rollout analysis failed: the old life keeps serving; a changed recipe is tried again"
 
 
 class RecipeState(str, Enum):
@@ -167,6 +172,24 @@ class Wait:
 
 
 @dataclass(frozen=True)
+class Measure:
+    """A life to measure for the rollout analysis (shell/analysis.py runs it, one at a time per recipe)."""
+
+    recipe: str
+    role: str
+    index: int
+    spec: str  # the spec hash of the life measured: its runs are kept under it
+    against: str  # the old spec a new life is compared with (an old life: its own spec)
+    url: str  # the life's own address, never a router's or the gateway's
+    life: str  # "new" | "old"
+    generation: str = ""  # the recipe's generation it is measured for: a failure holds until the recipe changes
+
+    @property
+    def unit(self) -> str:
+        return f"{self.role}_{self.index}"
+
+
+@dataclass(frozen=True)
 class RoleCounts:
     desired: int = 0
     running: int = 0  # has a live step (any spec)
@@ -190,6 +213,7 @@ class RecipePlan:
     detail: str = ""  # for HELD / PRUNE_REFUSED: why
     deferred: tuple[Action, ...] = ()  # what would be done now, held back (action-error backoff, prune guard)
     deferred_until: float | None = None
+    measure: tuple[Measure, ...] = ()  # rollout analysis: lives to measure, in order (not actions)
 
     @property
     def actions(self) -> tuple[Action, ...]:

@@ -21,14 +21,17 @@ from __future__ import annotations
 
 from collections import Counter
 
+from reconciler.core.plan import analysis
 from reconciler.core.plan.classify import Classified, UnitView
 from reconciler.core.plan.dependents import dependents
 from reconciler.core.plan.placement import gate
 from reconciler.core.plan.relaunch import Gate, launches_for, restart_gate
 from reconciler.core.plan.stop import liveness, serving, startup_deadline
-from reconciler.core.plan.results import CancelStep, LaunchStep, PlaceReason, StopReason, Wait, WaitReason
+from reconciler.core.plan.results import CancelStep, LaunchStep, Measure, PlaceReason, StopReason, Wait, WaitReason
 from reconciler.world import FRONTEND, is_service_role
-from reconciler.world import DesiredRecipe, UnitHealth
+from reconciler.world import DesiredRecipe, Observed, UnitHealth
+
+ANALYSIS_LOOK = 1.0  # seconds between looks for a measurement's result while one runs
 
 
 def unavailable_workers(c: Classified) -> int:
@@ -70,34 +73,44 @@ def _frontends_left(c: Classified, v: UnitView) -> list[str]:
             and any(s.job_id in away and (s.cancellable or s.pending) for s in f.old)]
 
 
-def old_life_routed(d: DesiredRecipe, new_ready: bool, h: UnitHealth | None, now: float) -> bool:
+def old_life_routed(d: DesiredRecipe, new_ready: bool, h: UnitHealth | None, now: float, start: float | None) -> bool:
     """Whether a surging worker's old life is still given requests: until its successor has been
     Ready for ``surge_pickup_seconds`` (the routers have picked the new one up by then). The clock
-    runs from the new life's first Ready probe and a probe that fails below the liveness threshold
+    runs from ``start`` (``analysis.handover_start``: the new life's first Ready probe, or when its
+    rollout analysis passed; None: not yet) and a probe that fails below the liveness threshold
     does not bring the old life back (``stop.serving``): a flapping probe neither starts the
     hand-over over nor churns the routers. A new life judged dead is cancelled, and the old one
     is routed again."""
-    return not (serving(d, new_ready, h) and h is not None and h.first_ready is not None
-                and now >= h.first_ready + d.surge_pickup_seconds)
+    return not (serving(d, new_ready, h) and start is not None and now >= start + d.surge_pickup_seconds)
 
 
 def compute_rollout(
-    d: DesiredRecipe, c: Classified, now: float
-) -> tuple[tuple[CancelStep, ...], tuple[LaunchStep, ...], dict[str, Wait], list[float]]:
-    """(old steps to cancel, surge lives to launch, who waits and why, when to look again)."""
+    d: DesiredRecipe, c: Classified, now: float, o: Observed | None = None,
+) -> tuple[tuple[CancelStep, ...], tuple[LaunchStep, ...], dict[str, Wait], list[float], tuple[Measure, ...]]:
+    """(old steps to cancel, surge lives to launch, who waits and why, when to look again, lives to
+    measure for the rollout analysis). ``o``: the facts the analysis reads (``Observed.analysis``)."""
+    o = o if o is not None else Observed()
     budget = d.max_unavailable - unavailable_workers(c)
     extra = Counter(v.unit.role for v in c.outdated if surges(d, v) and v.current)  # surge lives running
     replace: list[CancelStep] = []
     place: list[LaunchStep] = []
     waiting: dict[str, Wait] = {}
     deadlines: list[float] = []
+    measure: list[Measure] = []
     for v in c.outdated:
+        if (why := _rollout_failed(d, o, v)) is not None:
+            # the new spec failed its analysis beside this old one: its new life goes (the old one
+            # never left the routers) and none is started again until the recipe changes
+            replace += [CancelStep(s.step_id, d.name, v.name, StopReason.ANALYSIS_FAILED, why)
+                        for s in v.current if s.cancellable]
+            waiting[v.name] = Wait(WaitReason.ROLLOUT_FAILED, why)
+            continue
         stale = [s for s in v.old if s.cancellable]
         if not stale:
             waiting[v.name] = Wait(WaitReason.TERMINATING)
             continue
         if surges(d, v):
-            _surge(d, c, v, stale, now, extra, replace, place, waiting, deadlines)
+            _surge(d, c, v, stale, now, extra, replace, place, waiting, deadlines, (o, measure))
             continue
         if v.ready and v.is_worker:
             if v.name in d.no_room and d.max_unavailable == 0:
@@ -109,13 +122,33 @@ def compute_rollout(
                 continue
             budget -= 1
         replace += [CancelStep(s.step_id, d.name, v.name, StopReason.SPEC_CHANGED) for s in stale]
-    return tuple(replace), tuple(place), waiting, deadlines
+    return tuple(replace), tuple(place), waiting, deadlines, tuple(measure)
+
+
+def _rollout_failed(d: DesiredRecipe, o: Observed, v: UnitView) -> str | None:
+    return analysis.failed(d, o, v.unit.role) if analysis.applies(d, v.unit) else None
+
+
+def _analyse(d: DesiredRecipe, o: Observed, v: UnitView, now: float, waiting: dict, deadlines: list,
+             measure: list) -> bool:
+    """Ask for the next measurement of this surge, if any; whether one is wanted (the unit waits)."""
+    old = analysis.old_spec_of(v.old, v.unit)
+    if not analysis.applies(d, v.unit) or old is None:
+        return False
+    m = analysis.next_measure(d, o, v.unit, old, serving(d, v.ready, v.health))
+    if m is None:
+        return False
+    measure.append(m)
+    waiting[v.name] = Wait(WaitReason.ANALYSING, f"the {m.life} life at {m.url}")
+    deadlines.append(now + ANALYSIS_LOOK)
+    return True
 
 
 def _surge(d: DesiredRecipe, c: Classified, v: UnitView, stale: list, now: float, extra: Counter, replace: list,
-           place: list, waiting: dict, deadlines: list) -> None:
+           place: list, waiting: dict, deadlines: list, facts: tuple[Observed, list]) -> None:
     role = v.unit.role
     h = v.health
+    o, measure = facts
     if v.current:  # the new life runs (or is being launched)
         if all(s.cancellable for s in v.current):
             # the new life is held to the same liveness as any: a fatal line, a lost rank, no Ready
@@ -126,13 +159,17 @@ def _surge(d: DesiredRecipe, c: Classified, v: UnitView, stale: list, now: float
             if verdict is not None:
                 replace += [CancelStep(s.step_id, d.name, v.name, verdict[0], verdict[1]) for s in v.current]
                 return
-        if not (serving(d, v.ready, h) and h is not None and h.first_ready is not None):
+        if _analyse(d, o, v, now, waiting, deadlines, measure):
+            return  # the old life is measured while the new one starts; the new one once Ready
+        old_spec = analysis.old_spec_of(v.old, v.unit)
+        start = analysis.handover_start(d, o, v.unit, old_spec, h)
+        if not (serving(d, v.ready, h) and h is not None and start is not None):
             due = startup_deadline(d, v)
             waiting[v.name] = Wait(WaitReason.SURGE_STARTING, f"slot {'ab'[v.unit.slot]}", due)
             if due is not None:
                 deadlines.append(due)
             return
-        done = h.first_ready + d.surge_pickup_seconds + d.surge_drain_seconds
+        done = start + d.surge_pickup_seconds + d.surge_drain_seconds
         if now >= done and not v.ready:
             # drained, but the new life's probe fails right now: the old one is not stopped until
             # it answers again (or is judged dead, and the old one serves on)
@@ -142,10 +179,10 @@ def _surge(d: DesiredRecipe, c: Classified, v: UnitView, stale: list, now: float
         elif now >= done:
             replace += [CancelStep(s.step_id, d.name, v.name, StopReason.SUPERSEDED) for s in stale]
         else:
-            routed = old_life_routed(d, v.ready, h, now)
+            routed = old_life_routed(d, v.ready, h, now, start)
             waiting[v.name] = Wait(WaitReason.SURGE_HANDOVER, "the old life is routed beside the new one" if routed
                                    else "the old life drains its requests", done)
-            deadlines.append(done if not routed else h.first_ready + d.surge_pickup_seconds)
+            deadlines.append(done if not routed else start + d.surge_pickup_seconds)
         return
     held = gate(d, c, v)
     if held is not None:
