@@ -35,6 +35,7 @@ from reconciler.fsutil import atomic_write_text
 from reconciler.gateway import GatewayConfig, render
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.drivers.state import StateDir
+from reconciler.shell import holder
 
 log = structlog.get_logger("reconciler")
 OWNER_NAME = "gateway"  # the port registry's owner is <recipe>/gateway
@@ -124,7 +125,7 @@ def quit_under(root: Path) -> list[int]:
                 told.append(int(proc.name))
         except (OSError, ValueError):
             continue
-    return told
+    return told + holder.quit_holders_under(Path(root))
 
 
 def facts(root: Path, recipe: str) -> dict | None:
@@ -195,19 +196,23 @@ class Gateways:
 
     # ---------------------------------------------------------------- each tick
     def sync(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float,
-             unproven: bool = False) -> list[Change]:
+             unproven: bool = False, hold: float | None = None) -> list[Change]:
         """Make the gateway run with exactly these upstreams (host:port of Ready frontends; with
-        ``unproven``, where the frontends are relaunched, none of them alive now)."""
+        ``unproven``, where the frontends are relaunched, none of them alive now). ``hold``: the
+        holder's timeout for a recipe that scales to zero (shell/holder.py)."""
         if self.nginx is None:
             return self._fail(recipe, now, "nginx is not installed (apt-get install nginx-light); "
                                            "the endpoint is the frontend's own address")
         host, port = self.address(recipe, ports, now)
         prefix = prefix_of(self.state.root, recipe)
         conf = prefix / "nginx.conf"
-        text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven))
         rec = self._record(recipe)
+        held, fields, said = holder.sync(recipe, rec, prefix, port, hold, ports, self.host, {self.host, *self.aliases})
+        if any(rec.get(k) != v for k, v in fields.items()):
+            self._write(recipe, rec := {**rec, **fields})
+        changes = [Change(kind, recipe, msg) for kind, msg in said]
+        text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven, holder=held))
         pid = master_pid(prefix)
-        changes: list[Change] = []
         if pid is not None:
             self._watch(recipe, pid)
             served = sorted(upstreams)
@@ -261,7 +266,7 @@ class Gateways:
             delay = delay_after(backoff + 1)
             self._write(recipe, {**rec, "backoff": backoff + 1, "notBefore": now + delay,
                                  "lastError": err or "started but wrote no pid file"})
-            return [Change("GatewayFailed", recipe, f"nginx did not start on {host}:{port}: {err}; "
+            return changes + [Change("GatewayFailed", recipe, f"nginx did not start on {host}:{port}: {err}; "
                            f"next try in {delay:g}s")]
         self._write(recipe, {**rec, "pid": pid, "startedAt": now, "exitedAt": None, "lastError": None,
                              "workers": self._await_workers(pid),
@@ -269,7 +274,7 @@ class Gateways:
                              "restarts": int(rec.get("restarts", 0) or 0) + int(restarting),
                              "backoff": backoff + int(restarting), "notBefore": None})
         self._watch(recipe, pid)
-        return [Change("GatewayRestarted" if restarting else "GatewayStarted", recipe,
+        return changes + [Change("GatewayRestarted" if restarting else "GatewayStarted", recipe,
                        f"nginx master {pid} serves http://{host}:{port} -> "
                        f"{', '.join(sorted(upstreams)) or 'no Ready frontend (503)'}")]
 
@@ -286,6 +291,7 @@ class Gateways:
                 os.kill(pid, signal.SIGQUIT)
             except ProcessLookupError:
                 pass
+        holder.stop(prefix_of(self.state.root, recipe))
         ports.release(f"{recipe}/{OWNER_NAME}")
         path = record_path(self.state.root, recipe)
         if not path.exists():

@@ -153,6 +153,13 @@ def gateway_upstreams(d: DesiredRecipe, o: Observed) -> tuple[list[str], bool]:
     return sorted({f"{u.nodes[0]}:{u.health_port}" for u in placed}), bool(placed)
 
 
+def hold_timeout(snap: Snapshot, name: str) -> float | None:
+    """The gateway's hold for a recipe that scales to zero (its holder keeps requests that long)."""
+    r = snap.manifests.recipes.get(name)
+    cfg = r.reconcile.autoscale if r is not None else None
+    return cfg.hold_timeout_seconds if cfg is not None and cfg.scale_to_zero_after_seconds is not None else None
+
+
 def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
     """Each deployment with a frontend has a gateway; a deployment without one (deleted, or its
     frontend removed) has its gateway stopped. A gateway whose frontend is only gone for now (its
@@ -169,7 +176,8 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
                 changes = []
             else:
                 upstreams, unproven = gateway_upstreams(dr, snap.observed)
-                changes = gateways.sync(name, upstreams, snap.ports, snap.now, unproven=unproven)
+                changes = gateways.sync(name, upstreams, snap.ports, snap.now, unproven=unproven,
+                                        hold=hold_timeout(snap, name))
         except Exception as e:  # noqa: BLE001 - one gateway's failure must not stop the tick
             log.exception("gateway sync failed", recipe=name, error=f"{type(e).__name__}: {e}")
             continue
