@@ -185,3 +185,13 @@ def _bind_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def demand(root: Path, recipe: str) -> dict | None:
+    """The counters of the recipe's holder (its port from ``gateway.json``), None when it has none
+    or it does not answer."""
+    try:
+        port = json.loads((root / recipe / "gateway.json").read_text()).get("holderPort")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return stats(port) if isinstance(port, int) else None

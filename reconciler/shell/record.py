@@ -96,7 +96,10 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
                         reason=cond["reason"])
     write_status(state, name, st, prev)
     if d is not None:
-        state.prune_launches(name, {f"{r}_{i}" for r, i in d.unit_keys} | {f"{FRONTEND}_{u.index}" for u in d.frontends} | {f"{FRONTEND}_0"})
+        # scaled to zero (no unit at all): the frontend goes too, and its comeback is a new launch, not a restart
+        zero = not d.units and not d.frontends and not d.waiting
+        state.prune_launches(name, {f"{r}_{i}" for r, i in d.unit_keys} | {f"{FRONTEND}_{u.index}" for u in d.frontends}
+                             | (set() if zero else {f"{FRONTEND}_0"}))
         rp = p.recipes.get(name)
         for unit in rp.reset_backoff if rp else ():
             state.reset_backoff(name, unit)
