@@ -42,6 +42,7 @@ class Autoscaler:
         # unit key -> when it was first left out of the routers (the endpoints file, the /workers
         # API): a router picks that up a moment later, so the victim is not idle before then
         self._left: dict[tuple[str, str, int], float] = {}
+        self._looked: dict[str, float] = {}  # recipe -> when its metrics were last read
         self._received: dict[str, int] = {}  # recipe -> its holder's requests received, at the last look
 
     # ---------------------------------------------------------------- read by every snapshot
@@ -104,10 +105,18 @@ class Autoscaler:
         serving = [u for u in d.units if u.role in roles and o.ready.get(u.key) and u.name not in d.draining]
         victims = [u for u in d.units if u.name in d.draining]
         pages = _pages([*serving, *victims, *d.frontends])
-        allowance = len(d.frontends) * (cfg.interval_seconds / probe.CANARY_INTERVAL + 1)  # canary requests
+        # the readiness canaries of the time since the last look (not the configured interval: a look
+        # that comes late on a busy host spans more of them, which must not read as traffic)
+        since = max(cfg.interval_seconds, now - self._looked.get(name, now))
+        self._looked[name] = now
+        allowance = len(d.frontends) * (since / probe.CANARY_INTERVAL + 1)  # canary requests
         facts: dict[str, RoleFacts] = {}
         held = self._held(name, cfg)  # requests waiting at the gateway's holder (scale to zero)
-        demand = self._frontend_requests(d.frontends, pages, now) > allowance or held > 0
+        through = self._frontend_requests(d.frontends, pages, now) > allowance
+        # going to zero (or there), the frontends' counters are no demand: their canary keeps trying
+        # a router with no worker left; a client's request then fails over to the holder, which counts it
+        at_zero = all(m.target == 0 for m in mem.values())
+        demand = held > 0 or (through and not at_zero)
         for role in roles:
             mine = [u for u in serving if u.role == role]
             load = self._load(mine, pages, now, allowance)
