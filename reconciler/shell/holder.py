@@ -70,7 +70,9 @@ def port_of(rec: dict, recipe: str, host_names: set[str], ports: NodePortAllocat
         port = ports.allocate(host, owner, NAME)
         if _bind_free(port) and all(ports.claim(n, owner, NAME, port) for n in host_names):
             return port
-        ports.block(host, port, time.time() + 3600)
+        for n in {host, *host_names}:  # this port only: the gateway's own stays
+            ports.release_key(n, owner, NAME)
+        ports.block(host, port, time.time() + 3600)  # something else holds it
     raise PortsExhausted(f"no bindable port for the holder of {recipe} on {host}")
 
 
