@@ -85,7 +85,11 @@ def sync(recipe: str, rec: dict, prefix: Path, gateway_port: int, hold: float | 
         pid = stop(prefix)
         gone = [("GatewayHolderStopped", f"holder {pid} stopped: the recipe no longer scales to zero")] if pid else []
         return None, {"holderPid": None, "holderError": None}, gone
-    port = port_of(rec, recipe, names, ports, host)
+    try:
+        port = port_of(rec, recipe, names, ports, host)
+    except PortsExhausted as e:  # the gateway still serves its frontends; at zero it answers 503 at once
+        why = f"no holder: {e}"
+        return None, {"holderError": why}, ([] if rec.get("holderError") == why else [("GatewayFailed", why)])
     pid, did = ensure(prefix, argv(python(), recipe, port, gateway_port, hold, prefix), port)
     fields = {"holderPort": port, "holderPid": pid, "holderError": None if pid else did}
     if pid is None:
