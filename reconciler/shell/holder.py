@@ -93,6 +93,11 @@ def sync(recipe: str, rec: dict, prefix: Path, gateway_port: int, hold: float | 
     pid, did = ensure(prefix, argv(python(), recipe, port, gateway_port, hold, prefix), port)
     fields = {"holderPort": port, "holderPid": pid, "holderError": None if pid else did}
     if pid is None:
+        # its port may be taken since (the host's ephemeral range can overlap the port range): the
+        # next try takes a fresh one
+        fields["holderPort"] = None
+        for n in {host, *names}:
+            ports.release_key(n, f"{recipe}/gateway", NAME)
         # no holder: the config answers 503 at once (nginx would answer 502 for a dead upstream)
         return None, fields, ([] if rec.get("holderError") == did else [("GatewayFailed", str(did))])
     if did is None:
