@@ -151,3 +151,34 @@ def test_the_holders_port_skips_one_taken_and_keeps_the_gateways(tmp_path):
         assert holder.port_of({"holderPort": port}, "r", {"h"}, ports, "h") == port  # kept ever after
     finally:
         taken.close()
+
+
+@needs_nginx
+def test_a_request_every_frontend_failed_is_held_by_the_backup_holder(gw, tmp_path):  # noqa: F811
+    """The moment of a drain to zero: the one frontend left answers 503 (its router has no worker).
+    nginx passes the request to the holder (backup), which keeps trying the listed frontend (a 503
+    before any byte: nothing reached the client) until the gateway lists one that serves."""
+    from tests.test_gateway import _Drops
+
+    busy = _Drops(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    busy.start()
+    m, m_url = start_mocker(tmp_path, "--speedup-ratio", "10", name="fe")
+    prefix = prefix_of(gw.state.root, "r1")
+    try:
+        ports = _ports()
+        gw.sync("r1", [busy.addr], ports, 1000.0, hold=60)
+        port = gw._record("r1")["holderPort"]
+        url = facts(gw.state.root, "r1")["url"]
+        call = Call(url)
+        call.start()
+        wait_until(lambda: (holder.stats(port) or {}).get("held") == 1 and busy.seen >= 3,
+                   what="held by the backup holder, which keeps trying the 503 frontend")
+        assert call.status is None
+        gw.sync("r1", [_hp(m_url)], ports, 1001.0, hold=60)
+        call.join(60)
+        assert call.status == 200 and call.body.rstrip().endswith(b"data: [DONE]"), (call.status, call.body[-200:])
+        assert holder.stats(port)["forwarded"] == 1
+    finally:
+        busy.sock.close()
+        m.stop()
+        holder.stop(prefix)
