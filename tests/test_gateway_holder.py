@@ -25,7 +25,7 @@ needs_nginx = pytest.mark.skipif(nginx_binary() is None, reason="nginx not insta
 def test_render_holds_with_no_frontend_and_backs_the_frontends_up():
     alone = render(GatewayConfig("r1", 20001, Path("/s/g"), (), holder=20002))
     assert "server 127.0.0.1:20002;" in alone and "proxy_pass http://frontends;" in alone
-    assert "return 503" not in alone and "backup" not in alone
+    assert "no Ready frontend" not in alone and "backup" not in alone
     two = render(GatewayConfig("r1", 20001, Path("/s/g"), ("a:1", "b:2"), holder=20002))
     assert "server 127.0.0.1:20002 backup;" in two and "proxy_next_upstream_tries 4;" in two
     assert "server 127.0.0.1:20002" not in render(GatewayConfig("r1", 20001, Path("/s/g"), ("a:1",)))

@@ -36,6 +36,7 @@ from reconciler.gateway import GatewayConfig, render
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.drivers.state import StateDir
 from reconciler.shell import holder
+from reconciler.shell.gateway_sweep import quit_under  # noqa: F401 - where callers find it
 
 log = structlog.get_logger("reconciler")
 OWNER_NAME = "gateway"  # the port registry's owner is <recipe>/gateway
@@ -104,28 +105,6 @@ def stop_orphans(pids: list[int], port: int) -> None:
     deadline = time.monotonic() + 2.0
     while not _bind_free(port) and time.monotonic() < deadline:
         time.sleep(0.01)
-
-
-def quit_under(root: Path) -> list[int]:
-    """Tell every gateway master whose prefix is under ``root`` to quit (SIGQUIT: graceful), by its
-    own pid; the pids told. A gateway is a daemon on this host that outlives the reconciler by design
-    (workloads keep running when it stops): whoever removes a state directory for good (a benchmark's
-    teardown, a test session) stops its gateways first, or they hold their ports with no record left."""
-    told = []
-    # by the processes themselves, not only the pid files: a state directory wiped under a running
-    # reconciler leaves its gateway's master running with no pid file to find it by
-    where = f"-p {Path(root)}"
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if cmd.startswith("nginx: master process") and where in cmd:
-                os.kill(int(proc.name), signal.SIGQUIT)
-                told.append(int(proc.name))
-        except (OSError, ValueError):
-            continue
-    return told + holder.quit_holders_under(Path(root))
 
 
 def facts(root: Path, recipe: str) -> dict | None:
