@@ -2,6 +2,7 @@
 
     python benchmarks/autoscale.py [--mode agg|disagg] [--max 4] [--low 20] [--high 60] [--tail 60] [--clients 16]
     python benchmarks/autoscale.py --smoke     # its smallest size (agg, max 2, short phases): CI runs it
+    python benchmarks/autoscale.py --zero 15 --idle 60   # + scale to zero: an idle phase, then one request
 
 Its table is docs/performance.md, section "Autoscaling (benchmarks/autoscale.py)".
 
@@ -15,6 +16,10 @@ The same closed-loop load drives both: 1 streaming client for --low s, --clients
 the targets (--ttft-ms, --itl-ms, measured by the client), worker GPU-seconds held (GPUs of the
 workers that had a step, sampled from status.json every 0.5 s), the time from the step up to
 the first Scaled event (decided) and to one more worker in the router's endpoints (serving).
+With ``--zero S`` the autoscaled run may go to zero (``min: 0``, ``scale_to_zero_after_seconds: S``)
+and both runs get an idle phase of --idle s after the tail (no client), then one request through
+the gateway (held while the deployment wakes up): the idle phase's GPU-seconds and that request's
+latency and outcome are printed too.
 Prints figures; asserts nothing.
 """
 
@@ -62,6 +67,10 @@ reconcile:
     scale_down_after_seconds: {down}
     drain_seconds: 1
 """
+ZERO = """\
+    scale_to_zero_after_seconds: {zero}
+    hold_timeout_seconds: 600
+"""
 
 
 class Client(threading.Thread):
@@ -73,33 +82,37 @@ class Client(threading.Thread):
         self.host, self.port, self.max_tokens = u.hostname, u.port, max_tokens
         self.results: list[tuple[bool, float, float]] = []
         self.halt = threading.Event()
+        self.timeout = 60.0  # a held request (scale to zero) waits for a worker: longer
 
     def run(self) -> None:
+        while not self.halt.is_set():
+            self.once()
+
+    def once(self) -> None:
         body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": self.max_tokens,
                            "stream": True}).encode()
-        while not self.halt.is_set():
-            t0 = time.monotonic()
-            times: list[float] = []
+        t0 = time.monotonic()
+        times: list[float] = []
+        ok = False
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        try:
+            conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+            r = conn.getresponse()
+            if r.status == 200:
+                for line in r:
+                    if line.startswith(b"data: ") and b'"content"' in line:
+                        times.append(time.monotonic())
+                    elif line.startswith(b"data: [DONE]"):
+                        ok = True
+            else:
+                r.read()
+        except (OSError, http.client.HTTPException):
             ok = False
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
-            try:
-                conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
-                r = conn.getresponse()
-                if r.status == 200:
-                    for line in r:
-                        if line.startswith(b"data: ") and b'"content"' in line:
-                            times.append(time.monotonic())
-                        elif line.startswith(b"data: [DONE]"):
-                            ok = True
-                else:
-                    r.read()
-            except (OSError, http.client.HTTPException):
-                ok = False
-            finally:
-                conn.close()
-            ttft = times[0] - t0 if times else float("inf")
-            itl = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 0.0
-            self.results.append((ok and bool(times), ttft, itl))
+        finally:
+            conn.close()
+        ttft = times[0] - t0 if times else float("inf")
+        itl = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 0.0
+        self.results.append((ok and bool(times), ttft, itl))
 
 
 def read_json(p: Path) -> dict:
@@ -115,8 +128,10 @@ def one_run(tmp: Path, driver: str, a, autoscaled: bool) -> dict:
     text = (DISAGG if a.mode == "disagg" else RECIPE).format(name=name, workers=1 if autoscaled else a.max)
     if autoscaled:
         roles = ("decode",) if a.mode == "disagg" else ("agg",)
+        low = 0 if a.zero is not None else 1
         text += AUTOSCALE.format(down=a.down, roles="\n".join(
-            f"      {r}: {{min: 1, max: {a.max}, target: {{waiting_per_worker: 1}}}}" for r in roles))
+            f"      {r}: {{min: {low}, max: {a.max}, target: {{waiting_per_worker: 1}}}}" for r in roles))
+        text += ZERO.format(zero=a.zero) if a.zero is not None else ""
     f = tmp / "manifests" / f"{name}.yaml"
     f.write_text(text)
     deadline = time.monotonic() + 120
@@ -161,6 +176,16 @@ def one_run(tmp: Path, driver: str, a, autoscaled: bool) -> dict:
     time.sleep(a.tail)
     clients[0].halt.set()
     clients[0].join(60)
+    idle_gpu_s, wake = None, None
+    if a.zero is not None:
+        before = gpu_s[0]
+        time.sleep(a.idle)  # no client: the autoscaled run goes to zero, the fixed one holds its GPUs
+        idle_gpu_s = gpu_s[0] - before
+        one = Client(endpoint, a.tokens)
+        one.timeout = 660.0  # held up to the hold timeout (600 s), then streamed
+        t0 = time.monotonic()
+        one.once()
+        wake = (one.results[0][0], time.monotonic() - t0)
     stop.set()
     sampler.join(5)
     results = [r for c in clients + burst for r in c.results]
@@ -180,7 +205,8 @@ def one_run(tmp: Path, driver: str, a, autoscaled: bool) -> dict:
     return {"run": "autoscaled" if autoscaled else f"fixed {a.max}", "requests": len(results),
             "failed": sum(1 for ok, _, _ in results if not ok), "within": 100.0 * within / max(1, len(results)),
             "gpu_s": gpu_s[0], "decided": decided,
-            "serving": serving_at[0] - step_at[0] if serving_at and autoscaled else None}
+            "serving": serving_at[0] - step_at[0] if serving_at and autoscaled else None,
+            "idle_gpu_s": idle_gpu_s, "wake": wake}
 
 
 def main() -> None:
@@ -197,6 +223,8 @@ def main() -> None:
     ap.add_argument("--mode", choices=["agg", "disagg"], default="agg", help="aggregated, or prefill + decode")
     ap.add_argument("--driver", default=None)
     ap.add_argument("--smoke", action="store_true", help="the smallest size (max 2, short phases): that it runs")
+    ap.add_argument("--zero", type=float, default=None, help="scale_to_zero_after_seconds (and the idle phase)")
+    ap.add_argument("--idle", type=float, default=60.0, help="seconds without a client after the tail (--zero)")
     a = ap.parse_args()
     if a.smoke:
         a.max, a.clients, a.low, a.high, a.tail, a.down = 2, 6, 1.0, 6.0, 4.0, 2.0
@@ -217,6 +245,11 @@ def main() -> None:
             srv = f"{r['serving']:.1f}" if r["serving"] is not None else "-"
             print(f"{r['run']:>10} {r['requests']:>8} {r['failed']:>6} {r['within']:>8.1f} {r['gpu_s']:>7.1f} "
                   f"{dec:>9} {srv:>9}", flush=True)
+        if a.zero is not None:
+            for r in rows:
+                ok, took = r["wake"]
+                print(f"{r['run']:>10} idle {a.idle:g} s: {r['idle_gpu_s']:.1f} GPU-s; then one request: "
+                      f"{'ok' if ok else 'FAILED'} in {took:.1f} s", flush=True)
         auto, fixed = rows
         print(f"autoscale ({driver}, {a.mode}, 1..{a.max} workers, {a.clients} clients for {a.high:g} s): GPU-seconds "
               f"{100 * auto['gpu_s'] / max(fixed['gpu_s'], 1e-9):.0f} % of the fixed run (target <= 60 %), "

@@ -227,6 +227,11 @@ class Harness:
                 os.kill(int(pidfile.read_text().strip()), signal.SIGQUIT)
             except (OSError, ValueError):
                 pass
+        for pidfile in self.state.glob("*/gateway/holder.pid"):  # scale to zero: the gateway's holder
+            try:
+                os.kill(int(pidfile.read_text().strip()), signal.SIGTERM)
+            except (OSError, ValueError):
+                pass
         # leave nothing behind for the next test
         deadline = time.monotonic() + 30
         left = self._left()

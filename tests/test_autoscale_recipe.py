@@ -70,6 +70,14 @@ def test_no_block_is_no_autoscaling():
      "reconcile.autoscale.scale_up_limit.workers", 15, "greater than or equal to 1"),
     ("scale_down_after_seconds: 120", "scale_down_after: 120",
      "reconcile.autoscale.scale_down_after", 15, "unknown key"),
+    ("scale_down_after_seconds: 120", "scale_to_zero_after_seconds: 1",
+     "reconcile.autoscale.scale_to_zero_after_seconds", 15, "greater than or equal to 5"),
+    ("scale_down_after_seconds: 120", "scale_to_zero_after_seconds: 1e9",
+     "reconcile.autoscale.scale_to_zero_after_seconds", 15, "less than or equal to 604800"),
+    ("scale_down_after_seconds: 120", "hold_timeout_seconds: 0",
+     "reconcile.autoscale.hold_timeout_seconds", 15, "greater than or equal to 1"),
+    ("scale_down_after_seconds: 120", "hold_timeout_seconds: 3600",
+     "reconcile.autoscale.hold_timeout_seconds", 15, "less than or equal to 1800"),
 ])
 def test_schema_rejections_are_located(old, new, key, line, fragment):
     assert old in DISAGG
@@ -94,11 +102,11 @@ def test_schema_rejections_are_located(old, new, key, line, fragment):
     # a colocated decode's GPUs follow the prefill count: prefill cannot be autoscaled then
     ("decode: {nodes: 1, workers: 2, gpus: 1}", "decode: {nodes: colocate, workers: 2, gpus: 1}",
      "reconcile.autoscale.roles.prefill", "roles.decode colocates on the prefill nodes"),
-    # scale to zero: refused until something brings a role back
+    # scale to zero: min 0 needs the idle period; the idle period needs every role at min 0
     ("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 0, max: 8, target: {itl_p90_ms: 40}}",
-     "reconcile.autoscale.roles.decode.min", "scale to zero is not supported yet"),
+     "reconcile.autoscale.roles.decode.min", "needs reconcile.autoscale.scale_to_zero_after_seconds"),
     ("scale_down_after_seconds: 120", "scale_to_zero_after_seconds: 900",
-     "reconcile.autoscale.scale_to_zero_after_seconds", "scale to zero is not supported yet"),
+     "reconcile.autoscale.roles.prefill.min", "every role needs min: 0"),
 ])
 def test_rules_across_the_recipe_are_located(old, new, key, fragment):
     assert old in DISAGG
@@ -114,3 +122,46 @@ def test_a_colocated_decode_alone_may_be_autoscaled():
     text = text.replace("      prefill: {min: 1, max: 4, target: {ttft_p90_ms: 800, waiting_per_worker: 4}}\n", "")
     cfg = load(text).recipe.reconcile.autoscale
     assert cfg.roles.prefill is None and cfg.roles.decode.max == 8
+
+
+ZERO = """\
+schema: 2
+name: demo
+model: {path: /models/m}
+resources: {gpus_per_node: 8}
+engine: mocker
+roles:
+  agg: {workers: 1, gpus: 1}
+frontend: {type: builtin}
+reconcile:
+  autoscale:
+    roles:
+      agg: {min: 0, max: 4, target: {waiting_per_worker: 8}}
+    scale_to_zero_after_seconds: 900
+    hold_timeout_seconds: 120
+"""
+
+
+def test_scale_to_zero_is_accepted_with_every_role_at_min_0():
+    cfg = load(ZERO).recipe.reconcile.autoscale
+    assert cfg.roles.agg.min == 0 and cfg.scale_to_zero_after_seconds == 900 and cfg.hold_timeout_seconds == 120
+    both = DISAGG.replace("{min: 1, max: 8,", "{min: 0, max: 8,").replace("{min: 1, max: 4,", "{min: 0, max: 4,")
+    both = both.replace("scale_down_after_seconds: 120", "scale_to_zero_after_seconds: 600")
+    assert load(both).recipe.reconcile.autoscale.scale_to_zero_after_seconds == 600
+
+
+@pytest.mark.parametrize("old, new, key, fragment", [
+    ("    roles:\n      agg:", "    roles:\n      agg:", None, None),  # the unchanged file loads
+    ("frontend: {type: builtin}", "frontend: {type: none}",
+     "reconcile.autoscale.scale_to_zero_after_seconds", "needs a frontend"),
+    ("{min: 0, max: 4,", "{min: 1, max: 4,", "reconcile.autoscale.roles.agg.min", "every role needs min: 0"),
+])
+def test_scale_to_zero_rules_are_located(old, new, key, fragment):
+    assert old in ZERO
+    if key is None:
+        load(ZERO.replace(old, new))
+        return
+    with pytest.raises(RecipeError) as ei:
+        load(ZERO.replace(old, new))
+    assert ei.value.key == key and fragment in ei.value.message, str(ei.value)
+    assert ei.value.line is not None, str(ei.value)

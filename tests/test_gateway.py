@@ -320,6 +320,9 @@ def test_dead_gateway_restarts_on_its_address_and_a_new_reconciler_adopts_it(gw,
 def test_taken_port_is_skipped_and_stop_releases(gw, tmp_path):
     ports = _ports()
     blocker = socket.socket()
+    # a gateway of an earlier test in this range leaves its port in TIME_WAIT (the test port span
+    # may lie in the host's ephemeral range too): a listener may still take it, as nginx does
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     blocker.bind(("0.0.0.0", ports.base))
     blocker.listen(1)
     try:

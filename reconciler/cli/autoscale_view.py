@@ -30,7 +30,8 @@ def summary(sd: StateDir, name: str, roles: dict) -> dict | None:
             continue
         out[role] = {"desired": last.get("target"), "current": (roles.get(role) or {}).get("ready", last.get("ready")),
                      "min": last.get("min"), "max": last.get("max"), "draining": last.get("draining") or [],
-                     "reason": last.get("reason"), "at": last.get("at"), "coming": last.get("coming") or []}
+                     "reason": last.get("reason"), "at": last.get("at"), "coming": last.get("coming") or [],
+                     "held": last.get("held", 0)}
     return out or None
 
 
@@ -41,7 +42,9 @@ def print_get(rows: list[dict]) -> None:
             continue
         parts = [f"{role} {a['desired']} desired / {a['current']} current [{a['min']}-{a['max']}]"
                  + (f" draining {','.join(a['draining'])}" if a["draining"] else "")
-                 + (f" ({len(a['coming'])} waiting for Slurm)" if a.get("coming") else "") for role, a in auto.items()]
+                 + (f" ({len(a['coming'])} waiting for Slurm)" if a.get("coming") else "")
+                 + (f" ({a['held']} request(s) held at the gateway)" if a.get("held") else "")
+                 for role, a in auto.items()]
         click.echo(f"autoscale {r['name']}: " + "; ".join(parts))
 
 

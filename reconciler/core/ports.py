@@ -182,6 +182,12 @@ class NodePortAllocator:
         for key in [k for k in keys if _owned(k, owner)]:
             self._by_node[node].pop(keys.pop(key), None)
 
+    def release_key(self, node: str, owner: str, name: str) -> None:
+        """Free one named port of ``owner`` on ``node`` (its other ports stay)."""
+        port = self._by_key.get(node, {}).pop(f"{owner}#{name}", None)
+        if port is not None:
+            self._by_node[node].pop(port, None)
+
     def used_on(self, node: str) -> dict[int, str]:
         return dict(self._by_node.get(node, {}))
 

@@ -29,6 +29,10 @@ Choices, with nginx's documented semantics (ngx_http_proxy_module, ngx_http_upst
   that no frontend took (nginx's own 502/504) gets a JSON 503 saying so.
 - No frontend placed at all: nginx needs at least one server in an upstream, so the server
   answers 503 with a JSON error saying so instead of proxying.
+- Scale to zero (``holder``: the port of the gateway's holder, ``gateway/holder.py``): with no
+  frontend placed every request goes to the holder, which keeps it until a frontend serves (or
+  its timeout); with frontends the holder is their ``backup`` server, so a request every frontend
+  failed (the moment a deployment drains to zero, or wakes up) is held too rather than answered 503.
 """
 
 from __future__ import annotations
@@ -56,12 +60,15 @@ class GatewayConfig:
     upstreams: tuple[str, ...] = ()
     unproven: bool = False  # none of them is known to serve now: count no failures against them
     listen: str = "0.0.0.0"  # clients come from anywhere the login node is reachable from
+    holder: int | None = None  # the holder's port on 127.0.0.1 (a recipe that scales to zero)
 
 
 def _check(cfg: GatewayConfig) -> None:
     """nginx config text is built from these values: refuse anything that could break out of a token."""
     if not 0 < cfg.port < 65536:
         raise ValueError(f"gateway port {cfg.port} out of range")
+    if cfg.holder is not None and not 0 < cfg.holder < 65536:
+        raise ValueError(f"gateway holder port {cfg.holder} out of range")
     for up in cfg.upstreams:
         host, _, port = up.rpartition(":")
         if not host or not port.isdigit() or not all(c.isalnum() or c in ".-_[]:" for c in host):
@@ -83,11 +90,15 @@ def render(cfg: GatewayConfig) -> str:
                                       "type": "service_unavailable", "code": 503}})
     # what a reload is confirmed by: the shell waits until the gateway answers with the new list
     health = json.dumps({"gateway": cfg.recipe, "upstreams": list(cfg.upstreams), "unproven": cfg.unproven})
-    if cfg.upstreams:
+    hold = f"127.0.0.1:{cfg.holder}" if cfg.holder is not None else None
+    if cfg.upstreams or hold:
         # all unproven and marked failed, nginx would answer "no live upstreams" for fail_timeout
         # after one of them is back (a single server is never marked: nginx ignores max_fails then)
         fails = "max_fails=0" if cfg.unproven else f"max_fails=1 fail_timeout={FAIL_TIMEOUT_S}s"
         servers = "".join(f"        server {u} {fails};\n" for u in cfg.upstreams)
+        if hold:  # alone, or the frontends' backup: tried once every frontend failed the request
+            servers += f"        server {hold}{' backup' if cfg.upstreams else ''};\n"
+        tries = len(cfg.upstreams) + 1 + int(hold is not None)
         # no kept-alive upstream connections: a frontend that died is then seen at once as a refused
         # connect (next frontend, no wait), never as a dead cached connection
         upstream = ("    upstream frontends {\n" + servers + "    }\n")
@@ -100,7 +111,7 @@ def render(cfg: GatewayConfig) -> str:
             "            proxy_buffering off;\n"
             "            proxy_request_buffering on;\n"
             "            proxy_next_upstream error timeout http_503 non_idempotent;\n"
-            f"            proxy_next_upstream_tries {len(cfg.upstreams) + 1};\n"
+            f"            proxy_next_upstream_tries {tries};\n"
             "            proxy_connect_timeout 2s;\n"
             f"            proxy_read_timeout {READ_TIMEOUT_S}s;\n"
             f"            proxy_send_timeout {READ_TIMEOUT_S}s;\n"

@@ -71,8 +71,12 @@ class AutoscaleConfig(Strict):
     interval_seconds: float = Field(5.0, ge=1, le=600)  # metrics are read and a decision made this often
     scale_up_after_seconds: float = Field(0.0, ge=0, le=DAY)  # HPA scaleUp.stabilizationWindowSeconds
     scale_down_after_seconds: float = Field(300.0, ge=0, le=DAY)  # HPA scaleDown.stabilizationWindowSeconds
-    # a role with min 0 is released entirely after this long without a request (None: never below 1)
-    scale_to_zero_after_seconds: float | None = Field(None, ge=0, le=7 * DAY)
+    # opt-in: every role (min 0) is released after this long without a request (None: never below 1);
+    # at least a few decisions' worth, so that one quiet read does not release the deployment
+    scale_to_zero_after_seconds: float | None = Field(None, ge=5, le=7 * DAY)
+    # a request that comes while the deployment is at zero is held by the gateway this long while a
+    # worker is brought back (Slurm queue + start), then answered 503 with the expected wait
+    hold_timeout_seconds: float = Field(300.0, ge=1, le=1800)
     scale_up_limit: Limit = Limit()
     scale_down_limit: Limit = Limit(workers=1, percent=100.0)
     tolerance: float = Field(0.1, ge=0, le=1)  # HPA's: a ratio this close to 1 changes nothing
@@ -88,16 +92,9 @@ class AutoscaleConfig(Strict):
         return self
 
 
-# the policy can take a role to zero (core/plan/autoscale.py), but nothing brings it back yet: with no
-# worker there is no load to read, and the frontend, whose canary then fails, is stopped; the gateway
-# has to hold the requests and report them first (issue 28, item 5)
-ZERO_REFUSED = ("scale to zero is not supported yet: a role at zero would not come back (no worker to read "
-                "load from, and nothing holds the requests meanwhile); use min: 1")
-
-
 def check(recipe) -> None:
     """The rules that need the whole recipe: each autoscaled role exists, its starting count lies
-    in [min, max]; scale to zero (min 0, scale_to_zero_after_seconds) is refused for now."""
+    in [min, max]; scale to zero is the whole deployment's (``_check_zero``)."""
     cfg: AutoscaleConfig | None = recipe.reconcile.autoscale
     if cfg is None:
         return
@@ -111,12 +108,33 @@ def check(recipe) -> None:
         if not rs.min <= workers <= rs.max:
             raise KeyedError(key, f"roles.{role}.workers ({workers}) is the starting count and must lie in "
                                   f"[min, max] = [{rs.min}, {rs.max}]")
-        if rs.min == 0:
-            raise KeyedError(f"{key}.min", ZERO_REFUSED, unsupported="scale to zero")
         if role == "prefill" and "decode" in layouts and layouts["decode"].colocate:
             # the colocated decode workers' GPUs come after the prefill workers' on the same nodes
             raise KeyedError(key, "roles.decode colocates on the prefill nodes: its workers' GPUs follow the "
                                   "prefill count, so each prefill change would move (roll) every decode worker; "
                                   "give decode nodes of its own to autoscale prefill (decode alone may be)")
-    if cfg.scale_to_zero_after_seconds is not None:
-        raise KeyedError("reconcile.autoscale.scale_to_zero_after_seconds", ZERO_REFUSED, unsupported="scale to zero")
+    _check_zero(recipe, cfg, layouts)
+
+
+def _check_zero(recipe, cfg: AutoscaleConfig, layouts) -> None:
+    """Scale to zero releases the whole deployment: every role at zero, the frontend gone, and the
+    gateway holding the requests until a worker is back. A role left at 1 beside one at 0 would keep
+    a frontend that fails every request instead of the gateway holding it, so it is all or nothing."""
+    zero = [role for role, rs in cfg.roles.items() if rs.min == 0]
+    key = "reconcile.autoscale.scale_to_zero_after_seconds"
+    if cfg.scale_to_zero_after_seconds is None:
+        if zero:
+            raise KeyedError(f"reconcile.autoscale.roles.{zero[0]}.min",
+                             "min 0 needs reconcile.autoscale.scale_to_zero_after_seconds (how long without a "
+                             "request before the role is released)")
+        return
+    autoscaled = dict(cfg.roles.items())
+    for role in layouts:
+        if role not in autoscaled or autoscaled[role].min != 0:
+            where = f"reconcile.autoscale.roles.{role}" + (".min" if role in autoscaled else "")
+            raise KeyedError(where, f"scale to zero releases the whole deployment: every role needs min: 0 "
+                                    f"(role {role!r} would keep a frontend that fails requests instead of the "
+                                    f"gateway holding them)")
+    if recipe.frontend.type == "none":
+        raise KeyedError(key, "scale to zero needs a frontend (frontend.type): its gateway holds the "
+                              "requests while the deployment is at zero")

@@ -25,7 +25,7 @@ from reconciler.drivers.state import StateDir
 from reconciler.recipe.autoscale import AutoscaleConfig
 from reconciler.recipe.model import Recipe
 from reconciler.shell import engine_metrics as em
-from reconciler.shell import probe
+from reconciler.shell import holder, probe, waking
 from reconciler.shell.snapshot import Snapshot
 from reconciler.timefmt import iso
 
@@ -42,6 +42,8 @@ class Autoscaler:
         # unit key -> when it was first left out of the routers (the endpoints file, the /workers
         # API): a router picks that up a moment later, so the victim is not idle before then
         self._left: dict[tuple[str, str, int], float] = {}
+        self._looked: dict[str, float] = {}  # recipe -> when its metrics were last read
+        self._received: dict[str, int] = {}  # recipe -> its holder's requests received, at the last look
 
     # ---------------------------------------------------------------- read by every snapshot
     def memory(self, name: str, recipe: Recipe, now: float) -> dict[str, RoleMemory]:
@@ -103,9 +105,18 @@ class Autoscaler:
         serving = [u for u in d.units if u.role in roles and o.ready.get(u.key) and u.name not in d.draining]
         victims = [u for u in d.units if u.name in d.draining]
         pages = _pages([*serving, *victims, *d.frontends])
-        allowance = len(d.frontends) * (cfg.interval_seconds / probe.CANARY_INTERVAL + 1)  # canary requests
+        # the readiness canaries of the time since the last look (not the configured interval: a look
+        # that comes late on a busy host spans more of them, which must not read as traffic)
+        since = max(cfg.interval_seconds, now - self._looked.get(name, now))
+        self._looked[name] = now
+        allowance = len(d.frontends) * (since / probe.CANARY_INTERVAL + 1)  # canary requests
         facts: dict[str, RoleFacts] = {}
-        demand = self._frontend_requests(d.frontends, pages, now) > allowance
+        held = self._held(name, cfg)  # requests waiting at the gateway's holder (scale to zero)
+        through = self._frontend_requests(d.frontends, pages, now) > allowance
+        # going to zero (or there), the frontends' counters are no demand: their canary keeps trying
+        # a router with no worker left; a client's request then fails over to the holder, which counts it
+        at_zero = all(m.target == 0 for m in mem.values())
+        demand = held > 0 or (through and not at_zero)
         for role in roles:
             mine = [u for u in serving if u.role == role]
             load = self._load(mine, pages, now, allowance)
@@ -127,21 +138,42 @@ class Autoscaler:
                           "ready": facts[role].ready, "target": after.target, "built": after.built,
                           "min": roles[role].min, "max": roles[role].max,
                           "draining": [f"{role}_{i}" for i in after.draining], "coming": coming(d, o, role, now)}
+            if held:
+                last[role]["held"] = held
             if dec.scaled:
                 history.append({"at": iso(now), "role": role, "from": before.target, "to": after.target,
                                 "reason": dec.reason, "inputs": dict(dec.inputs)})
                 verb = "up" if dec.scaled > 0 else "down"
-                self.state.event("Scaled", name, f"{role} scaled {verb} {dec.reason}", role=role,
-                                 **{"from": before.target, "to": after.target})
+                why = ("ScaledToZero" if after.target == 0 else "WokeUp" if before.target == 0 else
+                       "ScaledUp" if dec.scaled > 0 else "ScaledDown")
+                extra = f"; {held} request(s) held at the gateway" if why == "WokeUp" and held else ""
+                self.state.event("Scaled", name, f"{role} scaled {verb} {dec.reason}{extra}", role=role,
+                                 reason=why, **{"from": before.target, "to": after.target})
             if after.drain_since is not None and after.drain_since != before.drain_since:
                 self.state.event("Draining", name, f"{', '.join(last[role]['draining'])} out of the routers; "
                                  f"stopped once their requests are done (at most {cfg.drain_timeout_seconds:g}s)",
                                  role=role)
             moved |= (after.built, list(after.draining)) != (before.built, list(before.draining))
+        wake = waking.track(doc.get("wake"), decisions, facts, now)
+        if cfg.scale_to_zero_after_seconds is not None:
+            waking.tell_holder(self.state.root, name, wake, d, o, now)
         self.state.write_json(self.state.path_of(name, FILE), {
             "recipe": name, "roles": {r: to_json(dec.memory) for r, dec in decisions.items()},
-            "last": last, "decisions": history[-KEEP_DECISIONS:]})
+            "last": last, "decisions": history[-KEEP_DECISIONS:], "wake": wake})
         return moved
+
+    def _held(self, name: str, cfg: AutoscaleConfig) -> int:
+        """Requests the holder holds now, or that came to it since the last look (a request already
+        answered 503 still asked for the deployment); 0 when the recipe does not scale to zero."""
+        if cfg.scale_to_zero_after_seconds is None:
+            return 0
+        s = holder.demand(self.state.root, name)
+        if s is None:
+            return 0
+        held, received = int(s.get("held", 0) or 0), int(s.get("received", 0) or 0)
+        before = self._received.get(name)
+        self._received[name] = received
+        return max(held, received - before if before is not None and received >= before else 0)
 
     def _load(self, units: list, pages: dict[str, em.Reading | None], now: float, allowance: float) -> Load | None:
         pairs = []

@@ -35,6 +35,8 @@ from reconciler.fsutil import atomic_write_text
 from reconciler.gateway import GatewayConfig, render
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.drivers.state import StateDir
+from reconciler.shell import holder
+from reconciler.shell.gateway_sweep import quit_under  # noqa: F401 - where callers find it
 
 log = structlog.get_logger("reconciler")
 OWNER_NAME = "gateway"  # the port registry's owner is <recipe>/gateway
@@ -105,28 +107,6 @@ def stop_orphans(pids: list[int], port: int) -> None:
         time.sleep(0.01)
 
 
-def quit_under(root: Path) -> list[int]:
-    """Tell every gateway master whose prefix is under ``root`` to quit (SIGQUIT: graceful), by its
-    own pid; the pids told. A gateway is a daemon on this host that outlives the reconciler by design
-    (workloads keep running when it stops): whoever removes a state directory for good (a benchmark's
-    teardown, a test session) stops its gateways first, or they hold their ports with no record left."""
-    told = []
-    # by the processes themselves, not only the pid files: a state directory wiped under a running
-    # reconciler leaves its gateway's master running with no pid file to find it by
-    where = f"-p {Path(root)}"
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if cmd.startswith("nginx: master process") and where in cmd:
-                os.kill(int(proc.name), signal.SIGQUIT)
-                told.append(int(proc.name))
-        except (OSError, ValueError):
-            continue
-    return told
-
-
 def facts(root: Path, recipe: str) -> dict | None:
     """What get/describe/status say about a recipe's gateway (read-only: no write, no start)."""
     try:
@@ -195,19 +175,23 @@ class Gateways:
 
     # ---------------------------------------------------------------- each tick
     def sync(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float,
-             unproven: bool = False) -> list[Change]:
+             unproven: bool = False, hold: float | None = None) -> list[Change]:
         """Make the gateway run with exactly these upstreams (host:port of Ready frontends; with
-        ``unproven``, where the frontends are relaunched, none of them alive now)."""
+        ``unproven``, where the frontends are relaunched, none of them alive now). ``hold``: the
+        holder's timeout for a recipe that scales to zero (shell/holder.py)."""
         if self.nginx is None:
             return self._fail(recipe, now, "nginx is not installed (apt-get install nginx-light); "
                                            "the endpoint is the frontend's own address")
         host, port = self.address(recipe, ports, now)
         prefix = prefix_of(self.state.root, recipe)
         conf = prefix / "nginx.conf"
-        text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven))
         rec = self._record(recipe)
+        held, fields, said = holder.sync(recipe, rec, prefix, port, hold, ports, self.host, {self.host, *self.aliases})
+        if any(rec.get(k) != v for k, v in fields.items()):
+            self._write(recipe, rec := {**rec, **fields})
+        changes = [Change(kind, recipe, msg) for kind, msg in said]
+        text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven, holder=held))
         pid = master_pid(prefix)
-        changes: list[Change] = []
         if pid is not None:
             self._watch(recipe, pid)
             served = sorted(upstreams)
@@ -261,7 +245,7 @@ class Gateways:
             delay = delay_after(backoff + 1)
             self._write(recipe, {**rec, "backoff": backoff + 1, "notBefore": now + delay,
                                  "lastError": err or "started but wrote no pid file"})
-            return [Change("GatewayFailed", recipe, f"nginx did not start on {host}:{port}: {err}; "
+            return changes + [Change("GatewayFailed", recipe, f"nginx did not start on {host}:{port}: {err}; "
                            f"next try in {delay:g}s")]
         self._write(recipe, {**rec, "pid": pid, "startedAt": now, "exitedAt": None, "lastError": None,
                              "workers": self._await_workers(pid),
@@ -269,7 +253,7 @@ class Gateways:
                              "restarts": int(rec.get("restarts", 0) or 0) + int(restarting),
                              "backoff": backoff + int(restarting), "notBefore": None})
         self._watch(recipe, pid)
-        return [Change("GatewayRestarted" if restarting else "GatewayStarted", recipe,
+        return changes + [Change("GatewayRestarted" if restarting else "GatewayStarted", recipe,
                        f"nginx master {pid} serves http://{host}:{port} -> "
                        f"{', '.join(sorted(upstreams)) or 'no Ready frontend (503)'}")]
 
@@ -286,6 +270,7 @@ class Gateways:
                 os.kill(pid, signal.SIGQUIT)
             except ProcessLookupError:
                 pass
+        holder.stop(prefix_of(self.state.root, recipe))
         ports.release(f"{recipe}/{OWNER_NAME}")
         path = record_path(self.state.root, recipe)
         if not path.exists():

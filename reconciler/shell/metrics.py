@@ -96,7 +96,7 @@ class Metrics:
                      phases: dict[str, str], restarts: dict[tuple[str, str], int]) -> None:
         self.tick.observe(seconds)
         self._count_commands(driver_commands)
-        for phase in ("Ready", "Progressing", "Degraded", "Invalid", "Suspended", "Error"):
+        for phase in ("Ready", "Progressing", "Degraded", "Invalid", "Suspended", "ScaledToZero", "Error"):
             self.recipes.labels(phase).set(sum(p == phase for p in phases.values()))
         series: set[tuple[str, str, str]] = set()
         for name, rp in snap.plan.recipes.items():

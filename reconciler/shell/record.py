@@ -96,7 +96,10 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
                         reason=cond["reason"])
     write_status(state, name, st, prev)
     if d is not None:
-        state.prune_launches(name, {f"{r}_{i}" for r, i in d.unit_keys} | {f"{FRONTEND}_{u.index}" for u in d.frontends} | {f"{FRONTEND}_0"})
+        # scaled to zero (no unit at all): the frontend goes too, and its comeback is a new launch, not a restart
+        zero = not d.units and not d.frontends and not d.waiting
+        state.prune_launches(name, {f"{r}_{i}" for r, i in d.unit_keys} | {f"{FRONTEND}_{u.index}" for u in d.frontends}
+                             | (set() if zero else {f"{FRONTEND}_0"}))
         rp = p.recipes.get(name)
         for unit in rp.reset_backoff if rp else ():
             state.reset_backoff(name, unit)
@@ -153,6 +156,13 @@ def gateway_upstreams(d: DesiredRecipe, o: Observed) -> tuple[list[str], bool]:
     return sorted({f"{u.nodes[0]}:{u.health_port}" for u in placed}), bool(placed)
 
 
+def hold_timeout(snap: Snapshot, name: str) -> float | None:
+    """The gateway's hold for a recipe that scales to zero (its holder keeps requests that long)."""
+    r = snap.manifests.recipes.get(name)
+    cfg = r.reconcile.autoscale if r is not None else None
+    return cfg.hold_timeout_seconds if cfg is not None and cfg.scale_to_zero_after_seconds is not None else None
+
+
 def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
     """Each deployment with a frontend has a gateway; a deployment without one (deleted, or its
     frontend removed) has its gateway stopped. A gateway whose frontend is only gone for now (its
@@ -169,7 +179,8 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
                 changes = []
             else:
                 upstreams, unproven = gateway_upstreams(dr, snap.observed)
-                changes = gateways.sync(name, upstreams, snap.ports, snap.now, unproven=unproven)
+                changes = gateways.sync(name, upstreams, snap.ports, snap.now, unproven=unproven,
+                                        hold=hold_timeout(snap, name))
         except Exception as e:  # noqa: BLE001 - one gateway's failure must not stop the tick
             log.exception("gateway sync failed", recipe=name, error=f"{type(e).__name__}: {e}")
             continue

@@ -58,9 +58,11 @@ def build_status(
     gateway_routes = gateway is None or fe is None or not gateway["up"] or bool(gateway.get("upstreams"))
     all_ready = d is not None and want > 0 and ready == want and not d.waiting and (
         fe is None or fe["ready"]) and services_up and gateway_up and gateway_routes
+    # scaled to zero (reconcile.autoscale): nothing runs on purpose; the gateway holds requests
+    zero = d is not None and want == 0 and not fe_rows and not d.waiting and not d.units
     fe_down = bool(fe_rows) and not fe["ready"]  # type: ignore[index]
     canary = next((r["notReadyReason"] for r in fe_rows if r.get("notReadyReason")), None)
-    reason = ("AllReady" if all_ready else "GatewayDown" if not gateway_up
+    reason = ("AllReady" if all_ready else "ScaledToZero" if zero else "GatewayDown" if not gateway_up
               else "FrontendNotAnswering" if fe_down and canary
               else "GatewayNotRouting" if not gateway_routes and not fe_down and ready == want else "NotReady")
     cond("Ready", all_ready, reason,
@@ -75,6 +77,9 @@ def build_status(
     elif suspended:
         cond("Progressing", False, "Suspended", "suspended (reconcile.suspend or `reconciler suspend`): no actions "
              "are taken; what runs keeps running")
+    elif zero:
+        cond("Progressing", False, "ScaledToZero", "scaled to zero (reconcile.autoscale): no worker and no "
+             "allocation; the gateway holds requests and one brings a worker back")
     elif d.waiting and pending:
         cond("Progressing", True, "AllocationPending", "; ".join(p.explain(now) for p in pending))
     elif d.waiting and d.pending_reason:
@@ -101,6 +106,7 @@ def build_status(
     cond("Invalid", invalid is not None, "InvalidSpec" if invalid else "Valid",
          (invalid + ("; still running the last applied spec" if d else "")) if invalid else "the recipe file validates")
     phase = ("Invalid" if invalid and d is None else "Suspended" if suspended else "Ready" if all_ready
+             else "ScaledToZero" if zero
              else "Degraded" if (stalled and not pending_actions) or refused else "Progressing")
     return {
         "name": name,
@@ -111,7 +117,7 @@ def build_status(
         "updatedAt": iso(now),
         "conditions": conds,
         "roles": role_counts(rp, rows),
-        "endpoint": gateway["url"] if gateway and fe else (fe["url"] if fe else None),
+        "endpoint": gateway["url"] if gateway and (fe or zero) else (fe["url"] if fe else None),
         "workers": rows,
         "pendingAllocations": [p.doc(now) for p in pending],
     }

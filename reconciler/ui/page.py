@@ -18,7 +18,7 @@ th{text-align:left;color:var(--mute);font-weight:600;border-bottom:1px solid var
 td{border-bottom:1px solid #f1f2f4;padding:4px 8px;vertical-align:top}
 .pill{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;background:#eef2ff;color:#3730a3}
 .Ready{background:#d1fae5;color:#065f46}.Progressing,.Starting,.Pending,.Waiting,.Outdated{background:#fef3c7;color:#92400e}
-.Degraded,.BackOff,.Failed,.Error,.Invalid{background:#fee2e2;color:#991b1b}.Suspended{background:#e5e7eb;color:#374151}
+.Degraded,.BackOff,.Failed,.Error,.Invalid{background:#fee2e2;color:#991b1b}.Suspended,.ScaledToZero{background:#e5e7eb;color:#374151}
 .reason{color:var(--bad);font-weight:600}.msg{color:var(--mute);font-size:12px}
 .roles span{margin-right:10px}.mono{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px}
 .charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(330px,1fr));gap:8px}

@@ -198,3 +198,48 @@ def test_a_further_scale_down_during_a_drain_drains_its_new_victims_too():
     assert out == [(1, 3)], "the new victim has been out of the routers for 1 s only"
     out, m = run_from(c, "decode", m, [(3, RoleFacts(1, IDLE, victims_busy=False))])
     assert out == [(1, 1)] and not list(m.draining)
+
+
+# scale to zero (opt-in): (name, starting workers, [(dt, facts)], expected (target, built) per round,
+# a fragment of the last change's reason). The config: idle 100 s to zero, a long scale-down
+# window and HPA's one-worker-per-period limit (which the step to zero does not wait for).
+ZERO_CFG = dict(roles=ZERO, scale_down_after_seconds=300, scale_to_zero_after_seconds=100, drain_seconds=2,
+                scale_down_limit={"workers": 1, "percent": 0, "period_seconds": 60})
+IDLE3 = RoleFacts(3, Load(3))
+BUSY1 = RoleFacts(1, busy(1, waiting=0, running=1))
+ASLEEP = RoleFacts(0, None)
+HELD = RoleFacts(0, None, demand=True)
+ZERO_TABLE = [
+    # (the first round is HPA's ordinary step down: one worker per period, the floor still 1)
+    ("idle for the whole period: every worker at once, drained first", 3,
+     [(50, IDLE3), (51, IDLE3), (1, IDLE3), (2, IDLE3)], [(2, 3), (0, 3), (0, 3), (0, 0)], "no request for 101s"),
+    ("a request within the period keeps the floor at one", 1,
+     [(60, RoleFacts(1, Load(1))), (60, BUSY1), (60, RoleFacts(1, Load(1)))], [(1, 1)] * 3, None),
+    ("a busy victim keeps its allocation until its requests are done", 1,
+     [(101, RoleFacts(1, Load(1))), (5, RoleFacts(0, None, victims_busy=True)), (1, ASLEEP)],
+     [(0, 1), (0, 1), (0, 0)], "scaled to zero"),
+    ("at zero, no metrics and no request: stays at zero", 1,
+     [(101, RoleFacts(1, Load(1))), (3, ASLEEP), (600, ASLEEP)], [(0, 1), (0, 0), (0, 0)], "scaled to zero"),
+    ("requests held at the gateway wake it at once, whatever the up window", 1,
+     [(101, RoleFacts(1, Load(1))), (3, ASLEEP), (30, HELD)], [(0, 1), (0, 0), (1, 1)], "wake-up"),
+    ("waking: a worker still in the queue is kept while requests wait, released once none comes", 1,
+     [(101, RoleFacts(1, Load(1))), (3, ASLEEP), (30, HELD), (90, HELD), (90, ASLEEP), (11, ASLEEP)],
+     [(0, 1), (0, 0), (1, 1), (1, 1), (1, 1), (0, 1)], "no request for 101s"),
+]
+
+
+@pytest.mark.parametrize("name, workers, steps, want, why", ZERO_TABLE, ids=[r[0] for r in ZERO_TABLE])
+def test_scale_to_zero_table(name, workers, steps, want, why):
+    c = cfg(**ZERO_CFG)
+    rs = dict(c.roles.items())["agg"]
+    m, now, out, reasons = start(workers, 1000.0), 1000.0, [], []
+    for dt, facts in steps:
+        now += dt
+        d = decide(c, rs, facts, m, now)
+        m = d.memory
+        out.append((m.target, m.built))
+        if d.scaled:
+            reasons.append(d.reason)
+    assert out == want, reasons
+    if why is not None:
+        assert reasons and why in reasons[-1], reasons

@@ -7,7 +7,9 @@ metrics):
    the workers that answered); a ratio within ``tolerance`` of 1 keeps the count. The largest ask
    wins. Latency targets (TTFT/ITL p90) only ask for more: a low latency is no spare capacity.
    No metrics (no worker answered, none Ready) changes nothing. The ask is clamped to [min, max];
-   below 1 only after ``scale_to_zero_after_seconds`` without a request (opt-in, min 0).
+   below 1 only after ``scale_to_zero_after_seconds`` without a request (opt-in, min 0), and then
+   straight to 0 (the idle period is that step's window). Requests held at the gateway
+   (``RoleFacts.demand``) bring a role at zero back to 1 at once (its floor rises too).
 2. **Stabilise.** Scale up to the smallest ask of the last ``scale_up_after_seconds``; down to the
    largest ask of the last ``scale_down_after_seconds`` (HPA ``stabilizationWindowSeconds``).
 3. **Rate-limit.** At most max(``workers``, ``percent`` % of the count at the period's start) added
@@ -106,8 +108,10 @@ def decide(cfg: AutoscaleConfig, rs: RoleScale, f: RoleFacts, m: RoleMemory, now
     last_busy = now if (f.load is not None and f.load.busy) or f.demand else m.last_busy
     floor = _floor(cfg, rs, last_busy, now)
     ask, reason, inputs = recommend(rs, f, m.target, cfg.tolerance)
-    if ask is None and m.target == 0 and f.demand:
-        ask, reason = 1, "requests arrived for a role scaled to zero"
+    if f.demand and m.target == 0:
+        ask, reason = max(1, ask or 0), WOKEN
+    if floor == 0 and m.target > 0:
+        return _to_zero(cfg, m, f, now, last_busy, inputs)
     window = max(cfg.scale_up_after_seconds, cfg.scale_down_after_seconds)
     asks = tuple((t, a) for t, a in m.asks if now - t <= window)
     if ask is not None:
@@ -131,6 +135,21 @@ def decide(cfg: AutoscaleConfig, rs: RoleScale, f: RoleFacts, m: RoleMemory, now
         changes += ((now, target - m.target),)
     mem = RoleMemory(m.built, target, asks, changes, m.drain_since, last_busy)
     return RoleDecision(_drain(cfg, mem, f, now, m.target), ask, reason, inputs, target - m.target)
+
+
+WOKEN = "requests wait at the gateway for a deployment scaled to zero (wake-up)"
+
+
+def _to_zero(cfg: AutoscaleConfig, m: RoleMemory, f: RoleFacts, now: float, last_busy: float | None,
+             inputs: dict) -> RoleDecision:
+    """Idle for the whole scale_to_zero_after_seconds: every worker goes at once. The idle period is
+    this decision's own stabilisation window, so neither the scale-down window nor its rate limit
+    applies (they would keep a worker of an idle deployment for no request). The victims drain first."""
+    idle = now - last_busy if last_busy is not None else 0.0
+    reason = (f"{m.target} -> 0: no request for {idle:.0f}s "
+              f"(scale_to_zero_after_seconds: {cfg.scale_to_zero_after_seconds:g}); scaled to zero")
+    mem = RoleMemory(m.built, 0, ((now, 0),), m.changes + ((now, -m.target),), m.drain_since, last_busy)
+    return RoleDecision(_drain(cfg, mem, f, now, m.target), 0, reason, inputs, -m.target)
 
 
 def recommend(rs: RoleScale, f: RoleFacts, current: int, tolerance: float) -> tuple[int | None, str, dict]:

@@ -1,0 +1,173 @@
+"""The gateway's holder: where requests wait while a deployment is scaled to zero.
+
+``python -m reconciler.gateway.holder --recipe R --port P --gateway-port G --timeout T --prefix DIR``
+
+The gateway's nginx sends a request here when the deployment has no Ready frontend (its config's
+only upstream) or when every frontend failed it (a ``backup`` server: the moment a deployment
+drains to zero). The holder:
+
+- counts it (``GET /holder/stats``: ``held`` now, ``received`` in all): the reconciler's autoscaler
+  reads that as demand and brings the deployment back (core/plan/autoscale.py, the wake-up);
+- waits for the gateway to list a Ready frontend again (its ``/gateway/health``, which the
+  reconciler confirms after each reload), then sends the request to it and streams the answer
+  back. A refused connection or a 503 before any byte (a frontend whose workers are not routed
+  yet) is tried again until the deadline: nothing has reached the client, nothing is duplicated;
+- after ``--timeout`` seconds answers 503 with a JSON body saying why and the expected wait, and
+  ``Retry-After``. The expected wait is what the reconciler last wrote in ``DIR/wake.json``
+  (Slurm's expected start, the worker's last launch-to-Ready); unknown: the hold period.
+
+It runs next to nginx on the reconciler's host (shell/gateway.py starts and adopts it) and exits
+by itself when its gateway's directory is removed. It imports nothing of the controller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+POLL_S = 0.2  # how often the gateway's list of frontends is read while requests wait
+HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "upgrade", "host",
+       "content-length", "trailer", "proxy-authenticate", "proxy-authorization"}
+
+
+@dataclass
+class Holder:
+    recipe: str
+    gateway_port: int
+    timeout: float
+    prefix: Path
+    held: int = 0
+    received: int = 0
+    forwarded: int = 0
+    timed_out: int = 0
+    _rr: int = 0
+
+    async def upstreams(self, session: aiohttp.ClientSession) -> list[str]:
+        """The frontends the gateway serves now (what the reconciler confirmed after its reload)."""
+        try:
+            async with session.get(f"http://127.0.0.1:{self.gateway_port}/gateway/health",
+                                   timeout=aiohttp.ClientTimeout(total=2)) as r:
+                doc = json.loads(await r.read())
+            return [str(u) for u in doc.get("upstreams") or []]
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
+            return []
+
+    def wake(self) -> dict:
+        """What the reconciler says of the wake-up (expected ready time, why); {} when unknown."""
+        try:
+            doc = json.loads((self.prefix / "wake.json").read_text())
+            return doc if isinstance(doc, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def refusal(self, waited: float) -> web.Response:
+        w = self.wake()
+        at = w.get("expectedReadyAt")
+        left = max(1, math.ceil(at - time.time())) if isinstance(at, (int, float)) and at > time.time() else None
+        why = str(w.get("why") or "a worker is being started")
+        body = {"error": {
+            "message": f"{self.recipe} is scaled to zero and is coming back ({why}); no frontend was ready "
+                       f"within the gateway's hold of {self.timeout:g}s (waited {waited:.0f}s): retry later",
+            "type": "service_unavailable", "code": 503,
+            "expected_wait_seconds": left, "reason": why}}
+        retry = left if left is not None else max(1, math.ceil(self.timeout))
+        return web.json_response(body, status=503, headers={"Retry-After": str(retry)})
+
+    async def stats(self, _req: web.Request) -> web.Response:
+        return web.json_response({"recipe": self.recipe, "held": self.held, "received": self.received,
+                                  "forwarded": self.forwarded, "timedOut": self.timed_out})
+
+    async def hold(self, req: web.Request) -> web.StreamResponse:
+        self.received += 1
+        self.held += 1
+        start = time.monotonic()
+        body = await req.read()
+        headers = {k: v for k, v in req.headers.items() if k.lower() not in HOP}
+        session: aiohttp.ClientSession = req.app["session"]
+        try:
+            while (waited := time.monotonic() - start) < self.timeout:
+                ups = await self.upstreams(session)
+                for i in range(len(ups)):
+                    up = ups[(self._rr + i) % len(ups)]
+                    out = await self.forward(req, session, up, body, headers, self.timeout - waited)
+                    if out is not None:
+                        self._rr += 1
+                        self.forwarded += 1
+                        return out
+                await asyncio.sleep(POLL_S)
+            self.timed_out += 1
+            return self.refusal(time.monotonic() - start)
+        finally:
+            self.held -= 1
+
+    async def forward(self, req: web.Request, session: aiohttp.ClientSession, up: str, body: bytes,
+                      headers: dict, left: float) -> web.StreamResponse | None:
+        """The answer streamed from ``up``; None when it refused or answered 503 before any byte
+        reached the client (tried again: the client has seen nothing)."""
+        try:
+            r = await session.request(req.method, f"http://{up}{req.rel_url}", data=body, headers=headers,
+                                      timeout=aiohttp.ClientTimeout(total=None, sock_connect=2, sock_read=3600),
+                                      allow_redirects=False, auto_decompress=False)
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return None
+        try:
+            if r.status == 503:
+                await r.read()
+                return None
+            resp = web.StreamResponse(status=r.status, reason=r.reason, headers={
+                k: v for k, v in r.headers.items() if k.lower() not in HOP})
+            await resp.prepare(req)
+            async for chunk in r.content.iter_any():
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+        finally:
+            r.release()
+
+
+async def watch_prefix(prefix: Path) -> None:
+    """The gateway's directory removed (its recipe deleted, its state wiped): nothing to hold for."""
+    while prefix.is_dir():
+        await asyncio.sleep(2.0)
+    raise SystemExit(0)
+
+
+async def serve(h: Holder, port: int) -> None:
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app["session"] = aiohttp.ClientSession(auto_decompress=False)
+    app.router.add_get("/holder/stats", h.stats)
+    app.router.add_route("*", "/{tail:.*}", h.hold)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port, backlog=4096).start()
+    print(f"holder of {h.recipe} on 127.0.0.1:{port}, gateway :{h.gateway_port}, hold {h.timeout:g}s", flush=True)
+    try:
+        await watch_prefix(h.prefix)
+    finally:
+        await app["session"].close()
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m reconciler.gateway.holder")
+    ap.add_argument("--recipe", required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--gateway-port", type=int, required=True)
+    ap.add_argument("--timeout", type=float, required=True)
+    ap.add_argument("--prefix", type=Path, required=True)
+    a = ap.parse_args(argv)
+    if not (0 < a.port < 65536 and 0 < a.gateway_port < 65536 and 0 < a.timeout <= 3600):
+        ap.error("port out of range or timeout not in (0, 3600]")
+    asyncio.run(serve(Holder(a.recipe, a.gateway_port, a.timeout, a.prefix), a.port))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""Run each scale-to-zero deployment's holder (``gateway/holder.py``) next to its gateway's nginx.
+
+The holder is part of the gateway, not a unit of the desired-state pipeline: units are Slurm steps
+(or local processes) on the deployment's allocations, and at zero the deployment has none; the
+holder must run on the reconciler's host, exactly while the gateway does, and its port is the
+gateway's config. So ``Gateways.sync`` starts it before rendering the config (``ensure``), and
+stops it with the gateway.
+
+Like nginx, it outlives the reconciler (its own session): a restarted reconciler adopts the one
+whose pid file and command line match; one started with other settings (a new hold timeout)
+is replaced. Its port comes from the port registry under the gateway's owner (kept for the
+deployment's life) and is kept in ``gateway.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from reconciler.core.ports import NodePortAllocator, PortsExhausted
+from reconciler.fsutil import atomic_write_text
+
+MODULE = "reconciler.gateway.holder"
+NAME = "holder"  # the port's name under the gateway's owner
+START_TIMEOUT_S = 15.0  # aiohttp's import alone takes a second on a busy 2-core login node
+STOP_WAIT_S = 5.0
+
+
+def argv(python: str, recipe: str, port: int, gateway_port: int, timeout: float, prefix: Path) -> list[str]:
+    return [python, "-m", MODULE, "--recipe", recipe, "--port", str(port), "--gateway-port", str(gateway_port),
+            "--timeout", f"{timeout:g}", "--prefix", str(prefix)]
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return raw.rstrip(b"\0").decode(errors="replace").split("\0") if raw else None
+
+
+def running(prefix: Path) -> tuple[int, list[str]] | None:
+    """(pid, argv) of the holder of this gateway (its pid file, checked against the process)."""
+    try:
+        pid = int((prefix / "holder.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    cmd = _cmdline(pid)
+    if not cmd or MODULE not in cmd or str(prefix) not in cmd:
+        return None  # gone, a zombie, or a reused pid
+    return pid, cmd
+
+
+def port_of(rec: dict, recipe: str, host_names: set[str], ports: NodePortAllocator, host: str) -> int:
+    """The holder's port: allocated once under the gateway's owner, then kept (``rec['holderPort']``)."""
+    owner = f"{recipe}/gateway"
+    kept = rec.get("holderPort")
+    if isinstance(kept, int):
+        for n in host_names:
+            ports.claim(n, owner, NAME, kept)
+        return kept
+    for _ in range(64):
+        port = ports.allocate(host, owner, NAME)
+        if _bind_free(port) and all(ports.claim(n, owner, NAME, port) for n in host_names):
+            return port
+        for n in {host, *host_names}:  # this port only: the gateway's own stays
+            ports.release_key(n, owner, NAME)
+        ports.block(host, port, time.time() + 3600)  # something else holds it
+    raise PortsExhausted(f"no bindable port for the holder of {recipe} on {host}")
+
+
+def sync(recipe: str, rec: dict, prefix: Path, gateway_port: int, hold: float | None, ports: NodePortAllocator,
+         host: str, names: set[str]) -> tuple[int | None, dict, list[tuple[str, str]]]:
+    """The holder as the recipe wants it: (its port for the config, or None: no holder; the gateway
+    record's new holder fields; events (kind, message)). ``hold``: the hold timeout, None when
+    the recipe does not scale to zero (a holder left from an earlier spec is stopped)."""
+    if hold is None:
+        pid = stop(prefix)
+        gone = [("GatewayHolderStopped", f"holder {pid} stopped: the recipe no longer scales to zero")] if pid else []
+        return None, {"holderPid": None, "holderError": None}, gone
+    try:
+        port = port_of(rec, recipe, names, ports, host)
+    except PortsExhausted as e:  # the gateway still serves its frontends; at zero it answers 503 at once
+        why = f"no holder: {e}"
+        return None, {"holderError": why}, ([] if rec.get("holderError") == why else [("GatewayFailed", why)])
+    pid, did = ensure(prefix, argv(python(), recipe, port, gateway_port, hold, prefix), port)
+    fields = {"holderPort": port, "holderPid": pid, "holderError": None if pid else did}
+    if pid is None:
+        # its port may be taken since (the host's ephemeral range can overlap the port range): the
+        # next try takes a fresh one
+        fields["holderPort"] = None
+        for n in {host, *names}:
+            ports.release_key(n, f"{recipe}/gateway", NAME)
+        # no holder: the config answers 503 at once (nginx would answer 502 for a dead upstream)
+        return None, fields, ([] if rec.get("holderError") == did else [("GatewayFailed", str(did))])
+    if did is None:
+        return port, fields, []
+    return port, fields, [("GatewayHolder", f"holder {pid} {did} on 127.0.0.1:{port}: requests wait up to "
+                                            f"{hold:g}s while the deployment has no Ready frontend")]
+
+
+def ensure(prefix: Path, want: list[str], port: int) -> tuple[int | None, str | None]:
+    """The holder running with exactly ``want``: (pid, what was done: None, 'started', 'replaced'), or
+    (None, an error)."""
+    found = running(prefix)
+    if found is not None and found[1] == want:
+        return found[0], None
+    did = "started"
+    if found is not None:  # other settings: the old one goes first (it holds the port)
+        stop(prefix)
+        did = "replaced"
+    prefix.mkdir(parents=True, exist_ok=True)
+    with open(prefix / "holder.log", "ab") as out:
+        try:
+            p = subprocess.Popen(want, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                 start_new_session=True, cwd=prefix)
+        except OSError as e:
+            return None, f"cannot start the holder: {e}"
+    (prefix / "holder.pid").write_text(f"{p.pid}\n")
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            return None, f"the holder exited {p.returncode} (see {prefix / 'holder.log'})"
+        if stats(port) is not None:
+            return p.pid, did
+        time.sleep(0.05)
+    return None, f"the holder did not answer on 127.0.0.1:{port} within {START_TIMEOUT_S:g}s"
+
+
+def stop(prefix: Path) -> int | None:
+    """SIGTERM to this gateway's holder (its held requests are cut: only when the gateway goes or it
+    is replaced); waits (bounded) until its port is free."""
+    found = running(prefix)
+    if found is None:
+        return None
+    pid = found[0]
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except OSError:
+        return None
+    deadline = time.monotonic() + STOP_WAIT_S
+    while running(prefix) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pid
+
+
+def stats(port: int, timeout: float = 1.0) -> dict | None:
+    """The holder's counters (held now, received in all), or None when it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/holder/stats", timeout=timeout) as r:
+            doc = json.loads(r.read())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def write_wake(prefix: Path, expected_ready_at: float | None, why: str) -> None:
+    """What the holder tells a client it turns away: when a frontend is expected, and why."""
+    prefix.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(prefix / "wake.json", json.dumps({"expectedReadyAt": expected_ready_at, "why": why}))
+
+
+def quit_holders_under(root: Path) -> list[int]:
+    """SIGTERM every holder whose gateway directory is under ``root`` (a test session's teardown;
+    the holders also exit by themselves once their directory is gone)."""
+    told = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        cmd = _cmdline(int(proc.name))
+        if cmd and MODULE in cmd and any(c.startswith(str(root)) for c in cmd):
+            try:
+                os.kill(int(proc.name), signal.SIGTERM)
+                told.append(int(proc.name))
+            except OSError:
+                continue
+    return told
+
+
+def python() -> str:
+    return sys.executable
+
+
+def _bind_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def demand(root: Path, recipe: str) -> dict | None:
+    """The counters of the recipe's holder (its port from ``gateway.json``), None when it has none
+    or it does not answer."""
+    try:
+        port = json.loads((root / recipe / "gateway.json").read_text()).get("holderPort")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return stats(port) if isinstance(port, int) else None

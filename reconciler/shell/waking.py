@@ -1,0 +1,57 @@
+"""What a deployment scaled to zero tells the requests it holds: why they wait, and for how long.
+
+After each autoscale decision of a recipe that scales to zero: a wake-up (a role going from 0 to
+more) starts a clock; once every autoscaled role has a Ready worker again, how long that took is
+kept (``autoscale.json``'s ``wake``) as the next wake-up's expected duration. The gateway's holder
+reads ``wake.json`` (its expected ready time and why) when it answers a request 503 after its hold
+timeout: Slurm's expected start of a pending allocation when there is one, else the last wake-up's
+duration from this one's start.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from reconciler.shell import holder
+
+
+def track(prev: object, decisions: Mapping, facts: Mapping, now: float) -> dict:
+    """The wake-up clock: {"since": when the last wake-up began (None: not waking), "took": seconds the
+    last finished one took (None: none seen yet)}."""
+    w = dict(prev) if isinstance(prev, dict) else {}
+    since, took = w.get("since"), w.get("took")
+    since = since if isinstance(since, (int, float)) else None
+    took = took if isinstance(took, (int, float)) else None
+    if any(dec.scaled > 0 and dec.memory.target == dec.scaled for dec in decisions.values()):
+        since = now  # 0 -> n: a wake-up starts
+    elif all(dec.memory.target == 0 for dec in decisions.values()):
+        since = None  # at zero (or back to it before it was ever Ready)
+    elif since is not None and all(f.ready > 0 for f in facts.values()):
+        since, took = None, round(now - since, 3)
+    return {"since": since, "took": took}
+
+
+def tell_holder(root, name: str, wake: dict, d, o, now: float) -> None:
+    """Write the holder's ``wake.json`` (only when it changes)."""
+    since, took = wake.get("since"), wake.get("took")
+    pending = [o.pending[a.job_id] for a in o.allocs_of(name) if a.job_id in o.pending]
+    starts = [i.start for i in pending if i.start is not None]
+    if since is None and not d.units:
+        why = "scaled to zero: a held request brings a worker back"
+        expected = now + took if took is not None else None
+    elif since is None:
+        return  # serving: nothing held waits for a wake-up
+    else:
+        why = "; ".join(i.explain(now) for i in pending) or "a worker is starting"
+        expected = since + took if took is not None else None
+        if starts:
+            expected = max(expected or 0.0, max(starts))
+    prefix = root / name / "gateway"
+    text_now = {"expectedReadyAt": round(expected, 3) if expected is not None else None, "why": why}
+    try:
+        if json.loads((prefix / "wake.json").read_text()) == text_now:
+            return
+    except (OSError, ValueError):
+        pass
+    holder.write_wake(prefix, text_now["expectedReadyAt"], why)
