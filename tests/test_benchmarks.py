@@ -85,9 +85,17 @@ def test_every_benchmark_names_its_performance_section(script):
     assert "--smoke" in doc, f"{script}'s docstring does not show its smallest size (--smoke)"
 
 
+# the marker's order: pytest-xdist hands the first tests out in consecutive pairs, so the longest
+# smokes (tens of seconds on 2 cores) are each paired with a short one and start on different
+# workers; the rest follow by name (-m bench -n 4: 75 s wall in name order, see docs/performance.md)
+LONGEST_FIRST = ("autoscale.py", "tick.py", "continuity.py", "plan_scale.py", "stacks.py", "mocker_bench.py",
+                 "mttr.py", "converge.py")
+
+
 def _params():
-    return [pytest.param(name, marks=(pytest.mark.bench, *s.marks), id=name.removesuffix(".py"))
-            for name, s in sorted(SMOKES.items())]
+    order = [n for n in LONGEST_FIRST if n in SMOKES] + sorted(set(SMOKES) - set(LONGEST_FIRST))
+    return [pytest.param(name, marks=(pytest.mark.bench, *SMOKES[name].marks), id=name.removesuffix(".py"))
+            for name in order]
 
 
 @pytest.mark.parametrize("script", _params())
