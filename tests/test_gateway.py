@@ -231,6 +231,30 @@ def _try_bind(s: socket.socket, port: int) -> bool:
 
 
 @needs_nginx
+def test_a_master_that_dies_wakes_the_loop_each_time(tmp_path):
+    """The loop hears of a gateway's death at once (no wait for the resync), from one watcher
+    thread for all masters — a thread each died past descriptor 1023 (tick.py, 1,000 gateways)."""
+    woke = threading.Semaphore(0)
+    state = StateDir(tmp_path / "state")
+    g = Gateways(state, host="127.0.0.1", wake=woke.release)
+    ports = _ports()
+    watchers = [t.name for t in threading.enumerate()].count("exit-watch")  # other tests' in this process
+    try:
+        for now in (1.0, 2.0):  # started, then restarted after its death: watched again
+            g.sync("r1", [], ports, now)
+            pid = master_pid(prefix_of(state.root, "r1"))
+            os.kill(pid, signal.SIGKILL)
+            assert woke.acquire(timeout=20), f"no wake-up for the death of master {pid} (sync at {now})"
+            wait_until(lambda: master_pid(prefix_of(state.root, "r1")) is None, what="master gone")
+        names = [t.name for t in threading.enumerate()]
+        assert names.count("exit-watch") <= watchers + 1 and not [n for n in names if n.startswith("gateway-watch")], names
+    finally:
+        pid = master_pid(prefix_of(state.root, "r1"))
+        if pid:
+            os.kill(pid, signal.SIGQUIT)
+
+
+@needs_nginx
 def test_a_state_directory_with_odd_characters_serves(tmp_path):
     """Issue 27 review: a state path with a space, a quote, a $ or a # kept the recipe NotReady
     (the config test refused it); nginx now reads every path relative to its -p."""

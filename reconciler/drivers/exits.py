@@ -1,4 +1,5 @@
-"""Wake the loop when a process the driver started ends (a step's srun client, a local worker).
+"""Wake the loop when a process the reconciler started ends (a step's srun client, a local
+worker, a gateway's nginx master).
 
 Without it a step's end is seen at the next tick — up to the resync later (measured: a killed
 frontend was relaunched 0.83 s after the kill with ``--resync 1``, most of the only frontend's
@@ -26,18 +27,19 @@ AGAIN_S = 0.5
 class ExitWatch:
     def __init__(self) -> None:
         self.wake: Callable[[], None] | None = None  # set by the loop; None: nothing to wake
-        self._new: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._new: queue.SimpleQueue[tuple[int, Callable[[], None] | None]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._poke_r, self._poke_w = -1, -1
         self._count = 0  # descriptors held (the watcher thread's alone)
 
-    def watch(self, pid: int) -> None:
-        """Wake the loop when ``pid`` exits (from any thread; returns at once)."""
+    def watch(self, pid: int, ended: Callable[[], None] | None = None) -> None:
+        """Wake the loop when ``pid`` exits (from any thread; returns at once); ``ended`` is called
+        first (on the watcher thread), when it was watched."""
         if self.wake is None:
             return
         self._start()
-        self._new.put(pid)
+        self._new.put((pid, ended))
         try:
             os.write(self._poke_w, b"\0")
         except BlockingIOError:
@@ -60,32 +62,36 @@ class ExitWatch:
                 if key.data is None:  # new pids to watch
                     os.read(self._poke_r, 4096)
                     while not self._new.empty():
-                        self._add(sel, self._new.get())
+                        self._add(sel, *self._new.get())
                     continue
                 sel.unregister(key.fd)
                 os.close(key.fd)
                 self._count -= 1
-                if self.wake is not None:
-                    self.wake()
-                    # the srun client may end a moment before slurmctld's squeue drops the step:
-                    # one more look shortly after, rather than at the resync
-                    again = threading.Timer(AGAIN_S, self.wake)
-                    again.daemon = True
-                    again.start()
+                self._ended(key.data[1])
 
-    def _add(self, sel: selectors.BaseSelector, pid: int) -> None:
+    def _ended(self, ended: Callable[[], None] | None) -> None:
+        if ended is not None:
+            ended()
+        if self.wake is not None:
+            self.wake()
+            # the srun client may end a moment before slurmctld's squeue drops the step: one more
+            # look shortly after, rather than at the resync
+            again = threading.Timer(AGAIN_S, self.wake)
+            again.daemon = True
+            again.start()
+
+    def _add(self, sel: selectors.BaseSelector, pid: int, ended: Callable[[], None] | None) -> None:
         if self._count >= MAX_WATCHED:
             return
         try:
             fd = os.pidfd_open(pid)
         except ProcessLookupError:
-            if self.wake is not None:
-                self.wake()  # gone already: its end is news too
+            self._ended(ended)  # gone already: its end is news too
             return
         except OSError as e:  # out of descriptors, or no pidfd (Linux < 5.3): the tick still sees it
             log.debug("exit not watched", pid=pid, error=str(e))
             return
-        sel.register(fd, selectors.EVENT_READ, pid)
+        sel.register(fd, selectors.EVENT_READ, (pid, ended))
         self._count += 1
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import select
 import shutil
 import signal
 import socket
@@ -34,6 +33,7 @@ import structlog
 from reconciler.fsutil import atomic_write_text
 from reconciler.gateway import GatewayConfig, render
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
+from reconciler.drivers.exits import ExitWatch
 from reconciler.drivers.state import StateDir
 from reconciler.shell import holder
 from reconciler.shell.gateway_sweep import quit_under  # noqa: F401 - where callers find it
@@ -148,6 +148,8 @@ class Gateways:
         self.nginx = nginx or nginx_binary()
         self.wake = wake  # the loop's wake-up: a master that exits is noticed at once
         self._watched: dict[str, int] = {}
+        self._exits = ExitWatch()
+        self._exits.wake = wake
         self._lock = threading.Lock()
 
     # ---------------------------------------------------------------- address
@@ -357,30 +359,22 @@ class Gateways:
         self.state.write_json(record_path(self.state.root, recipe), rec)
 
     def _watch(self, recipe: str, pid: int) -> None:
-        """Wake the loop when this master exits (a pidfd is readable once the process is gone)."""
+        """Wake the loop when this master exits: one watcher thread for every master (a thread
+        each, blocked in select(), died with ValueError past descriptor 1023: tick.py's 1,000
+        gateways)."""
         if self.wake is None:
             return
         with self._lock:
             if self._watched.get(recipe) == pid:
                 return
             self._watched[recipe] = pid
-        try:
-            fd = os.pidfd_open(pid)
-        except (OSError, AttributeError):
-            return  # gone already, or no pidfd: the next tick notices
 
-        def wait() -> None:
-            try:
-                select.select([fd], [], [])
-            finally:
-                os.close(fd)
+        def ended() -> None:
             with self._lock:
                 if self._watched.get(recipe) == pid:
                     del self._watched[recipe]
-            if self.wake is not None:
-                self.wake()
 
-        threading.Thread(target=wait, name=f"gateway-watch-{recipe}", daemon=True).start()
+        self._exits.watch(pid, ended)
 
 
 __all__ = ["Gateways", "Change", "facts", "master_pid", "nginx_binary", "prefix_of", "record_path"]
