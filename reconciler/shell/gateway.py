@@ -148,6 +148,7 @@ class Gateways:
         self.nginx = nginx or nginx_binary()
         self.wake = wake  # the loop's wake-up: a master that exits is noticed at once
         self._watched: dict[str, int] = {}
+        self._conf: dict[str, str] = {}  # recipe -> the config text last written and served
         self._exits = ExitWatch()
         self._exits.wake = wake
         self._lock = threading.Lock()
@@ -197,7 +198,9 @@ class Gateways:
         if pid is not None:
             self._watch(recipe, pid)
             served = sorted(upstreams)
-            previous = conf.read_text() if conf.exists() else None
+            # the text this process last wrote and nginx took (kept: not read back every tick); after
+            # a restart of the reconciler, the file
+            previous = self._conf.get(recipe) or (conf.read_text() if conf.exists() else None)
             # a reload is due when the text changed, or when the last one was not confirmed: the
             # record holds what nginx was confirmed to serve, never what was only asked of it
             if (previous != text or rec.get("upstreams") != served or bool(rec.get("unproven")) != unproven
@@ -214,10 +217,14 @@ class Gateways:
                     return self._fail(recipe, now, "the reload was not confirmed by /gateway/health in time; "
                                                    "retried next pass")
                 self._await_gone(pid, old)
+                self._conf[recipe] = text
                 how = " (none alive: where the frontends are relaunched)" if unproven else ""
                 changes.append(Change("GatewayReloaded", recipe, f"upstreams now {', '.join(served) or 'none'}{how}"))
+            # its workers change only with a reload or a start: asked of /proc then, not every tick
+            workers = (workers_of(pid) or rec.get("workers", [])) if changes or rec.get("pid") != pid \
+                else rec.get("workers", [])
             up = {**rec, "upstreams": served, "unproven": unproven, "pid": pid, "lastError": None,
-                  "workers": workers_of(pid) or rec.get("workers", [])}
+                  "workers": workers}
             if rec.get("startedAt") is not None and now - rec["startedAt"] >= RESET_AFTER_S and rec.get("backoff"):
                 up["backoff"] = 0  # stayed up: the next failure restarts at once again
             if up != rec:
@@ -238,10 +245,13 @@ class Gateways:
         err = None if _bind_free(port) else (
             f"port {port} is held by another process; the endpoint keeps its address, so the gateway waits "
             f"for the port (free it, or remove {record_path(self.state.root, recipe)} to take a new one)")
+        self._conf.pop(recipe, None)
         if err is None:
             atomic_write_text(conf, text)
             err = self._run([], prefix)
         pid = self._await_pid(prefix) if err is None else None
+        if pid is not None:
+            self._conf[recipe] = text
         restarting = rec.get("startedAt") is not None
         if pid is None:
             delay = delay_after(backoff + 1)
@@ -266,6 +276,7 @@ class Gateways:
 
     def stop(self, recipe: str, ports: NodePortAllocator) -> list[Change]:
         """The recipe is gone: graceful stop (SIGQUIT: requests in flight finish), port released."""
+        self._conf.pop(recipe, None)
         pid = master_pid(prefix_of(self.state.root, recipe))
         if pid is not None:
             try:

@@ -26,7 +26,7 @@ class Gateways:
     def known(self):
         return list(self._known)
 
-    def sync(self, name, upstreams, ports, now, unproven=False):
+    def sync(self, name, upstreams, ports, now, unproven=False, hold=None):
         self.calls.append(("sync", name, tuple(upstreams)) + (("unproven",) if unproven else ()))
         return []
 
