@@ -199,11 +199,11 @@ class Harness:
 
     def wait_steps(self, recipe: str, units: set[str], timeout: float = 60) -> dict:
         return wait_until(lambda: (s := self.steps(recipe)) and set(s) == units and s, timeout=timeout,
-                          what=f"steps {sorted(units)} (reconciler log:\n{self.log()[-3000:]})")
+                          what=lambda: f"steps {sorted(units)} (reconciler log:\n{self.log()[-3000:]})")
 
     def wait_ready(self, recipe: str, timeout: float = 60) -> dict:
         return wait_until(lambda: (g := self.get(recipe))["status"] == "Ready" and g, timeout=timeout,
-                          what=f"{recipe} Ready (reconciler log:\n{self.log()[-3000:]})")
+                          what=lambda: f"{recipe} Ready (reconciler log:\n{self.log()[-3000:]})")
 
     def cleanup(self) -> None:
         """Tear down everything the test deployed; fails (AssertionError) when the teardown run

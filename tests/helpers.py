@@ -51,11 +51,12 @@ class NotYet(Exception):
     failed for now): retried, like a false result. Anything else but an AssertionError is too."""
 
 
-def wait_until(fn, timeout: float = 20, interval: float = 0.05, what: str = "condition"):
+def wait_until(fn, timeout: float = 20, interval: float = 0.05, what="condition"):
     """Poll ``fn`` until it returns something true. Only its own "not yet" is retried: a false
     result, or an exception such as a refused connection or a file not there yet. An
     AssertionError is an invariant that failed (a duplicate step, say) and fails the test at
-    once: a poll must never retry it until it happens to hold."""
+    once: a poll must never retry it until it happens to hold. ``what`` may be a callable, asked
+    only on a timeout (a log read then, not when the wait began)."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -68,7 +69,7 @@ def wait_until(fn, timeout: float = 20, interval: float = 0.05, what: str = "con
         except Exception as e:  # noqa: BLE001 - not yet: keep polling until the deadline
             last = e
         time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+    raise AssertionError(f"timed out waiting for {what() if callable(what) else what} (last: {last!r})")
 
 
 def metric(url: str, name: str) -> float:
