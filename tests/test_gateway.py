@@ -4,6 +4,7 @@ restart after a crash, adoption by a restarted reconciler."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -15,7 +16,7 @@ import pytest
 
 from reconciler.gateway import GatewayConfig, render
 from reconciler.core.ports import NodePortAllocator
-from reconciler.shell.gateway import Gateways, delay_after, facts, master_pid, nginx_binary, prefix_of
+from reconciler.shell.gateway import Gateways, delay_after, facts, master_pid, nginx_binary, prefix_of, record_path, stop_orphans
 from reconciler.drivers.state import StateDir
 from tests.harness import _ranges
 from tests.helpers import get, post, start_mocker, wait_until
@@ -249,9 +250,21 @@ def test_a_master_that_dies_wakes_the_loop_each_time(tmp_path):
         names = [t.name for t in threading.enumerate()]
         assert names.count("exit-watch") <= watchers + 1 and not [n for n in names if n.startswith("gateway-watch")], names
     finally:
+        # a master killed with SIGKILL leaves its workers (ppid 1) holding the port: they are the
+        # record's, told to quit here as the gateway's own restart does (stop_orphans)
+        rec = json.loads(record_path(state.root, "r1").read_text())
+        stop_orphans(list(rec.get("workers") or []), rec["port"])
         pid = master_pid(prefix_of(state.root, "r1"))
         if pid:
             os.kill(pid, signal.SIGQUIT)
+        wait_until(lambda: not any(f":{rec['port']} " in line for line in _listening()),
+                   what="no nginx left on the gateway's port")
+
+
+def _listening() -> list[str]:
+    import subprocess
+
+    return subprocess.run(["ss", "-ltnH"], capture_output=True, text=True).stdout.splitlines()
 
 
 @needs_nginx
