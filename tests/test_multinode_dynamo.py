@@ -25,16 +25,22 @@ reconcile: {{discovery: file, discovery_dir: "{shared}"}}
 """
 
 
-def test_dynamo_stack_with_workers_on_two_nodes(mn, stack_tools, tiny_model, tmp_path):
+def host_runtime_config(tmp_path, stack_tools, tiny_model) -> None:
+    """The cluster config (tmp_path/srtslurm.yaml) that runs Dynamo from .stacks on the host: the
+    tiny tokenizer as the model, a scratch HOME and TMPDIR, no hub."""
     scratch = tmp_path / "scratch"
     (scratch / "home").mkdir(parents=True)
     (scratch / "tmp").mkdir()
-    shared = tmp_path / "discovery"  # one directory, the same path on every node (one filesystem)
     (tmp_path / "srtslurm.yaml").write_text(json.dumps({
         "model_paths": {"qwen3-0.6b": str(tiny_model)}, "containers": {"sglang": "unused.sqsh"},
         "host_runtime": {"python": str(stack_tools), "env": {
             "HOME": str(scratch / "home"), "TMPDIR": str(scratch / "tmp"), "HF_HUB_OFFLINE": "1"}},
     }))
+
+
+def test_dynamo_stack_with_workers_on_two_nodes(mn, stack_tools, tiny_model, tmp_path):
+    host_runtime_config(tmp_path, stack_tools, tiny_model)
+    shared = tmp_path / "discovery"  # one directory, the same path on every node (one filesystem)
     name = mn.name("mndyn")
     (mn.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, shared=shared))
     mn.start()

@@ -7,7 +7,6 @@ step is killed: nginx passes every request that frontend refused or dropped to t
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -17,6 +16,7 @@ from harness import scancel
 from helpers import wait_until
 from reconciler.shell.gateway import facts, nginx_binary
 from test_multinode import mn, ranks  # noqa: F401 - mn is the fixture
+from test_multinode_dynamo import host_runtime_config
 from test_stacks import instances, served, stack_tools, tiny_model  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.multinode,
@@ -34,15 +34,8 @@ reconcile: {{discovery: file, discovery_dir: "{shared}"}}
 
 
 def test_two_dynamo_frontends_one_killed_no_request_fails(mn, stack_tools, tiny_model, tmp_path):
-    scratch = tmp_path / "scratch"
-    (scratch / "home").mkdir(parents=True)
-    (scratch / "tmp").mkdir()
+    host_runtime_config(tmp_path, stack_tools, tiny_model)
     shared = tmp_path / "discovery"
-    (tmp_path / "srtslurm.yaml").write_text(json.dumps({
-        "model_paths": {"qwen3-0.6b": str(tiny_model)}, "containers": {"sglang": "unused.sqsh"},
-        "host_runtime": {"python": str(stack_tools), "env": {
-            "HOME": str(scratch / "home"), "TMPDIR": str(scratch / "tmp"), "HF_HUB_OFFLINE": "1"}},
-    }))
     name = mn.name("mnfe")
     (mn.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, shared=shared))
     mn.start()
