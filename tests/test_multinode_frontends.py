@@ -17,7 +17,7 @@ from helpers import wait_until
 from reconciler.shell.gateway import facts, nginx_binary
 from test_multinode import mn, ranks  # noqa: F401 - mn is the fixture
 from test_multinode_dynamo import host_runtime_config
-from test_stacks import instances, served, stack_tools, tiny_model  # noqa: F401 - fixtures
+from test_stacks import served, stack_tools, tiny_model  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.multinode,
               pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")]
