@@ -41,7 +41,7 @@ _STEP = re.compile(
 )
 _COMMENT = re.compile(
     r"\breconciler/v1 owner=(?P<owner>\S+) recipe=(?P<recipe>\S+) alloc=(?P<index>\d+) start=(?P<start>\d+)"
-    r" nodes=(?P<count>\d+)"
+    r" nodes=(?P<count>\d+)(?: gpus=(?P<gpus>\d+))?"
 )
 
 
@@ -51,6 +51,7 @@ class JobLabel:
     index: int
     start: int
     count: int
+    gpus: int | None = None  # GPUs per node it was submitted for (None: a job labelled before this was written)
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,10 @@ def job_name(owner: str, recipe: str, index: int) -> str:
     return f"{MARKER}:{owner}:{recipe_tag(recipe)}:a{index}"
 
 
-def job_comment(owner: str, recipe: str, index: int, start: int, count: int) -> str:
-    return f"{COMMENT_MARKER} owner={owner} recipe={recipe} alloc={index} start={start} nodes={count}"
+def job_comment(owner: str, recipe: str, index: int, start: int, count: int, gpus: int | None = None) -> str:
+    # the GPUs it holds per node: a worker added later (the autoscaler) is packed into it only when they suffice
+    tail = f" gpus={gpus}" if gpus is not None else ""
+    return f"{COMMENT_MARKER} owner={owner} recipe={recipe} alloc={index} start={start} nodes={count}{tail}"
 
 
 def parse_job(name: str, comment: str, owner: str) -> JobLabel | None:
@@ -100,7 +103,8 @@ def parse_job(name: str, comment: str, owner: str) -> JobLabel | None:
     # a job submitted before names were abbreviated carries the whole name: still ours
     if n["recipe"] not in (recipe_tag(c["recipe"]), c["recipe"]) or n["index"] != c["index"]:
         return None
-    return JobLabel(c["recipe"], int(n["index"]), int(c["start"]), int(c["count"]))
+    return JobLabel(c["recipe"], int(n["index"]), int(c["start"]), int(c["count"]),
+                    int(c["gpus"]) if c["gpus"] is not None else None)
 
 
 def step_name(owner: str, recipe: str, role: str, index: int, rank: int, spec_hash: str, slot: int = 0) -> str:

@@ -34,3 +34,13 @@ def slurm_seconds(text: str | None) -> float | None:
     else:
         return None
     return float(((d * 24 + h) * 60 + m) * 60 + s)
+
+
+def span(sec: float) -> str:
+    """A wait in words a person reads at a glance: 45s, 14m, 2h05m."""
+    sec = max(0, int(sec))
+    if sec < 120:
+        return f"{sec}s"
+    if sec < 7200:
+        return f"{sec // 60}m"
+    return f"{sec // 3600}h{(sec % 3600) // 60:02d}m"

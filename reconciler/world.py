@@ -147,6 +147,7 @@ class Alloc:
     time_left: str = ""  # squeue's TimeLeft (UNLIMITED, 29:58, 1-00:00:00), read each tick: the hand-over's clock
     submitted: float | None = None  # squeue's SubmitTime (epoch): how long a pending one has waited
     time_limit: str = ""  # squeue's TimeLimit: the limit Slurm granted (with --time-min, maybe less than asked)
+    gpus: int | None = None  # GPUs per node it holds (its label); None: not known, taken to hold what it covers
 
     @property
     def running(self) -> bool:

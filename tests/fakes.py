@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,11 +73,16 @@ class FakeCluster:
                 job = str(next(self._jobs))
                 state = "PENDING" if self.pending else "RUNNING"
                 nodes = () if self.pending else tuple(self.node_names.format(f"{s.recipe}-{s.index}-{i}") for i in range(s.count))
-                self.allocs[job] = Alloc(job, s.recipe, s.index, s.start, s.count, state, "Resources" if self.pending else "None", nodes)
+                self.allocs[job] = Alloc(job, s.recipe, s.index, s.start, s.count, state,
+                                         "Resources" if self.pending else "None", nodes, gpus=s.gpus_per_node)
             elif isinstance(a, LaunchStep):
                 n = self._steps.get(a.job_id, 0)
                 self._steps[a.job_id] = n + 1
                 u = a.unit
+                held = self.allocs[a.job_id].gpus
+                # Slurm refuses (or holds forever) a step asking for GPUs its job does not hold
+                assert not (u.gpus and held is not None and max(u.gpus) >= held), \
+                    f"{u.name} on GPUs {u.gpus} launched into job {a.job_id}, which holds {held} per node"
                 sid = f"{a.job_id}.{n}"
                 self.steps[sid] = Step(sid, u.recipe, u.role, u.index, a.launch.rank, u.spec_hash, a.launch.nodes,
                                        slot=u.slot)
@@ -91,7 +98,7 @@ class FakeCluster:
         for job, a in list(self.allocs.items()):
             if a.state == "PENDING":
                 nodes = tuple(self.node_names.format(f"{a.recipe}-{a.index}-{i}") for i in range(a.count))
-                self.allocs[job] = Alloc(job, a.recipe, a.index, a.start, a.count, "RUNNING", "None", nodes)
+                self.allocs[job] = dataclasses.replace(a, state="RUNNING", reason="None", nodes=nodes)
 
     def converge(self, recipes: dict, rounds: int = 60, **kw) -> int:
         for i in range(rounds):

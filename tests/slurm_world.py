@@ -72,6 +72,9 @@ class RecordingSlurm(SlurmDriver):
             if "-u" not in argv or argv[argv.index("-u") + 1] != self.user:
                 raise AssertionError(f"squeue not limited to the user: {argv}")
             out = self.squeue_steps() if "-s" in argv else self.squeue_jobs()
+        elif verb == "sbatch" and "--test-only" in argv:  # a question: nothing is queued
+            start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.clock()))
+            err = f"sbatch: Job 9999 to start at {start} using 1 processors on nodes {self.nodes[0]} in partition debug"
         elif verb == "sbatch":
             out = self._sbatch(argv)
         elif verb == "scancel":

@@ -32,7 +32,9 @@ def test_expand_rejects_garbage(bad):
 
 def test_job_labels_roundtrip_and_need_both_markers():
     name, comment = labels.job_name("me", "my.recipe-1", 3), labels.job_comment("me", "my.recipe-1", 3, 4, 2)
-    assert labels.parse_job(name, comment, "me") == labels.JobLabel("my.recipe-1", 3, 4, 2)
+    assert labels.parse_job(name, comment, "me") == labels.JobLabel("my.recipe-1", 3, 4, 2)  # labelled before gpus=
+    with_gpus = labels.job_comment("me", "my.recipe-1", 3, 4, 2, gpus=6)
+    assert labels.parse_job(name, with_gpus, "me") == labels.JobLabel("my.recipe-1", 3, 4, 2, gpus=6)
     assert labels.parse_job(name, "someone else's comment", "me") is None
     assert labels.parse_job("train", comment, "me") is None
     assert labels.parse_job(labels.job_name("me", "other", 3), comment, "me") is None  # name and comment disagree

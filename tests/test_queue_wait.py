@@ -34,6 +34,11 @@ def h(tmp_path):
     harness.cleanup()
 
 
+def _events(h, name: str) -> list[dict]:
+    lines = (h.state / "events.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["recipe"] == name]
+
+
 def _squeues(port: int) -> float:
     text = get(f"http://127.0.0.1:{port}/metrics", timeout=3)[1].decode()
     return sum(_metric(text, "reconciler_slurm_commands_total", verb="squeue", outcome=o) or 0 for o in ("ok", "failed"))
@@ -45,6 +50,9 @@ def test_a_queued_allocation_costs_two_queries_per_tick_and_is_named_by_plan_and
     mport = free_port()
     h.start("--metrics-addr", f"127.0.0.1:{mport}")
     wait_until(lambda: any(e["kind"] == "SubmitAlloc" for e in h.actions(name)), timeout=30, what="the submit")
+    # Slurm's estimate, asked before the submission (sbatch --test-only): the hold's hour
+    (said,) = [e["message"] for e in _events(h, name) if e["kind"] == "ExpectedStart"]
+    assert said.startswith("allocation 0 (job ") and ("start in 59m" in said or "start in 60m" in said), said
     first = h.ticks()
     wait_until(lambda: h.ticks() > first, timeout=30, what="a tick after the submit")
     before, ticks = _squeues(mport), h.ticks()

@@ -27,7 +27,7 @@ def test_sbatch_minimal():
     spec = AllocSpec("r", 0, 0, 2, 0)
     assert sbatch_argv(spec, "me", LOG) == [
         "sbatch", "--parsable", "--job-name=rcl:me:r:a0",
-        "--comment=reconciler/v1 owner=me recipe=r alloc=0 start=0 nodes=2",
+        "--comment=reconciler/v1 owner=me recipe=r alloc=0 start=0 nodes=2 gpus=0",
         "--nodes=2", "--ntasks-per-node=1", "--output=/s/r/logs/alloc-0.out", "--no-requeue",
         "--wrap", "exec sleep infinity",
     ]
@@ -39,7 +39,7 @@ def test_sbatch_full_and_directives_cannot_take_over_the_labels():
                                  ("comment", "x"), ("output", "/tmp/x"), ("parsable", "")))
     assert sbatch_argv(spec, "me", LOG) == [
         "sbatch", "--parsable", "--job-name=rcl:me:r:a1",
-        "--comment=reconciler/v1 owner=me recipe=r alloc=1 start=2 nodes=1",
+        "--comment=reconciler/v1 owner=me recipe=r alloc=1 start=2 nodes=1 gpus=8",
         "--nodes=1", "--ntasks-per-node=1", "--output=/s/r/logs/alloc-0.out", "--no-requeue",
         "--gres=gpu:8", "--partition=batch", "--account=acct", "--time=04:00:00",
         "--exclusive", "--mem=0",
@@ -160,3 +160,20 @@ def test_slow_queries_argv_and_parsers():
                                                       frozenset({"MAINT", "IGNORE_JOBS"}))]
     assert q.parse_starts(f"12{SEP}2030-01-01T00:00:00{SEP}Resources\n13{SEP}N/A{SEP}Priority\n") == {
         "12": (t0, "Resources"), "13": (None, "Priority")}
+
+
+def test_test_only_is_the_submission_asked_as_a_question_and_its_answer_read():
+    import time
+
+    from reconciler.drivers import slurm_queue as q
+    from reconciler.world import AllocSpec
+
+    argv = sbatch_argv(AllocSpec(recipe="r", index=0, start=0, count=1, gpus_per_node=2), "me", Path("/dev/null"))
+    asked = q.test_only_argv(argv)
+    assert asked[:2] == ["sbatch", "--test-only"] and "--parsable" not in asked
+    assert asked[2:] == [a for a in argv[1:] if a != "--parsable"], "every other flag as the real submission's"
+    t0 = time.mktime((2026, 12, 5, 8, 55, 41, 0, 0, -1))
+    said = "sbatch: Job 4412 to start at 2026-12-05T08:55:41 using 1 processors on nodes vm in partition debug\n"
+    assert q.parse_test_only(said) == t0
+    assert q.parse_test_only("allocation failure: Requested node configuration is not available") is None
+    assert q.parse_test_only("sbatch: Job 4 to start at Unknown using 1 processors") is None

@@ -123,6 +123,13 @@ class SlurmDriver:
         r = self._run(queue.reservations_argv(), check=False, verb="scontrol-reservations")
         return queue.parse_reservations(r.stdout) if r.returncode == 0 else []
 
+    def expected_start(self, spec: AllocSpec) -> float | None:
+        """When Slurm would start ``spec`` if submitted now (``sbatch --test-only``): None when it
+        cannot say (or says it never could: the submission then fails with Slurm's own words)."""
+        r = self._run(queue.test_only_argv(sbatch_argv(spec, self.owner, Path(os.devnull))), check=False,
+                      verb="sbatch-test-only")
+        return queue.parse_test_only(r.stderr + r.stdout) if r.returncode == 0 else None
+
     def pending_starts(self, job_ids: list[str]) -> dict[str, tuple[float | None, str]]:
         """job id -> (Slurm's expected start, its reason) for pending jobs: ``squeue --start``."""
         if not job_ids:
@@ -154,7 +161,7 @@ def sbatch_argv(spec: AllocSpec, owner: str, log: Path) -> list[str]:
     argv = [
         "sbatch", "--parsable",
         f"--job-name={labels.job_name(owner, spec.recipe, spec.index)}",
-        f"--comment={labels.job_comment(owner, spec.recipe, spec.index, spec.start, spec.count)}",
+        f"--comment={labels.job_comment(owner, spec.recipe, spec.index, spec.start, spec.count, spec.gpus_per_node)}",
         f"--nodes={spec.count}", "--ntasks-per-node=1", f"--output={log}",
         # a job that loses a node ends (NODE_FAIL) instead of waiting out Slurm's requeue delay:
         # the reconciler replaces it at once, away from the node (docs/operations.md, node failures)
@@ -253,7 +260,7 @@ def parse_jobs(text: str, owner: str) -> list[Alloc]:
             continue  # not ours: never touched
         nodes = tuple(hostlist.expand(nodelist)) if state == "RUNNING" else ()
         out.append(Alloc(job_id, lab.recipe, lab.index, lab.start, lab.count, state, reason, nodes, time_left,
-                         submitted, granted))
+                         submitted, granted, lab.gpus))
     return out
 
 

@@ -6,6 +6,8 @@ argv builders and parsers, pure (golden-tested). They are asked at a slow pace
 
 from __future__ import annotations
 
+import re
+
 import time
 
 from reconciler import hostlist
@@ -22,6 +24,19 @@ def squeue_start_argv(user: str) -> list[str]:
     """Every pending job of the user with Slurm's expected start, in one command; the caller keeps
     the ones it asked about (``-j`` fails outright when one of the ids left the queue meanwhile)."""
     return ["squeue", "--start", "-h", "-t", "PENDING", "-u", user, "-o", SEP.join(["%i", "%S", "%r"])]
+
+
+def test_only_argv(sbatch: list[str]) -> list[str]:
+    """The same submission, asked as a question: Slurm's scheduler says when it would start it (or
+    that it never could) and queues nothing."""
+    return [sbatch[0], "--test-only", *(a for a in sbatch[1:] if a != "--parsable")]
+
+
+def parse_test_only(text: str) -> float | None:
+    """``sbatch --test-only``'s answer (stderr): "sbatch: Job 4412 to start at 2026-12-05T08:55:41
+    using 1 processors on nodes vm in partition debug" -> the epoch; None when it gives no time."""
+    m = re.search(r"to start at (\S+)", text)
+    return parse_time(m[1]) if m else None
 
 
 def parse_time(text: str) -> float | None:

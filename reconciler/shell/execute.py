@@ -21,11 +21,14 @@ from reconciler import labels
 from reconciler.core.plan import Action, CancelAlloc, CancelStep, LaunchStep, Plan, SubmitAlloc
 from reconciler.drivers import Driver, DriverError
 from reconciler.fsutil import write_if_changed
+from reconciler.timefmt import span
 from reconciler.shell.observe import Observer
 from reconciler.drivers.state import StateDir
 from reconciler.world import ActionFailures, AllocSpec, Step
 
 log = structlog.get_logger("reconciler")
+
+QUEUED_AFTER = 30.0  # seconds: an allocation Slurm expects to start later than this gets an ExpectedStart event
 
 
 def clear_marker(recipe_dir: Path, marker: Path) -> bool:
@@ -88,6 +91,17 @@ class Executor:
             self.failures.pop(recipe, None)
         return done
 
+    def _queued(self, a: SubmitAlloc, job: str, start: float | None) -> None:
+        """An allocation Slurm will not start at once: said when it is submitted, with Slurm's
+        estimate (``sbatch --test-only``); ``describe`` keeps following it (``squeue --start``)."""
+        wait = (start - time.time()) if start is not None else 0.0
+        if wait < QUEUED_AFTER:
+            return
+        msg = f"allocation {a.spec.index} (job {job}): Slurm expects it to start in {span(wait)} (sbatch --test-only)"
+        log.info("queued", recipe=a.recipe, job=job, expected_in=round(wait))
+        with self._done_anyway(a):
+            self.state.event("ExpectedStart", a.recipe, msg)
+
     @contextmanager
     def _done_anyway(self, a: Action) -> Iterator[None]:
         """The bookkeeping after an action that ran: a state directory that refuses the write (a
@@ -114,9 +128,13 @@ class Executor:
             self.driver.cancel_alloc(a.job_id)
         elif isinstance(a, SubmitAlloc):
             exclude = self.exclusion(a.spec)
-            job = self.driver.submit(replace(a.spec, exclude=exclude) if exclude else a.spec)
+            spec = replace(a.spec, exclude=exclude) if exclude else a.spec
+            ask = getattr(self.driver, "expected_start", None)
+            start = ask(spec) if ask is not None else None
+            job = self.driver.submit(spec)
             if exclude:
                 self.submitted_excluding[job] = exclude
+            self._queued(a, job, start)
         elif isinstance(a, LaunchStep):
             u, l = a.unit, a.launch
             for path, content in u.files.items():

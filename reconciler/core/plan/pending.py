@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reconciler.core.plan.requeue import PENDING_MIN
-from reconciler.timefmt import iso
+from reconciler.timefmt import iso, span
 
 # squeue's reasons a GPU allocation meets most (man squeue, JOB REASON CODES)
 REASONS: dict[str, str] = {
@@ -69,9 +69,9 @@ class PendingInfo:
 
     def explain(self, now: float) -> str:
         when = ("Slurm has no start estimate yet" if self.start is None
-                else f"Slurm expects it to start at {iso(self.start)} (in {_span(self.start - now)})"
+                else f"Slurm expects it to start at {iso(self.start)} (in {span(self.start - now)})"
                 if self.start > now else f"Slurm expected it to start at {iso(self.start)}")
-        return (f"allocation {self.index} (job {self.job}) pending {_span(self.waited(now))}: "
+        return (f"allocation {self.index} (job {self.job}) pending {span(self.waited(now))}: "
                 f"{self.reason or 'no reason'} — {words(self.reason)}; {when}")
 
     def doc(self, now: float) -> dict:
@@ -89,10 +89,3 @@ def start_due(asked_at: float | None, submitted: float | None, now: float) -> bo
     return now >= asked_at + max(PENDING_MIN, age / 2)
 
 
-def _span(sec: float) -> str:
-    sec = max(0, int(sec))
-    if sec < 120:
-        return f"{sec}s"
-    if sec < 7200:
-        return f"{sec // 60}m"
-    return f"{sec // 3600}h{(sec % 3600) // 60:02d}m"
