@@ -242,8 +242,9 @@ def test_a_master_that_dies_wakes_the_loop_each_time(tmp_path):
     watchers = [t.name for t in threading.enumerate()].count("exit-watch")  # other tests' in this process
     try:
         for now in (1.0, 2.0):  # started, then restarted after its death: watched again
-            g.sync("r1", [], ports, now)
+            said = g.sync("r1", [], ports, now)
             pid = master_pid(prefix_of(state.root, "r1"))
+            assert pid is not None, f"no master after the sync at {now}: {said}"
             os.kill(pid, signal.SIGKILL)
             assert woke.acquire(timeout=20), f"no wake-up for the death of master {pid} (sync at {now})"
             wait_until(lambda: master_pid(prefix_of(state.root, "r1")) is None, what="master gone")
@@ -412,3 +413,27 @@ def test_quit_under_finds_a_gateway_whose_state_was_wiped(gw, tmp_path):
     assert quit_under(gw.state.root) == [pid]
     wait_until(lambda: not Path(f"/proc/{pid}").exists() or b"nginx" not in Path(f"/proc/{pid}/cmdline").read_bytes(),
                what="the wiped gateway's master gone")
+
+
+@needs_nginx
+def test_a_gateway_that_runs_but_does_not_answer_is_down_until_it_answers_again(gw):
+    """End to end: a stopped nginx worker keeps the port and the master lives, yet answers
+    nothing. The probe (GET /gateway/health, one per interval) says so in the facts that
+    get/describe/Ready read, with an event once per episode."""
+    from reconciler.shell.gateway_probe import PROBE_EVERY, probe_gateways
+
+    gw.sync("r1", [], _ports(), 1.0)
+    assert probe_gateways(gw.state, ["r1"], 1.0) == [] and facts(gw.state.root, "r1")["up"]
+    worker, = json.loads(record_path(gw.state.root, "r1").read_text())["workers"]
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        assert probe_gateways(gw.state, ["r1"], 1.0 + PROBE_EVERY / 2) == [], "not due yet: paced"
+        said = probe_gateways(gw.state, ["r1"], 1.0 + PROBE_EVERY)
+        assert [c.kind for c in said] == ["GatewayNotAnswering"], said
+        f = facts(gw.state.root, "r1")
+        assert f["pid"] and not f["up"] and f["reason"].startswith("not answering: GET http://127.0.0.1:"), f
+        assert probe_gateways(gw.state, ["r1"], 1.0 + 2 * PROBE_EVERY) == [], "said once per episode"
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    said = probe_gateways(gw.state, ["r1"], 1.0 + 3 * PROBE_EVERY)
+    assert [c.kind for c in said] == ["GatewayAnswering"] and facts(gw.state.root, "r1")["up"], said

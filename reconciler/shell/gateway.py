@@ -115,9 +115,12 @@ def facts(root: Path, recipe: str) -> dict | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     pid = master_pid(prefix_of(root, recipe))
-    return {"url": url, "up": pid is not None, "pid": pid, "upstreams": list(rec.get("upstreams") or []),
+    # a running master whose last end-to-end probe failed is down too (shell/gateway_probe.py)
+    mute = pid is not None and rec.get("answering") is False
+    return {"url": url, "up": pid is not None and not mute, "pid": pid, "upstreams": list(rec.get("upstreams") or []),
             "restarts": int(rec.get("restarts", 0) or 0),
-            "reason": None if pid else (rec.get("lastError") or "the gateway's nginx master is not running")}
+            "reason": None if pid and not mute else f"not answering: {rec.get('probeError')}" if mute
+            else (rec.get("lastError") or "the gateway's nginx master is not running")}
 
 
 def _bind_free(port: int) -> bool:
@@ -259,7 +262,7 @@ class Gateways:
                                  "lastError": err or "started but wrote no pid file"})
             return changes + [Change("GatewayFailed", recipe, f"nginx did not start on {host}:{port}: {err}; "
                            f"next try in {delay:g}s")]
-        self._write(recipe, {**rec, "pid": pid, "startedAt": now, "exitedAt": None, "lastError": None,
+        self._write(recipe, {**rec, "pid": pid, "startedAt": now, "exitedAt": None, "lastError": None, "answering": None,
                              "workers": self._await_workers(pid),
                              "upstreams": sorted(upstreams), "unproven": unproven,
                              "restarts": int(rec.get("restarts", 0) or 0) + int(restarting),

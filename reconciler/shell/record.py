@@ -18,6 +18,7 @@ from reconciler.shell import reasons
 from reconciler.shell import router_sync
 from reconciler.desired.runtime import endpoints_path
 from reconciler.shell.gateway import Gateways, facts as gateway_facts
+from reconciler.shell.gateway_probe import probe_gateways
 from reconciler.world import FRONTEND
 from reconciler.world import DesiredRecipe, Observed
 
@@ -186,6 +187,8 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
             continue
         for c in changes:
             state.event(c.kind, c.recipe, c.message)
+    for c in probe_gateways(state, sorted(n for n in wanted if not d.recipes[n].suspended), snap.now):
+        state.event(c.kind, c.recipe, c.message)
     keep = wanted | set(d.held) | set(snap.manifests.invalid)
     for name in gateways.known():
         if name not in keep and not snap.plan.refused_prune:

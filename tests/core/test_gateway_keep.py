@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from fakes import recipe
+from reconciler.drivers.state import StateDir
 from reconciler.shell.record import sync_gateways
 
 TEXT = """\
@@ -48,16 +49,16 @@ def frontless(name: str):
     return SimpleNamespace(frontend=None, frontends=(), previous={}, suspended=False, name=name)
 
 
-def test_a_gateway_outlives_its_frontend_for_a_moment_and_stops_with_its_recipe():
+def test_a_gateway_outlives_its_frontend_for_a_moment_and_stops_with_its_recipe(tmp_path):
     g = Gateways(["r", "gone"])
-    sync_gateways(SimpleNamespace(event=lambda *a: None), g,
+    sync_gateways(StateDir(tmp_path), g,
                   snap({"r": frontless("r")}, {"r": recipe(TEXT.format(name="r", fe="builtin"))}))
     assert ("sync", "r", ()) in g.calls  # kept, answering 503 until a frontend is back
     assert ("stop", "r") not in g.calls and ("stop", "gone") in g.calls  # a deleted recipe's goes
 
 
-def test_a_recipe_without_a_frontend_type_has_no_gateway():
+def test_a_recipe_without_a_frontend_type_has_no_gateway(tmp_path):
     g = Gateways(["r"])
-    sync_gateways(SimpleNamespace(event=lambda *a: None), g,
+    sync_gateways(StateDir(tmp_path), g,
                   snap({"r": frontless("r")}, {"r": recipe(TEXT.format(name="r", fe="none"))}))
     assert g.calls == [("stop", "r")]

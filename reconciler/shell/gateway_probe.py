@@ -1,0 +1,51 @@
+"""Each gateway asked, end to end, whether it answers: a live nginx master is not a serving
+gateway (a stopped or wedged worker keeps the port and answers nothing).
+
+Every ``PROBE_EVERY`` seconds (at the next tick) each running gateway is sent ``GET
+/gateway/health`` on its own port, in parallel on the probe threads, ``probe.TIMEOUT`` each.
+The answer goes into its record (``gateway.json``: ``answering``, ``probeError``), which
+``gateway.facts`` reads: a gateway that did not answer its last probe is down for ``get``,
+``describe``, the Ready condition (``GatewayDown``) and the metrics, within one probe interval
+of the failure. A change is an event, once per episode: ``GatewayNotAnswering`` and
+``GatewayAnswering``. A gateway that (re)starts is taken to answer until probed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from reconciler.drivers.state import StateDir
+from reconciler.shell import probe
+from reconciler.shell.gateway import Change, master_pid, prefix_of, record_path
+
+PROBE_EVERY = 1.0  # seconds between two probes of a gateway
+
+
+_probed_at: dict[Path, float] = {}  # state directory -> the last probe (one loop per state directory)
+
+
+def probe_gateways(state: StateDir, recipes: Iterable[str], now: float) -> list[Change]:
+    """Probe the running gateways of ``recipes`` when due; each change said once."""
+    last = _probed_at.get(state.root)
+    if last is not None and 0 <= now - last < PROBE_EVERY:
+        return []
+    _probed_at[state.root] = now
+    targets: dict[str, tuple[str, dict]] = {}
+    for name in recipes:
+        rec = state.read_json(record_path(state.root, name), {}, lambda d: isinstance(d, dict))
+        if isinstance(rec.get("port"), int) and master_pid(prefix_of(state.root, name)) is not None:
+            targets[name] = (f"http://127.0.0.1:{rec['port']}/gateway/health", rec)
+    pages = probe.fetch_all(url for url, _ in targets.values())
+    changes = []
+    for name, (url, rec) in targets.items():
+        answered = pages.get(url) is not None
+        error = None if answered else f"GET {url} gave no answer within {probe.TIMEOUT:g}s (or an error status)"
+        was = rec.get("answering") is not False  # never probed yet (None): taken to answer
+        if was and not answered:
+            changes.append(Change("GatewayNotAnswering", name, f"the gateway is running but {error}"))
+        elif answered and not was:
+            changes.append(Change("GatewayAnswering", name, f"the gateway answers {url} again"))
+        if was != answered or rec.get("probeError") != error:  # a settled gateway's record is not rewritten
+            state.write_json(record_path(state.root, name), {**rec, "answering": answered, "probeError": error})
+    return changes
