@@ -38,6 +38,29 @@ def test_each_watched_process_wakes_once_when_it_ends(monkeypatch):
             p.wait()
 
 
+def test_a_callback_that_raises_does_not_end_the_watching_of_the_others(monkeypatch):
+    monkeypatch.setattr(exits, "AGAIN_S", 3600)
+    woke = threading.Semaphore(0)
+    w = ExitWatch()
+    w.wake = woke.release
+
+    def broken() -> None:
+        raise RuntimeError("a caller's bug")
+
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        w.watch(procs[0].pid, broken)
+        w.watch(procs[1].pid)
+        procs[0].kill()
+        assert woke.acquire(timeout=10), "the loop is woken although the callback raised"
+        procs[1].kill()
+        assert woke.acquire(timeout=10), "and the watcher thread still watches the other"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def test_an_end_wakes_once_more_shortly_after(monkeypatch):
     """squeue may still list a step whose srun client just ended: the loop looks again."""
     monkeypatch.setattr(exits, "AGAIN_S", 0.2)

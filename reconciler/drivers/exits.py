@@ -71,7 +71,10 @@ class ExitWatch:
 
     def _ended(self, ended: Callable[[], None] | None) -> None:
         if ended is not None:
-            ended()
+            try:
+                ended()
+            except Exception:  # noqa: BLE001 - one callback's fault must not end the watching of all the others
+                log.exception("exit callback failed")
         if self.wake is not None:
             self.wake()
             # the srun client may end a moment before slurmctld's squeue drops the step: one more
