@@ -82,6 +82,6 @@ def test_etcd_killed_its_dependents_come_back_with_it_and_not_ready_says_why(sta
     # (whichever part was still down when the status was first written: the frontend, or the
     # gateway's route to its new life; never the gateway itself, which was not touched)
     assert went and went[0].get("reason") in {"NotReady", "FrontendNotAnswering", "GatewayNotRouting"}, \
-        [(e["message"], e.get("reason")) for e in ready]
+        ([(e["message"], e.get("reason")) for e in ready], [(round(t - killed, 2), *rest) for t, *rest in watch.seen])
     cancels = [e["message"] for e in h.actions(name) if e["kind"] == "CancelStep"]
     assert sum("a service it depends on has a new life" in m for m in cancels) == 2, cancels

@@ -29,6 +29,8 @@ from reconciler.world import ActionFailures, AllocSpec, Step
 log = structlog.get_logger("reconciler")
 
 QUEUED_AFTER = 30.0  # seconds: an allocation Slurm expects to start later than this gets an ExpectedStart event
+# Slurm's estimate behind a job with no time limit is its end of time (centuries away): not a date to print
+NO_ESTIMATE_AFTER = 365 * 86400.0
 
 
 def clear_marker(recipe_dir: Path, marker: Path) -> bool:
@@ -97,7 +99,9 @@ class Executor:
         wait = (start - time.time()) if start is not None else 0.0
         if wait < QUEUED_AFTER:
             return
-        msg = f"allocation {a.spec.index} (job {job}): Slurm expects it to start in {span(wait)} (sbatch --test-only)"
+        when = (f"in {span(wait)}" if wait < NO_ESTIMATE_AFTER else
+                "only after jobs without a time limit end (its estimate is years away)")
+        msg = f"allocation {a.spec.index} (job {job}): Slurm expects it to start {when} (sbatch --test-only)"
         log.info("queued", recipe=a.recipe, job=job, expected_in=round(wait))
         with self._done_anyway(a):
             self.state.event("ExpectedStart", a.recipe, msg)
