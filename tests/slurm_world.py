@@ -61,7 +61,7 @@ class RecordingSlurm(SlurmDriver):
         return "".join(line + "\n" for line in lines)
 
     # ------------------------------------------------------------------ the driver's command runner
-    def _run(self, argv: list[str], check: bool = True, verb: str | None = None) -> subprocess.CompletedProcess:
+    def _run(self, argv: list[str], check: bool = True, verb: str | None = None, timeout: float = 0) -> subprocess.CompletedProcess:
         self.commands += 1
         self.argvs.append(list(argv))
         self.tally[(verb or argv[0], True)] += 1

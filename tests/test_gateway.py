@@ -418,22 +418,29 @@ def test_quit_under_finds_a_gateway_whose_state_was_wiped(gw, tmp_path):
 @needs_nginx
 def test_a_gateway_that_runs_but_does_not_answer_is_down_until_it_answers_again(gw):
     """End to end: a stopped nginx worker keeps the port and the master lives, yet answers
-    nothing. The probe (GET /gateway/health, one per interval) says so in the facts that
-    get/describe/Ready read, with an event once per episode."""
-    from reconciler.shell.gateway_probe import PROBE_EVERY, probe_gateways
+    nothing. The probe (GET /gateway/health, at most one per interval) says so after
+    PROBE_FAILURES in a row, in the facts that get/describe/Ready read, with an event once per
+    episode."""
+    from reconciler.shell.gateway_probe import PROBE_EVERY, PROBE_FAILURES, probe_gateways
 
     gw.sync("r1", [], _ports(), 1.0)
     assert probe_gateways(gw.state, ["r1"], 1.0) == [] and facts(gw.state.root, "r1")["up"]
     worker, = json.loads(record_path(gw.state.root, "r1").read_text())["workers"]
     os.kill(worker, signal.SIGSTOP)
+    t = 1.0
     try:
-        assert probe_gateways(gw.state, ["r1"], 1.0 + PROBE_EVERY / 2) == [], "not due yet: paced"
-        said = probe_gateways(gw.state, ["r1"], 1.0 + PROBE_EVERY)
+        assert probe_gateways(gw.state, ["r1"], t + PROBE_EVERY / 2) == [], "not due yet: paced"
+        for _ in range(PROBE_FAILURES - 1):  # one slow answer is not an outage
+            t += PROBE_EVERY
+            assert probe_gateways(gw.state, ["r1"], t) == [] and facts(gw.state.root, "r1")["up"]
+        t += PROBE_EVERY
+        said = probe_gateways(gw.state, ["r1"], t)
         assert [c.kind for c in said] == ["GatewayNotAnswering"], said
         f = facts(gw.state.root, "r1")
         assert f["pid"] and not f["up"] and f["reason"].startswith("not answering: GET http://127.0.0.1:"), f
-        assert probe_gateways(gw.state, ["r1"], 1.0 + 2 * PROBE_EVERY) == [], "said once per episode"
+        t += PROBE_EVERY
+        assert probe_gateways(gw.state, ["r1"], t) == [], "said once per episode"
     finally:
         os.kill(worker, signal.SIGCONT)
-    said = probe_gateways(gw.state, ["r1"], 1.0 + 3 * PROBE_EVERY)
+    said = probe_gateways(gw.state, ["r1"], t + PROBE_EVERY)
     assert [c.kind for c in said] == ["GatewayAnswering"] and facts(gw.state.root, "r1")["up"], said

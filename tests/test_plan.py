@@ -50,36 +50,13 @@ def test_fresh_deploy_submits_one_allocation_then_launches_every_worker():
 
 def test_scale_up_launches_exactly_the_lowest_free_indices():
     c = FakeCluster()
-    c.converge(agg(2, gpus=8, extra="reconcile: {nodes_per_allocation: 1}"))
+    c.converge(agg(2))
     before = dict(c.steps)
-    p = c.plan(agg(4, gpus=8, extra="reconcile: {nodes_per_allocation: 1}"))
-    assert kinds(p) == ["SubmitAlloc", "SubmitAlloc"]
-    c.apply(p)
-    p = c.plan(agg(4, gpus=8, extra="reconcile: {nodes_per_allocation: 1}"))
+    p = c.plan(agg(4))
     assert kinds(p) == ["LaunchStep", "LaunchStep"]
     assert launched(p) == [("agg", 2), ("agg", 3)]
     c.apply(p)
     assert all(sid in c.steps for sid in before)  # nothing else moved
-
-
-def test_a_worker_added_beside_running_ones_gets_an_allocation_with_its_gpus():
-    """The allocation of 2 one-GPU workers holds 2 GPUs per node (4 with the surge mirrors): the
-    3rd and 4th worker the topology packs onto that node go to a new allocation instead (one job for
-    both), and nothing that runs moves. Scaled back, that allocation is released."""
-    c = FakeCluster()
-    c.converge(agg(2))
-    (first,) = c.allocs.values()
-    before = dict(c.steps)
-    p = c.plan(agg(4))
-    (sub,) = [a for a in p.actions if isinstance(a, SubmitAlloc)]
-    assert (sub.spec.index, sub.spec.start, sub.spec.count) == (1, 1, 1)
-    assert sub.spec.gpus_per_node == first.gpus, "the two added workers, with their surge mirrors"
-    c.converge(agg(4))
-    assert all(sid in c.steps for sid in before)
-    on = {s.index: s.job_id for s in c.steps.values() if s.role == "agg"}
-    assert on[0] == on[1] == first.job_id and on[2] == on[3] != first.job_id
-    c.converge(agg(2))
-    assert list(c.allocs.values()) == [first]
 
 
 def test_scale_down_cancels_highest_indices_and_releases_empty_allocation():

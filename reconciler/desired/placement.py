@@ -6,18 +6,16 @@ new allocations, cut at worker boundaries and at ``reconcile.nodes_per_allocatio
 is placed only when the allocation that covers all its ordinals runs; until then it is
 *waiting*. Per allocation index the current job holds the workers; a successor (hand-over)
 is kept beside it and an older job until its last step is gone (``core.succession``).
-
-A worker added to a node after its allocation was submitted (the autoscaler's) may need GPUs that
-allocation does not hold: its label says how many it does. Such a worker moves to the ordinals
-past the topology's, into an allocation there with room (one held for an earlier move, or one the
-topology no longer uses), else into a new one (``_fit``): never into a job without its GPUs.
 ``render_placement`` puts every ordinal on a named node instead: what ``render`` shows.
+
+Each allocation's label says how many GPUs per node it holds (``Alloc.gpus``): a worker's surge
+life is put on mirror GPUs only where its job holds them (``held_gpus``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from reconciler.backends.failover import RENDER_JOB
 from reconciler.core.succession import generations
@@ -37,7 +35,6 @@ class Placement:
     unplaceable: tuple[str, ...]  # workers no allocation can hold (the topology changed under them)
     placed: tuple[Endpoint, ...]  # workers on running allocations
     waiting: tuple[Key, ...]  # workers whose allocation is not running yet
-    endpoints: tuple[Endpoint, ...]  # every worker where it runs: the topology's, some moved by ``_fit``
     hosts: Mapping[int, str] = field(default_factory=dict)  # ordinal -> hostname, on running allocations
     jobs: Mapping[int, str] = field(default_factory=dict)  # ordinal -> job id, on running allocations
     head_job: str | None = None  # the job that holds ordinal 0 (the frontend's and the services')
@@ -56,15 +53,13 @@ class Placement:
 def placement(top: Topology, allocs: list[Alloc], steps: list[Step]) -> Placement:
     recipe = top.recipe
     live, successors, retiring = generations([a for a in allocs if a.live], steps)
-    fitted = _fit(recipe, [*top.endpoints, *top.reserved], live)
-    workers = tuple(ep for ep in fitted if ep.mode != "dedicated")
-    specs, keep, at, unplaceable = place(recipe, fitted, live)
+    specs, keep, at, unplaceable = place(recipe, [*top.endpoints, *top.reserved], live)
     kept = {a.index for a in live if a.job_id in keep}
     # a successor (hand-over) is kept beside the job it follows; an older job until its last step is gone
     keep += [j for i in sorted(kept) for j in successors.get(i, ())] + retiring
     on = {o: a for a in live if a.running for o in range(a.start, a.start + len(a.nodes))}
     placed, waiting = [], []
-    for ep in workers:
+    for ep in top.endpoints:
         alloc = at.get((ep.mode, ep.index))
         if alloc is not None and alloc.running:
             placed.append(ep)
@@ -76,7 +71,7 @@ def placement(top: Topology, allocs: list[Alloc], steps: list[Step]) -> Placemen
                         for a in live if not a.running and a.reason and a.reason != "None")
     return Placement(
         allocs=tuple(specs), keep=tuple(keep), at=at, unplaceable=tuple(unplaceable), placed=tuple(placed),
-        waiting=tuple(waiting), endpoints=workers, hosts={o: a.nodes[o - a.start] for o, a in on.items()},
+        waiting=tuple(waiting), hosts={o: a.nodes[o - a.start] for o, a in on.items()},
         jobs={o: a.job_id for o, a in on.items()}, head_job=head_alloc.job_id if head_alloc is not None else None,
         held_gpus={k: _held(spec_gpus.get(a.index, 0), a) for k, a in at.items()}, pending_reason=pending,
     )
@@ -90,49 +85,8 @@ def render_placement(top: Topology, hostnames: list[str]) -> Placement:
     """Every ordinal on ``hostnames`` (one per node the recipe needs), as ``render`` shows it: no
     allocation, and the job id a failover directory names is the placeholder ``<job>``."""
     hosts = dict(enumerate(hostnames))
-    return Placement(allocs=(), keep=(), at={}, unplaceable=(), placed=top.endpoints, waiting=(),
-                     endpoints=top.endpoints, hosts=hosts, jobs={o: RENDER_JOB for o in hosts}, head_job=RENDER_JOB)
-
-
-def _surge(recipe: Recipe) -> int:
-    return 2 if recipe.reconcile.rollout.surge_gpus else 1  # room for each worker's surge life (mirror GPUs)
-
-
-def _room(a: Alloc | None, gpn: int, surge: int) -> int:
-    """GPUs per node a worker layout may use in ``a``: what it holds, less the surge mirrors (an
-    allocation holding whole nodes was asked for no mirrors beyond them)."""
-    if a is None or a.gpus is None or a.gpus >= gpn:
-        return gpn
-    return a.gpus // surge
-
-
-def _fit(recipe: Recipe, endpoints: list[Endpoint], live: list[Alloc]) -> list[Endpoint]:
-    """``endpoints`` with every partial-node worker that its covering allocation has no GPUs for
-    moved past the topology's ordinals: packed (lowest ordinal, lowest GPU first) where a live
-    allocation there has room, else onto a fresh ordinal. The same every tick for the same world,
-    so a moved worker stays where it went."""
-    gpn, surge = recipe.resources.gpus_per_node, _surge(recipe)
-    over: list[Endpoint] = []
-    for ep in endpoints:
-        holder = next((a for a in live if a.covers(ep.nodes)), None)
-        if ep.gpus and ep.partial_node and max(ep.gpus) + 1 > _room(holder, gpn, surge):
-            over.append(ep)
-    if not over:
-        return endpoints
-    moving = set(over)
-    staying = [ep for ep in endpoints if ep not in moving]
-    # past every ordinal a staying worker uses: an ordinal there no live allocation covers is free
-    node0 = 1 + max((o for ep in staying for o in ep.nodes), default=-1)
-    used: dict[int, int] = {}
-    moved = []
-    for ep in over:
-        need, node = len(ep.gpus), node0
-        while used.get(node, 0) + need > _room(next((a for a in live if a.covers((node,))), None), gpn, surge):
-            node += 1
-        offset = used.get(node, 0)
-        used[node] = offset + need
-        moved.append(replace(ep, nodes=(node,), gpus=tuple(range(offset, offset + need))))
-    return staying + moved
+    return Placement(allocs=(), keep=(), at={}, unplaceable=(), placed=top.endpoints, waiting=(), hosts=hosts,
+                     jobs={o: RENDER_JOB for o in hosts}, head_job=RENDER_JOB)
 
 
 def place(
@@ -160,7 +114,7 @@ def place(
         for o in ep.nodes:
             gpus_on[o] = max(gpus_on.get(o, 0), max(ep.gpus) + 1 if ep.gpus else 0)
     chunk = recipe.reconcile.nodes_per_allocation
-    surge = _surge(recipe)
+    surge = 2 if recipe.reconcile.rollout.surge_gpus else 1  # room for each worker's surge life (mirror GPUs)
     groups: list[list[Endpoint]] = []
     for ep in sorted(uncovered, key=lambda e: (e.nodes[0], e.mode, e.index)):
         if groups:

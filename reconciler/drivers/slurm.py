@@ -23,6 +23,7 @@ JOB_FIELDS = ["JobId", "Name", "State", "Reason", "NodeList", "NumNodes", "Comme
               "TimeLimit"]
 CORE_FIELDS = 7  # a line without TimeLeft and SubmitTime (an older squeue) still parses
 TIMEOUT = 60
+ESTIMATE_TIMEOUT = 10  # sbatch --test-only: only reported, never worth a long stall of the tick
 # squeue prints times as the user's SLURM_TIME_FORMAT says (%s, relative...): ours parses ISO
 SLURM_ENV = {**os.environ, "SLURM_TIME_FORMAT": "standard"}
 
@@ -40,17 +41,18 @@ class SlurmDriver:
         self.exits = ExitWatch()
 
     # ---------------------------------------------------------------- helpers
-    def _run(self, argv: list[str], check: bool = True, verb: str | None = None) -> subprocess.CompletedProcess:
+    def _run(self, argv: list[str], check: bool = True, verb: str | None = None,
+             timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
         self.commands += 1
         verb = verb or argv[0]
         self.tally[(verb, False)] += 1  # until it answers
         try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
                                env=SLURM_ENV)
         except FileNotFoundError:
             raise DriverError(f"{argv[0]} not found on PATH: is this a Slurm login node? (or use --driver local)") from None
         except subprocess.TimeoutExpired:
-            raise DriverError(f"{argv[0]} did not answer within {TIMEOUT}s") from None
+            raise DriverError(f"{argv[0]} did not answer within {timeout:g}s") from None
         if r.returncode == 0:
             self.tally[(verb, False)] -= 1
             self.tally[(verb, True)] += 1
@@ -127,7 +129,7 @@ class SlurmDriver:
         """When Slurm would start ``spec`` if submitted now (``sbatch --test-only``): None when it
         cannot say (or says it never could: the submission then fails with Slurm's own words)."""
         r = self._run(queue.test_only_argv(sbatch_argv(spec, self.owner, Path(os.devnull))), check=False,
-                      verb="sbatch-test-only")
+                      verb="sbatch-test-only", timeout=ESTIMATE_TIMEOUT)
         return queue.parse_test_only(r.stderr + r.stdout) if r.returncode == 0 else None
 
     def pending_starts(self, job_ids: list[str]) -> dict[str, tuple[float | None, str]]:

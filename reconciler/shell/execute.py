@@ -93,6 +93,16 @@ class Executor:
             self.failures.pop(recipe, None)
         return done
 
+    def _estimate(self, spec: AllocSpec) -> float | None:
+        """Slurm's start estimate, only reported: a driver without one, or a slow or failing
+        answer, never stops the submission itself."""
+        ask = getattr(self.driver, "expected_start", None)
+        try:
+            return ask(spec) if ask is not None else None
+        except DriverError as e:
+            log.warning("no start estimate", recipe=spec.recipe, error=str(e))
+            return None
+
     def _queued(self, a: SubmitAlloc, job: str, start: float | None) -> None:
         """An allocation Slurm will not start at once: said when it is submitted, with Slurm's
         estimate (``sbatch --test-only``); ``describe`` keeps following it (``squeue --start``)."""
@@ -133,8 +143,7 @@ class Executor:
         elif isinstance(a, SubmitAlloc):
             exclude = self.exclusion(a.spec)
             spec = replace(a.spec, exclude=exclude) if exclude else a.spec
-            ask = getattr(self.driver, "expected_start", None)
-            start = ask(spec) if ask is not None else None
+            start = self._estimate(spec)
             job = self.driver.submit(spec)
             if exclude:
                 self.submitted_excluding[job] = exclude

@@ -262,7 +262,8 @@ class Gateways:
                                  "lastError": err or "started but wrote no pid file"})
             return changes + [Change("GatewayFailed", recipe, f"nginx did not start on {host}:{port}: {err}; "
                            f"next try in {delay:g}s")]
-        self._write(recipe, {**rec, "pid": pid, "startedAt": now, "exitedAt": None, "lastError": None, "answering": None,
+        self._write(recipe, {**rec, "pid": pid, "startedAt": now, "exitedAt": None, "lastError": None,
+                             "answering": None, "probeFailures": 0,
                              "workers": self._await_workers(pid),
                              "upstreams": sorted(upstreams), "unproven": unproven,
                              "restarts": int(rec.get("restarts", 0) or 0) + int(restarting),

@@ -1,13 +1,14 @@
 """Each gateway asked, end to end, whether it answers: a live nginx master is not a serving
 gateway (a stopped or wedged worker keeps the port and answers nothing).
 
-Every ``PROBE_EVERY`` seconds (at the next tick) each running gateway is sent ``GET
-/gateway/health`` on its own port, in parallel on the probe threads, ``probe.TIMEOUT`` each.
-The answer goes into its record (``gateway.json``: ``answering``, ``probeError``), which
-``gateway.facts`` reads: a gateway that did not answer its last probe is down for ``get``,
-``describe``, the Ready condition (``GatewayDown``) and the metrics, within one probe interval
-of the failure. A change is an event, once per episode: ``GatewayNotAnswering`` and
-``GatewayAnswering``. A gateway that (re)starts is taken to answer until probed.
+At each pass of the loop, at most every ``PROBE_EVERY`` seconds, each running gateway is sent
+``GET /gateway/health`` on its own port, in parallel on the probe threads, ``probe.TIMEOUT``
+each. ``PROBE_FAILURES`` unanswered probes in a row (one slow answer on a loaded login node is
+not an outage) mark it in its record (``gateway.json``: ``answering``, ``probeFailures``,
+``probeError``), which ``gateway.facts`` reads: down for ``get``, ``describe``, the Ready
+condition (``GatewayDown``) and the metrics. Each episode is one ``GatewayNotAnswering`` event
+and one ``GatewayAnswering``. A gateway that (re)starts is taken to answer until probed; a
+settled gateway's record is not rewritten.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from reconciler.shell import probe
 from reconciler.shell.gateway import Change, master_pid, prefix_of, record_path
 
 PROBE_EVERY = 1.0  # seconds between two probes of a gateway
+PROBE_FAILURES = 2  # unanswered probes in a row that make a gateway down
 
 
 _probed_at: dict[Path, float] = {}  # state directory -> the last probe (one loop per state directory)
@@ -40,12 +42,16 @@ def probe_gateways(state: StateDir, recipes: Iterable[str], now: float) -> list[
     changes = []
     for name, (url, rec) in targets.items():
         answered = pages.get(url) is not None
+        failures = 0 if answered else int(rec.get("probeFailures") or 0) + 1
         error = None if answered else f"GET {url} gave no answer within {probe.TIMEOUT:g}s (or an error status)"
         was = rec.get("answering") is not False  # never probed yet (None): taken to answer
-        if was and not answered:
-            changes.append(Change("GatewayNotAnswering", name, f"the gateway is running but {error}"))
-        elif answered and not was:
+        now_up = answered or (was and failures < PROBE_FAILURES)
+        if was and not now_up:
+            changes.append(Change("GatewayNotAnswering", name, f"the gateway is running but {error} "
+                                  f"({failures} probes in a row)"))
+        elif now_up and not was:
             changes.append(Change("GatewayAnswering", name, f"the gateway answers {url} again"))
-        if was != answered or rec.get("probeError") != error:  # a settled gateway's record is not rewritten
-            state.write_json(record_path(state.root, name), {**rec, "answering": answered, "probeError": error})
+        if was != now_up or int(rec.get("probeFailures") or 0) != failures:
+            state.write_json(record_path(state.root, name), {**rec, "answering": now_up, "probeFailures": failures,
+                                                             "probeError": error})
     return changes

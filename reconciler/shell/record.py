@@ -187,8 +187,11 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
             continue
         for c in changes:
             state.event(c.kind, c.recipe, c.message)
-    for c in probe_gateways(state, sorted(n for n in wanted if not d.recipes[n].suspended), snap.now):
-        state.event(c.kind, c.recipe, c.message)
+    try:
+        for c in probe_gateways(state, sorted(wanted), snap.now):
+            state.event(c.kind, c.recipe, c.message)
+    except OSError as e:  # its record not written (a full disk): the next pass probes again
+        log.error("gateway probe not recorded", error=str(e))
     keep = wanted | set(d.held) | set(snap.manifests.invalid)
     for name in gateways.known():
         if name not in keep and not snap.plan.refused_prune:

@@ -41,7 +41,7 @@ def offer(ctx: Context, earlier: tuple[Unit, ...]) -> Offer:
     needs = per_worker.needs(specs, workers)
     wiring = mooncake_wiring(recipe, specs, where.head, ctx.ports, ctx.runtime.config_dir,
                              ctx.runtime.served_model_name, ctx.dedicated_host)
-    layout = layout_gpus(where.endpoints)  # where the workers run (a worker may have moved: placement._fit)
+    layout = layout_gpus(top.endpoints)
     # only nodes that run a worker here publish their address (netaddr); others keep their name
     worker_hosts = sorted({where.hosts[n] for ep in placed for n in ep.nodes})
     lives, job_of = [], {}
