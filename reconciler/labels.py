@@ -90,7 +90,7 @@ def job_name(owner: str, recipe: str, index: int) -> str:
 
 
 def job_comment(owner: str, recipe: str, index: int, start: int, count: int, gpus: int | None = None) -> str:
-    # the GPUs it holds per node: a worker added later (the autoscaler) is packed into it only when they suffice
+    # the GPUs it holds per node, read back as Alloc.gpus (a surge life gets mirror GPUs only where they are held)
     tail = f" gpus={gpus}" if gpus is not None else ""
     return f"{COMMENT_MARKER} owner={owner} recipe={recipe} alloc={index} start={start} nodes={count}{tail}"
 
