@@ -62,6 +62,29 @@ def test_unit_reason_words_and_the_first_fatal_line(tmp_path):
     assert reasons.recipe_reason(rows) == ("CrashLoopBackOff", "decode_1: exited 1")
 
 
+def test_a_relaunch_not_yet_in_squeue_does_not_hide_the_failed_lifes_log(tmp_path):
+    """The moment after a relaunch: the failed life's log is rotated to .1 and the new life's log is
+    fresh (squeue does not list its step yet). The reason still quotes the failed life."""
+    import os
+    import time
+
+    logs = tmp_path / "r" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "decode_0.0.log.1").write_text("error: unrecognized arguments: --bogus\n")
+    (logs / "decode_0.0.exit").write_text("2 1767225600\n")
+    exited = time.time() - 5
+    os.utime(logs / "decode_0.0.log.1", (exited - 1, exited - 1))
+    os.utime(logs / "decode_0.0.exit", (exited, exited))
+    (logs / "decode_0.0.log").write_text("")  # the new life's, created by the relaunch
+    row = _row("Pending", 2)
+    got = reasons.unit_reason(row, {"lastLaunch": exited + 1}, tmp_path, "r", ())
+    assert "log: error: unrecognized arguments: --bogus" in got[1], got
+    # no launch since the exit: the newest log is the failed life's own
+    (logs / "decode_0.0.log").write_text("error: the newest life's own words\n")
+    got = reasons.unit_reason(row, {"lastLaunch": exited - 3}, tmp_path, "r", ())
+    assert "log: error: the newest life's own words" in got[1], got
+
+
 def test_logs_pick(tmp_path):
     logs = tmp_path / "r" / "logs"
     logs.mkdir(parents=True)

@@ -444,3 +444,21 @@ def test_a_gateway_that_runs_but_does_not_answer_is_down_until_it_answers_again(
         os.kill(worker, signal.SIGCONT)
     said = probe_gateways(gw.state, ["r1"], t + PROBE_EVERY)
     assert [c.kind for c in said] == ["GatewayAnswering"] and facts(gw.state.root, "r1")["up"], said
+
+
+@needs_nginx
+def test_a_restart_quits_the_orphan_workers_its_record_missed(gw):
+    """A master killed with SIGKILL leaves its workers holding the port. The restart tells them to
+    quit — those its record lists, and any orphaned nginx worker found listening on the port (a
+    record written before its workers were up lists none)."""
+    ports = _ports()
+    gw.sync("r1", [], ports, 1.0)
+    path = record_path(gw.state.root, "r1")
+    rec = json.loads(path.read_text())
+    (worker,) = rec["workers"]
+    path.write_text(json.dumps({**rec, "workers": []}))  # the record missed them
+    os.kill(rec["pid"], signal.SIGKILL)
+    wait_until(lambda: master_pid(prefix_of(gw.state.root, "r1")) is None, what="master gone")
+    said = gw.sync("r1", [], ports, 2.0)
+    assert [c.kind for c in said] == ["GatewayRestarted"], said
+    wait_until(lambda: not Path(f"/proc/{worker}").exists(), what=f"orphan worker {worker} gone")

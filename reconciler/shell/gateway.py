@@ -36,7 +36,7 @@ from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.drivers.exits import ExitWatch
 from reconciler.drivers.state import StateDir
 from reconciler.shell import holder
-from reconciler.shell.gateway_sweep import quit_under  # noqa: F401 - where callers find it
+from reconciler.shell.gateway_sweep import held_by, orphan_nginx_workers, quit_under  # noqa: F401 - quit_under: where callers find it
 
 log = structlog.get_logger("reconciler")
 OWNER_NAME = "gateway"  # the port registry's owner is <recipe>/gateway
@@ -96,13 +96,13 @@ def stop_orphans(pids: list[int], port: int) -> None:
     """Workers outlive a master killed with SIGKILL and keep the listening socket (and serving
     with the old upstreams). SIGQUIT makes each close its listener at once and finish its
     requests; the new master can bind once they have let go (bounded wait)."""
-    for pid in pids:
+    for pid in {*pids, *([] if _bind_free(port) else orphan_nginx_workers(port))}:
         try:
             if b"nginx: worker process" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 os.kill(pid, signal.SIGQUIT)
         except OSError:
             continue
-    deadline = time.monotonic() + 2.0
+    deadline = time.monotonic() + 5.0
     while not _bind_free(port) and time.monotonic() < deadline:
         time.sleep(0.01)
 
@@ -246,7 +246,7 @@ class Gateways:
         # held by something not ours: said at once, without nginx's own bind retries (5 x 0.5 s,
         # a stalled tick each time); the endpoint is promised stable, so the port is not changed
         err = None if _bind_free(port) else (
-            f"port {port} is held by another process; the endpoint keeps its address, so the gateway waits "
+            f"port {port} is held by another process ({held_by(port)}); the endpoint keeps its address, so the gateway waits "
             f"for the port (free it, or remove {record_path(self.state.root, recipe)} to take a new one)")
         self._conf.pop(recipe, None)
         if err is None:

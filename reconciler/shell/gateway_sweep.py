@@ -33,3 +33,53 @@ def quit_under(root: Path) -> list[int]:
         except (OSError, ValueError):
             continue
     return told + holder.quit_holders_under(Path(root))
+
+
+def listeners(port: int) -> dict[int, str]:
+    """pid -> command line of every process holding a TCP socket that listens on ``port`` (any
+    address), read from /proc: who keeps a gateway's port when it cannot bind."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{f[9]}]")
+    found: dict[int, str] = {}
+    if not inodes:
+        return found
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def orphan_nginx_workers(port: int) -> list[int]:
+    """nginx workers whose master is gone (parent: init) that still listen on ``port``: what a
+    gateway master killed with SIGKILL leaves holding the port, found even when its record did
+    not list them."""
+    out = []
+    for pid, cmd in listeners(port).items():
+        try:
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if cmd.startswith("nginx: worker process") and ppid == 1:
+            out.append(pid)
+    return out
+
+
+def held_by(port: int) -> str:
+    """Who listens on ``port``, in words for an error message."""
+    found = listeners(port)
+    if not found:
+        return "no listener found in /proc: another user's process, or another network namespace"
+    return "; ".join(f"pid {pid}: {cmd[:80]}" for pid, cmd in sorted(found.items())[:3])

@@ -69,12 +69,16 @@ def _mtime(p: Path) -> float:
         return -1.0
 
 
-def failed_life_log(state: Path, recipe: str, unit: str, running: bool) -> Path | None:
-    """The log of the unit's last ended life: the newest one when nothing runs, else the one before."""
-    slots = [step_log_paths(state, recipe, life_name(unit, s), 0).log for s in (0, 1)]
-    cands = [p for s in slots for p in (s, s.with_name(s.name + ".1")) if p.exists()]
+def failed_life_log(state: Path, recipe: str, unit: str, running: bool,
+                    launched_at: float | None = None) -> Path | None:
+    """The log of the unit's last ended life: the newest one when nothing runs, else the one before.
+    A life launched after the last exit record (``launched_at``, the launch record's time) runs
+    too, though squeue may not list its step yet: its fresh log is not the failed one's."""
+    paths = [step_log_paths(state, recipe, life_name(unit, s), 0) for s in (0, 1)]
+    cands = [p for s in paths for p in (s.log, s.log.with_name(s.log.name + ".1")) if p.exists()]
     cands.sort(key=_mtime, reverse=True)
-    if running:
+    ended = max(_mtime(s.status) for s in paths)
+    if running or (launched_at is not None and ended >= 0 and launched_at > ended):
         cands = cands[1:]
     return cands[0] if cands else None
 
@@ -107,7 +111,7 @@ def unit_reason(row: dict, launch: dict, state: Path, recipe: str, patterns: tup
         parts.append("ended without an exit status (cancelled outside the reconciler, or its node went away)")
     if row["phase"] == "Failed":
         parts.append("not restarted (restart policy)")
-    log = failed_life_log(state, recipe, row["name"], bool(row.get("steps")))
+    log = failed_life_log(state, recipe, row["name"], bool(row.get("steps")), launch.get("lastLaunch"))
     line = first_fatal_line(log, patterns) if log else None
     if line:
         parts.append(f"log: {line}")
