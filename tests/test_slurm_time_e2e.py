@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness import Harness, sh
+from private_slurm import running
 from helpers import free_port, get, wait_until
 from test_operations import _metric
 from test_surge_e2e import Client
@@ -101,8 +102,8 @@ roles: {{agg: {{workers: 1, gpus: 8}}}}
 
 
 class Hog(threading.Thread):
-    """Foreign jobs holding every GPU that is free, taking the ones other users' jobs free as they go
-    (the test cluster is shared), 2-minute limits: an 8-GPU allocation of ours waits behind them."""
+    """Foreign jobs holding every GPU that is free, taking the ones other jobs free as they go,
+    2-minute limits: an 8-GPU allocation of ours waits behind them."""
 
     def __init__(self, tmp: Path):
         super().__init__(daemon=True)
@@ -137,7 +138,14 @@ def start_row(job: str) -> tuple[str, str] | None:
     return None
 
 
-def test_a_pending_allocation_is_explained_as_squeue_start_explains_it(tmp_path):
+def test_a_pending_allocation_is_explained_as_squeue_start_explains_it(tmp_path, monkeypatch):
+    # on a Slurm of the test's own (tests/private_slurm.py): the hog holds every GPU for minutes,
+    # which on the shared dev Slurm starved every other test's allocation meanwhile (soak run 2)
+    with running(tmp_path / "slurm", monkeypatch, gpus=8):
+        _explained(tmp_path)
+
+
+def _explained(tmp_path: Path) -> None:
     h = Harness(tmp_path, "slurm")
     hog = Hog(tmp_path)
     hog.start()
