@@ -79,6 +79,12 @@ def test_etcd_killed_its_dependents_come_back_with_it_and_not_ready_says_why(sta
              if e["recipe"] == name and e["kind"] == "Condition" and e["message"].startswith("Ready=")]
     first_ready = next(i for i, e in enumerate(ready) if e["message"].startswith("Ready=True"))
     went = [e for e in ready[first_ready:] if e["message"].startswith("Ready=False")]
+    if not went:  # the whole record, untruncated (captured stdout): status samples and every event
+        print("status samples (s after the kill, phase, reason, message):",
+              *[(round(t - killed, 2), *rest) for t, *rest in watch.seen], sep="\n  ")
+        print("events:", *[(e["time"], e["kind"], e.get("reason"), e["message"][:120]) for e in
+                           map(json.loads, (h.state / "events.jsonl").read_text().splitlines())
+                           if e["recipe"] == name], sep="\n  ")
     # (whichever part was still down when the status was first written: the frontend, or the
     # gateway's route to its new life; never the gateway itself, which was not touched)
     assert went and went[0].get("reason") in {"NotReady", "FrontendNotAnswering", "GatewayNotRouting"}, \
