@@ -40,6 +40,11 @@ class Watch(threading.Thread):
             self.seen.append((time.monotonic(), st.get("phase"), ready.get("reason"), ready.get("message")))
 
 
+def _ready_written(h, name: str) -> bool:
+    st = json.loads((h.state / name / "status.json").read_text())
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in st.get("conditions", []))
+
+
 def test_etcd_killed_its_dependents_come_back_with_it_and_not_ready_says_why(stack, corpus):
     h = stack
     name, _ = copy_recipe(h, corpus, "srt-slurm-v2/mocker/dynamo-agg.yaml")
@@ -51,6 +56,11 @@ def test_etcd_killed_its_dependents_come_back_with_it_and_not_ready_says_why(sta
     watch = Watch(h, name)
     try:
         assert traffic.wait_ok(time.monotonic(), 30)
+        # `get` computes its answer itself and may say Ready a pass before the running reconciler
+        # has written it: the kill must come after status.json (what the events follow) says so,
+        # or its Ready=False is no transition (soak run 2: Ready=True was first written after the
+        # recovery, and no event marked the outage)
+        wait_until(lambda: _ready_written(h, name), timeout=30, what="status.json Ready=True")
         watch.start()
         killed = time.monotonic()
         scancel(steps["svc-etcd_0"][0])
