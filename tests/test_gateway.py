@@ -415,6 +415,30 @@ def test_quit_under_finds_a_gateway_whose_state_was_wiped(gw, tmp_path):
                what="the wiped gateway's master gone")
 
 
+def test_quit_under_tells_a_master_not_the_fork_that_still_bears_its_name(tmp_path):
+    """A worker just forked by the master has the master's command line until it renames itself
+    (soak run 3 found two 'masters'): only the process whose parent is not one of them is told."""
+    import subprocess
+    import sys
+
+    from reconciler.shell.gateway import quit_under
+
+    title = f"nginx: master process /usr/sbin/nginx -p {tmp_path}/r1/gateway/"
+    code = "import os, signal, sys, time; signal.signal(signal.SIGQUIT, lambda *a: sys.exit(0))\n" \
+           "if os.fork() == 0:\n    time.sleep(60)\nelse:\n    time.sleep(60)"
+    parent = subprocess.Popen(["bash", "-c", f'exec -a "{title}" {sys.executable} -c "$0"', code])
+    try:
+        child = wait_until(lambda: [int(c) for c in Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
+                                    .read_text().split()], what="the fork")[0]
+        assert quit_under(tmp_path) == [parent.pid]
+        assert parent.wait(10) == 0  # told (SIGQUIT), it left
+        assert Path(f"/proc/{child}").exists(), "the fork was not told"
+        os.kill(child, signal.SIGKILL)
+    finally:
+        parent.kill()
+        parent.wait()
+
+
 @needs_nginx
 def test_a_gateway_that_runs_but_does_not_answer_is_down_until_it_answers_again(gw):
     """End to end: a stopped nginx worker keeps the port and the master lives, yet answers

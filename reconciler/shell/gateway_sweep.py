@@ -18,7 +18,7 @@ def quit_under(root: Path) -> list[int]:
     own pid; the pids told. A gateway is a daemon on this host that outlives the reconciler by design
     (workloads keep running when it stops): whoever removes a state directory for good (a benchmark's
     teardown, a test session) stops its gateways first, or they hold their ports with no record left."""
-    told = []
+    found: dict[int, int] = {}  # pid -> parent pid
     # by the processes themselves, not only the pid files: a state directory wiped under a running
     # reconciler leaves its gateway's master running with no pid file to find it by
     where = f"-p {Path(root)}"
@@ -28,11 +28,22 @@ def quit_under(root: Path) -> list[int]:
         try:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             if cmd.startswith("nginx: master process") and where in cmd:
-                os.kill(int(proc.name), signal.SIGQUIT)
-                told.append(int(proc.name))
-        except (OSError, ValueError):
+                found[int(proc.name)] = _ppid(int(proc.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    # a worker the master has just forked bears the master's command line until it renames itself:
+    # a fork of a found master is not a master (it goes with its master)
+    told = [pid for pid, parent in sorted(found.items()) if parent not in found]
+    for pid in told:
+        try:
+            os.kill(pid, signal.SIGQUIT)
+        except OSError:
             continue
     return told + holder.quit_holders_under(Path(root))
+
+
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def listeners(port: int) -> dict[int, str]:
@@ -69,7 +80,7 @@ def orphan_nginx_workers(port: int) -> list[int]:
     out = []
     for pid, cmd in listeners(port).items():
         try:
-            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            ppid = _ppid(pid)
         except (OSError, ValueError, IndexError):
             continue
         if cmd.startswith("nginx: worker process") and ppid == 1:
