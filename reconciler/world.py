@@ -346,7 +346,7 @@ class DesiredRecipe:
     extra_frontends: tuple[Unit, ...] = ()
     suspended: bool = False
     max_unavailable: int = 1
-    unplaceable: tuple[str, ...] = ()  # unit names that no allocation can hold (topology changed)
+    unplaceable: Mapping[str, str] = field(default_factory=dict)  # unit name -> why no allocation can hold it
     job_of: Mapping[tuple[str, int], str] = field(default_factory=dict)  # (role, index) -> job id holding it
     pending_reason: str = ""  # why an allocation is still pending (Slurm's reason)
     restart: Mapping[str, RestartPolicy] = field(default_factory=dict)  # role -> policy (frontend: default)
@@ -368,6 +368,9 @@ class DesiredRecipe:
     # allocation indices whose workers wait for a surge allocation (no_room, max_unavailable 0): a
     # successor is submitted for them and the workers move onto it with surge, like a hand-over
     surge_allocs: Mapping[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)  # index -> its workers
+    # allocation indices whose job holds fewer GPUs per node than a worker on it uses (the file packs
+    # more workers on its nodes now): a successor sized for them is submitted, like a hand-over
+    resize_allocs: Mapping[int, str] = field(default_factory=dict)  # index -> why
     handover_seconds: float | None = None  # reconcile.handover_seconds (None: from launch-to-Ready)
     time_limit_seconds: float | None = None  # the allocations' Slurm time limit, when there is one
     # autoscaler scale-down victims: out of the routers, still running until drained (desired/scale.py)

@@ -76,6 +76,9 @@ class FakeCluster:
                 self.allocs[job] = Alloc(job, s.recipe, s.index, s.start, s.count, state,
                                          "Resources" if self.pending else "None", nodes, gpus=s.gpus_per_node)
             elif isinstance(a, LaunchStep):
+                held = self.allocs[a.job_id].gpus
+                assert held is None or max(a.launch.gpus, default=-1) < held, \
+                    f"{a.describe()}: GPUs {a.launch.gpus} in a job that holds {held} per node"
                 n = self._steps.get(a.job_id, 0)
                 self._steps[a.job_id] = n + 1
                 u = a.unit

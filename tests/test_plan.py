@@ -27,6 +27,10 @@ def agg(workers=2, gpus=1, frontend="none", extra="", name="r"):
     return {name: recipe(text.replace("name: r", f"name: {name}"), name)}
 
 
+def launched_on(c):
+    return sorted((s.role, s.index) for s in c.steps.values())
+
+
 def kinds(p):
     return [type(a).__name__ for a in p.actions]
 
@@ -50,13 +54,31 @@ def test_fresh_deploy_submits_one_allocation_then_launches_every_worker():
 
 def test_scale_up_launches_exactly_the_lowest_free_indices():
     c = FakeCluster()
-    c.converge(agg(2))
+    c.converge(agg(4))
+    c.converge(agg(2))  # the job still holds the 4 GPUs it was submitted for
     before = dict(c.steps)
     p = c.plan(agg(4))
     assert kinds(p) == ["LaunchStep", "LaunchStep"]
     assert launched(p) == [("agg", 2), ("agg", 3)]
     c.apply(p)
     assert all(sid in c.steps for sid in before)  # nothing else moved
+
+
+def test_more_workers_packed_than_the_job_holds_get_a_successor_sized_for_them():
+    """The file packs 4 one-GPU workers on a node whose job holds 2: the new ones are never
+    launched there (the GPUs are not the job's); a successor for 4 is submitted, every worker moves
+    onto it (with surge: a hand-over), and the old job is released once its steps are gone."""
+    c = FakeCluster()
+    c.converge(agg(2))
+    (old,) = c.allocs
+    p = c.plan(agg(4))
+    assert kinds(p) == ["SubmitAlloc"]
+    assert p.actions[0].spec.gpus_per_node == 4
+    assert "sized for its workers: agg_2 uses GPU 2, job 100 holds 2 per node" in p.actions[0].describe()
+    assert p.recipes["r"].waiting["agg_2"].reason == WaitReason.UNPLACEABLE
+    c.converge(agg(4))  # refuses any launch on GPUs a job does not hold
+    assert old not in c.allocs and [a.gpus for a in c.allocs.values()] == [4]
+    assert launched_on(c) == [("agg", i) for i in range(4)]
 
 
 def test_scale_down_cancels_highest_indices_and_releases_empty_allocation():

@@ -8,8 +8,11 @@ is placed only when the allocation that covers all its ordinals runs; until then
 is kept beside it and an older job until its last step is gone (``core.succession``).
 ``render_placement`` puts every ordinal on a named node instead: what ``render`` shows.
 
-Each allocation's label says how many GPUs per node it holds (``Alloc.gpus``): a worker's surge
-life is put on mirror GPUs only where its job holds them (``held_gpus``).
+Each allocation's label says how many GPUs per node it holds (``Alloc.gpus``): a worker is never
+placed on GPUs its job does not hold (it is unplaceable, with the reason), and a worker's surge
+life is put on mirror GPUs only where its job holds them (``held_gpus``). An allocation is sized
+by ``NodeLayout.gpus_on`` (the file's packing on the file's ordinals, whatever the autoscaler's
+count); each of the autoscaler's extra workers is an allocation of its own (``desired/elastic.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 
 from reconciler.backends.failover import RENDER_JOB
 from reconciler.core.succession import generations
+from reconciler.desired.services.layout import NodeLayout
 from reconciler.desired.topology import Topology
 from reconciler.recipe.model import Recipe
 from reconciler.recipe.topology import Endpoint
@@ -32,7 +36,7 @@ class Placement:
     allocs: tuple[AllocSpec, ...]  # every allocation the recipe needs
     keep: tuple[str, ...]  # job ids of observed allocations that serve it
     at: Mapping[Key, Alloc]  # worker (and the dedicated node) -> the allocation that holds it (or will)
-    unplaceable: tuple[str, ...]  # workers no allocation can hold (the topology changed under them)
+    unplaceable: Mapping[str, str]  # worker -> why no allocation can hold it (the topology changed under it)
     placed: tuple[Endpoint, ...]  # workers on running allocations
     waiting: tuple[Key, ...]  # workers whose allocation is not running yet
     hosts: Mapping[int, str] = field(default_factory=dict)  # ordinal -> hostname, on running allocations
@@ -40,6 +44,7 @@ class Placement:
     head_job: str | None = None  # the job that holds ordinal 0 (the frontend's and the services')
     held_gpus: Mapping[Key, int] = field(default_factory=dict)  # worker -> GPUs per node its allocation holds
     pending_reason: str = ""  # why an allocation is still pending (Slurm's reason)
+    resize: Mapping[int, str] = field(default_factory=dict)  # index -> why its job is too small for its workers
 
     @property
     def head(self) -> str | None:
@@ -53,7 +58,7 @@ class Placement:
 def placement(top: Topology, allocs: list[Alloc], steps: list[Step]) -> Placement:
     recipe = top.recipe
     live, successors, retiring = generations([a for a in allocs if a.live], steps)
-    specs, keep, at, unplaceable = place(recipe, [*top.endpoints, *top.reserved], live)
+    specs, keep, at, unplaceable, resize = place(recipe, top.layout, [*top.endpoints, *top.reserved], live)
     kept = {a.index for a in live if a.job_id in keep}
     # a successor (hand-over) is kept beside the job it follows; an older job until its last step is gone
     keep += [j for i in sorted(kept) for j in successors.get(i, ())] + retiring
@@ -70,10 +75,11 @@ def placement(top: Topology, allocs: list[Alloc], steps: list[Step]) -> Placemen
     pending = "; ".join(f"allocation {a.index} (job {a.job_id}) {a.state.lower()}: {a.reason}"
                         for a in live if not a.running and a.reason and a.reason != "None")
     return Placement(
-        allocs=tuple(specs), keep=tuple(keep), at=at, unplaceable=tuple(unplaceable), placed=tuple(placed),
+        allocs=tuple(specs), keep=tuple(keep), at=at, unplaceable=unplaceable, placed=tuple(placed),
         waiting=tuple(waiting), hosts={o: a.nodes[o - a.start] for o, a in on.items()},
         jobs={o: a.job_id for o, a in on.items()}, head_job=head_alloc.job_id if head_alloc is not None else None,
         held_gpus={k: _held(spec_gpus.get(a.index, 0), a) for k, a in at.items()}, pending_reason=pending,
+        resize=resize,
     )
 
 
@@ -85,39 +91,42 @@ def render_placement(top: Topology, hostnames: list[str]) -> Placement:
     """Every ordinal on ``hostnames`` (one per node the recipe needs), as ``render`` shows it: no
     allocation, and the job id a failover directory names is the placeholder ``<job>``."""
     hosts = dict(enumerate(hostnames))
-    return Placement(allocs=(), keep=(), at={}, unplaceable=(), placed=top.endpoints, waiting=(), hosts=hosts,
+    return Placement(allocs=(), keep=(), at={}, unplaceable={}, placed=top.endpoints, waiting=(), hosts=hosts,
                      jobs={o: RENDER_JOB for o in hosts}, head_job=RENDER_JOB)
 
 
 def place(
-    recipe: Recipe, endpoints: list[Endpoint], live: list[Alloc]
-) -> tuple[list[AllocSpec], list[str], dict[tuple[str, int], Alloc], list[str]]:
-    """Which allocation holds which worker; which allocations to keep and to submit."""
+    recipe: Recipe, lay: NodeLayout, endpoints: list[Endpoint], live: list[Alloc]
+) -> tuple[list[AllocSpec], list[str], dict[tuple[str, int], Alloc], dict[str, str], dict[int, str]]:
+    """Which allocation holds which worker; which allocations to keep and to submit; which are too
+    small for a worker on them (index -> why: a successor sized for it is submitted)."""
     gpn = recipe.resources.gpus_per_node
     placement: dict[tuple[str, int], Alloc] = {}
     used_by: dict[str, bool] = {a.job_id: False for a in live}
     covered = {o for a in live for o in range(a.start, a.start + a.count)}
     uncovered: list[Endpoint] = []
-    unplaceable: list[str] = []
+    unplaceable: dict[str, str] = {}
+    resize: dict[int, str] = {}
     for ep in endpoints:
         holder = next((a for a in live if a.covers(ep.nodes)), None)
-        if holder is not None:
+        if holder is not None and (why := _short(holder, ep)):
+            unplaceable[ep.name] = f"{why}: it waits for a successor sized for it (a hand-over)"
+            resize.setdefault(holder.index, f"{ep.name} {why}")
+            used_by[holder.job_id] = True
+        elif holder is not None:
             placement[(ep.mode, ep.index)] = holder
             used_by[holder.job_id] = True
         elif any(o in covered for o in ep.nodes):
-            unplaceable.append(ep.name)  # straddles an existing allocation: the topology changed under it
+            unplaceable[ep.name] = STRADDLES
         else:
             uncovered.append(ep)
-    # new allocations for uncovered ordinals, cut at worker boundaries
-    gpus_on: dict[int, int] = {}
-    for ep in endpoints:
-        for o in ep.nodes:
-            gpus_on[o] = max(gpus_on.get(o, 0), max(ep.gpus) + 1 if ep.gpus else 0)
+    # new allocations for uncovered ordinals, cut at worker boundaries (and around each extra worker)
+    gpus_on = lay.gpus_on
     chunk = recipe.reconcile.nodes_per_allocation
     surge = 2 if recipe.reconcile.rollout.surge_gpus else 1  # room for each worker's surge life (mirror GPUs)
     groups: list[list[Endpoint]] = []
     for ep in sorted(uncovered, key=lambda e: (e.nodes[0], e.mode, e.index)):
-        if groups:
+        if groups and not lay.elastic(ep.nodes[0]):
             g = groups[-1]
             g_start, g_end = min(e.nodes[0] for e in g), max(e.nodes[-1] for e in g)
             contiguous = ep.nodes[0] <= g_end + 1
@@ -146,7 +155,19 @@ def place(
               min(gpn, surge * max((gpus_on.get(o, 0) for o in range(a.start, a.start + a.count)), default=0)))
         for a in live if used_by[a.job_id]
     ]
-    return kept_specs + new_specs, keep, placement, unplaceable
+    return kept_specs + new_specs, keep, placement, unplaceable, resize
+
+
+STRADDLES = "it straddles an allocation submitted for another layout: delete and re-create the recipe to re-pack it"
+
+
+def _short(a: Alloc, ep: Endpoint) -> str:
+    """Why ``a`` cannot hold ``ep``: its label says it holds fewer GPUs per node than the worker uses."""
+    need = max(ep.gpus) + 1 if ep.gpus else 0
+    if a.gpus is None or a.gpus >= need:
+        return ""
+    used = f"GPU {ep.gpus[0]}" if len(ep.gpus) == 1 else f"GPUs {ep.gpus[0]}-{ep.gpus[-1]}"
+    return f"uses {used}, job {a.job_id} holds {a.gpus} per node"
 
 
 def _spec(recipe: Recipe, index: int, start: int, count: int, gpus: int) -> AllocSpec:

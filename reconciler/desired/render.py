@@ -18,7 +18,7 @@ from reconciler.world import Unit
 
 def render_units(recipe: Recipe, nodes: list[str] | None, state_dir: Path, python: str | None = None) -> list[Unit]:
     top = topology(recipe)
-    need = total_nodes(recipe, list(top.services))  # the workers' nodes and a dedicated services node
+    need = total_nodes(top.layout)  # the workers' nodes and a dedicated services node
     if need == 0:
         return []  # scaled to zero: nothing runs (the loop holds no allocation for it either)
     hostnames = nodes or [f"node{i + 1}" for i in range(need)]

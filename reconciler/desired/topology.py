@@ -1,8 +1,9 @@
 """Stage 1 of the desired state: recipe -> topology. Pure, and the same every tick for a spec.
 
 What a recipe asks for before anything is observed: its workers over node ordinals (each
-engine's layout rules), the services it runs, srtctl's dedicated node when one is reserved,
-and the engines per worker (shadow-engine recovery). The next stage places it on allocations.
+engine's layout rules; the autoscaler's extra workers on nodes of their own: desired/elastic.py),
+the services it runs, srtctl's dedicated node when one is reserved, and the engines per worker
+(shadow-engine recovery). The next stage places it on allocations.
 """
 
 from __future__ import annotations
@@ -13,22 +14,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from reconciler.backends.failover import engines_per_worker
-from reconciler.backends.registry import endpoints_of
-from reconciler.desired.services.spec import ServiceSpec, resolve
-from reconciler.desired.services.layout import dedicated_ordinal
+from reconciler.desired.elastic import layout_at
 from reconciler.desired.scale import scaled
+from reconciler.desired.services.layout import NodeLayout, file_layout
+from reconciler.desired.services.spec import ServiceSpec, resolve
 from reconciler.recipe.model import Recipe
 from reconciler.recipe.topology import Endpoint
 
 
 @dataclass(frozen=True)
 class Topology:
-    recipe: Recipe
+    recipe: Recipe  # at the autoscaler's counts
     generation: str  # hash of the spec: status observedGeneration
-    endpoints: tuple[Endpoint, ...]  # the workers, over node ordinals
+    layout: NodeLayout  # the workers over node ordinals, the dedicated node (desired/elastic.py)
     services: tuple[ServiceSpec, ...]  # implied, then declared (external ones included)
-    dedicated: int | None  # the ordinal of srtctl's dedicated services node, when one is reserved
     engines: int  # engines per worker: 1, or 1 + shadow engines
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        return self.layout.endpoints
+
+    @property
+    def dedicated(self) -> int | None:
+        """The ordinal of srtctl's dedicated services node, when one is reserved."""
+        return self.layout.dedicated
 
     @property
     def reserved(self) -> tuple[Endpoint, ...]:
@@ -44,9 +53,9 @@ def generation(recipe: Recipe) -> str:
 
 
 def topology(recipe: Recipe, gen: str | None = None, counts: Mapping[str, int] | None = None) -> Topology:
-    """``counts``: the autoscaler's workers per role (desired/scale.py); the generation stays the file's."""
+    """``counts``: the autoscaler's workers per role (desired/scale.py); the generation stays the file's,
+    and so do the file's workers' places (desired/elastic.py)."""
     gen = gen or generation(recipe)
-    recipe = scaled(recipe, counts) if counts else recipe
     specs = resolve(recipe)
-    return Topology(recipe, gen, tuple(endpoints_of(recipe)), tuple(specs),
-                    dedicated_ordinal(recipe, specs), engines_per_worker(recipe))
+    lay = layout_at(recipe, file_layout(recipe, specs), counts)
+    return Topology(scaled(recipe, counts) if counts else recipe, gen, lay, tuple(specs), engines_per_worker(recipe))

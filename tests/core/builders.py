@@ -42,7 +42,7 @@ def desired_recipe(*units: Unit, waiting=(), fe: Unit | None = None, max_unavail
     return DesiredRecipe(
         name=name, generation="g", allocs=tuple(AllocSpec(name, i, i, 1, 8) for i in allocs), keep_allocs=tuple(keep),
         units=tuple(units), waiting=tuple(waiting), frontend=fe, max_unavailable=max_unavailable,
-        unplaceable=tuple(unplaceable), job_of=job_of, pending_reason=pending_reason,
+        unplaceable={n: "delete and re-create the recipe to re-pack it" for n in unplaceable}, job_of=job_of, pending_reason=pending_reason,
         restart=restart or {}, startup_grace=startup_grace, liveness_failures=liveness_failures,
         services=tuple(services), gates=gates,
     )

@@ -97,5 +97,4 @@ def compute_placements(d: DesiredRecipe, c: Classified, held_back: frozenset[str
 
 
 def unplaceable(d: DesiredRecipe) -> dict[str, Wait]:
-    return {name: Wait(WaitReason.UNPLACEABLE, "delete and re-create the recipe to re-pack it")
-            for name in d.unplaceable}
+    return {name: Wait(WaitReason.UNPLACEABLE, why) for name, why in d.unplaceable.items()}

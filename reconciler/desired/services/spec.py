@@ -264,13 +264,14 @@ def _probe_port(port: int | str) -> dict:
 
 def _same_port_same_node(recipe: Recipe, specs: list[ServiceSpec], declared: dict[str, int]) -> None:
     """srtctl: two services probing the same fixed port on one node are refused before anything runs."""
-    from reconciler.desired.services.layout import instance_ordinals
+    from reconciler.desired.services.layout import file_layout, instance_ordinals
 
+    lay = file_layout(recipe, specs)
     seen: dict[tuple[int, int], str] = {}
     for s in specs:
         if s.external or s.readiness.port is None:
             continue
-        for o in instance_ordinals(recipe, s, specs):
+        for _, o in instance_ordinals(lay, s):
             other = seen.setdefault((s.readiness.port, o), s.name)
             if other != s.name:
                 raise ServiceError(f"services.{declared.get(s.name, '?')}.readiness",

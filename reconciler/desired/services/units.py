@@ -19,7 +19,7 @@ from reconciler.recipe.model import Recipe
 from reconciler.desired.services import mooncake
 from reconciler.desired.services.kinds import KINDS, PROGRAMS
 from reconciler.desired.services.mooncake import Wiring
-from reconciler.desired.services.layout import dedicated_ordinal, instance_ordinals
+from reconciler.desired.services.layout import NodeLayout, instance_ordinals
 from reconciler.desired.services.types import Discovery, ServiceSpec
 from reconciler.world import Launch, Unit, life_name
 
@@ -89,21 +89,20 @@ def discovery_env(recipe: Recipe, specs: list[ServiceSpec], disc: Discovery, hea
     return env
 
 
-def instances(recipe: Recipe, specs: list[ServiceSpec], head: str,
+def instances(lay: NodeLayout, specs: list[ServiceSpec], head: str,
               nodes: Mapping[int, str] | None = None) -> list[tuple[ServiceSpec, int, int, str, str]]:
     """(spec, index, ordinal, node, infra node) of every shared instance whose node is known
     (``nodes``: ordinal -> hostname of running allocations), in spec then instance order."""
     out = []
     known = {0: head, **(nodes or {})}
-    ded = dedicated_ordinal(recipe, specs)
+    ded = lay.dedicated
     infra = known.get(ded) if ded is not None else head  # srtctl's infra node: the dedicated one when reserved
     for s in specs:
         if s.external or s.per_worker:  # per-worker instances: services/per_worker.py
             continue
         if infra is None and any(re.search(r"\{infra_(node|ip)\}", t) for t in _texts(s)):
             continue  # it names the dedicated node, not running yet: it waits (its spec is unknown)
-        out += [(s, i, o, known[o], infra or head) for i, o in enumerate(instance_ordinals(recipe, s, specs))
-                if o in known]
+        out += [(s, i, o, known[o], infra or head) for i, o in instance_ordinals(lay, s) if o in known]
     return out
 
 

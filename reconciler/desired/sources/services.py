@@ -19,7 +19,7 @@ def offer(ctx: Context, earlier: tuple[Unit, ...]) -> Offer:
     recipe, where = ctx.recipe, ctx.where
     specs = list(ctx.top.services)
     every = [(s.role, i) for s in specs if not s.external and not s.per_worker
-             for i in range(len(instance_ordinals(recipe, s, specs)))]
+             for i, _ in instance_ordinals(ctx.top.layout, s)]
     gates: dict[str, tuple[str, ...]] = {}
     for s in specs:
         if not s.external and not s.per_worker:  # a per-worker instance gates its own worker (Unit.needs)
@@ -29,7 +29,7 @@ def offer(ctx: Context, earlier: tuple[Unit, ...]) -> Offer:
     if head is None:
         return Offer(waiting=tuple(every), restart=restart, gates=gates)
     lives, job_of = [], {}
-    for s, i, o, node, infra in instances(recipe, specs, head, where.hosts):
+    for s, i, o, node, infra in instances(ctx.top.layout, specs, head, where.hosts):
         def build(slot: int, s=s, i=i, o=o, node=node, infra=infra) -> Unit:
             return service_unit(recipe, s, head, ctx.ports, ctx.state_dir, ctx.discovery_env, ctx.container, i, o,
                                 node, infra, slot)

@@ -1,0 +1,54 @@
+"""Where the autoscaler's workers go: the file's layout kept, the extra workers on nodes of their own.
+
+The file's workers keep their node ordinals and GPUs whatever the count — a count below the
+file's drops the highest indices — so a change of count never moves a worker that runs, nor the
+dedicated node, nor another role's workers. A worker beyond the file's count (index >= the
+file's ``workers``) goes on nodes of its own after every ordinal the file uses: each autoscaled
+role has a block sized for its ``max``, in the order prefill, decode, agg, and its i-th extra
+worker takes the i-th span of the block (its nodes, GPUs 0.. of each). Each is an allocation of
+its own (``placement.place`` cuts there), sized for it alone: Slurm packs partial-node workers
+onto shared nodes itself, and scaling one down releases exactly its GPUs.
+
+An allocation over the file's ordinals is sized by the file's packing, never the current count
+(``NodeLayout.gpus_on``): a worker brought back within the file's count finds its GPUs held, on
+the job that runs and on a hand-over successor submitted while the role was scaled down. The
+price: while a role is below its file count, a node the file packs several of its workers on
+holds their GPUs (a node with none of them left is released).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from reconciler.desired.services.layout import NodeLayout, packing
+from reconciler.recipe.model import Recipe
+from reconciler.recipe.topology import Endpoint
+
+
+def layout_at(recipe: Recipe, file: NodeLayout, counts: Mapping[str, int] | None) -> NodeLayout:
+    """``file`` (the file's layout) at the autoscaler's ``counts`` (role -> workers)."""
+    if not counts:
+        return file
+    cfg = recipe.reconcile.autoscale
+    maxes = dict((role, rs.max) for role, rs in cfg.roles.items()) if cfg is not None else {}
+    gpn = recipe.resources.gpus_per_node
+    first_extra = file.file_nodes + (file.dedicated is not None)
+    base = first_extra
+    out: list[Endpoint] = []
+    extra: list[Endpoint] = []
+    for mode, lay in recipe.role_layouts().items():
+        f = lay.workers
+        room = max(maxes.get(mode, f), f)  # the block is sized for max: one role's count never moves another's
+        count = min(counts.get(mode, f), room)
+        out += [ep for ep in file.endpoints if ep.mode == mode and ep.index < count]
+        span = -(-lay.gpus // gpn) if lay.gpus >= gpn else 1
+        gpus = tuple(range(min(lay.gpus, gpn)))
+        mine = [Endpoint(mode, i, tuple(range(base + (i - f) * span, base + (i - f + 1) * span)), gpus, gpn)
+                for i in range(f, count)]
+        out += mine
+        extra += mine
+        base += (room - f) * span
+    return replace(file, endpoints=tuple(out),
+                   dedicated=file.dedicated if out else None,  # at zero nothing is held, the services' node neither
+                   gpus_on={**file.gpus_on, **packing(extra)}, elastic_from=first_extra)
