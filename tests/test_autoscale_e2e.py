@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from harness import Harness
+from harness import Harness, sh
 from helpers import wait_until
 from test_surge_e2e import Client
 
@@ -48,6 +48,11 @@ def routed(h: Harness, name: str) -> list[str]:
         return []
 
 
+def gres(job: str) -> str:
+    """The GPUs per node Slurm gave the job (squeue's tres-per-node), as ``gpu:N``."""
+    return sh("squeue", "-h", "-j", job, "-o", "%b").strip().removeprefix("gres/").removeprefix("gres:")
+
+
 def test_load_adds_workers_and_its_end_drains_them_without_a_failed_request(tmp_path):
     h = Harness(tmp_path, "slurm")
     clients: list[Client] = []
@@ -70,7 +75,14 @@ def test_load_adds_workers_and_its_end_drains_them_without_a_failed_request(tmp_
         up = [e for e in events(h, name) if e["kind"] == "Scaled"]
         assert up and "scaled up" in up[0]["message"] and "waiting_per_worker" in up[0]["message"], up
         assert up[0]["from"] == 1 and up[0]["to"] >= 2
-        assert "agg_1" in h.steps(name)
+        steps = h.steps(name)
+        assert "agg_1" in steps
+        # an added worker is in a job of its own that holds its GPU (never packed into the first
+        # worker's job, which was submitted for one GPU): Slurm's own view of both jobs
+        jobs = {u: sid.split(".")[0] for u, (sid, _) in steps.items() if u.startswith("agg_")}
+        assert len(set(jobs.values())) == len(jobs), jobs
+        for job in set(jobs.values()):
+            assert gres(job) == "gpu:1", (job, gres(job))
         g = h.get(name)
         assert g["autoscale"]["agg"]["desired"] >= 2 and (g["autoscale"]["agg"]["min"], g["autoscale"]["agg"]["max"]) == (1, 3)
         r = h.cli("describe", name)
@@ -105,6 +117,8 @@ def test_load_adds_workers_and_its_end_drains_them_without_a_failed_request(tmp_
                                       + [f"{x['kind']}: {x['message']}" for x in evs[:i + 1] if x["kind"] != "Condition"])
         assert routed(h, name) == ["agg_0"]
         assert h.get(name)["autoscale"]["agg"]["desired"] == 1
+        # the added workers' jobs are released with them
+        wait_until(lambda: len(h.jobs(name)) == 1, timeout=30, what=lambda: f"one job left: {h.jobs(name)}")
     finally:
         for c in clients:
             c.halt.set()

@@ -197,3 +197,83 @@ def test_up_down_and_up_again_moves_nothing_that_runs_and_releases_exactly_the_e
     assert len(stayed) == len(first) - 1 and stayed <= set(c.steps), "only decode_1 went and came back"
     assert sorted((st.role, st.index) for st in c.steps.values()) == \
         sorted((st.role, st.index) for st in first.values())
+
+
+def settle(c: FakeCluster, r, sc=None) -> dict:
+    """Converge, then the last plan's waiting units (none when everything that is wanted runs)."""
+    converge(c, r, sc)
+    d = build({"r": r}, c.observed(), c.ports, Path("/state"), "py", 1, scale=sc)
+    return dict(plan(d, c.observed(d), 0.0).recipes["r"].waiting)
+
+
+EVERY = """\
+name: r
+model: {path: /m}
+resources: {gpus_per_node: 8}
+engine: mocker
+frontend: {type: builtin}
+roles:
+  agg: {workers: 3, gpus: 8}
+reconcile:
+  autoscale:
+    scale_to_zero_after_seconds: 60
+    roles:
+      agg: {min: 0, max: 4, target: {waiting_per_worker: 2}}
+services:
+  - {name: every, type: generic, command: [every], placement: {node: all}}
+"""
+
+
+def test_a_service_on_every_node_waits_for_no_node_the_count_does_not_hold():
+    """Found in review: at 1 worker after zero, ``node: all`` listed the file's three nodes and two
+    instances waited for allocations that were never asked for (the recipe never Ready again)."""
+    r, c = recipe(EVERY), FakeCluster()
+    assert settle(c, r) == {}
+    for n in (0, 1, 4, 2):
+        assert settle(c, r, {"r": Scale({"agg": n})}) == {}, n
+        every = sorted(s.index for s in c.steps.values() if s.role == "svc-every")
+        assert len(every) == n, (n, every)
+
+
+def test_a_service_instance_keeps_its_index_on_a_node_that_stays():
+    """Found in review: below the file's count the index was the node's position among the nodes
+    still held, so prefill 2 -> 1 renamed every decode node's instance (and the running one stayed
+    on the node it was launched on)."""
+    text = DISAGG + "services:\n  - {name: side, type: generic, command: [side], placement: {node: workers}}\n"
+    file = dict((o, i) for i, o in instance_ordinals(topology(recipe(text)).layout,
+                                                      next(s for s in topology(recipe(text)).services
+                                                           if s.name == "side")))
+    for counts in ({"prefill": 1}, {"decode": 1}, {"prefill": 3, "decode": 5}, {"prefill": 1, "decode": 3}):
+        top = topology(recipe(text), counts=counts)
+        side = next(s for s in top.services if s.name == "side")
+        got = instance_ordinals(top.layout, side)
+        assert all(file[o] == i for i, o in got if o in file), (counts, got)
+        assert {o for _, o in got} == {o for ep in top.endpoints for o in ep.nodes}, counts
+
+
+def test_changing_an_earlier_roles_max_re_places_the_later_roles_extra_workers():
+    """Found in review: after prefill's max 3 -> 4, prefill_3 was put in decode_2's old two-node job
+    (it covered its new ordinal), so decode_2's new span overlapped a kept job and waited for good."""
+    text = DISAGG.replace("name: d", "name: r")
+    r, c = recipe(text), FakeCluster()
+    assert settle(c, r, {"r": Scale({"prefill": 3, "decode": 4})}) == {}
+    r2 = recipe(text.replace("prefill: {min: 1, max: 3", "prefill: {min: 1, max: 4"))
+    assert settle(c, r2, {"r": Scale({"prefill": 4, "decode": 4})}) == {}
+    spans = sorted((a.start, a.count) for a in c.allocs.values())
+    assert spans == [(0, 7), (7, 1), (8, 1), (9, 2), (11, 2)], spans
+
+
+def test_a_queued_successor_sized_from_the_file_is_not_cancelled_when_the_count_dips():
+    """Found in review: the count going 3 -> 2 -> 3 under the worker its job is too small for
+    cancelled the queued successor and submitted it again at every step."""
+    c = FakeCluster()
+    converge(c, recipe(PACKED))
+    r = recipe(PACKED.replace("decode: {workers: 2, gpus: 2}", "decode: {workers: 3, gpus: 2}"))
+    c.pending = True
+    seen = []
+    for n in (3, 2, 3, 2, 3):
+        d = build({"r": r}, c.observed(), c.ports, Path("/state"), "py", 1, scale={"r": Scale({"decode": n})})
+        p = plan(d, c.observed(d), 0.0)
+        seen += [type(a).__name__ for a in p.actions if isinstance(a, SubmitAlloc | CancelAlloc)]
+        c.apply(p)
+    assert seen == ["SubmitAlloc"], seen

@@ -103,12 +103,11 @@ def place(
     gpn = recipe.resources.gpus_per_node
     placement: dict[tuple[str, int], Alloc] = {}
     used_by: dict[str, bool] = {a.job_id: False for a in live}
-    covered = {o for a in live for o in range(a.start, a.start + a.count)}
     uncovered: list[Endpoint] = []
     unplaceable: dict[str, str] = {}
     resize: dict[int, str] = {}
     for ep in endpoints:
-        holder = next((a for a in live if a.covers(ep.nodes)), None)
+        holder = next((a for a in live if _holds(lay, a, ep)), None)
         if holder is not None and (why := _short(holder, ep)):
             unplaceable[ep.name] = f"{why}: it waits for a successor sized for it (a hand-over)"
             resize.setdefault(holder.index, f"{ep.name} {why}")
@@ -116,8 +115,10 @@ def place(
         elif holder is not None:
             placement[(ep.mode, ep.index)] = holder
             used_by[holder.job_id] = True
-        elif any(o in covered for o in ep.nodes):
-            unplaceable[ep.name] = STRADDLES
+        elif over := [a.job_id for a in live if any(o in covered_by(a) for o in ep.nodes)]:
+            unplaceable[ep.name] = (f"its node ordinals overlap job {', '.join(over)}, submitted for another layout: "
+                                    "it waits until no wanted worker is left there and the job is released "
+                                    "(delete and re-create the recipe to re-pack at once)")
         else:
             uncovered.append(ep)
     # new allocations for uncovered ordinals, cut at worker boundaries (and around each extra worker)
@@ -158,7 +159,18 @@ def place(
     return kept_specs + new_specs, keep, placement, unplaceable, resize
 
 
-STRADDLES = "it straddles an allocation submitted for another layout: delete and re-create the recipe to re-pack it"
+def covered_by(a: Alloc) -> range:
+    return range(a.start, a.start + a.count)
+
+
+def _holds(lay: NodeLayout, a: Alloc, ep: Endpoint) -> bool:
+    """``a`` covers the worker's ordinals; an extra worker's allocation is exactly its own span (one
+    submitted for another layout, e.g. before a ``max`` was changed, is released, never shared)."""
+    if not a.covers(ep.nodes):
+        return False
+    if lay.elastic(a.start) or lay.elastic(ep.nodes[0]):
+        return (a.start, a.count) == (ep.nodes[0], len(ep.nodes))
+    return True
 
 
 def _short(a: Alloc, ep: Endpoint) -> str:

@@ -243,3 +243,27 @@ def test_scale_to_zero_table(name, workers, steps, want, why):
     assert out == want, reasons
     if why is not None:
         assert reasons and why in reasons[-1], reasons
+
+
+def test_scale_to_zero_waits_for_every_role_to_be_idle():
+    """A prefill idle for the whole period beside a decode still busy keeps its worker (and the head
+    node with it): zero is the whole deployment's. Once both are idle for the period, both go."""
+    roles = {m: {"min": 0, "max": 4, "target": {"waiting_per_worker": 8}} for m in ("prefill", "decode")}
+    c = cfg(roles=roles, scale_down_after_seconds=10, scale_to_zero_after_seconds=100, drain_seconds=0)
+    mem = {"prefill": start(1, 1000.0), "decode": start(1, 1000.0)}
+    idle, decoding = RoleFacts(1, Load(1)), RoleFacts(1, busy(1, waiting=0, running=1))
+    now = 1000.0
+    for _ in range(12):  # 120 s: prefill idle throughout, decode busy throughout
+        now += 10
+        got = compute_autoscale(c, {"prefill": idle, "decode": decoding}, mem, now)
+        mem = {r: d.memory for r, d in got.items()}
+    assert (mem["prefill"].target, mem["decode"].target) == (1, 1)
+    changed = []
+    for _ in range(11):  # then both idle for 110 s
+        now += 10
+        got = compute_autoscale(c, {"prefill": idle, "decode": idle}, mem, now)
+        mem = {r: d.memory for r, d in got.items()}
+        changed += [(r, d.reason) for r, d in got.items() if d.scaled]
+    assert (mem["prefill"].target, mem["decode"].target) == (0, 0)
+    assert [r for r, _ in changed] == ["prefill", "decode"] and all("no request for 100s" in w for _, w in changed), \
+        changed

@@ -99,19 +99,30 @@ def start(workers: int, now: float) -> RoleMemory:
 
 def compute_autoscale(cfg: AutoscaleConfig, facts: Mapping[str, RoleFacts], memory: Mapping[str, RoleMemory],
                       now: float) -> dict[str, RoleDecision]:
-    """One decision per autoscaled role. ``memory`` holds every role (``start`` for a new one)."""
-    return {role: decide(cfg, rs, facts.get(role, RoleFacts(0, None)), memory[role], now)
+    """One decision per autoscaled role. ``memory`` holds every role (``start`` for a new one).
+    Scale to zero is the whole deployment's: a role is idle for it only while every role is (a
+    prefill idle beside a decode still busy keeps its worker, and the head node with it)."""
+    got = {role: facts.get(role, RoleFacts(0, None)) for role, _ in cfg.roles.items()}
+    seen = [t for role, f in got.items() if (t := _busy_at(f, memory[role], now)) is not None]
+    return {role: decide(cfg, rs, got[role], memory[role], now, max(seen, default=None))
             for role, rs in cfg.roles.items()}
 
 
-def decide(cfg: AutoscaleConfig, rs: RoleScale, f: RoleFacts, m: RoleMemory, now: float) -> RoleDecision:
-    last_busy = now if (f.load is not None and f.load.busy) or f.demand else m.last_busy
-    floor = _floor(cfg, rs, last_busy, now)
+def _busy_at(f: RoleFacts, m: RoleMemory, now: float) -> float | None:
+    return now if (f.load is not None and f.load.busy) or f.demand else m.last_busy
+
+
+def decide(cfg: AutoscaleConfig, rs: RoleScale, f: RoleFacts, m: RoleMemory, now: float,
+           anyone_busy: float | None = None) -> RoleDecision:
+    """``anyone_busy``: when any role of the deployment last saw a request (scale to zero)."""
+    last_busy = _busy_at(f, m, now)
+    seen = max((t for t in (last_busy, anyone_busy) if t is not None), default=None)
+    floor = _floor(cfg, rs, seen, now)
     ask, reason, inputs = recommend(rs, f, m.target, cfg.tolerance)
     if f.demand and m.target == 0:
         ask, reason = max(1, ask or 0), WOKEN
     if floor == 0 and m.target > 0:
-        return _to_zero(cfg, m, f, now, last_busy, inputs)
+        return _to_zero(cfg, m, f, now, last_busy, seen, inputs)
     window = max(cfg.scale_up_after_seconds, cfg.scale_down_after_seconds)
     asks = tuple((t, a) for t, a in m.asks if now - t <= window)
     if ask is not None:
@@ -141,11 +152,11 @@ WOKEN = "requests wait at the gateway for a deployment scaled to zero (wake-up)"
 
 
 def _to_zero(cfg: AutoscaleConfig, m: RoleMemory, f: RoleFacts, now: float, last_busy: float | None,
-             inputs: dict) -> RoleDecision:
+             seen: float | None, inputs: dict) -> RoleDecision:
     """Idle for the whole scale_to_zero_after_seconds: every worker goes at once. The idle period is
     this decision's own stabilisation window, so neither the scale-down window nor its rate limit
     applies (they would keep a worker of an idle deployment for no request). The victims drain first."""
-    idle = now - last_busy if last_busy is not None else 0.0
+    idle = now - seen if seen is not None else 0.0
     reason = (f"{m.target} -> 0: no request for {idle:.0f}s "
               f"(scale_to_zero_after_seconds: {cfg.scale_to_zero_after_seconds:g}); scaled to zero")
     mem = RoleMemory(m.built, 0, ((now, 0),), m.changes + ((now, -m.target),), m.drain_since, last_busy)

@@ -27,6 +27,7 @@ class NodeLayout:
     # (whatever the count), each extra worker's own on its ordinals
     gpus_on: Mapping[int, int] = field(default_factory=dict)
     elastic_from: int | None = None  # the extra workers' first ordinal: each is an allocation of its own
+    file_endpoints: tuple[Endpoint, ...] = ()  # the file's workers at its own count: instance indices
 
     def elastic(self, ordinal: int) -> bool:
         return self.elastic_from is not None and ordinal >= self.elastic_from
@@ -45,7 +46,7 @@ def dedicated_ordinal(recipe: Recipe, specs: list[ServiceSpec]) -> int | None:
 def file_layout(recipe: Recipe, specs: list[ServiceSpec]) -> NodeLayout:
     """The layout the file asks for (each engine checks its roles): what ``render`` shows."""
     eps = tuple(endpoints_of(recipe))
-    return NodeLayout(eps, dedicated_ordinal(recipe, specs), node_count(recipe), packing(eps))
+    return NodeLayout(eps, dedicated_ordinal(recipe, specs), node_count(recipe), packing(eps), None, eps)
 
 
 def packing(endpoints: tuple[Endpoint, ...] | list[Endpoint]) -> dict[int, int]:
@@ -63,17 +64,20 @@ def total_nodes(lay: NodeLayout) -> int:
 
 
 def instance_ordinals(lay: NodeLayout, spec: ServiceSpec) -> list[tuple[int, int]]:
-    """(instance index, node ordinal) of a service's instances (srtctl: one per node, index =
-    position). On an extra worker's node (``desired/elastic.py``) the index is the ordinal itself:
+    """(instance index, node ordinal) of a service's instances: srtctl's one per node, on the nodes
+    that hold a worker at the current count. The index is the node's position at the file's count
+    (``all``: its ordinal, the same thing there), so a count change never renames the instance on a
+    node that stays; on an extra worker's node (``desired/elastic.py``) it is the ordinal itself:
     past every position, and the same whichever other extra workers exist."""
     if spec.placement == "dedicated":
         return [] if lay.dedicated is None else [(0, lay.dedicated)]
     if spec.placement not in WORKER_NODES:
         return [(0, 0)]  # head, and infra (the head here)
-    if spec.placement == "all":  # every allocated node, the dedicated one included
-        ordinals = sorted({*range(lay.file_nodes), *lay.nodes_of(("prefill", "decode", "agg"))}
-                          | ({lay.dedicated} if lay.dedicated is not None else set())) if lay.endpoints else []
-    else:
-        named = spec.placement in ("prefill", "decode", "agg")
-        ordinals = lay.nodes_of((spec.placement,) if named else ("prefill", "decode", "agg"))
-    return [(o if lay.elastic(o) else i, o) for i, o in enumerate(ordinals)]
+    named = spec.placement in ("prefill", "decode", "agg")
+    modes = (spec.placement,) if named else ("prefill", "decode", "agg")
+    held = lay.nodes_of(modes)
+    if spec.placement == "all":  # every node of the deployment, the dedicated one included
+        return [(o, o) for o in sorted({*held, *([lay.dedicated] if lay.dedicated is not None else [])})]
+    position = {o: i for i, o in enumerate(sorted({o for ep in lay.file_endpoints if ep.mode in modes
+                                                   for o in ep.nodes}))}
+    return [(position.get(o, o), o) for o in held]
