@@ -1,6 +1,6 @@
 """An autoscaled deployment against the same one fixed at its maximum, under a load that steps up and down.
 
-    python benchmarks/autoscale.py [--mode agg|disagg] [--max 4] [--low 20] [--high 60] [--tail 60] [--clients 16]
+    python benchmarks/autoscale.py [--mode agg|disagg|pd] [--max 4] [--low 20] [--high 60] [--tail 60] [--clients 16]
     python benchmarks/autoscale.py --smoke     # its smallest size (agg, max 2, short phases): CI runs it
     python benchmarks/autoscale.py --zero 15 --idle 60   # + scale to zero: an idle phase, then one request
 
@@ -8,13 +8,15 @@ Its table is docs/performance.md, section "Autoscaling (benchmarks/autoscale.py)
 
 Runs `reconciler run` on the real Slurm (or the local driver without sbatch) with a mocker
 recipe behind the built-in router (aggregated, max_num_seqs 2 so that a load queues; or with
---mode disagg, 2 prefill workers and the decode role colocated on their node), twice: (a)
-``reconcile.autoscale`` from 1 to MAX workers (agg, or decode) on ``waiting_per_worker``, (b)
+--mode disagg, 2 prefill workers and the decode role colocated on their node; with --mode pd,
+prefill and decode each on a node of its own), twice: (a) ``reconcile.autoscale`` from 1 to MAX
+workers (agg; decode; or prefill and decode, each on its own queue) on ``waiting_per_worker``, (b)
 fixed at MAX.
 The same closed-loop load drives both: 1 streaming client for --low s, --clients for --high s,
 1 again for --tail s. Per run: requests, failed, the share whose TTFT and mean ITL are within
 the targets (--ttft-ms, --itl-ms, measured by the client), worker GPU-seconds held (GPUs of the
-workers that had a step, sampled from status.json every 0.5 s), the time from the step up to
+workers that had a step, sampled from status.json every 0.5 s), job GPU-seconds (what the
+recipe's Slurm jobs hold, from squeue, on the same samples), the time from the step up to
 the first Scaled event (decided) and to one more worker in the router's endpoints (serving).
 With ``--zero S`` the autoscaled run may go to zero (``min: 0``, ``scale_to_zero_after_seconds: S``)
 and both runs get an idle phase of --idle s after the tail (no client), then one request through
@@ -58,8 +60,22 @@ roles:
   decode: {{nodes: colocate, workers: {workers}, gpus: 1, engine: {{type: mocker, speedup_ratio: 1, max_num_seqs: 2}}}}
 frontend: {{type: builtin, args: {{poll-interval: 0.2}}}}
 """
-AUTOSCALE = """\
+# prefill and decode on nodes of their own, each autoscaled on its own queue (one Slurm node here:
+# one allocation per node ordinal, so both roles' jobs share it); both roles start at 1
+PD = """\
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+roles:
+  prefill: {{nodes: 1, workers: {workers}, gpus: 1, engine: {{type: mocker, speedup_ratio: 1, max_num_seqs: 2}}}}
+  decode: {{nodes: 1, workers: {workers}, gpus: 1, engine: {{type: mocker, speedup_ratio: 1, max_num_seqs: 2}}}}
+frontend: {{type: builtin, args: {{poll-interval: 0.2}}}}
+"""
+RECONCILE = """\
 reconcile:
+  nodes_per_allocation: 1
+"""
+AUTOSCALE = """\
   autoscale:
     roles:
 {roles}
@@ -122,12 +138,27 @@ def read_json(p: Path) -> dict:
         return {}
 
 
+def held_gpus(name: str) -> int | None:
+    """GPUs the recipe's Slurm jobs hold now (squeue: gres per node x nodes), None off Slurm."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-o", "%j|%b|%D"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    total = 0
+    for line in out.splitlines():
+        job, gres, nodes = (line.split("|") + ["", "", ""])[:3]
+        if f":{name}:" in job and gres.rsplit(":", 1)[-1].isdigit() and nodes.isdigit():
+            total += int(gres.rsplit(":", 1)[-1]) * int(nodes)
+    return total
+
+
 def one_run(tmp: Path, driver: str, a, autoscaled: bool) -> dict:
     name = f"bench-{'auto' if autoscaled else 'fixed'}"
     state = tmp / "state"
-    text = (DISAGG if a.mode == "disagg" else RECIPE).format(name=name, workers=1 if autoscaled else a.max)
+    text = {"disagg": DISAGG, "pd": PD}.get(a.mode, RECIPE).format(name=name, workers=1 if autoscaled else a.max)
+    text += RECONCILE
     if autoscaled:
-        roles = ("decode",) if a.mode == "disagg" else ("agg",)
+        roles = {"disagg": ("decode",), "pd": ("prefill", "decode")}.get(a.mode, ("agg",))
         low = 0 if a.zero is not None else 1
         text += AUTOSCALE.format(down=a.down, roles="\n".join(
             f"      {r}: {{min: {low}, max: {a.max}, target: {{waiting_per_worker: 1}}}}" for r in roles))
@@ -140,7 +171,7 @@ def one_run(tmp: Path, driver: str, a, autoscaled: bool) -> dict:
             raise SystemExit(f"{name}: not Ready in 120 s")
         time.sleep(0.2)
     endpoint = st["endpoint"]
-    gpu_s, samples, stop = [0.0], threading.Event(), threading.Event()
+    gpu_s, job_gpu_s, samples, stop = [0.0], [0.0], threading.Event(), threading.Event()
     step_at: list[float] = []
     serving_at: list[float] = []
     baseline: list[int] = []
@@ -151,6 +182,8 @@ def one_run(tmp: Path, driver: str, a, autoscaled: bool) -> dict:
             now = time.monotonic()
             rows = read_json(state / name / "status.json").get("workers", [])
             gpu_s[0] += (now - last) * sum(len(r.get("gpus", [])) for r in rows if r.get("steps"))
+            if driver == "slurm":  # what the allocations hold (the workers may use less)
+                job_gpu_s[0] += (now - last) * (held_gpus(name) or 0)
             last = now
             eps = read_json(state / name / "endpoints.json").get("workers", [])
             if step_at and not baseline:
@@ -204,7 +237,7 @@ def one_run(tmp: Path, driver: str, a, autoscaled: bool) -> dict:
         time.sleep(0.2)
     return {"run": "autoscaled" if autoscaled else f"fixed {a.max}", "requests": len(results),
             "failed": sum(1 for ok, _, _ in results if not ok), "within": 100.0 * within / max(1, len(results)),
-            "gpu_s": gpu_s[0], "decided": decided,
+            "gpu_s": gpu_s[0], "job_gpu_s": job_gpu_s[0] if driver == "slurm" else None, "decided": decided,
             "serving": serving_at[0] - step_at[0] if serving_at and autoscaled else None,
             "idle_gpu_s": idle_gpu_s, "wake": wake}
 
@@ -220,7 +253,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32, help="max_tokens per request")
     ap.add_argument("--ttft-ms", type=float, default=500.0)
     ap.add_argument("--itl-ms", type=float, default=40.0)
-    ap.add_argument("--mode", choices=["agg", "disagg"], default="agg", help="aggregated, or prefill + decode")
+    ap.add_argument("--mode", choices=["agg", "disagg", "pd"], default="agg",
+                    help="aggregated; prefill + decode colocated (decode autoscaled); or each on its own node (both)")
     ap.add_argument("--driver", default=None)
     ap.add_argument("--smoke", action="store_true", help="the smallest size (max 2, short phases): that it runs")
     ap.add_argument("--zero", type=float, default=None, help="scale_to_zero_after_seconds (and the idle phase)")
@@ -239,20 +273,24 @@ def main() -> None:
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         rows = [one_run(tmp, driver, a, True), one_run(tmp, driver, a, False)]
-        print(f"{'run':>10} {'requests':>8} {'failed':>6} {'within %':>8} {'GPU-s':>7} {'decided s':>9} {'serving s':>9}")
+        print(f"{'run':>10} {'requests':>8} {'failed':>6} {'within %':>8} {'GPU-s':>7} {'job GPU-s':>9} "
+              f"{'decided s':>9} {'serving s':>9}")
         for r in rows:
             dec = f"{r['decided']:.1f}" if r["decided"] is not None else "-"
             srv = f"{r['serving']:.1f}" if r["serving"] is not None else "-"
+            job = f"{r['job_gpu_s']:.1f}" if r["job_gpu_s"] is not None else "-"
             print(f"{r['run']:>10} {r['requests']:>8} {r['failed']:>6} {r['within']:>8.1f} {r['gpu_s']:>7.1f} "
-                  f"{dec:>9} {srv:>9}", flush=True)
+                  f"{job:>9} {dec:>9} {srv:>9}", flush=True)
         if a.zero is not None:
             for r in rows:
                 ok, took = r["wake"]
                 print(f"{r['run']:>10} idle {a.idle:g} s: {r['idle_gpu_s']:.1f} GPU-s; then one request: "
                       f"{'ok' if ok else 'FAILED'} in {took:.1f} s", flush=True)
         auto, fixed = rows
+        held = (f" (held by the jobs: {100 * auto['job_gpu_s'] / max(fixed['job_gpu_s'], 1e-9):.0f} %)"
+                if auto["job_gpu_s"] is not None else "")
         print(f"autoscale ({driver}, {a.mode}, 1..{a.max} workers, {a.clients} clients for {a.high:g} s): GPU-seconds "
-              f"{100 * auto['gpu_s'] / max(fixed['gpu_s'], 1e-9):.0f} % of the fixed run (target <= 60 %), "
+              f"{100 * auto['gpu_s'] / max(fixed['gpu_s'], 1e-9):.0f} % of the fixed run{held} (target <= 60 %), "
               f"{auto['within']:.1f} % within TTFT {a.ttft_ms:g} ms / ITL {a.itl_ms:g} ms (target >= 95 %), "
               f"failed {auto['failed']} (target 0)")
     finally:

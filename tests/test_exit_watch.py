@@ -61,6 +61,31 @@ def test_a_callback_that_raises_does_not_end_the_watching_of_the_others(monkeypa
             p.wait()
 
 
+def test_no_thread_for_the_second_look_does_not_end_the_watching(monkeypatch):
+    """threading.Timer.start raises when no thread can be started: the watcher goes on."""
+    woke = threading.Semaphore(0)
+
+    class NoThread(threading.Timer):
+        def start(self) -> None:
+            raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(exits.threading, "Timer", NoThread)
+    w = ExitWatch()
+    w.wake = woke.release
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        w.watch(procs[0].pid)
+        w.watch(procs[1].pid)
+        procs[0].kill()
+        assert woke.acquire(timeout=10)
+        procs[1].kill()
+        assert woke.acquire(timeout=10), "the watcher thread outlived the failed timer"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def test_an_end_wakes_once_more_shortly_after(monkeypatch):
     """squeue may still list a step whose srun client just ended: the loop looks again."""
     monkeypatch.setattr(exits, "AGAIN_S", 0.2)

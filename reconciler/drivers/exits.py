@@ -75,13 +75,17 @@ class ExitWatch:
                 ended()
             except Exception:  # noqa: BLE001 - one callback's fault must not end the watching of all the others
                 log.exception("exit callback failed")
-        if self.wake is not None:
+        if self.wake is None:
+            return
+        try:
             self.wake()
             # the srun client may end a moment before slurmctld's squeue drops the step: one more
             # look shortly after, rather than at the resync
             again = threading.Timer(AGAIN_S, self.wake)
             again.daemon = True
             again.start()
+        except Exception:  # noqa: BLE001 - e.g. no thread left for the timer: the tick still sees the end
+            log.exception("exit wake-up failed")
 
     def _add(self, sel: selectors.BaseSelector, pid: int, ended: Callable[[], None] | None) -> None:
         if self._count >= MAX_WATCHED:
