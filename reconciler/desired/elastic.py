@@ -12,8 +12,8 @@ onto shared nodes itself, and scaling one down releases exactly its GPUs.
 An allocation over the file's ordinals is sized by the file's packing, never the current count
 (``NodeLayout.gpus_on``): a worker brought back within the file's count finds its GPUs held, on
 the job that runs and on a hand-over successor submitted while the role was scaled down. The
-price: while a role is below its file count, a node the file packs several of its workers on
-holds their GPUs (a node with none of them left is released).
+price: while a role is below its file count, its allocations keep the GPUs the file packs there
+(an allocation with none of its workers left is released).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ is kept beside it and an older job until its last step is gone (``core.successio
 ``render_placement`` puts every ordinal on a named node instead: what ``render`` shows.
 
 Each allocation's label says how many GPUs per node it holds (``Alloc.gpus``): a worker is never
-placed on GPUs its job does not hold (it is unplaceable, with the reason), and a worker's surge
+placed on a GPU index its job does not hold (it waits, with the reason, for a successor sized for
+it: ``resize``, submitted like a hand-over), and a worker's surge
 life is put on mirror GPUs only where its job holds them (``held_gpus``). An allocation is sized
 by ``NodeLayout.gpus_on`` (the file's packing on the file's ordinals, whatever the autoscaler's
 count); each of the autoscaler's extra workers is an allocation of its own (``desired/elastic.py``).
