@@ -3,9 +3,11 @@
 The file's workers keep their node ordinals and GPUs whatever the count — a count below the
 file's drops the highest indices — so a change of count never moves a worker that runs, nor the
 dedicated node, nor another role's workers. A worker beyond the file's count (index >= the
-file's ``workers``) goes on nodes of its own after every ordinal the file uses: each autoscaled
-role has a block sized for its ``max``, in the order prefill, decode, agg, and its i-th extra
-worker takes the i-th span of the block (its nodes, GPUs 0.. of each). Each is an allocation of
+file's ``workers``) goes on nodes of its own, from ordinal ``EXTRA_BASE`` on — far past every
+ordinal a file uses, so that an edit of the file's node count never lands the file's workers and
+the extra ones on each other's jobs: each autoscaled role has a block sized for its ``max``, in
+the order prefill, decode, agg, and its i-th extra worker takes the i-th span of the block (its
+nodes, GPUs 0.. of each). Ordinals are logical: a large one costs nothing. Each is an allocation of
 its own (``placement.place`` cuts there), sized for it alone: Slurm packs partial-node workers
 onto shared nodes itself, and scaling one down releases exactly its GPUs.
 
@@ -25,6 +27,8 @@ from reconciler.desired.services.layout import NodeLayout, packing
 from reconciler.recipe.model import Recipe
 from reconciler.recipe.topology import Endpoint
 
+EXTRA_BASE = 1 << 20  # the first extra worker's node ordinal (a file with more nodes: after them)
+
 
 def layout_at(recipe: Recipe, file: NodeLayout, counts: Mapping[str, int] | None) -> NodeLayout:
     """``file`` (the file's layout) at the autoscaler's ``counts`` (role -> workers)."""
@@ -33,7 +37,7 @@ def layout_at(recipe: Recipe, file: NodeLayout, counts: Mapping[str, int] | None
     cfg = recipe.reconcile.autoscale
     maxes = dict((role, rs.max) for role, rs in cfg.roles.items()) if cfg is not None else {}
     gpn = recipe.resources.gpus_per_node
-    first_extra = file.file_nodes + (file.dedicated is not None)
+    first_extra = max(EXTRA_BASE, file.file_nodes + (file.dedicated is not None))
     base = first_extra
     out: list[Endpoint] = []
     extra: list[Endpoint] = []

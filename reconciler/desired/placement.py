@@ -46,6 +46,9 @@ class Placement:
     held_gpus: Mapping[Key, int] = field(default_factory=dict)  # worker -> GPUs per node its allocation holds
     pending_reason: str = ""  # why an allocation is still pending (Slurm's reason)
     resize: Mapping[int, str] = field(default_factory=dict)  # index -> why its job is too small for its workers
+    # indices whose job holds fewer GPUs than the file packs there, whatever the count (a queued
+    # successor sized for them is kept while the count dips: plan/allocations.py)
+    undersized: frozenset[int] = frozenset()
 
     @property
     def head(self) -> str | None:
@@ -80,7 +83,7 @@ def placement(top: Topology, allocs: list[Alloc], steps: list[Step]) -> Placemen
         waiting=tuple(waiting), hosts={o: a.nodes[o - a.start] for o, a in on.items()},
         jobs={o: a.job_id for o, a in on.items()}, head_job=head_alloc.job_id if head_alloc is not None else None,
         held_gpus={k: _held(spec_gpus.get(a.index, 0), a) for k, a in at.items()}, pending_reason=pending,
-        resize=resize,
+        resize=resize, undersized=frozenset(a.index for a in live if a.job_id in keep and _undersized(top.layout, a)),
     )
 
 
@@ -107,6 +110,7 @@ def place(
     uncovered: list[Endpoint] = []
     unplaceable: dict[str, str] = {}
     resize: dict[int, str] = {}
+    overlaps: dict[str, list[str]] = {}
     for ep in endpoints:
         holder = next((a for a in live if _holds(lay, a, ep)), None)
         if holder is not None and (why := _short(holder, ep)):
@@ -117,11 +121,15 @@ def place(
             placement[(ep.mode, ep.index)] = holder
             used_by[holder.job_id] = True
         elif over := [a.job_id for a in live if any(o in covered_by(a) for o in ep.nodes)]:
-            unplaceable[ep.name] = (f"its node ordinals overlap job {', '.join(over)}, submitted for another layout: "
-                                    "it waits until no wanted worker is left there and the job is released "
-                                    "(delete and re-create the recipe to re-pack at once)")
+            overlaps[ep.name] = over
         else:
             uncovered.append(ep)
+    for name, over in overlaps.items():  # straddles a job submitted for another layout
+        kept = [j for j in over if used_by[j]]
+        unplaceable[name] = (f"its node ordinals overlap job {', '.join(kept)}, submitted for another layout and "
+                             "holding other workers: delete and re-create the recipe to re-pack it" if kept else
+                             f"its node ordinals overlap job {', '.join(over)}, submitted for another layout: it "
+                             "waits for that job to be released (no wanted worker is left in it)")
     # new allocations for uncovered ordinals, cut at worker boundaries (and around each extra worker)
     gpus_on = lay.gpus_on
     chunk = recipe.reconcile.nodes_per_allocation
@@ -165,13 +173,19 @@ def covered_by(a: Alloc) -> range:
 
 
 def _holds(lay: NodeLayout, a: Alloc, ep: Endpoint) -> bool:
-    """``a`` covers the worker's ordinals; an extra worker's allocation is exactly its own span (one
+    """``a`` covers the worker's ordinals; a job of an extra worker holds exactly its own span (one
     submitted for another layout, e.g. before a ``max`` was changed, is released, never shared)."""
     if not a.covers(ep.nodes):
         return False
-    if lay.elastic(a.start) or lay.elastic(ep.nodes[0]):
+    # a job over the file's ordinals is kept by its file workers: an extra worker it covers after a
+    # file edit moved the ordinals shares it (never stranded beside it), the GPU guard still applies
+    if lay.elastic(a.start):
         return (a.start, a.count) == (ep.nodes[0], len(ep.nodes))
     return True
+
+
+def _undersized(lay: NodeLayout, a: Alloc) -> bool:
+    return a.gpus is not None and a.gpus < max((lay.gpus_on.get(o, 0) for o in covered_by(a)), default=0)
 
 
 def _short(a: Alloc, ep: Endpoint) -> str:

@@ -78,9 +78,9 @@ def compute_handover(d: DesiredRecipe, observed: Observed, now: float
         cap = min(limit, granted / 2) if granted else limit
         short = left is not None and left <= cap
         if len(held) > 1:
-            # a successor sized for more GPUs than the job holds is kept while it queues: the size comes
-            # from the file's packing, not the count, so the count going down and up never flaps it
-            bigger = held[0].gpus is not None and held[0].gpus < spec.gpus_per_node
+            # a job too small for the file's packing keeps a queued successor: that size does not
+            # depend on the count, so the count going down and up never flaps it
+            bigger = spec.index in d.undersized_allocs
             if not (surge or short or resize or bigger) and not any(a.running for a in held[1:]):
                 # the reason went away (the change was reverted) while it queued: it would move everything
                 drop += [CancelAlloc(a.job_id, d.name, a.index) for a in held[1:]]
