@@ -164,8 +164,8 @@ def _holds(lay: NodeLayout, a: Alloc, ep: Endpoint) -> bool:
     submitted for another layout, e.g. before a ``max`` was changed, is released, never shared)."""
     if not a.covers(ep.nodes):
         return False
-    # a job over the file's ordinals is kept by its file workers: an extra worker it covers after a
-    # file edit moved the ordinals shares it (never stranded beside it), the GPU guard still applies
+    # only a job that starts among the extra workers' ordinals must match: a file's job never reaches
+    # them (EXTRA_BASE), and one that did would be kept by its file workers, never released
     if lay.elastic(a.start):
         return (a.start, a.count) == (ep.nodes[0], len(ep.nodes))
     return True
