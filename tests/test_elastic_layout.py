@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fakes import FakeCluster, recipe
+from test_autoscale_wiring import converge  # build + plan + apply to a fixpoint, at a Scale
 from reconciler.core.plan import CancelAlloc, SubmitAlloc, plan
 from reconciler.desired.build import build
 from reconciler.desired.elastic import EXTRA_BASE as X
@@ -144,21 +145,10 @@ def test_services_on_worker_nodes_follow_the_extra_workers():
         assert instance_ordinals(top.layout, every) == want
 
 
-def converge(c: FakeCluster, r, sc=None) -> None:
-    for _ in range(40):
-        d = build({"r": r}, Observed(tuple(c.allocs.values()), tuple(c.steps.values())), c.ports, Path("/state"),
-                  "py", 1, scale=sc)
-        p = plan(d, c.observed(d), 0.0)
-        if not p.actions:
-            return
-        c.apply(p)  # refuses a launch on GPUs the job does not hold
-    raise AssertionError("no fixpoint")
-
-
 def test_up_down_and_up_again_moves_nothing_that_runs_and_releases_exactly_the_extra():
     r = recipe(PACKED)
     c = FakeCluster()
-    converge(c, r)
+    converge(c, r, None)
     first = dict(c.steps)
     converge(c, r, {"r": Scale({"decode": 4})})
     assert set(first) <= set(c.steps), "scaling up moves nothing that runs"
