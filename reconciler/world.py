@@ -35,6 +35,9 @@ class Launch:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     gpus: tuple[int, ...] = ()
+    # the variable in env whose value is logical GPU indices (the job's 0..n-1): the step maps
+    # them onto the GPUs Slurm gave it (drivers/base.LAUNCHER)
+    visible_env: str = ""
 
 
 @dataclass(frozen=True)
@@ -368,6 +371,9 @@ class DesiredRecipe:
     # allocation indices whose workers wait for a surge allocation (no_room, max_unavailable 0): a
     # successor is submitted for them and the workers move onto it with surge, like a hand-over
     surge_allocs: Mapping[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)  # index -> its workers
+    # index -> why its job holds too few GPUs for a worker on it: a successor sized for them is submitted
+    resize_allocs: Mapping[int, str] = field(default_factory=dict)
+    undersized_allocs: frozenset[int] = frozenset()  # jobs too small for the file's packing: a successor is kept
     handover_seconds: float | None = None  # reconcile.handover_seconds (None: from launch-to-Ready)
     time_limit_seconds: float | None = None  # the allocations' Slurm time limit, when there is one
     # autoscaler scale-down victims: out of the routers, still running until drained (desired/scale.py)

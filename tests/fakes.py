@@ -31,8 +31,6 @@ class FakeCluster:
     health: dict = field(default_factory=dict)  # unit key -> UnitHealth
     analysis: dict = field(default_factory=dict)  # Observed.analysis: (recipe, role, spec) -> finished runs
     pending: bool = False
-    # a launch on a GPU index its job does not hold fails the test (off: tests of the known file-edit defect)
-    strict_gpus: bool = True
     ports: NodePortAllocator = field(default_factory=NodePortAllocator)
     _jobs: itertools.count = field(default_factory=lambda: itertools.count(100))
     _steps: dict = field(default_factory=dict)
@@ -79,7 +77,7 @@ class FakeCluster:
                                          "Resources" if self.pending else "None", nodes, gpus=s.gpus_per_node)
             elif isinstance(a, LaunchStep):
                 held = self.allocs[a.job_id].gpus
-                assert not self.strict_gpus or held is None or max(a.launch.gpus, default=-1) < held, \
+                assert held is None or max(a.launch.gpus, default=-1) < held, \
                     f"{a.describe()}: GPUs {a.launch.gpus} in a job that holds {held} per node"
                 n = self._steps.get(a.job_id, 0)
                 self._steps[a.job_id] = n + 1

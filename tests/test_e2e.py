@@ -85,15 +85,28 @@ def test_deploy_scale_heal_and_delete(h):
         timeout=20, what="a chat completion through the router")
     assert json.loads(body)["usage"]["completion_tokens"] == 8
 
-    # scale decode 2 -> 3: exactly one more step, nothing else moves
+    # scale decode 2 -> 3: one more worker, on the node the file packs it on
     before = h.steps(name)
+    old_jobs = h.jobs(name)
     f.write_text(DISAGG.format(name=name, decode=3))
-    after = h.wait_steps(name, {"prefill_0", "decode_0", "decode_1", "decode_2", "frontend_0"})
-    assert all(after[u] == before[u] for u in before)
+    units = {"prefill_0", "decode_0", "decode_1", "decode_2", "frontend_0"}
+    if h.driver == "local":  # no GPUs held: exactly one more step, nothing else moves
+        after = h.wait_steps(name, units)
+        assert all(after[u] == before[u] for u in before)
+    else:
+        # the job holds the 3 GPUs it was submitted for, the file now packs 4 on that node: the
+        # new worker never runs on a GPU the job lacks; a successor sized for 4 takes every worker
+        # (a hand-over) and the old job is released
+        wait_until(lambda: (js := h.jobs(name)) and not set(js) & set(old_jobs) and h.steps(name).keys() == units,
+                   timeout=120, what="every worker on a successor sized for the new packing")
+        (job,) = h.jobs(name)
+        assert sh("squeue", "-h", "-j", job, "-o", "%b").strip().endswith("gpu:4")
+        after = h.steps(name)
+        assert {sid.split(".")[0] for sid, _ in after.values()} == {job}
 
-    # scale 3 -> 1: the highest indices go
+    # scale 3 -> 1: the highest indices go, nothing else moves
     f.write_text(DISAGG.format(name=name, decode=1))
-    after = h.wait_steps(name, {"prefill_0", "decode_0", "frontend_0"})
+    before, after = after, h.wait_steps(name, {"prefill_0", "decode_0", "frontend_0"})
     assert after["decode_0"] == before["decode_0"] and after["prefill_0"] == before["prefill_0"]
 
     # kill a worker step: it comes back on the same node and ports
@@ -339,8 +352,14 @@ def test_get_and_plan_write_nothing_and_need_no_lock(h):
             assert _state_bytes(h.state) == before, f"reconciler {' '.join(args)} wrote to state/"
     r = h.cli("plan", "-o", "json")
     out = json.loads(r.stdout)
-    assert r.returncode == 2 and [a["reason"] for a in out["recipes"][name]["place"]] == ["NEW"]
-    assert out["recipes"][name]["counts"]["decode"] == {"desired": 2, "running": 1, "ready": 1, "unavailable": 1}
+    rp = out["recipes"][name]
+    assert r.returncode == 2 and rp["counts"]["decode"] == {"desired": 2, "running": 1, "ready": 1, "unavailable": 1}
+    if h.driver == "local":  # no GPUs held: the new worker is placed in the running allocation
+        assert [a["reason"] for a in rp["place"]] == ["NEW"]
+    else:  # its job holds 2 GPUs (prefill, decode_0), the file now packs 3 there: a successor first
+        assert rp["place"] == [] and rp["waiting"]["decode_1"]["reason"] == "UNPLACEABLE", rp
+        (submit,) = rp["submit"]
+        assert "sized for its workers: decode_1 uses GPU 2" in submit["description"], submit
 
 
 def test_corrupt_state_of_one_recipe_and_a_killed_worker_of_another(h):

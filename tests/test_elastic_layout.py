@@ -133,6 +133,25 @@ def test_a_file_node_is_held_as_the_file_packs_it_whatever_the_count():
     assert allocs_of(PACKED, [job], decode=1) == [(0, 1, 5)]
 
 
+def test_a_worker_is_never_placed_on_gpus_its_job_does_not_hold():
+    """A job submitted for fewer GPUs than a worker on its node uses (an older layout) does not
+    hold it: the worker waits, says why, and a successor sized for it is submitted."""
+    r = recipe(PACKED)
+    top = topology(r)
+    short = Alloc("7", "r", 0, 0, 1, "RUNNING", "None", ("n1",), gpus=3)
+    _, keep, at, unplaceable, resize = place(r, top.layout, list(top.endpoints), [short])
+    assert set(at) == {("prefill", 0), ("decode", 0)} and keep == ["7"]
+    assert list(unplaceable) == ["decode_1"]
+    assert unplaceable["decode_1"] == ("uses GPUs 3-4, job 7 holds 3 per node: it waits for a successor sized "
+                                       "for it (a hand-over)")
+    assert resize == {0: "decode_1 uses GPUs 3-4, job 7 holds 3 per node"}
+    d = build({"r": r}, Observed((short,), ()), FakeCluster().ports, Path("/state"), "py", 1)
+    p = plan(d, Observed((short,), ()), 0.0)
+    assert "job 7 holds 3 per node" in p.recipes["r"].waiting["decode_1"].detail
+    (succ,) = [a for a in p.actions if isinstance(a, SubmitAlloc)]
+    assert (succ.spec.index, succ.spec.gpus_per_node) == (0, 5)
+
+
 def test_services_on_worker_nodes_follow_the_extra_workers():
     """One instance per node of a worker-node placement: an extra worker's node gets one too,
     indexed by its ordinal (past every position, the same whichever other extras exist)."""
@@ -236,6 +255,22 @@ def test_changing_an_earlier_roles_max_re_places_the_later_roles_extra_workers()
     assert spans == [(0, 7), (X, 1), (X + 1, 1), (X + 2, 2), (X + 4, 2)], spans
 
 
+def test_a_queued_successor_sized_from_the_file_is_not_cancelled_when_the_count_dips():
+    """Found in review: the count going 3 -> 2 -> 3 under the worker its job is too small for
+    cancelled the queued successor and submitted it again at every step."""
+    c = FakeCluster()
+    converge(c, recipe(PACKED), None)
+    r = recipe(PACKED.replace("decode: {workers: 2, gpus: 2}", "decode: {workers: 3, gpus: 2}"))
+    c.pending = True
+    seen = []
+    for n in (3, 2, 3, 2, 3):
+        d = build({"r": r}, c.observed(), c.ports, Path("/state"), "py", 1, scale={"r": Scale({"decode": n})})
+        p = plan(d, c.observed(d), 0.0)
+        seen += [type(a).__name__ for a in p.actions if isinstance(a, SubmitAlloc | CancelAlloc)]
+        c.apply(p)
+    assert seen == ["SubmitAlloc"], seen
+
+
 @pytest.mark.parametrize("counts,old,new", [
     ({"prefill": 3, "decode": 2}, "decode: {workers: 2, gpus: 8, nodes: 4}", "decode: {workers: 1, gpus: 8, nodes: 2}"),
     ({"prefill": 3, "decode": 3}, "prefill: {workers: 2, gpus: 4, nodes: 2}", "prefill: {workers: 1, gpus: 4, nodes: 1}"),
@@ -244,7 +279,7 @@ def test_changing_an_earlier_roles_max_re_places_the_later_roles_extra_workers()
 def test_a_file_edit_that_moves_the_extra_workers_strands_none(counts, old, new):
     """Found in a second review: after a file edit changed the file's node count, an extra worker's
     new span fell on the job the file's workers keep, and the exact-span rule left it waiting for
-    good. Extra workers' ordinals now start far past any file's (EXTRA_BASE)."""
+    good. An extra worker now shares such a job (the GPU guard still applies to it)."""
     text = DISAGG.replace("name: d", "name: r")
     c, sc = FakeCluster(), {"r": Scale(counts)}
     assert settle(c, recipe(text), sc) == {}

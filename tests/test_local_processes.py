@@ -31,7 +31,7 @@ def test_a_fork_of_the_launcher_with_its_command_line_is_not_a_second_step(tmp_p
     # ``eval`` is a shell builtin: the launcher's background child runs it without an exec, and
     # forks again for the sleep, so it keeps the launcher's command line for as long as it runs
     # (as the launcher's fork for the worker does for a moment, before its exec)
-    p = subprocess.Popen(["/bin/sh", "-c", LAUNCHER, "rcl:me:r:agg:0:0:h", str(status), "eval", "sleep 30; true"],
+    p = subprocess.Popen(["/bin/sh", "-c", LAUNCHER, "rcl:me:r:agg:0:0:h", str(status), "", "", "eval", "sleep 30; true"],
                          env={**os.environ, JOB_ENV: "7"}, start_new_session=True)
     try:
         deadline = time.monotonic() + 10

@@ -27,6 +27,10 @@ def agg(workers=2, gpus=1, frontend="none", extra="", name="r"):
     return {name: recipe(text.replace("name: r", f"name: {name}"), name)}
 
 
+def launched_on(c):
+    return sorted((s.role, s.index) for s in c.steps.values())
+
+
 def kinds(p):
     return [type(a).__name__ for a in p.actions]
 
@@ -60,19 +64,23 @@ def test_scale_up_launches_exactly_the_lowest_free_indices():
     assert all(sid in c.steps for sid in before)  # nothing else moved
 
 
-def test_a_file_edit_that_packs_more_workers_than_the_job_holds_launches_them_there_a_known_defect():
-    """The file packs 4 one-GPU workers on a node whose job was submitted for 2: the new ones are
-    launched in that job on GPUs 2-3, which it does not hold (docs/operations.md, limits: fine where
-    steps ask for no gres, as on the test Slurm; under cgroup device confinement they fail). The
-    autoscaler's added workers never do this (desired/elastic.py, tests/test_elastic_layout.py)."""
-    c = FakeCluster(strict_gpus=False)
+def test_more_workers_packed_than_the_job_holds_get_a_successor_sized_for_them():
+    """The file packs 4 one-GPU workers on a node whose job holds 2: the new ones are never
+    launched there (the GPUs are not the job's); a successor for 4 is submitted, every worker moves
+    onto it (with surge: a hand-over), and the old job is released once its steps are gone."""
+    c = FakeCluster()
     c.converge(agg(2))
-    before = dict(c.steps)
+    (old,) = c.allocs
     p = c.plan(agg(4))
-    assert launched(p) == [("agg", 2), ("agg", 3)] and kinds(p) == ["LaunchStep", "LaunchStep"]
-    assert [a.launch.gpus for a in p.actions] == [(2,), (3,)] and [a.gpus for a in c.allocs.values()] == [2]
-    c.apply(p)
-    assert all(sid in c.steps for sid in before)  # nothing else moved
+    assert kinds(p) == ["SubmitAlloc"]
+    assert p.actions[0].spec.gpus_per_node == 4
+    assert "sized for its workers: agg_2 uses GPU 2, job 100 holds 2 per node" in p.actions[0].describe()
+    assert p.recipes["r"].waiting["agg_2"].reason == WaitReason.UNPLACEABLE
+    c_ = p.recipes["r"].counts["agg"]  # the two that wait are wanted: desired, and unavailable
+    assert (c_.desired, c_.running, c_.unavailable) == (4, 2, 4 - c_.ready)
+    c.converge(agg(4))  # refuses any launch on GPUs a job does not hold
+    assert old not in c.allocs and [a.gpus for a in c.allocs.values()] == [4]
+    assert launched_on(c) == [("agg", i) for i in range(4)]
 
 
 def test_scale_down_cancels_highest_indices_and_releases_empty_allocation():
@@ -291,10 +299,8 @@ def make(name: str, s: dict):
     st.lists(st.integers(0, 50), max_size=4),
 )
 def test_plan_converges_and_is_idempotent(first, second, kills):
-    """Executing plans against the fake reaches a fixpoint; at the fixpoint the plan is empty.
-    (A random file edit may pack more workers on a node than its job holds: the known defect of
-    test_a_file_edit_that_packs_more_workers_than_the_job_holds..., not checked here.)"""
-    c = FakeCluster(strict_gpus=False)
+    """Executing plans against the fake reaches a fixpoint; at the fixpoint the plan is empty."""
+    c = FakeCluster()
     r1 = {n: make(n, s) for n, s in first.items()}
     c.converge(r1)
     assert not c.plan(r1).actions

@@ -102,7 +102,7 @@ def test_srun_mpi_container_and_options():
 def test_step_argv_is_the_launcher_then_env_then_the_command():
     _, launch = _unit()
     assert wrapped_argv(launch, Path("/s/st"), "STEP") == [
-        "/bin/sh", "-c", LAUNCHER, "STEP", "/s/st", "env", "A=1", "B=two words", "vllm", "serve", "/m", "--x", "a b",
+        "/bin/sh", "-c", LAUNCHER, "STEP", "/s/st", "", "", "env", "A=1", "B=two words", "vllm", "serve", "/m", "--x", "a b",
     ]
 
 

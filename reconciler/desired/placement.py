@@ -8,7 +8,9 @@ is placed only when the allocation that covers all its ordinals runs; until then
 is kept beside it and an older job until its last step is gone (``core.succession``).
 ``render_placement`` puts every ordinal on a named node instead: what ``render`` shows.
 
-Each allocation's label says how many GPUs per node it holds (``Alloc.gpus``): a worker's surge
+Each allocation's label says how many GPUs per node it holds (``Alloc.gpus``): a worker is never
+placed on a GPU index its job does not hold (it waits, with the reason, for a successor sized for
+it: ``resize``, submitted like a hand-over), and a worker's surge
 life is put on mirror GPUs only where its job holds them (``held_gpus``). An allocation is sized
 by ``NodeLayout.gpus_on`` (the file's packing on the file's ordinals, whatever the autoscaler's
 count); each of the autoscaler's extra workers is an allocation of its own (``desired/elastic.py``).
@@ -43,6 +45,10 @@ class Placement:
     head_job: str | None = None  # the job that holds ordinal 0 (the frontend's and the services')
     held_gpus: Mapping[Key, int] = field(default_factory=dict)  # worker -> GPUs per node its allocation holds
     pending_reason: str = ""  # why an allocation is still pending (Slurm's reason)
+    resize: Mapping[int, str] = field(default_factory=dict)  # index -> why its job is too small for its workers
+    # indices whose job holds fewer GPUs than the file packs there, whatever the count (a queued
+    # successor sized for them is kept while the count dips: plan/allocations.py)
+    undersized: frozenset[int] = frozenset()
 
     @property
     def head(self) -> str | None:
@@ -56,7 +62,7 @@ class Placement:
 def placement(top: Topology, allocs: list[Alloc], steps: list[Step]) -> Placement:
     recipe = top.recipe
     live, successors, retiring = generations([a for a in allocs if a.live], steps)
-    specs, keep, at, unplaceable = place(recipe, top.layout, [*top.endpoints, *top.reserved], live)
+    specs, keep, at, unplaceable, resize = place(recipe, top.layout, [*top.endpoints, *top.reserved], live)
     kept = {a.index for a in live if a.job_id in keep}
     # a successor (hand-over) is kept beside the job it follows; an older job until its last step is gone
     keep += [j for i in sorted(kept) for j in successors.get(i, ())] + retiring
@@ -77,6 +83,7 @@ def placement(top: Topology, allocs: list[Alloc], steps: list[Step]) -> Placemen
         waiting=tuple(waiting), hosts={o: a.nodes[o - a.start] for o, a in on.items()},
         jobs={o: a.job_id for o, a in on.items()}, head_job=head_alloc.job_id if head_alloc is not None else None,
         held_gpus={k: _held(spec_gpus.get(a.index, 0), a) for k, a in at.items()}, pending_reason=pending,
+        resize=resize, undersized=frozenset(a.index for a in live if a.job_id in keep and _undersized(top.layout, a)),
     )
 
 
@@ -94,17 +101,23 @@ def render_placement(top: Topology, hostnames: list[str]) -> Placement:
 
 def place(
     recipe: Recipe, lay: NodeLayout, endpoints: list[Endpoint], live: list[Alloc]
-) -> tuple[list[AllocSpec], list[str], dict[tuple[str, int], Alloc], dict[str, str]]:
-    """Which allocation holds which worker; which allocations to keep and to submit."""
+) -> tuple[list[AllocSpec], list[str], dict[tuple[str, int], Alloc], dict[str, str], dict[int, str]]:
+    """Which allocation holds which worker; which allocations to keep and to submit; which are too
+    small for a worker on them (index -> why: a successor sized for it is submitted)."""
     gpn = recipe.resources.gpus_per_node
     placement: dict[tuple[str, int], Alloc] = {}
     used_by: dict[str, bool] = {a.job_id: False for a in live}
     uncovered: list[Endpoint] = []
     unplaceable: dict[str, str] = {}
+    resize: dict[int, str] = {}
     overlaps: dict[str, list[str]] = {}
     for ep in endpoints:
         holder = next((a for a in live if _holds(lay, a, ep)), None)
-        if holder is not None:
+        if holder is not None and (why := _short(holder, ep)):
+            unplaceable[ep.name] = f"{why}: it waits for a successor sized for it (a hand-over)"
+            resize.setdefault(holder.index, f"{ep.name} {why}")
+            used_by[holder.job_id] = True
+        elif holder is not None:
             placement[(ep.mode, ep.index)] = holder
             used_by[holder.job_id] = True
         elif over := [a.job_id for a in live if any(o in covered_by(a) for o in ep.nodes)]:
@@ -152,7 +165,7 @@ def place(
               min(gpn, surge * max((gpus_on.get(o, 0) for o in range(a.start, a.start + a.count)), default=0)))
         for a in live if used_by[a.job_id]
     ]
-    return kept_specs + new_specs, keep, placement, unplaceable
+    return kept_specs + new_specs, keep, placement, unplaceable, resize
 
 
 def covered_by(a: Alloc) -> range:
@@ -169,6 +182,19 @@ def _holds(lay: NodeLayout, a: Alloc, ep: Endpoint) -> bool:
     if lay.elastic(a.start):
         return (a.start, a.count) == (ep.nodes[0], len(ep.nodes))
     return True
+
+
+def _undersized(lay: NodeLayout, a: Alloc) -> bool:
+    return a.gpus is not None and a.gpus < max((lay.gpus_on.get(o, 0) for o in covered_by(a)), default=0)
+
+
+def _short(a: Alloc, ep: Endpoint) -> str:
+    """Why ``a`` cannot hold ``ep``: its label says it holds fewer GPUs per node than the worker uses."""
+    need = max(ep.gpus) + 1 if ep.gpus else 0
+    if a.gpus is None or a.gpus >= need:
+        return ""
+    used = f"GPU {ep.gpus[0]}" if len(ep.gpus) == 1 else f"GPUs {ep.gpus[0]}-{ep.gpus[-1]}"
+    return f"uses {used}, job {a.job_id} holds {a.gpus} per node"
 
 
 def _spec(recipe: Recipe, index: int, start: int, count: int, gpus: int) -> AllocSpec:

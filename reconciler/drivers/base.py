@@ -16,7 +16,29 @@ from reconciler.world import Alloc, AllocSpec, Step
 # status in a file so it is known even after the reconciler restarts. The file
 # holds the last life that ended; a relaunch does not clear it. Constant
 # text; everything from the recipe arrives as positional arguments ("$@").
-LAUNCHER = r"""status=$1; shift
+#
+# GPU indices in a recipe are the job's own (0..n-1). Slurm tells a step which devices it was
+# given in the same variable (CUDA_VISIBLE_DEVICES=4,5 for a job's 2 GPUs on a node that does
+# not confine devices; 0,1 where cgroups renumber them), so logical index k is the k-th entry
+# of that list: without the mapping a worker of the second job on a node would use the first
+# job's GPU 0. No list (no Slurm, no gres): the indices are used as they are.
+LAUNCHER = r"""status=$1; var=$2; want=$3; shift 3
+nth() { _k=$1; _o=$IFS; IFS=,; set -f; set -- $2; set +f; IFS=$_o
+  [ "$_k" -lt "$#" ] || return 1; shift "$_k"; printf %s "$1"; }
+if [ -n "$var" ]; then
+  have=$(printenv "$var") || have=${CUDA_VISIBLE_DEVICES-}
+  if [ -n "$have" ]; then
+    map=
+    for k in $(printf %s "$want" | tr , ' '); do
+      g=$(nth "$k" "$have") || {
+        echo "reconciler: GPU $k is not one this step holds ($var=$have): the job holds fewer GPUs than the recipe packs here" >&2
+        printf '97 %s\n' "$(date +%s)" >"$status.tmp" && mv -f "$status.tmp" "$status"; exit 97; }
+      map=${map:+$map,}$g
+    done
+    want=$map
+  fi
+  export "$var=$want"
+fi
 "$@" &
 child=$!
 trap 'kill -TERM "$child" 2>/dev/null' TERM INT HUP
@@ -51,10 +73,13 @@ def step_paths(state_dir: Path, unit: Unit, launch: Launch) -> StepPaths:
 
 
 def wrapped_argv(launch: Launch, status: Path, step_name: str) -> list[str]:
-    """argv of the step: the launcher (its $0 is the step name, visible in ps), the
-    exit-status file, then `env K=V... cmd...`."""
-    return ["/bin/sh", "-c", LAUNCHER, step_name, str(status), "env", *[f"{k}={v}" for k, v in launch.env],
-            *launch.argv]
+    """argv of the step: the launcher (its $0 is the step name, visible in ps), the exit-status
+    file, the device variable and its logical GPU indices (mapped in the step onto the GPUs Slurm
+    gave it), then `env K=V... cmd...`."""
+    var = launch.visible_env if any(k == launch.visible_env for k, _ in launch.env) else ""
+    env = [f"{k}={v}" for k, v in launch.env if not (var and k == var)]
+    want = next((v for k, v in launch.env if var and k == var), "")
+    return ["/bin/sh", "-c", LAUNCHER, step_name, str(status), var, want, "env", *env, *launch.argv]
 
 
 def rotate(log: Path) -> None:

@@ -193,6 +193,13 @@ def worker_rows(
                      "nodes": [], "gpus": [], "ports": {}, "url": None, "steps": [], "specHash": None,
                      "restarts": _restarts(launches, f"{role}_{index}"),
                      "lastExit": _exit(_last_exit(exits, f"{role}_{index}"))})
+    for unit, why in d.unplaceable.items():  # wanted, but no allocation holds it yet: not Ready, and why
+        role, _, index = unit.rpartition("_")
+        if role != "dedicated":
+            rows.append({"name": unit, "role": role, "index": int(index) if index.isdigit() else 0,
+                         "phase": "Waiting", "ready": False, "nodes": [], "gpus": [], "ports": {}, "url": None, "steps": [], "specHash": None,
+                         "restarts": _restarts(launches, unit), "lastExit": _exit(_last_exit(exits, unit)),
+                         "notReadyReason": why})
     rows.sort(key=lambda r: unit_order((r["role"], r["index"])))
     return rows
 

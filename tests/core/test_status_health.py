@@ -42,6 +42,10 @@ def cond(st, kind):
      {"Progressing": ("True", "AllocationPending")}),
     ("being rolled", desired_recipe(A0), observed(step(index=0, spec="old"), ready=[("agg", 0)]), {},
      "Progressing", ["Outdated"], {"Progressing": ("True", "Reconciling")}),
+    # a worker no allocation can hold yet (the file packs more on a node than its job holds): not Ready
+    ("one unplaceable", desired_recipe(A0, unplaceable={"agg_1": "uses GPU 1, job 7 holds 1 per node"}),
+     observed(step(index=0), ready=[("agg", 0)]), {}, "Progressing", ["Ready", "Waiting"],
+     {"Ready": ("False", "NotReady")}),
 ])
 def test_status_table(what, d, o, launches, phase, rows, conds):
     st = status(d, o, launches=launches)

@@ -316,6 +316,23 @@ def test_a_surge_allocation_no_longer_needed_while_it_queues_is_cancelled():
 
 
 
+def test_a_reverted_change_cancels_a_queued_surge_allocation_once_surge_gpus_came_later():
+    """Found in review: surge_gpus turned on after the job was submitted (it holds 4, the spec now
+    8), the queued surge allocation was kept after the change that asked for it was reverted. Only
+    a job too small for the file's packing (not for the surge room) keeps a queued successor."""
+    c = FakeCluster()
+    c.converge(gpu_spec())
+    c.converge(gpu_spec(room="true"))
+    (old_job,) = c.allocs
+    assert c.allocs[old_job].gpus == 4
+    c.pending = True
+    p = c.plan(gpu_spec(mem="0.7", room="true"))
+    assert [a.spec.gpus_per_node for a in p.actions if isinstance(a, SubmitAlloc)] == [8]
+    c.apply(p)
+    (queued,) = set(c.allocs) - {old_job}
+    p = c.plan(gpu_spec(room="true"))  # the change is reverted
+    assert [(type(a).__name__, a.job_id) for a in p.actions] == [("CancelAlloc", queued)]
+
 def test_no_surge_allocation_for_a_worker_whose_old_life_serves_nothing():
     c = FakeCluster()
     c.converge(gpu_spec())

@@ -161,6 +161,9 @@ def counts(d: DesiredRecipe, c: Classified) -> dict[str, RoleCounts]:
         ready[v.unit.role] += v.ready
     for role, _ in c.waiting:
         desired[role] += 1
+    for name in d.unplaceable:  # wanted, but no allocation can hold it yet: desired and unavailable
+        if (role := name.rpartition("_")[0]) != "dedicated":
+            desired[role] += 1
     return {role: RoleCounts(n, running[role], ready[role], n - ready[role]) for role, n in desired.items()}
 
 

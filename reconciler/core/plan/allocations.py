@@ -3,7 +3,9 @@
 compute_handover: a running allocation whose time left (squeue's TimeLeft, read each tick: the end
 Slurm granted; or less, when a reservation will take its nodes or its node is quarantined —
 ``time_left``) falls below the hand-over time gets a successor at the same index, submitted now — and so does one whose GPU
-workers must surge but have no GPUs there for a second life (``surge_allocs``); once the successor runs,
+workers must surge but have no GPUs there for a second life (``surge_allocs``), and one whose job holds
+fewer GPUs per node than a worker on it now uses (``resize_allocs``: the file packs more workers on its
+nodes than when it was submitted); once the successor runs,
 the workers move onto it with the rollout's surge rules (``core/succession.py``) and the old
 job is released when its last step is gone — before Slurm ends it. The hand-over time is
 ``reconcile.handover_seconds``, else the moves it takes (workers per role / max_surge) times
@@ -69,17 +71,23 @@ def compute_handover(d: DesiredRecipe, observed: Observed, now: float
             continue  # none yet (submitted as missing), or nothing runs to hand over from
         # a surge allocation only for workers whose old life serves: the others are replaced in place
         surge = any(observed.ready.get((d.name, *k)) for k in d.surge_allocs.get(spec.index, ()))
+        resize = d.resize_allocs.get(spec.index, "")
         left, why = time_left(held[0], observed, now)
         # the hand-over time is at most half the limit Slurm granted (--time-min may have cut it)
         granted = slurm_seconds(held[0].time_limit)
         cap = min(limit, granted / 2) if granted else limit
         short = left is not None and left <= cap
         if len(held) > 1:
-            if not (surge or short) and not any(a.running for a in held[1:]):
+            # a job too small for the file's packing keeps a queued successor: that size does not
+            # depend on the count, so the count going down and up never flaps it
+            bigger = spec.index in d.undersized_allocs
+            if not (surge or short or resize or bigger) and not any(a.running for a in held[1:]):
                 # the reason went away (the change was reverted) while it queued: it would move everything
                 drop += [CancelAlloc(a.job_id, d.name, a.index) for a in held[1:]]
             continue
-        if surge:
+        if resize:
+            submit.append(SubmitAlloc(spec, f"successor of job {held[0].job_id}, sized for its workers: {resize}"))
+        elif surge:
             submit.append(SubmitAlloc(spec, f"surge allocation beside job {held[0].job_id}: its workers have no "
                                             "GPUs there for a second life"))
         elif short:

@@ -138,7 +138,8 @@ def _unit(recipe: Recipe, s: ServiceSpec, w: Unit, head: str, rdir: Path, disc_e
             lenv = {k: fill(v) for k, v in env.items()}
         if s.preamble:
             argv = ["/bin/bash", "-c", f'{fill(s.preamble)}\nexec "$@"', s.role, *argv]
-        launches.append(Launch(rank, (node,), 1, None, tuple(argv), tuple(sorted(lenv.items())), w.gpus))
+        launches.append(Launch(rank, (node,), 1, None, tuple(argv), tuple(sorted(lenv.items())), w.gpus,
+                               visible_env=recipe.reconcile.visible_devices_env))
     launches_t = tuple(launches)
     r = s.readiness
     ctr = (s.container or container) if kind.job_container else (s.container or None)

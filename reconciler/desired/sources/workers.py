@@ -151,8 +151,9 @@ def _worker_unit(recipe: Recipe, ep: Endpoint, ps: list[Process], hostnames: Map
         env.update(backend.get_process_environment(p))
         if fo is not None:
             env.update(backend.get_failover_environment(p, worker_dir(fo, recipe.name, job, ep.mode, ep.index)))
+        visible, mask = recipe.reconcile.visible_devices_env, ",".join(map(str, ep.gpus))
         if backend.should_set_visible_devices() and (ep.partial_node or fo is not None):
-            env[recipe.reconcile.visible_devices_env] = ",".join(map(str, ep.gpus))
+            env[visible] = mask  # logical: the step maps it onto the job's GPUs (visible_env below)
         if mooncake is not None:
             env = mooncake.stamp(ep.mode, p.node, env)
         for name in backend.env_unset(p):  # srtctl's env_to_unset: gone whoever set it
@@ -167,7 +168,8 @@ def _worker_unit(recipe: Recipe, ep: Endpoint, ps: list[Process], hostnames: Map
             argv, env = netaddr.resolve_at_launch(
                 argv, env, worker_hosts, recipe.reconcile.network_interface, f"{runtime.config_dir}/addr",
                 nodes[0] if len(nodes) == 1 else None)
-        launches.append(Launch(p.node_rank, nodes, ntasks, srun.mpi, tuple(argv), tuple(sorted(env.items())), ep.gpus))
+        launches.append(Launch(p.node_rank, nodes, ntasks, srun.mpi, tuple(argv), tuple(sorted(env.items())), ep.gpus,
+                               visible_env=visible if env.get(visible) == mask else ""))
     launches_t = tuple(launches)
     probe = backend.health_probe(ep.mode)
     patterns = tuple(backend.fatal_log_patterns(ep.mode)) if recipe.health_check.fatal_log_markers else ()
