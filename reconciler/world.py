@@ -35,9 +35,7 @@ class Launch:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     gpus: tuple[int, ...] = ()
-    # the variable in env whose value is logical GPU indices (the job's 0..n-1): the step maps
-    # them onto the GPUs Slurm gave it (drivers/base.LAUNCHER)
-    visible_env: str = ""
+    visible_env: str = ""  # the env var of logical GPU indices: the step maps them (drivers/base.LAUNCHER)
 
 
 @dataclass(frozen=True)
@@ -345,8 +343,7 @@ class DesiredRecipe:
     units: tuple[Unit, ...]  # units placed on running allocations (concrete argv, ports, hash)
     waiting: tuple[tuple[str, int], ...]  # (role, index) of units whose allocation is not running yet
     frontend: Unit | None = None  # frontend_0
-    # frontend_1.. (frontend.num_additional_frontends): each its own unit behind the gateway
-    extra_frontends: tuple[Unit, ...] = ()
+    extra_frontends: tuple[Unit, ...] = ()  # frontend_1.. (num_additional_frontends), behind the gateway
     suspended: bool = False
     max_unavailable: int = 1
     unplaceable: Mapping[str, str] = field(default_factory=dict)  # unit name -> why no allocation can hold it
@@ -356,8 +353,7 @@ class DesiredRecipe:
     startup_grace: float = 1800.0  # seconds a new life may take to become Ready
     liveness_failures: int = 3  # consecutive failed probes after Ready that mean "dead"
     services: tuple[Unit, ...] = ()  # service instances placed on the head allocation
-    # service roles that must be Ready before anything of a later phase starts: phase -> roles
-    gates: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    gates: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # phase -> roles Ready before later phases
     max_surge: int = 0  # extra lives per role during a rollout (reconcile.rollout.max_surge)
     # a surge life that is Ready stays beside the old one this long before the old leaves the
     # routers (they pick up new workers), then the old one drains this long before it is stopped
@@ -371,13 +367,11 @@ class DesiredRecipe:
     # allocation indices whose workers wait for a surge allocation (no_room, max_unavailable 0): a
     # successor is submitted for them and the workers move onto it with surge, like a hand-over
     surge_allocs: Mapping[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)  # index -> its workers
-    # index -> why its job holds too few GPUs for a worker on it: a successor sized for them is submitted
-    resize_allocs: Mapping[int, str] = field(default_factory=dict)
+    resize_allocs: Mapping[int, str] = field(default_factory=dict)  # index -> why its job is too small (a successor)
     undersized_allocs: frozenset[int] = frozenset()  # jobs too small for the file's packing: a successor is kept
     handover_seconds: float | None = None  # reconcile.handover_seconds (None: from launch-to-Ready)
     time_limit_seconds: float | None = None  # the allocations' Slurm time limit, when there is one
-    # autoscaler scale-down victims: out of the routers, still running until drained (desired/scale.py)
-    draining: frozenset[str] = frozenset()
+    draining: frozenset[str] = frozenset()  # scale-down victims: out of the routers until drained (desired/scale.py)
     analysis: Analysis | None = None  # a surge life is measured before it is routed (core/plan/analysis.py)
 
     def policy(self, role: str) -> RestartPolicy:

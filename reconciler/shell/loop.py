@@ -390,8 +390,7 @@ class Controller:
 
 
 def next_wait(snap: Snapshot, resync: float) -> float:
-    """The plan's requeue_after, the resync, or the moment edited files have settled: the earliest.
-    (Waiting on Slurm's queue is not motion: plan() gives it its own slow recheck.)"""
+    """The earliest of the plan's requeue_after, the resync, and edited files settling (Slurm's queue: plan's recheck)."""
     wait = resync if snap.plan.requeue_after is None else min(resync, snap.plan.requeue_after)
     if snap.manifests.settling:
         wait = min(wait, max(0.05, min(snap.manifests.settling.values()) - snap.now))

@@ -21,7 +21,7 @@ from pathlib import Path
 from reconciler.desired.bench_map import bench_plan
 from reconciler.desired.context import Context
 from reconciler.desired.sources.base import Life, Offer
-from reconciler.recipe.model import duration_seconds
+from reconciler.recipe.bench_policy import duration_seconds
 from reconciler.world import FRONTEND, SERVICE_PREFIX, Launch, RestartPolicy, Unit
 
 ROLE = f"{SERVICE_PREFIX}benchmark"
