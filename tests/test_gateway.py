@@ -486,3 +486,18 @@ def test_a_restart_quits_the_orphan_workers_its_record_missed(gw):
     said = gw.sync("r1", [], ports, 2.0)
     assert [c.kind for c in said] == ["GatewayRestarted"], said
     wait_until(lambda: not Path(f"/proc/{worker}").exists(), what=f"orphan worker {worker} gone")
+
+
+def test_bound_to_one_address_it_also_answers_on_loopback_and_that_address_is_the_endpoint(tmp_path):
+    """reconcile.gateway.listen: nginx binds that address, plus loopback for the reconciler's probe
+    and the holder; `get` prints that address (not the host's name, which may resolve elsewhere)."""
+    one = render(GatewayConfig("r", 20001, Path("/s/g"), ("a:1",), listen="10.1.2.3"))
+    assert "listen 10.1.2.3:20001 backlog=4096;\n        listen 127.0.0.1:20001 backlog=4096;" in one
+    assert render(GatewayConfig("r", 20001, Path("/s/g"), ("a:1",), listen="127.0.0.1")).count("listen ") == 1
+    assert render(GatewayConfig("r", 20001, Path("/s/g"), ("a:1",))).count("listen 0.0.0.0:20001 ") == 1
+    rec = record_path(tmp_path, "r")
+    rec.parent.mkdir(parents=True)
+    for listen, url in ((None, "http://login1:20001"), ("0.0.0.0", "http://login1:20001"),
+                        ("127.0.0.1", "http://127.0.0.1:20001"), ("[::1]", "http://[::1]:20001")):
+        rec.write_text(json.dumps({"host": "login1", "port": 20001, **({"listen": listen} if listen else {})}))
+        assert facts(tmp_path, "r")["url"] == url

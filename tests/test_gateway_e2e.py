@@ -94,3 +94,50 @@ def test_the_gateway_is_the_stable_endpoint(h):
     wait_until(lambda: master_pid(prefix_of(h.state, name)) is None, timeout=60, what="the gateway stopped")
     # the master may be gone (SIGQUIT, nothing in flight) before the pass that told it writes its event
     wait_until(lambda: _events(h, name, "GatewayStopped"), timeout=10, what="the GatewayStopped event")
+
+
+def _only_frontend_killed(h: Harness, name: str) -> tuple[int, int]:
+    """A client loop through the gateway while the recipe's only frontend is killed: (sent after
+    the kill, failed)."""
+    import time
+
+    from benchmarks.traffic import Traffic
+
+    steps = h.wait_steps(name, {"agg_0", "frontend_0"})
+    endpoint = h.wait_ready(name)["endpoint"]
+    wait_until(lambda: _serves(endpoint), timeout=20, what="a completion through the gateway")
+    traffic = Traffic(endpoint, timeout=20).start()
+    try:
+        assert traffic.wait_ok(time.monotonic(), 20)
+        killed = time.monotonic()
+        scancel(steps["frontend_0"][0])
+        wait_until(lambda: h.steps(name).get("frontend_0", steps["frontend_0"]) != steps["frontend_0"], timeout=60,
+                   what="frontend relaunched")
+        back = traffic.wait_ok(time.monotonic(), 30)
+        assert back is not None, traffic.failed()[-3:]
+        wait_until(lambda: len([o for o in traffic.between(back, time.monotonic()) if o.ok]) >= 20, timeout=30,
+                   what="20 answers after the relaunch")
+    finally:
+        traffic.stop()
+    after = [o for o in traffic.outcomes if o.at >= killed]
+    return len(after), len([o for o in after if not o.ok])
+
+
+def test_the_only_frontends_relaunch_gap_is_held_not_failed(h):
+    """The requests of the gap wait at the gateway's holder (reconcile.gateway.hold_seconds,
+    10 s by default) and are answered by the relaunched frontend; with hold_seconds: 0 the same
+    gap fails them (a JSON 503 at once). The gateway bound to loopback only: that is the endpoint."""
+    held, fast = h.name("held"), h.name("fast")
+    (h.manifests / f"{held}.yaml").write_text(
+        RECIPE.format(name=held) + "reconcile: {gateway: {listen: 127.0.0.1}}\n")
+    (h.manifests / f"{fast}.yaml").write_text(RECIPE.format(name=fast) + "reconcile: {gateway: {hold_seconds: 0}}\n")
+    h.start()
+    sent, failed = _only_frontend_killed(h, held)
+    gw = json.loads((h.state / held / "gateway.json").read_text())
+    assert h.get(held)["endpoint"] == f"http://127.0.0.1:{gw['port']}"
+    conf = (prefix_of(h.state, held) / "nginx.conf").read_text()
+    assert f"listen 127.0.0.1:{gw['port']} " in conf and "0.0.0.0" not in conf
+    assert sent > 20 and failed == 0, (sent, failed)
+    sent_fast, failed_fast = _only_frontend_killed(h, fast)
+    assert failed_fast > 0, (sent_fast, failed_fast)  # the same gap, not held
+    print(f"\nthe only frontend killed: held {failed} failed of {sent}; not held {failed_fast} of {sent_fast}")

@@ -61,6 +61,7 @@ def test_a_request_is_held_until_a_frontend_is_listed_then_streamed(gw, tmp_path
         kinds = [c.kind for c in gw.sync("r1", [], ports, 1000.0, hold=60)]
         assert kinds == ["GatewayHolder", "GatewayStarted"], kinds
         port = gw._record("r1")["holderPort"]
+        assert holder.wait_listening(port)  # started, not waited for: the tick serves every deployment
         url = facts(gw.state.root, "r1")["url"]
         call = Call(url, max_tokens=20)
         call.start()
@@ -86,13 +87,14 @@ def test_a_request_held_past_the_timeout_gets_a_503_with_the_expected_wait(gw, t
     try:
         ports = _ports()
         gw.sync("r1", [], ports, 1000.0, hold=2)
+        assert holder.wait_listening(gw._record("r1")["holderPort"])
         url = facts(gw.state.root, "r1")["url"]
         holder.write_wake(prefix, time.time() + 40, "agg_0 waits for its allocation: expected start in 30s")
         call = Call(url)
         call.run()
         assert call.status == 503, (call.status, call.body)
         err = json.loads(call.body)["error"]
-        assert err["type"] == "service_unavailable" and "scaled to zero" in err["message"], err
+        assert err["type"] == "service_unavailable" and "agg_0 waits for its allocation" in err["message"], err
         assert "hold of 2s" in err["message"] and "expected start in 30s" in err["reason"], err
         assert 30 <= err["expected_wait_seconds"] <= 40 and int(call.headers["Retry-After"]) == err["expected_wait_seconds"]
         port = gw._record("r1")["holderPort"]
@@ -103,7 +105,7 @@ def test_a_request_held_past_the_timeout_gets_a_503_with_the_expected_wait(gw, t
         call.run()
         assert call.status == 503 and call.headers["Retry-After"] == "2"
         assert json.loads(call.body)["error"]["expected_wait_seconds"] is None
-        # the recipe no longer scales to zero: the holder goes, the gateway answers 503 at once
+        # the recipe holds no request (hold_seconds: 0): the holder goes, the gateway answers 503 at once
         kinds = [c.kind for c in gw.sync("r1", [], ports, 1001.0, hold=None)]
         assert kinds == ["GatewayHolderStopped", "GatewayReloaded"], kinds
         assert holder.running(prefix) is None and holder.stats(port) is None
@@ -168,6 +170,7 @@ def test_a_request_every_frontend_failed_is_held_by_the_backup_holder(gw, tmp_pa
         ports = _ports()
         gw.sync("r1", [busy.addr], ports, 1000.0, hold=60)
         port = gw._record("r1")["holderPort"]
+        assert holder.wait_listening(port)
         url = facts(gw.state.root, "r1")["url"]
         call = Call(url)
         call.start()

@@ -29,7 +29,7 @@ def held_by(tmp_path):
     prefix = (state.root / "r" / "gateway").absolute()
     port = free_port()
     pid, did = holder.ensure(prefix, holder.argv(holder.python(), "r", port, free_port(), 1.0, prefix), port)
-    assert pid is not None, did
+    assert pid is not None and holder.wait_listening(port), did
     (state.root / "r" / "gateway.json").write_text(json.dumps({"holderPort": port}))
     yield state, port
     holder.stop(prefix)

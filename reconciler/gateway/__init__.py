@@ -29,10 +29,11 @@ Choices, with nginx's documented semantics (ngx_http_proxy_module, ngx_http_upst
   that no frontend took (nginx's own 502/504) gets a JSON 503 saying so.
 - No frontend placed at all: nginx needs at least one server in an upstream, so the server
   answers 503 with a JSON error saying so instead of proxying.
-- Scale to zero (``holder``: the port of the gateway's holder, ``gateway/holder.py``): with no
-  frontend placed every request goes to the holder, which keeps it until a frontend serves (or
-  its timeout); with frontends the holder is their ``backup`` server, so a request every frontend
-  failed (the moment a deployment drains to zero, or wakes up) is held too rather than answered 503.
+- The holder (``holder``: the port of the gateway's holder, ``gateway/holder.py``; every recipe
+  unless ``reconcile.gateway.hold_seconds: 0``): with no frontend placed every request goes to it,
+  which keeps it until a frontend serves (or its timeout); with frontends it is their ``backup``
+  server, so a request every frontend failed (the only frontend relaunching, a deployment draining
+  to zero or waking up) is held too rather than answered 503.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+ANY = "0.0.0.0"  # every interface: clients come from anywhere the login node is reachable from
 FAIL_TIMEOUT_S = 5  # a frontend that refused a connection rests this long before nginx tries it again
 READ_TIMEOUT_S = 3600  # a completion (or a stream) may run long: never cut by the gateway
 # old workers of a reload finish their requests within this: as long as a request may run, so a
@@ -59,7 +61,7 @@ class GatewayConfig:
     prefix: Path  # nginx's -p (argv): the pid file, logs and temp directories, named relative to it
     upstreams: tuple[str, ...] = ()
     unproven: bool = False  # none of them is known to serve now: count no failures against them
-    listen: str = "0.0.0.0"  # clients come from anywhere the login node is reachable from
+    listen: str = ANY  # reconcile.gateway.listen
     holder: int | None = None  # the holder's port on 127.0.0.1 (a recipe that scales to zero)
 
 
@@ -149,7 +151,9 @@ def render(cfg: GatewayConfig) -> str:
         + upstream
         + "    server {\n"
         f"        listen {cfg.listen}:{cfg.port} backlog=4096;\n"
-        "        location = /gateway/health {\n"
+        # bound to one address: the reconciler's probe and the holder still reach it on loopback
+        + (f"        listen 127.0.0.1:{cfg.port} backlog=4096;\n" if cfg.listen not in (ANY, "127.0.0.1") else "")
+        + "        location = /gateway/health {\n"
         "            default_type application/json;\n"
         f"            return 200 '{health}\\n';\n"
         "        }\n"
@@ -158,4 +162,4 @@ def render(cfg: GatewayConfig) -> str:
         "}\n")
 
 
-__all__ = ["GatewayConfig", "render", "FAIL_TIMEOUT_S"]
+__all__ = ["ANY", "GatewayConfig", "render", "FAIL_TIMEOUT_S"]

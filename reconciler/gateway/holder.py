@@ -1,13 +1,14 @@
-"""The gateway's holder: where requests wait while a deployment is scaled to zero.
+"""The gateway's holder: where requests wait while a deployment has no frontend answering (the
+only one relaunching or moving, an allocation coming back, the deployment scaled to zero).
 
 ``python -m reconciler.gateway.holder --recipe R --port P --gateway-port G --timeout T --prefix DIR``
 
-The gateway's nginx sends a request here when the deployment has no Ready frontend (its config's
-only upstream) or when every frontend failed it (a ``backup`` server: the moment a deployment
-drains to zero). The holder:
+The gateway's nginx sends a request here when the deployment has no frontend (its config's only
+upstream) or when every frontend failed it (a ``backup`` server: a refused connection, a 503). The
+holder:
 
-- counts it (``GET /holder/stats``: ``held`` now, ``received`` in all): the reconciler's autoscaler
-  reads that as demand and brings the deployment back (core/plan/autoscale.py, the wake-up);
+- counts it (``GET /holder/stats``: ``held`` now, ``received`` in all): for a deployment that scales
+  to zero the reconciler's autoscaler reads that as demand and brings it back (the wake-up);
 - waits for the gateway to list a Ready frontend again (its ``/gateway/health``, which the
   reconciler confirms after each reload), then sends the request to it and streams the answer
   back. A refused connection or a 503 before any byte (a frontend whose workers are not routed
@@ -72,10 +73,10 @@ class Holder:
         w = self.wake()
         at = w.get("expectedReadyAt")
         left = max(1, math.ceil(at - time.time())) if isinstance(at, (int, float)) and at > time.time() else None
-        why = str(w.get("why") or "a worker is being started")
+        why = str(w.get("why") or "no frontend answers: one is being started or moved")
         body = {"error": {
-            "message": f"{self.recipe} is scaled to zero and is coming back ({why}); no frontend was ready "
-                       f"within the gateway's hold of {self.timeout:g}s (waited {waited:.0f}s): retry later",
+            "message": f"{self.recipe}: {why}; no frontend answered within the gateway's hold of "
+                       f"{self.timeout:g}s (waited {waited:.0f}s): retry later",
             "type": "service_unavailable", "code": 503,
             "expected_wait_seconds": left, "reason": why}}
         retry = left if left is not None else max(1, math.ceil(self.timeout))

@@ -31,6 +31,7 @@ from reconciler.recipe.slurm import SlurmConfig  # noqa: F401 - a section of Rec
 from reconciler.recipe.autoscale import AutoscaleConfig
 from reconciler.recipe.rollout import RolloutConfig  # noqa: F401 - a section of ReconcileConfig
 from reconciler.recipe.bench_policy import BenchmarkPolicy
+from reconciler.recipe.gateway import GatewaySettings
 from reconciler.recipe.topology import MODES, Mode, RoleLayout, one_node_split
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")  # srtctl has no limit; ours keeps paths sane
@@ -213,6 +214,7 @@ class ReconcileConfig(Strict):
     autoscale: AutoscaleConfig | None = None  # elastic roles (recipe/autoscale.py)
     # run the recipe's benchmark: section (aiperf) after Ready / rollouts / periodically
     benchmark: BenchmarkPolicy | None = None
+    gateway: GatewaySettings = GatewaySettings()  # the stable address: where it listens, how long it holds
 
     @field_validator("engine_python")
     @classmethod

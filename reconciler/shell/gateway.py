@@ -31,7 +31,7 @@ from pathlib import Path
 import structlog
 
 from reconciler.fsutil import atomic_write_text
-from reconciler.gateway import GatewayConfig, render
+from reconciler.gateway import ANY, GatewayConfig, render
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.drivers.exits import ExitWatch
 from reconciler.drivers.state import StateDir
@@ -111,7 +111,8 @@ def facts(root: Path, recipe: str) -> dict | None:
     """What get/describe/status say about a recipe's gateway (read-only: no write, no start)."""
     try:
         rec = json.loads(record_path(root, recipe).read_text())
-        url = f"http://{rec['host']}:{int(rec['port'])}"
+        # bound to one address (reconcile.gateway.listen): that address is the endpoint
+        url = f"http://{rec['host'] if rec.get('listen', ANY) in (ANY, '[::]') else rec['listen']}:{int(rec['port'])}"
     except (OSError, ValueError, KeyError, TypeError):
         return None
     pid = master_pid(prefix_of(root, recipe))
@@ -181,10 +182,11 @@ class Gateways:
 
     # ---------------------------------------------------------------- each tick
     def sync(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float,
-             unproven: bool = False, hold: float | None = None) -> list[Change]:
+             unproven: bool = False, hold: float | None = None, listen: str | None = None) -> list[Change]:
         """Make the gateway run with exactly these upstreams (host:port of Ready frontends; with
         ``unproven``, where the frontends are relaunched, none of them alive now). ``hold``: the
-        holder's timeout for a recipe that scales to zero (shell/holder.py)."""
+        holder's timeout (shell/holder.py; None: no holder). ``listen``: the address nginx binds
+        (reconcile.gateway.listen; None: as recorded)."""
         if self.nginx is None:
             return self._fail(recipe, now, "nginx is not installed (apt-get install nginx-light); "
                                            "the endpoint is the frontend's own address")
@@ -192,11 +194,14 @@ class Gateways:
         prefix = prefix_of(self.state.root, recipe)
         conf = prefix / "nginx.conf"
         rec = self._record(recipe)
+        listen = listen or rec.get("listen") or ANY
+        if rec.get("listen", ANY) != listen:
+            self._write(recipe, rec := {**rec, "listen": listen})
         held, fields, said = holder.sync(recipe, rec, prefix, port, hold, ports, self.host, {self.host, *self.aliases})
         if any(rec.get(k) != v for k, v in fields.items()):
             self._write(recipe, rec := {**rec, **fields})
         changes = [Change(kind, recipe, msg) for kind, msg in said]
-        text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven, holder=held))
+        text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven, listen, held))
         pid = master_pid(prefix)
         if pid is not None:
             self._watch(recipe, pid)

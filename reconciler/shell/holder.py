@@ -1,4 +1,4 @@
-"""Run each scale-to-zero deployment's holder (``gateway/holder.py``) next to its gateway's nginx.
+"""Run each deployment's holder (``gateway/holder.py``) next to its gateway's nginx.
 
 The holder is part of the gateway, not a unit of the desired-state pipeline: units are Slurm steps
 (or local processes) on the deployment's allocations, and at zero the deployment has none; the
@@ -30,6 +30,8 @@ from reconciler.fsutil import atomic_write_text
 MODULE = "reconciler.gateway.holder"
 NAME = "holder"  # the port's name under the gateway's owner
 START_TIMEOUT_S = 15.0  # aiohttp's import alone takes a second on a busy 2-core login node
+RESPAWN_S = 30.0  # a holder gone within this of its start waits this long before the next
+_children: list[subprocess.Popen] = []
 STOP_WAIT_S = 5.0
 
 
@@ -80,10 +82,10 @@ def sync(recipe: str, rec: dict, prefix: Path, gateway_port: int, hold: float | 
          host: str, names: set[str]) -> tuple[int | None, dict, list[tuple[str, str]]]:
     """The holder as the recipe wants it: (its port for the config, or None: no holder; the gateway
     record's new holder fields; events (kind, message)). ``hold``: the hold timeout, None when
-    the recipe does not scale to zero (a holder left from an earlier spec is stopped)."""
+    the recipe holds no request (a holder left from an earlier spec is stopped)."""
     if hold is None:
         pid = stop(prefix)
-        gone = [("GatewayHolderStopped", f"holder {pid} stopped: the recipe no longer scales to zero")] if pid else []
+        gone = [("GatewayHolderStopped", f"holder {pid} stopped: the recipe holds no request")] if pid else []
         return None, {"holderPid": None, "holderError": None}, gone
     try:
         port = port_of(rec, recipe, names, ports, host)
@@ -108,7 +110,9 @@ def sync(recipe: str, rec: dict, prefix: Path, gateway_port: int, hold: float | 
 
 def ensure(prefix: Path, want: list[str], port: int) -> tuple[int | None, str | None]:
     """The holder running with exactly ``want``: (pid, what was done: None, 'started', 'replaced'), or
-    (None, an error)."""
+    (None, an error). It does not wait for the holder to listen (its import takes a second on a
+    busy host, and the tick serves every deployment): until it does, nginx finds its port refused
+    and answers the JSON 503 it would answer without a holder."""
     found = running(prefix)
     if found is not None and found[1] == want:
         return found[0], None
@@ -116,6 +120,13 @@ def ensure(prefix: Path, want: list[str], port: int) -> tuple[int | None, str | 
     if found is not None:  # other settings: the old one goes first (it holds the port)
         stop(prefix)
         did = "replaced"
+    else:
+        try:  # one that died soon after its start is not started again at every pass
+            since = time.time() - (prefix / "holder.pid").stat().st_mtime
+        except OSError:
+            since = None
+        if since is not None and since < RESPAWN_S and stats(port, timeout=0.2) is None:
+            return None, f"the holder exited within {RESPAWN_S:g}s of its start (see {prefix / 'holder.log'})"
     prefix.mkdir(parents=True, exist_ok=True)
     with open(prefix / "holder.log", "ab") as out:
         try:
@@ -124,14 +135,19 @@ def ensure(prefix: Path, want: list[str], port: int) -> tuple[int | None, str | 
         except OSError as e:
             return None, f"cannot start the holder: {e}"
     (prefix / "holder.pid").write_text(f"{p.pid}\n")
-    deadline = time.monotonic() + START_TIMEOUT_S
+    _children.append(p)  # reaped by the next start (no zombie left for a long-lived reconciler)
+    _children[:] = [c for c in _children if c.poll() is None]
+    return p.pid, did
+
+
+def wait_listening(port: int, timeout: float = START_TIMEOUT_S) -> bool:
+    """True once the holder on ``port`` answers (tests, and a caller that must not race its start)."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if p.poll() is not None:
-            return None, f"the holder exited {p.returncode} (see {prefix / 'holder.log'})"
-        if stats(port) is not None:
-            return p.pid, did
+        if stats(port, timeout=0.5) is not None:
+            return True
         time.sleep(0.05)
-    return None, f"the holder did not answer on 127.0.0.1:{port} within {START_TIMEOUT_S:g}s"
+    return False
 
 
 def stop(prefix: Path) -> int | None:
@@ -148,6 +164,7 @@ def stop(prefix: Path) -> int | None:
     deadline = time.monotonic() + STOP_WAIT_S
     while running(prefix) is not None and time.monotonic() < deadline:
         time.sleep(0.05)
+    (prefix / "holder.pid").unlink(missing_ok=True)  # stopped on purpose: the next start is not a respawn
     return pid
 
 

@@ -158,10 +158,16 @@ def gateway_upstreams(d: DesiredRecipe, o: Observed) -> tuple[list[str], bool]:
 
 
 def hold_timeout(snap: Snapshot, name: str) -> float | None:
-    """The gateway's hold for a recipe that scales to zero (its holder keeps requests that long)."""
+    """How long the gateway's holder keeps a request no frontend takes: a recipe that scales to zero
+    holds for its autoscale.hold_timeout_seconds, any other for reconcile.gateway.hold_seconds (0:
+    no holder, a JSON 503 at once)."""
     r = snap.manifests.recipes.get(name)
-    cfg = r.reconcile.autoscale if r is not None else None
-    return cfg.hold_timeout_seconds if cfg is not None and cfg.scale_to_zero_after_seconds is not None else None
+    if r is None:
+        return None
+    cfg = r.reconcile.autoscale
+    if cfg is not None and cfg.scale_to_zero_after_seconds is not None:
+        return cfg.hold_timeout_seconds
+    return r.reconcile.gateway.hold_seconds or None
 
 
 def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
@@ -180,8 +186,10 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
                 changes = []
             else:
                 upstreams, unproven = gateway_upstreams(dr, snap.observed)
+                r = snap.manifests.recipes.get(name)
                 changes = gateways.sync(name, upstreams, snap.ports, snap.now, unproven=unproven,
-                                        hold=hold_timeout(snap, name))
+                                        hold=hold_timeout(snap, name),
+                                        listen=r.reconcile.gateway.listen if r is not None else None)
         except Exception as e:  # noqa: BLE001 - one gateway's failure must not stop the tick
             log.exception("gateway sync failed", recipe=name, error=f"{type(e).__name__}: {e}")
             continue

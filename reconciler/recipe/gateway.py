@@ -1,0 +1,33 @@
+"""``reconcile.gateway``: the deployment's stable address (reconciler/gateway, shell/gateway.py)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from pydantic import Field, field_validator
+
+from reconciler.recipe.types import Strict
+
+DEFAULT_HOLD_S = 10.0
+
+
+class GatewaySettings(Strict):
+    """Where the gateway listens, and how long it holds a request no frontend can take."""
+
+    # the address nginx binds on the reconciler's host: every interface (clients on the cluster
+    # reach the login node), or one of them (127.0.0.1: only this host)
+    listen: str = "0.0.0.0"
+    # a request that finds no frontend answering (the only one relaunching, a lost allocation
+    # coming back) waits this long at the gateway's holder for one, then gets a JSON 503 with
+    # Retry-After; 0: that 503 at once. A recipe that scales to zero holds for
+    # autoscale.hold_timeout_seconds instead.
+    hold_seconds: float = Field(DEFAULT_HOLD_S, ge=0, le=1800)
+
+    @field_validator("listen")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        try:
+            addr = ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"expected an IP address of this host (0.0.0.0, 127.0.0.1, ...), found {v!r}") from None
+        return f"[{addr}]" if addr.version == 6 else str(addr)
