@@ -113,6 +113,13 @@ def test_failover_runs_gms_first_and_relaunches_one_engine_alone(stack, tmp_path
     ports = {f"{w['role']}_{w['index']}": w["ports"] for w in st["workers"]}
     pids = wait_until(lambda: (p := engine_pids({u: ports[u]["system"] for u in ENGINES})) and len(p) == 4 and p,
                       timeout=30, what="four dynamo.mocker engines")
+    # the job's GPUs as Slurm numbers them on the node: a worker's logical GPU k is the k-th
+    # (drivers/base.LAUNCHER; the test Slurm does not confine devices, so they are global indices)
+    held = environ(pids["agg_0"])["SLURM_STEP_GPUS"].split(",")
+
+    def on_job(logical: str) -> str:
+        return ",".join(held[int(k)] for k in logical.split(","))
+
     for i, gpus in ((0, "0,1"), (1, "2,3")):
         directory = shared / f"rcl-{job}" / f"agg_{i}"
         socks = sorted(p.name for p in directory.glob("gms_*.sock"))
@@ -122,10 +129,10 @@ def test_failover_runs_gms_first_and_relaunches_one_engine_alone(stack, tmp_path
             assert env["ENGINE_ID"] == str(k)
             assert env["GMS_SOCKET_DIR"] == str(directory)
             assert env["FAILOVER_LOCK_PATH"] == str(directory / "failover.lock")
-            assert env["CUDA_VISIBLE_DEVICES"] == gpus
+            assert env["CUDA_VISIBLE_DEVICES"] == on_job(gpus)
             assert env["DYN_VLLM_GMS_SHADOW_MODE"] == "true"
     servers = {environ(p)["CUDA_VISIBLE_DEVICES"] for p in standin_pids()}
-    assert servers == {"0,1", "2,3"}, "each gms instance runs in its worker's device view"
+    assert servers == {on_job("0,1"), on_job("2,3")}, "each gms instance runs in its worker's device view"
     gms_started = {environ(p)["GMS_SOCKET_DIR"]: started(p) for p in standin_pids()}
     for i in (0, 1):
         first = gms_started[str(shared / f"rcl-{job}" / f"agg_{i}")]
@@ -134,7 +141,7 @@ def test_failover_runs_gms_first_and_relaunches_one_engine_alone(stack, tmp_path
     # the generic per-worker service: its worker's placeholders and device view
     for i, gpus in ((0, "0,1"), (1, "2,3")):
         log = (h.state / name / "logs" / f"svc-mon-agg_{i}.0.log").read_text()
-        assert f"mon agg_{i} gpus {gpus} mask {gpus}" in log, log
+        assert f"mon agg_{i} gpus {gpus} mask {on_job(gpus)}" in log, log
 
     # kill one shadow engine's step: it alone is relaunched; its siblings and the gms keep their steps
     before = {u: s[0] for u, s in steps.items()}
