@@ -285,3 +285,19 @@ def test_a_file_edit_that_moves_the_extra_workers_strands_none(counts, old, new)
     assert settle(c, recipe(text), sc) == {}
     assert settle(c, recipe(text.replace(old, new)), sc) == {}
 
+
+
+HEAD_SERVICE = EVERY.replace("agg: {workers: 3, gpus: 8}", "agg: {workers: 1, gpus: 1}").replace(
+    "placement: {node: all}}", "placement: {node: head}}")
+
+
+def test_at_zero_a_head_service_waits_for_no_allocation():
+    """At zero no node is held, the head neither: its services (etcd, NATS, ...) are not listed as
+    waiting for an allocation nobody asks for (the recipe said Progressing, not ScaledToZero), and
+    they come back with the first worker."""
+    r, c = recipe(HEAD_SERVICE), FakeCluster()
+    assert settle(c, r) == {}
+    assert settle(c, r, {"r": Scale({"agg": 0})}) == {}
+    assert not c.steps and not c.allocs
+    assert settle(c, r, {"r": Scale({"agg": 1})}) == {}
+    assert sorted(s.role for s in c.steps.values()) == ["agg", "frontend", "svc-every"]

@@ -71,8 +71,10 @@ def instance_ordinals(lay: NodeLayout, spec: ServiceSpec) -> list[tuple[int, int
     past every position, and the same whichever other extra workers exist."""
     if spec.placement == "dedicated":
         return [] if lay.dedicated is None else [(0, lay.dedicated)]
-    if spec.placement not in WORKER_NODES:
-        return [(0, 0)]  # head, and infra (the head here)
+    if spec.placement not in WORKER_NODES:  # head, and infra (the head here)
+        # scaled to zero, no node is held, the head neither: nothing waits for it
+        held = bool(lay.endpoints) or lay.dedicated is not None or not lay.file_endpoints
+        return [(0, 0)] if held else []
     named = spec.placement in ("prefill", "decode", "agg")
     modes = (spec.placement,) if named else ("prefill", "decode", "agg")
     held = lay.nodes_of(modes)
