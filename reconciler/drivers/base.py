@@ -21,12 +21,14 @@ from reconciler.world import Alloc, AllocSpec, Step
 # given in the same variable (CUDA_VISIBLE_DEVICES=4,5 for a job's 2 GPUs on a node that does
 # not confine devices; 0,1 where cgroups renumber them), so logical index k is the k-th entry
 # of that list: without the mapping a worker of the second job on a node would use the first
-# job's GPU 0. No list (no Slurm, no gres): the indices are used as they are.
+# job's GPU 0. No list (no Slurm, no gres, or Slurm's NoDevFiles: a gres with no File=): the
+# indices are used as they are.
 LAUNCHER = r"""status=$1; var=$2; want=$3; shift 3
 nth() { _k=$1; _o=$IFS; IFS=,; set -f; set -- $2; set +f; IFS=$_o
   [ "$_k" -lt "$#" ] || return 1; shift "$_k"; printf %s "$1"; }
 if [ -n "$var" ]; then
   have=$(printenv "$var") || have=${CUDA_VISIBLE_DEVICES-}
+  case $have in NoDevFiles) have= ;; esac
   if [ -n "$have" ]; then
     map=
     for k in $(printf %s "$want" | tr , ' '); do

@@ -42,6 +42,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+ANY6 = "[::]"  # every interface, IPv6 and (ipv6only=off) IPv4
 ANY = "0.0.0.0"  # every interface: clients come from anywhere the login node is reachable from
 FAIL_TIMEOUT_S = 5  # a frontend that refused a connection rests this long before nginx tries it again
 READ_TIMEOUT_S = 3600  # a completion (or a stream) may run long: never cut by the gateway
@@ -150,9 +151,11 @@ def render(cfg: GatewayConfig) -> str:
         "    keepalive_timeout 75s;\n"
         + upstream
         + "    server {\n"
-        f"        listen {cfg.listen}:{cfg.port} backlog=4096;\n"
+        # [::] with nginx's default ipv6only=on would refuse every IPv4 client of the host's name
+        f"        listen {cfg.listen}:{cfg.port} backlog=4096{' ipv6only=off' if cfg.listen == ANY6 else ''};\n"
         # bound to one address: the reconciler's probe and the holder still reach it on loopback
-        + (f"        listen 127.0.0.1:{cfg.port} backlog=4096;\n" if cfg.listen not in (ANY, "127.0.0.1") else "")
+        + (f"        listen 127.0.0.1:{cfg.port} backlog=4096;\n"
+           if cfg.listen not in (ANY, ANY6, "127.0.0.1") else "")
         + "        location = /gateway/health {\n"
         "            default_type application/json;\n"
         f"            return 200 '{health}\\n';\n"

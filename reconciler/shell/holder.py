@@ -165,6 +165,7 @@ def stop(prefix: Path) -> int | None:
     while running(prefix) is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     (prefix / "holder.pid").unlink(missing_ok=True)  # stopped on purpose: the next start is not a respawn
+    _children[:] = [c for c in _children if c.poll() is None]  # reap it (and any other that ended) now
     return pid
 
 
