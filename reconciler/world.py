@@ -362,13 +362,13 @@ class DesiredRecipe:
     # (role, index) -> the old life a surge life replaces: its ports, URL and health port (the
     # unit in the old slot), so that it is probed and routed until the new one takes over
     previous: Mapping[tuple[str, int], Unit] = field(default_factory=dict)
-    # workers that would surge but whose allocation holds no GPUs for a second life: rolled in place
-    no_room: frozenset[str] = frozenset()
+    no_room: frozenset[str] = frozenset()  # would surge, but no GPUs for a second life there: rolled in place
     # allocation indices whose workers wait for a surge allocation (no_room, max_unavailable 0): a
     # successor is submitted for them and the workers move onto it with surge, like a hand-over
     surge_allocs: Mapping[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)  # index -> its workers
     resize_allocs: Mapping[int, str] = field(default_factory=dict)  # index -> why its job is too small (a successor)
     undersized_allocs: frozenset[int] = frozenset()  # jobs too small for the file's packing: a successor is kept
+    resizing: frozenset[str] = frozenset()  # workers that wait for that successor: never launched, rolled there
     handover_seconds: float | None = None  # reconcile.handover_seconds (None: from launch-to-Ready)
     time_limit_seconds: float | None = None  # the allocations' Slurm time limit, when there is one
     draining: frozenset[str] = frozenset()  # scale-down victims: out of the routers until drained (desired/scale.py)

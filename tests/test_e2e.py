@@ -357,7 +357,7 @@ def test_get_and_plan_write_nothing_and_need_no_lock(h):
     if h.driver == "local":  # no GPUs held: the new worker is placed in the running allocation
         assert [a["reason"] for a in rp["place"]] == ["NEW"]
     else:  # its job holds 2 GPUs (prefill, decode_0), the file now packs 3 there: a successor first
-        assert rp["place"] == [] and rp["waiting"]["decode_1"]["reason"] == "UNPLACEABLE", rp
+        assert rp["place"] == [] and rp["waiting"]["decode_1"]["reason"] == "RESIZING", rp
         (submit,) = rp["submit"]
         assert "sized for its workers: decode_1 uses GPU 2" in submit["description"], submit
 

@@ -139,7 +139,7 @@ def test_a_worker_is_never_placed_on_gpus_its_job_does_not_hold():
     r = recipe(PACKED)
     top = topology(r)
     short = Alloc("7", "r", 0, 0, 1, "RUNNING", "None", ("n1",), gpus=3)
-    _, keep, at, unplaceable, resize = place(r, top.layout, list(top.endpoints), [short])
+    _, keep, at, unplaceable, resize, _ = place(r, top.layout, list(top.endpoints), [short])
     assert set(at) == {("prefill", 0), ("decode", 0)} and keep == ["7"]
     assert list(unplaceable) == ["decode_1"]
     assert unplaceable["decode_1"] == ("uses GPUs 3-4, job 7 holds 3 per node: it waits for a successor sized "

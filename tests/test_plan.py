@@ -75,7 +75,7 @@ def test_more_workers_packed_than_the_job_holds_get_a_successor_sized_for_them()
     assert kinds(p) == ["SubmitAlloc"]
     assert p.actions[0].spec.gpus_per_node == 4
     assert "sized for its workers: agg_2 uses GPU 2, job 100 holds 2 per node" in p.actions[0].describe()
-    assert p.recipes["r"].waiting["agg_2"].reason == WaitReason.UNPLACEABLE
+    assert p.recipes["r"].waiting["agg_2"].reason == WaitReason.RESIZING
     c_ = p.recipes["r"].counts["agg"]  # the two that wait are wanted: desired, and unavailable
     assert (c_.desired, c_.running, c_.unavailable) == (4, 2, 4 - c_.ready)
     c.converge(agg(4))  # refuses any launch on GPUs a job does not hold

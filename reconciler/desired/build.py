@@ -160,7 +160,7 @@ def assemble(ctx: Context) -> DesiredRecipe:
         max_surge=rollout.max_surge if engines == 1 else 0, surge_pickup_seconds=rollout.pickup_seconds,
         surge_drain_seconds=rollout.drain_seconds, previous=previous, no_room=no_room,
         surge_allocs=_surge_allocs(where, no_room) if rollout.max_unavailable == 0 else {},
-        resize_allocs=where.resize, undersized_allocs=where.undersized,
+        resize_allocs=where.resize, undersized_allocs=where.undersized, resizing=where.resizing,
         handover_seconds=recipe.reconcile.handover_seconds, time_limit_seconds=slurm_seconds(recipe.slurm.time_limit),
         analysis=analysis_spec(ctx),
     )

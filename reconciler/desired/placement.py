@@ -18,7 +18,7 @@ count); each of the autoscaler's extra workers is an allocation of its own (``de
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from reconciler.backends.failover import RENDER_JOB
@@ -49,6 +49,7 @@ class Placement:
     # indices whose job holds fewer GPUs than the file packs there, whatever the count (a queued
     # successor sized for them is kept while the count dips: plan/allocations.py)
     undersized: frozenset[int] = frozenset()
+    resizing: frozenset[str] = frozenset()  # workers that wait for the resize successor (placed or not)
 
     @property
     def head(self) -> str | None:
@@ -62,7 +63,9 @@ class Placement:
 def placement(top: Topology, allocs: list[Alloc], steps: list[Step]) -> Placement:
     recipe = top.recipe
     live, successors, retiring = generations([a for a in allocs if a.live], steps)
-    specs, keep, at, unplaceable, resize = place(recipe, top.layout, [*top.endpoints, *top.reserved], live)
+    serving = {(s.job_id, s.role.partition("-")[0], s.index) for s in steps}  # agg-e1: a failover engine of agg
+    specs, keep, at, unplaceable, resize, resizing = place(recipe, top.layout, [*top.endpoints, *top.reserved], live,
+                                                           serving)
     kept = {a.index for a in live if a.job_id in keep}
     # a successor (hand-over) is kept beside the job it follows; an older job until its last step is gone
     keep += [j for i in sorted(kept) for j in successors.get(i, ())] + retiring
@@ -84,6 +87,7 @@ def placement(top: Topology, allocs: list[Alloc], steps: list[Step]) -> Placemen
         jobs={o: a.job_id for o, a in on.items()}, head_job=head_alloc.job_id if head_alloc is not None else None,
         held_gpus={k: _held(spec_gpus.get(a.index, 0), a) for k, a in at.items()}, pending_reason=pending,
         resize=resize, undersized=frozenset(a.index for a in live if a.job_id in keep and _undersized(top.layout, a)),
+        resizing=resizing,
     )
 
 
@@ -100,22 +104,30 @@ def render_placement(top: Topology, hostnames: list[str]) -> Placement:
 
 
 def place(
-    recipe: Recipe, lay: NodeLayout, endpoints: list[Endpoint], live: list[Alloc]
-) -> tuple[list[AllocSpec], list[str], dict[tuple[str, int], Alloc], dict[str, str], dict[int, str]]:
+    recipe: Recipe, lay: NodeLayout, endpoints: list[Endpoint], live: list[Alloc],
+    serving: Collection[tuple[str, str, int]] = (),
+) -> tuple[list[AllocSpec], list[str], dict[tuple[str, int], Alloc], dict[str, str], dict[int, str], frozenset[str]]:
     """Which allocation holds which worker; which allocations to keep and to submit; which are too
-    small for a worker on them (index -> why: a successor sized for it is submitted)."""
+    small for a worker on them (index -> why: a successor sized for it is submitted), and the
+    workers that wait for it (``serving``: (job, role, index) of the observed steps: a worker with
+    a life in the short job stays placed there, that life serving until it moves, never rolled)."""
     gpn = recipe.resources.gpus_per_node
     placement: dict[tuple[str, int], Alloc] = {}
     used_by: dict[str, bool] = {a.job_id: False for a in live}
     uncovered: list[Endpoint] = []
     unplaceable: dict[str, str] = {}
     resize: dict[int, str] = {}
+    resizing: set[str] = set()
     overlaps: dict[str, list[str]] = {}
     for ep in endpoints:
         holder = next((a for a in live if _holds(lay, a, ep)), None)
         if holder is not None and (why := _short(holder, ep)):
-            unplaceable[ep.name] = f"{why}: it waits for a successor sized for it (a hand-over)"
+            if (holder.job_id, ep.mode, ep.index) in serving:
+                placement[(ep.mode, ep.index)] = holder  # its old life serves until it moves
+            else:
+                unplaceable[ep.name] = f"{why}: it waits for a successor sized for it (a hand-over)"
             resize.setdefault(holder.index, f"{ep.name} {why}")
+            resizing.add(ep.name)
             used_by[holder.job_id] = True
         elif holder is not None:
             placement[(ep.mode, ep.index)] = holder
@@ -165,7 +177,7 @@ def place(
               min(gpn, surge * max((gpus_on.get(o, 0) for o in range(a.start, a.start + a.count)), default=0)))
         for a in live if used_by[a.job_id]
     ]
-    return kept_specs + new_specs, keep, placement, unplaceable, resize
+    return kept_specs + new_specs, keep, placement, unplaceable, resize, frozenset(resizing)
 
 
 def covered_by(a: Alloc) -> range:

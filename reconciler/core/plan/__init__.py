@@ -42,7 +42,9 @@ from collections import Counter
 from reconciler.core.plan.action_backoff import compute_action_backoff
 from reconciler.core.plan.allocations import compute_allocations, compute_handover, release_all
 from reconciler.core.plan.classify import Classified, classify, step_order
-from reconciler.core.plan.placement import compute_frontend, compute_placements, compute_services, unplaceable
+from reconciler.core.plan.placement import (
+    compute_frontend, compute_placements, compute_resizing, compute_services, unplaceable,
+)
 from reconciler.core.plan.relaunch import compute_backoff_reset, compute_relaunch, restart_gate
 from reconciler.core.plan.requeue import ACTIVE_INTERVAL, pending_recheck, requeue_after
 from reconciler.core.plan.results import (
@@ -126,14 +128,15 @@ def converge(d: DesiredRecipe, observed: Observed, now: float) -> tuple[RecipePl
     stops += tuple(s for s in compute_dependents(d, c) if s.step_id not in stopping)
     held_svc, w_svc = compute_services(d, c)
     held_fe, w_front = compute_frontend(d, c)
-    held_back = held_svc | held_fe
+    held_rs, w_resize = compute_resizing(d, c)
+    held_back = held_svc | held_fe | held_rs
     place = compute_placements(d, c, held_back)
     relaunch, later, w_relaunch = compute_relaunch(d, c, held_back, now)
     replace, surge, w_roll, dl_roll, measure = compute_rollout(d, c, now, observed)
     reset, next_reset = compute_backoff_reset(d, c, now)
     pending = Wait(WaitReason.ALLOCATION_PENDING, d.pending_reason)
     waiting = {f"{r}_{i}": pending for r, i in c.waiting}
-    for part in (w_stop, w_front, w_svc, w_relaunch, w_roll, unplaceable(d)):
+    for part in (w_stop, w_front, w_svc, w_relaunch, w_roll, unplaceable(d), w_resize):
         waiting.update(part)
     rp = RecipePlan(
         d.name, submit=submit + successors, release=release, place=place + relaunch + surge, stop=stops,

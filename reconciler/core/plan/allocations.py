@@ -81,9 +81,13 @@ def compute_handover(d: DesiredRecipe, observed: Observed, now: float
             # a job too small for the file's packing keeps a queued successor: that size does not
             # depend on the count, so the count going down and up never flaps it
             bigger = spec.index in d.undersized_allocs
-            if not (surge or short or resize or bigger) and not any(a.running for a in held[1:]):
+            queued = [a for a in held[1:] if not a.running]
+            if not (surge or short or resize or bigger) and len(queued) == len(held) - 1:
                 # the reason went away (the change was reverted) while it queued: it would move everything
                 drop += [CancelAlloc(a.job_id, d.name, a.index) for a in held[1:]]
+            elif resize and queued and all(a.gpus is not None and a.gpus < spec.gpus_per_node for a in queued):
+                # edited again while it queued, and now too small itself: one hand-over, not two
+                drop += [CancelAlloc(a.job_id, d.name, a.index) for a in queued]
             continue
         if resize:
             submit.append(SubmitAlloc(spec, f"successor of job {held[0].job_id}, sized for its workers: {resize}"))

@@ -97,4 +97,18 @@ def compute_placements(d: DesiredRecipe, c: Classified, held_back: frozenset[str
 
 
 def unplaceable(d: DesiredRecipe) -> dict[str, Wait]:
-    return {name: Wait(WaitReason.UNPLACEABLE, why) for name, why in d.unplaceable.items()}
+    return {name: Wait(WaitReason.RESIZING if name in d.resizing else WaitReason.UNPLACEABLE, why)
+            for name, why in d.unplaceable.items()}
+
+
+def compute_resizing(d: DesiredRecipe, c: Classified) -> tuple[frozenset[str], dict[str, Wait]]:
+    """A worker whose job holds fewer GPUs than it now uses is not launched there (its new life, a
+    restart): it waits for the successor sized for it (units held back, why)."""
+    held = frozenset(v.name for v in c.missing if v.name in d.resizing)
+    return held, {n: Wait(WaitReason.RESIZING, f"job {d.job_of.get(_key(n), '?')} holds fewer GPUs than it uses")
+                  for n in held}
+
+
+def _key(name: str) -> tuple[str, int]:
+    role, _, index = name.rpartition("_")
+    return role, int(index) if index.isdigit() else 0

@@ -70,6 +70,8 @@ class WaitReason(str, Enum):
     NEEDS_SERVICES = "waits for the services of an earlier start phase to be Ready"
     NEEDS_READY_FRONTEND = "an after_frontend service waits for the frontend to be Ready"
     UNPLACEABLE = "its nodes straddle an existing allocation"
+    # the file packs more on its node than its job holds: a successor sized for it is submitted
+    RESIZING = "waits for an allocation that holds its GPUs"
     TERMINATING = "its old step is still shutting down"
     SURGE_STARTING = "its new life starts beside the old one"
     SURGE_HANDOVER = "its new life is Ready: the old one leaves the routers, then stops"

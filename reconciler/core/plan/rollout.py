@@ -109,6 +109,11 @@ def compute_rollout(
         if not stale:
             waiting[v.name] = Wait(WaitReason.TERMINATING)
             continue
+        if v.name in d.resizing:
+            # its new spec uses GPUs its job does not hold: the old life serves until the successor
+            # sized for it runs, and it moves there with the workers (allocations.compute_handover)
+            waiting[v.name] = Wait(WaitReason.RESIZING, f"job {v.job} holds fewer GPUs than it now uses")
+            continue
         if surges(d, v):
             _surge(d, c, v, stale, now, extra, replace, place, waiting, deadlines, (o, measure))
             continue
