@@ -168,8 +168,9 @@ def fault(stack: str, frontends: int, victim: str, tmp: Path) -> dict:
                 ready_at = time.monotonic()
                 break
             time.sleep(0.05)
-        back = traffic.wait_ok(max(o.at for o in traffic.failed()) if traffic.failed() else killed, 60)
-        time.sleep(1.0)
+        # serving again: answers flowing for a second after the last failure or held request
+        back = wait(lambda: (b := traffic.recovered(killed)) is not None and time.monotonic() - b > 1.0 and b, 60,
+                    "answers flowing again")
         traffic.stop()
         phases.stop()
         after = [o for o in traffic.outcomes if o.at >= killed]
@@ -177,8 +178,8 @@ def fault(stack: str, frontends: int, victim: str, tmp: Path) -> dict:
         # failures while the recipe said Ready, not counting the first second (one probe interval)
         ready_failing = sum(1 for o in failed if o.at - killed > 1.0 and phases.at(o.at) == "Ready")
         return {"fault": f"{victim} killed", "stack": stack, "frontends": frontends, "sent": len(after),
-                "failed": len(failed), "gap": traffic.longest_gap(killed, (back or time.monotonic())),
-                "serving_again": ((back - killed) if failed and back else 0.0),
+                "failed": len(failed), "gap": traffic.longest_gap(killed, back),
+                "serving_again": max(0.0, back - killed),
                 "ready_again": (ready_at - killed) if ready_at else None, "not_ready_seen": not_ready_seen,
                 "failed_while_ready": ready_failing}
     finally:
@@ -227,12 +228,11 @@ def controller(stack: str, tmp: Path) -> dict:
             wait(lambda: traffic.wait_ok(time.monotonic(), 30), 35, "served before the fault")
             start = time.monotonic()
             slurm.restart_fresh()
-            wait(lambda: traffic.failed(), 60, "the lost steps seen by the client")
-            # serving again: a success after the last failure, and none failing for 2 s since
-            wait(lambda: (f := traffic.failed()) and traffic.wait_ok(f[-1].at, 0.1) is not None
-                 and time.monotonic() - f[-1].at > 2.0, 180, "serving again")
-            last = traffic.failed()[-1].at
-            back = traffic.wait_ok(last, 1)
+            # the lost steps seen by the client: a request failed, or none answered for a second (held)
+            wait(lambda: traffic.recovered(start) is None, 60, "the lost steps seen by the client")
+            # serving again: answers flowing for 2 s after the last failure or held request
+            back = wait(lambda: (b := traffic.recovered(start)) is not None and b > start
+                        and time.monotonic() - b > 2.0 and b, 180, "serving again")
             ready_at = wait(lambda: phase(h, name) == "Ready" and time.monotonic(), 60, "Ready again")
             same = h.get(name)["endpoint"] == endpoint
             traffic.stop()

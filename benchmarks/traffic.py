@@ -110,3 +110,20 @@ class Traffic:
                 return hit
             time.sleep(0.02)
         return None
+
+    def recovered(self, since: float, gap: float = 1.0) -> float | None:
+        """When answers came back after the last disturbance since ``since`` — a failed request, or
+        no successful answer for over ``gap`` seconds (a request the gateway held) — or ``since``
+        when there was none; None while one lasts (the last answer failed, or none for ``gap``)."""
+        with self._lock:
+            outs = [o for o in self.outcomes if o.at >= since]
+        back: float | None = since
+        prev = since
+        for o in outs:
+            if not o.ok:
+                back = None
+            else:
+                if back is None or o.at - prev > gap:
+                    back = o.at
+                prev = o.at
+        return back if time.monotonic() - prev <= gap else None

@@ -116,16 +116,19 @@ def test_a_request_held_past_the_timeout_gets_a_503_with_the_expected_wait(gw, t
 
 
 @needs_nginx
-def test_a_new_hold_timeout_replaces_the_holder_and_stop_ends_it(gw, tmp_path):  # noqa: F811
+def test_a_new_hold_timeout_keeps_the_holder_and_stop_ends_it(gw, tmp_path):  # noqa: F811
+    """An edit of the hold is read by the running holder (hold.json), which is not replaced: what it
+    relays goes on (a replaced holder cut its streams: found in review)."""
     prefix = prefix_of(gw.state.root, "r1")
     try:
         ports = _ports()
         gw.sync("r1", [], ports, 1000.0, hold=5)
         first = holder.running(prefix)[0]
-        kinds = [c.kind for c in gw.sync("r1", [], ports, 1001.0, hold=9)]
-        assert kinds == ["GatewayHolder"], kinds
-        second = holder.running(prefix)
-        assert second[0] != first and "9" in second[1]
+        changes = gw.sync("r1", [], ports, 1001.0, hold=9)
+        assert [c.kind for c in changes] == ["GatewayHolder"] and "now wait up to 9s" in changes[0].message, changes
+        assert holder.running(prefix)[0] == first
+        assert json.loads((prefix / "hold.json").read_text()) == {"timeout": 9}
+        assert gw.sync("r1", [], ports, 1002.0, hold=9) == []
         gw.stop("r1", ports)
         assert holder.running(prefix) is None
     finally:

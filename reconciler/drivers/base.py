@@ -27,7 +27,9 @@ LAUNCHER = r"""status=$1; var=$2; want=$3; shift 3
 nth() { _k=$1; _o=$IFS; IFS=,; set -f; set -- $2; set +f; IFS=$_o
   [ "$_k" -lt "$#" ] || return 1; shift "$_k"; printf %s "$1"; }
 if [ -n "$var" ]; then
-  have=$(printenv "$var") || have=${CUDA_VISIBLE_DEVICES-}
+  # another variable (HIP_VISIBLE_DEVICES) goes by Slurm's CUDA list, unless Slurm also narrowed
+  # ROCR_VISIBLE_DEVICES: the runtime then numbers the step's GPUs from 0 already
+  have=$(printenv "$var") || { [ -n "${ROCR_VISIBLE_DEVICES-}" ] || have=${CUDA_VISIBLE_DEVICES-}; }
   case $have in NoDevFiles) have= ;; esac
   if [ -n "$have" ]; then
     map=

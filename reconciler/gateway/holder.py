@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import math
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,8 @@ import aiohttp
 from aiohttp import web
 
 POLL_S = 0.2  # how often the gateway's list of frontends is read while requests wait
+BUSY_S = (0.5, 4.0)  # after a frontend's own 503 (overloaded, no worker): the first wait, doubling to this
+DRAIN_S = 30.0  # told to stop (SIGTERM): what it relays may finish this long, no new request is taken
 HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "upgrade", "host",
        "content-length", "trailer", "proxy-authenticate", "proxy-authorization"}
 
@@ -49,7 +52,21 @@ class Holder:
     received: int = 0
     forwarded: int = 0
     timed_out: int = 0
+    relaying: int = 0  # answers being streamed back now
     _rr: int = 0
+    _hold: tuple[float, float] | None = None  # (hold.json's mtime, its timeout)
+
+    def hold_s(self) -> float:
+        """The hold now: ``hold.json`` (the reconciler rewrites it on an edit), else ``--timeout``."""
+        path = self.prefix / "hold.json"
+        try:
+            mtime = path.stat().st_mtime
+            if self._hold is None or self._hold[0] != mtime:
+                t = float(json.loads(path.read_text())["timeout"])
+                self._hold = (mtime, t if 0 < t <= 3600 else self.timeout)
+            return self._hold[1]
+        except (OSError, ValueError, KeyError, TypeError):
+            return self.timeout
 
     async def upstreams(self, session: aiohttp.ClientSession) -> list[str]:
         """The frontends the gateway serves now (what the reconciler confirmed after its reload)."""
@@ -76,10 +93,10 @@ class Holder:
         why = str(w.get("why") or "no frontend answers: one is being started or moved")
         body = {"error": {
             "message": f"{self.recipe}: {why}; no frontend answered within the gateway's hold of "
-                       f"{self.timeout:g}s (waited {waited:.0f}s): retry later",
+                       f"{self.hold_s():g}s (waited {waited:.0f}s): retry later",
             "type": "service_unavailable", "code": 503,
             "expected_wait_seconds": left, "reason": why}}
-        retry = left if left is not None else max(1, math.ceil(self.timeout))
+        retry = left if left is not None else max(1, math.ceil(self.hold_s()))
         return web.json_response(body, status=503, headers={"Retry-After": str(retry)})
 
     async def stats(self, _req: web.Request) -> web.Response:
@@ -93,65 +110,97 @@ class Holder:
         body = await req.read()
         headers = {k: v for k, v in req.headers.items() if k.lower() not in HOP}
         session: aiohttp.ClientSession = req.app["session"]
+        busy = 0.0  # the wait after a frontend's own 503: backs off, so one request is not a flood
         try:
-            while (waited := time.monotonic() - start) < self.timeout:
+            while (waited := time.monotonic() - start) < (hold := self.hold_s()):
                 ups = await self.upstreams(session)
+                refused = False
                 for i in range(len(ups)):
                     up = ups[(self._rr + i) % len(ups)]
-                    out = await self.forward(req, session, up, body, headers, self.timeout - waited)
-                    if out is not None:
+                    out = await self.forward(req, session, up, body, headers, hold - waited)
+                    if isinstance(out, web.StreamResponse):
                         self._rr += 1
                         self.forwarded += 1
                         return out
-                await asyncio.sleep(POLL_S)
+                    refused |= out == "refused"
+                if ups and not refused:  # every frontend answered 503 itself
+                    busy = min(BUSY_S[1], busy * 2) if busy else BUSY_S[0]
+                await asyncio.sleep(POLL_S if refused or not ups else busy)
             self.timed_out += 1
             return self.refusal(time.monotonic() - start)
         finally:
             self.held -= 1
 
     async def forward(self, req: web.Request, session: aiohttp.ClientSession, up: str, body: bytes,
-                      headers: dict, left: float) -> web.StreamResponse | None:
-        """The answer streamed from ``up``; None when it refused or answered 503 before any byte
-        reached the client (tried again: the client has seen nothing)."""
+                      headers: dict, left: float) -> web.StreamResponse | str:
+        """The answer streamed from ``up``; "refused" or "503" when nothing reached the client (tried
+        again: the client has seen nothing)."""
         try:
             r = await session.request(req.method, f"http://{up}{req.rel_url}", data=body, headers=headers,
                                       timeout=aiohttp.ClientTimeout(total=None, sock_connect=2, sock_read=3600),
                                       allow_redirects=False, auto_decompress=False)
         except (aiohttp.ClientError, asyncio.TimeoutError):
-            return None
+            return "refused"
         try:
             if r.status == 503:
                 await r.read()
-                return None
-            resp = web.StreamResponse(status=r.status, reason=r.reason, headers={
-                k: v for k, v in r.headers.items() if k.lower() not in HOP})
-            await resp.prepare(req)
-            async for chunk in r.content.iter_any():
-                await resp.write(chunk)
-            await resp.write_eof()
-            return resp
+                return "503"
+            self.relaying += 1
+            try:
+                resp = web.StreamResponse(status=r.status, reason=r.reason, headers={
+                    k: v for k, v in r.headers.items() if k.lower() not in HOP})
+                await resp.prepare(req)
+                async for chunk in r.content.iter_any():
+                    await resp.write(chunk)
+                await resp.write_eof()
+                return resp
+            finally:
+                self.relaying -= 1
         finally:
             r.release()
 
 
-async def watch_prefix(prefix: Path) -> None:
-    """The gateway's directory removed (its recipe deleted, its state wiped): nothing to hold for."""
-    while prefix.is_dir():
-        await asyncio.sleep(2.0)
-    raise SystemExit(0)
+def _identity(p: Path) -> tuple[int, int] | None:
+    try:
+        st = p.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+async def watch_prefix(prefix: Path, stop: asyncio.Event) -> None:
+    """Until the gateway's directory is removed (its recipe deleted, its state wiped — even if a new
+    one is made at the same path: the directory itself, not its name) or SIGTERM comes."""
+    mine = _identity(prefix)
+    while _identity(prefix) == mine and mine is not None and not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), 2.0)
+        except asyncio.TimeoutError:
+            pass
 
 
 async def serve(h: Holder, port: int) -> None:
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    app["session"] = aiohttp.ClientSession(auto_decompress=False)
+    # no pool limit: every held request relays its answer on a connection of its own for its whole
+    # life, and the frontends' list is read beside them (aiohttp's default of 100 starved the 101st)
+    app["session"] = aiohttp.ClientSession(auto_decompress=False, connector=aiohttp.TCPConnector(limit=0))
     app.router.add_get("/holder/stats", h.stats)
     app.router.add_route("*", "/{tail:.*}", h.hold)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=DRAIN_S)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port, backlog=4096).start()
-    print(f"holder of {h.recipe} on 127.0.0.1:{port}, gateway :{h.gateway_port}, hold {h.timeout:g}s", flush=True)
+    site = web.TCPSite(runner, "127.0.0.1", port, backlog=4096)
+    await site.start()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    print(f"holder of {h.recipe} on 127.0.0.1:{port}, gateway :{h.gateway_port}, hold {h.hold_s():g}s", flush=True)
     try:
-        await watch_prefix(h.prefix)
+        await watch_prefix(h.prefix, stop)
+        # told to stop (replaced, its recipe deleted): the port is let go at once, what it holds
+        # or relays may finish (bounded), as nginx's own graceful stop
+        await site.stop()
+        deadline = time.monotonic() + DRAIN_S
+        while (h.held or h.relaying) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
     finally:
         await app["session"].close()
         await runner.cleanup()

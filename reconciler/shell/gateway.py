@@ -36,7 +36,8 @@ from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.drivers.exits import ExitWatch
 from reconciler.drivers.state import StateDir
 from reconciler.shell import holder
-from reconciler.shell.gateway_sweep import held_by, orphan_nginx_workers, quit_under  # noqa: F401 - quit_under: where callers find it
+from reconciler.shell.bindcheck import bind_free
+from reconciler.shell.gateway_sweep import end_master, held_by, orphan_nginx_workers, quit_under  # noqa: F401
 
 log = structlog.get_logger("reconciler")
 OWNER_NAME = "gateway"  # the port registry's owner is <recipe>/gateway
@@ -96,14 +97,14 @@ def stop_orphans(pids: list[int], port: int) -> None:
     """Workers outlive a master killed with SIGKILL and keep the listening socket (and serving
     with the old upstreams). SIGQUIT makes each close its listener at once and finish its
     requests; the new master can bind once they have let go (bounded wait)."""
-    for pid in {*pids, *([] if _bind_free(port) else orphan_nginx_workers(port))}:
+    for pid in {*pids, *([] if bind_free(port) else orphan_nginx_workers(port))}:
         try:
             if b"nginx: worker process" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 os.kill(pid, signal.SIGQUIT)
         except OSError:
             continue
     deadline = time.monotonic() + 5.0
-    while not _bind_free(port) and time.monotonic() < deadline:
+    while not bind_free(port) and time.monotonic() < deadline:
         time.sleep(0.01)
 
 
@@ -122,16 +123,6 @@ def facts(root: Path, recipe: str) -> dict | None:
             "restarts": int(rec.get("restarts", 0) or 0),
             "reason": None if pid and not mute else f"not answering: {rec.get('probeError')}" if mute
             else (rec.get("lastError") or "the gateway's nginx master is not running")}
-
-
-def _bind_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
 
 
 @dataclass
@@ -170,7 +161,7 @@ class Gateways:
             return rec["host"], rec["port"]
         for _ in range(64):
             port = ports.allocate(self.host, owner, "http")
-            if _bind_free(port) and all(ports.claim(n, owner, "http", port) for n in self.aliases):
+            if bind_free(port) and all(ports.claim(n, owner, "http", port) for n in self.aliases):
                 break
             for n in {self.host, *self.aliases}:
                 ports.release_node_owner(n, owner)
@@ -194,15 +185,17 @@ class Gateways:
         prefix = prefix_of(self.state.root, recipe)
         conf = prefix / "nginx.conf"
         rec = self._record(recipe)
-        listen = listen or rec.get("listen") or ANY
-        if rec.get("listen", ANY) != listen:
-            self._write(recipe, rec := {**rec, "listen": listen})
+        listen = listen or rec.get("listen") or ANY  # the record says what nginx binds now
         held, fields, said = holder.sync(recipe, rec, prefix, port, hold, ports, self.host, {self.host, *self.aliases})
         if any(rec.get(k) != v for k, v in fields.items()):
             self._write(recipe, rec := {**rec, **fields})
         changes = [Change(kind, recipe, msg) for kind, msg in said]
         text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven, listen, held))
         pid = master_pid(prefix)
+        if pid is not None and rec.get("listen", ANY) != listen:  # a reload cannot bind the port anew
+            end_master(pid)
+            self._write(recipe, rec := {**rec, "pid": None, "exitedAt": now, "notBefore": None, "backoff": 0})
+            pid = master_pid(prefix)
         if pid is not None:
             self._watch(recipe, pid)
             served = sorted(upstreams)
@@ -250,7 +243,7 @@ class Gateways:
         stop_orphans(list(rec.get("workers") or []), port)
         # held by something not ours: said at once, without nginx's own bind retries (5 x 0.5 s,
         # a stalled tick each time); the endpoint is promised stable, so the port is not changed
-        err = None if _bind_free(port) else (
+        err = None if bind_free(port) else (
             f"port {port} is held by another process ({held_by(port)}); the endpoint keeps its address, so the gateway waits "
             f"for the port (free it, or remove {record_path(self.state.root, recipe)} to take a new one)")
         self._conf.pop(recipe, None)
@@ -268,6 +261,7 @@ class Gateways:
             return changes + [Change("GatewayFailed", recipe, f"nginx did not start on {host}:{port}: {err}; "
                            f"next try in {delay:g}s")]
         self._write(recipe, {**rec, "pid": pid, "startedAt": now, "exitedAt": None, "lastError": None,
+                             "listen": listen,
                              "answering": None, "probeFailures": 0,
                              "workers": self._await_workers(pid),
                              "upstreams": sorted(upstreams), "unproven": unproven,

@@ -94,3 +94,28 @@ def held_by(port: int) -> str:
     if not found:
         return "no listener found in /proc: another user's process, or another network namespace"
     return "; ".join(f"pid {pid}: {cmd[:80]}" for pid, cmd in sorted(found.items())[:3])
+
+
+def end_master(pid: int, graceful_s: float = 10.0) -> None:
+    """End one nginx master before another binds its port at a new address (a reload cannot: the
+    port is held at the old one). SIGQUIT first (requests in flight finish), for ``graceful_s``;
+    then SIGTERM, then SIGKILL. Returns once it is gone (its exit removes its pid file)."""
+    import time
+
+    for sig, wait_s in ((signal.SIGQUIT, graceful_s), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if not Path(f"/proc/{pid}").exists() or _state(pid) == "Z":
+                return
+            time.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import urllib.request
 from pathlib import Path
 
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
+from reconciler.shell.bindcheck import bind_free
 from reconciler.fsutil import atomic_write_text
 
 MODULE = "reconciler.gateway.holder"
@@ -70,7 +70,7 @@ def port_of(rec: dict, recipe: str, host_names: set[str], ports: NodePortAllocat
         return kept
     for _ in range(64):
         port = ports.allocate(host, owner, NAME)
-        if _bind_free(port) and all(ports.claim(n, owner, NAME, port) for n in host_names):
+        if bind_free(port, "127.0.0.1") and all(ports.claim(n, owner, NAME, port) for n in host_names):
             return port
         for n in {host, *host_names}:  # this port only: the gateway's own stays
             ports.release_key(n, owner, NAME)
@@ -93,6 +93,9 @@ def sync(recipe: str, rec: dict, prefix: Path, gateway_port: int, hold: float | 
         why = f"no holder: {e}"
         return None, {"holderError": why}, ([] if rec.get("holderError") == why else [("GatewayFailed", why)])
     pid, did = ensure(prefix, argv(python(), recipe, port, gateway_port, hold, prefix), port)
+    said: list[tuple[str, str]] = []
+    if pid is not None and _write_hold(prefix, hold) and did is None:  # read per request: no restart
+        said.append(("GatewayHolder", f"holder {pid}: requests now wait up to {hold:g}s for a frontend"))
     fields = {"holderPort": port, "holderPid": pid, "holderError": None if pid else did}
     if pid is None:
         # its port may be taken since (the host's ephemeral range can overlap the port range): the
@@ -103,9 +106,28 @@ def sync(recipe: str, rec: dict, prefix: Path, gateway_port: int, hold: float | 
         # no holder: the config answers 503 at once (nginx would answer 502 for a dead upstream)
         return None, fields, ([] if rec.get("holderError") == did else [("GatewayFailed", str(did))])
     if did is None:
-        return port, fields, []
+        return port, fields, said
     return port, fields, [("GatewayHolder", f"holder {pid} {did} on 127.0.0.1:{port}: requests wait up to "
                                             f"{hold:g}s while the deployment has no Ready frontend")]
+
+
+def _settings(cmd: list[str]) -> list[str]:
+    """What a holder must be started again for: all of its argv but the hold timeout, which it reads
+    from ``hold.json`` for every request (an edit of it cuts no stream the holder relays)."""
+    return [a for i, a in enumerate(cmd) if not (i and cmd[i - 1] == "--timeout")]
+
+
+def _write_hold(prefix: Path, hold: float) -> bool:
+    """``hold.json`` says ``hold``; whether it had to be written."""
+    path = prefix / "hold.json"
+    try:
+        if json.loads(path.read_text()).get("timeout") == hold:
+            return False
+    except (OSError, ValueError, AttributeError):
+        pass
+    prefix.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps({"timeout": hold}))
+    return True
 
 
 def ensure(prefix: Path, want: list[str], port: int) -> tuple[int | None, str | None]:
@@ -114,7 +136,7 @@ def ensure(prefix: Path, want: list[str], port: int) -> tuple[int | None, str | 
     busy host, and the tick serves every deployment): until it does, nginx finds its port refused
     and answers the JSON 503 it would answer without a holder."""
     found = running(prefix)
-    if found is not None and found[1] == want:
+    if found is not None and _settings(found[1]) == _settings(want):
         return found[0], None
     did = "started"
     if found is not None:  # other settings: the old one goes first (it holds the port)
@@ -162,6 +184,12 @@ def stop(prefix: Path) -> int | None:
     except OSError:
         return None
     deadline = time.monotonic() + STOP_WAIT_S
+    mine = next((c for c in _children if c.pid == pid), None)
+    if mine is not None:  # our child: waited for, so it leaves no zombie
+        try:
+            mine.wait(STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            pass
     while running(prefix) is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     (prefix / "holder.pid").unlink(missing_ok=True)  # stopped on purpose: the next start is not a respawn
@@ -204,16 +232,6 @@ def quit_holders_under(root: Path) -> list[int]:
 
 def python() -> str:
     return sys.executable
-
-
-def _bind_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def demand(root: Path, recipe: str) -> dict | None:

@@ -40,8 +40,9 @@ def tell_holder(root, name: str, wake: dict, d, o, now: float) -> None:
     if since is None and not d.units:
         why = "scaled to zero: a held request brings a worker back"
         expected = now + took if took is not None else None
-    elif since is None:
-        return  # serving: nothing held waits for a wake-up
+    elif since is None:  # serving: nothing held waits for a wake-up, and no refusal says it does
+        (root / name / "gateway" / "wake.json").unlink(missing_ok=True)
+        return
     else:
         why = "; ".join(i.explain(now) for i in pending) or "a worker is starting"
         expected = since + took if took is not None else None
