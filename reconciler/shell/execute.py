@@ -56,6 +56,9 @@ class Executor:
         # suspect nodes (shell/nodes.py) a new allocation avoids, as many as leave it placeable
         self.exclusion: Callable[[AllocSpec], tuple[str, ...]] = lambda spec: ()
         self.submitted_excluding: dict[str, tuple[str, ...]] = {}  # job id -> what it was submitted excluding
+        # why a new allocation waits a moment (no node of its partition back yet: shell/nodes.py)
+        self.hold: Callable[[AllocSpec], str | None] = lambda spec: None
+        self._held: dict[tuple[str, int], str] = {}  # (recipe, index) -> what was said, said once
 
     def execute(self, p: Plan) -> list[Action]:
         done: list[Action] = []
@@ -65,6 +68,8 @@ class Executor:
         failed: set[str] = set()
         for a in p.actions:
             if a.recipe in failed:
+                continue
+            if isinstance(a, SubmitAlloc) and self._holding(a):
                 continue
             try:
                 self._do(a)
@@ -92,6 +97,19 @@ class Executor:
         for recipe in {a.recipe for a in done} - failed:
             self.failures.pop(recipe, None)
         return done
+
+    def _holding(self, a: SubmitAlloc) -> bool:
+        """Not submitted yet (said once): the plan asks again at the next pass."""
+        key = (a.spec.recipe, a.spec.index)
+        why = self.hold(a.spec)
+        if why is None:
+            self._held.pop(key, None)
+            return False
+        if self._held.get(key) != why:
+            self._held[key] = why
+            log.info("submission held", recipe=a.spec.recipe, allocation=a.spec.index, why=why)
+            self.state.event("SubmissionHeld", a.spec.recipe, f"allocation {a.spec.index} not submitted yet: {why}")
+        return True
 
     def _estimate(self, spec: AllocSpec) -> float | None:
         """Slurm's start estimate, only reported: a driver without one, or a slow or failing

@@ -37,19 +37,19 @@ from reconciler.shell.record import record
 from reconciler.shell.snapshot import Snapshot
 from reconciler.shell.metrics import Metrics
 from reconciler.shell.nodes import NodeWatch
+from reconciler.shell.losses import Losses
 from reconciler.shell.slurm_watch import SlurmWatch
 from reconciler.drivers.state import StateDir, suspended_names
 from reconciler.shell.tickfail import TickHealth
 from reconciler.shell.lease import wait_for_lease
 from reconciler.timefmt import iso
-from reconciler.world import Alloc, Observed
+from reconciler.world import Observed
 from reconciler.desired.sources.benchmark import ROLE as BENCHMARK_ROLE
 from reconciler.shell.benchmarks import Announcer
 from reconciler.shell.analysis import Analyzer
 
 log = structlog.get_logger("reconciler")
 TICK_BACKOFF_MAX = 60.0  # seconds between attempts when whole ticks keep failing (e.g. squeue is down)
-LOSS_WAIT = 30.0  # seconds to wait for a lost job's end state before reporting what is known
 
 
 class Controller:
@@ -68,6 +68,7 @@ class Controller:
         self.observer = Observer(self.state, driver)
         self.executor = Executor(self.state, driver, self.observer)
         self.nodes = NodeWatch(self.state, driver)  # suspect nodes after a node failure
+        self.losses = Losses(self.state, driver, self.nodes)  # allocations lost without our scancel
         self.slurm = SlurmWatch(self.state, driver)  # reservations, pending explanations, quarantine
         self.autoscaler = Autoscaler(self.state)  # reconcile.autoscale: counts per role, kept in state/
         # the deployments' gateways (nginx on this host); a master that exits wakes the loop
@@ -80,9 +81,6 @@ class Controller:
         self._bench_runs: dict[str, dict] = {}  # recipe -> its last benchmark run (for the metrics)
         self.analyzer = Analyzer(self.state, time.time())  # reconcile.rollout.analysis: the measurements
         self.ui = None  # run --ui-addr: reconciler.ui.StatusUI, handed each tick's result
-        self._live_allocs: dict[str, Alloc] = {}  # last tick's live allocations (to notice one lost)
-        self._cancelled: set[str] = set()  # allocations we released: their going is no loss
-        self._ending: dict[str, tuple[Alloc, float]] = {}  # lost, waiting for Slurm's end state
         self.ticks = 0
         self.actions_done = 0
         self.tick_failures = 0  # in a row
@@ -130,8 +128,7 @@ class Controller:
         return ports
 
     def load_manifests(self, now: float | None = None) -> Manifests:
-        # a file gone for a moment (an editor's save) is held for a next pass to see it back; a
-        # single pass (run --once) has none, so it acts on what is there
+        # a file gone for a moment (an editor's save) waits for a next pass; run --once has none
         return load_manifests(self.manifests_dir, self.state, now, self.debounce, self.cluster, self._manifest_cache,
                               self._gone if self.debounce > 0 and not self.single_pass else None)
 
@@ -176,14 +173,15 @@ class Controller:
         snap = self.snapshot()
         self.ports = snap.ports  # this tick's assignment is the registry from now on
         self._report_skipped(snap.manifests.skipped)
-        self._cancelled |= self.nodes.release_requeued(self._live_allocs, snap.observed.allocs, snap.now)
-        self._note_lost_allocations(snap)
+        self.losses.cancelled |= self.nodes.release_requeued(self.losses.live, snap.observed.allocs, snap.now)
+        self.losses.note(snap)
         self.nodes.tick(snap.now)
         self.executor.exclusion = lambda spec: self.slurm.exclude_for(spec, self.nodes.exclusion_for(spec), snap.now)
+        self.executor.hold = lambda spec: self.nodes.hold_submission(spec, snap.now)
         wished = {*self.nodes.excluded(), *self.slurm.quarantined, *(n for r in self.slurm.reservations for n in r.nodes)}
-        self._cancelled |= self.nodes.release_stale(snap.observed.allocs, self.executor.submitted_excluding, wished)
+        self.losses.cancelled |= self.nodes.release_stale(snap.observed.allocs, self.executor.submitted_excluding, wished)
         done = self.executor.execute(snap.plan)
-        self._cancelled |= {a.job_id for a in done if isinstance(a, CancelAlloc)}
+        self.losses.cancelled |= {a.job_id for a in done if isinstance(a, CancelAlloc)}
         self.slurm.failures(done, snap.observed, [f.step for f in snap.failed_launches], snap.desired, snap.now)
         self.slurm.note(snap.observed.pending, snap.observed.deadlines, snap.observed.allocs, snap.now)
         record(self.state, snap, self.gateways)
@@ -211,34 +209,6 @@ class Controller:
                 log.warning("manifest entry skipped", path=path, what=what)
                 self.state.event("FileSkipped", None, f"{path}: {what}, not a recipe file; skipped")
         self._skipped = dict(skipped)
-
-    def _note_lost_allocations(self, snap: Snapshot) -> None:
-        """An allocation that left the queue without our scancel: say why, with Slurm's own words.
-        (Replacing it is plan()'s ordinary business: its workers are missing.) Slurm shows a
-        job COMPLETING for a moment before its end state: the report waits for it, bounded."""
-        live = {a.job_id: a for a in snap.observed.allocs if a.live}
-        for job_id, a in self._live_allocs.items():
-            if job_id not in live and job_id not in self._cancelled and job_id not in self._ending:
-                self._ending[job_id] = (a, snap.now)
-                self.nodes.lost(a, "", snap.now)  # a node Slurm reports down is suspect before the replacement goes
-        for job_id, (a, since) in list(self._ending.items()):
-            end = self.driver.job_end(job_id)
-            state, reason = end if end else ("GONE", "no longer known to Slurm")
-            if state in ("COMPLETING", "RUNNING", "CONFIGURING") and snap.now - since < LOSS_WAIT:
-                continue  # not ended yet: look again next tick
-            del self._ending[job_id]
-            lost = self.nodes.lost(a, state, snap.now)  # {node: Slurm's reason} when a node failed
-            msg = (f"allocation {a.index} (job {job_id}) ended: {state}"
-                   + (f" ({reason})" if reason and reason != "None" else "")
-                   + "".join(f"; node {n} lost: {why}" for n, why in sorted(lost.items()))
-                   + "; its workers move to a new one" + (" that excludes the lost node" if lost else ""))
-            log.warning("allocation lost", recipe=a.recipe, job=job_id, state=state, reason=reason, nodes=lost)
-            self.state.event("AllocationLost", a.recipe, msg, job=job_id, state=state, reason=reason, nodes=lost)
-            self.state.write_json(self.state.recipe_dir(a.recipe) / "allocation-lost.json",
-                                  {"job": job_id, "index": a.index, "state": state, "reason": reason,
-                                   "nodes": lost, "at": iso(snap.now), "message": msg})
-        self._live_allocs = live
-        self._cancelled &= set(live)
 
     def _observe(self, snap: Snapshot, done: list, seconds: float) -> None:
         phases = {n: self.state.status(n).get("phase", "Unknown") for n in snap.plan.recipes}

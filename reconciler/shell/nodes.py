@@ -73,6 +73,28 @@ class NodeWatch:
             self.state.event("ExclusionRelaxed", spec.recipe, msg, nodes=kept_in)
         return out
 
+    def hold_submission(self, spec: AllocSpec, now: float) -> str | None:
+        """Why a new allocation is not submitted yet, or None. While no node of its partition is
+        usable (every one suspect and not back: a restarted controller that has not heard from its
+        nodes), a job submitted now starts only at Slurm's next scheduling pass — measured: 26 s
+        after the node was back, the backfill interval — while one submitted once a node is back
+        starts at once. So it waits, at most ``SUBMIT_HOLD_S`` from the loss."""
+        if not self.suspects:
+            return None
+        ask = getattr(self.driver, "partition_nodes", None)
+        pool = [n for n in (ask(spec.partition) if ask else None) or () if n not in self._excluded_by(spec)]
+        if not pool or any(n not in self.suspects or self.suspects[n].back_at is not None for n in pool):
+            return None
+        since = min(self.suspects[n].since for n in pool)
+        if now - since >= policy.SUBMIT_HOLD_S:
+            return None
+        return (f"no node of its partition is usable yet ({', '.join(f'{n}: {self.suspects[n].reason}' for n in pool)}):"
+                f" submitted once one is back, at most {policy.SUBMIT_HOLD_S:g}s after the loss")
+
+    @staticmethod
+    def _excluded_by(spec: AllocSpec) -> set[str]:
+        return {n for k, v in spec.directives if k == "exclude" for n in hostlist.expand(v)}
+
     def release_requeued(self, previous: Mapping[str, Alloc], current: list[Alloc], now: float) -> set[str]:
         """Cancel our allocations that Slurm requeued (or shrank); return their job ids. The nodes
         Slurm reports down among those they ran on become suspect first."""

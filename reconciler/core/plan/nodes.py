@@ -35,6 +35,7 @@ USABLE_BASE = frozenset({"IDLE", "MIXED", "ALLOCATED", "COMPLETING"})
 UNUSABLE_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "NOT_RESPONDING", "FAIL", "FAILING", "POWERED_DOWN",
                             "POWERING_DOWN", "REBOOT_REQUESTED", "REBOOT_ISSUED", "MAINTENANCE", "RESERVED"})
 DEFAULT_COOLDOWN = 120.0
+SUBMIT_HOLD_S = 30.0  # a new allocation waits at most this long for a node of its partition to be back
 
 
 @dataclass(frozen=True)
