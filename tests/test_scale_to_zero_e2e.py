@@ -80,13 +80,15 @@ def test_idle_goes_to_zero_and_a_held_request_brings_it_back(tmp_path):
         assert "hold of 3s" in err["message"] and int(late.headers["Retry-After"]) >= 1, (err, late.headers)
         assert "expected_wait_seconds" in err and err["reason"], err
 
-        # the reconciler back, with a longer hold (the holder is replaced): requests are held,
+        # the reconciler back, with a longer hold (the running holder reads it): requests are held,
         # the deployment wakes up, and every held request is answered from the new worker
         manifest.write_text(TEXT.format(name=name, hold=300))
         h.start()
         prefix = h.state / name / "gateway"
         port = json.loads((h.state / name / "gateway.json").read_text())["holderPort"]
-        wait_until(lambda: (r := holder.running(prefix.absolute())) and "300" in r[1] and holder.stats(port),
+        hold_file = prefix / "hold.json"
+        wait_until(lambda: holder.running(prefix.absolute()) and hold_file.exists()
+                   and json.loads(hold_file.read_text()) == {"timeout": 300} and holder.stats(port),
                    timeout=60, what="the holder with the new hold timeout, answering")
         calls += [Call(url, max_tokens=30) for _ in range(3)]
         for c in calls:

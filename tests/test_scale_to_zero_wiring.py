@@ -88,7 +88,10 @@ def observed(pending: dict) -> NS:
 def test_what_the_holder_tells_a_request_it_turns_away(tmp_path: Path):
     wake_file = tmp_path / "r" / "gateway" / "wake.json"
     at_zero = NS(units=())
-    waking.tell_holder(tmp_path, "r", {"since": None, "took": 30.0}, at_zero, observed({}), 1000.0)
+    # starting (no worker yet, not at zero): nothing said of a wake-up
+    waking.tell_holder(tmp_path, "r", {"since": None, "took": None}, at_zero, observed({}), 900.0)
+    assert not wake_file.exists()
+    waking.tell_holder(tmp_path, "r", {"since": None, "took": 30.0}, at_zero, observed({}), 1000.0, at_zero=True)
     doc = json.loads(wake_file.read_text())
     assert doc == {"expectedReadyAt": 1030.0, "why": "scaled to zero: a held request brings a worker back"}
     # waking with an allocation in Slurm's queue: its expected start, and Slurm's reason, in words

@@ -156,7 +156,8 @@ class Autoscaler:
             moved |= (after.built, list(after.draining)) != (before.built, list(before.draining))
         wake = waking.track(doc.get("wake"), decisions, facts, now)
         if cfg.scale_to_zero_after_seconds is not None:
-            waking.tell_holder(self.state.root, name, wake, d, o, now)
+            waking.tell_holder(self.state.root, name, wake, d, o, now,
+                               at_zero=all(dec.memory.target == 0 for dec in decisions.values()))
         self.state.write_json(self.state.path_of(name, FILE), {
             "recipe": name, "roles": {r: to_json(dec.memory) for r, dec in decisions.items()},
             "last": last, "decisions": history[-KEEP_DECISIONS:], "wake": wake})

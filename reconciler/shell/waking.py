@@ -32,12 +32,13 @@ def track(prev: object, decisions: Mapping, facts: Mapping, now: float) -> dict:
     return {"since": since, "took": took}
 
 
-def tell_holder(root, name: str, wake: dict, d, o, now: float) -> None:
-    """Write the holder's ``wake.json`` (only when it changes)."""
+def tell_holder(root, name: str, wake: dict, d, o, now: float, at_zero: bool = False) -> None:
+    """Write the holder's ``wake.json`` (only when it changes). ``at_zero``: every role's target is 0
+    (its last worker may still be draining: the deployment is going to zero all the same)."""
     since, took = wake.get("since"), wake.get("took")
     pending = [o.pending[a.job_id] for a in o.allocs_of(name) if a.job_id in o.pending]
     starts = [i.start for i in pending if i.start is not None]
-    if since is None and not d.units:
+    if since is None and at_zero:
         why = "scaled to zero: a held request brings a worker back"
         expected = now + took if took is not None else None
     elif since is None:  # serving: nothing held waits for a wake-up, and no refusal says it does
