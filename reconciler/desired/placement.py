@@ -136,6 +136,10 @@ def place(
             overlaps[ep.name] = over
         else:
             uncovered.append(ep)
+    # a job handed over for a resize: its other workers wait for the successor too (they move there
+    # anyway), or one rolled in place there would take GPUs a frozen life still holds
+    resizing |= {ep.name for ep in endpoints if (a := placement.get((ep.mode, ep.index))) is not None
+                 and a.index in resize and a.job_id in used_by}
     for name, over in overlaps.items():  # straddles a job submitted for another layout
         kept = [j for j in over if used_by[j]]
         unplaceable[name] = (f"its node ordinals overlap job {', '.join(kept)}, submitted for another layout and "

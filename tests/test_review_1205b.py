@@ -1,0 +1,56 @@
+"""Hostile review 1205b of the fixes 2333c50 (resize hand-over) and 2160516 (gateway, holder): each
+test failed on 64a0131; docstrings say the scenario."""
+
+from __future__ import annotations
+
+from fakes import FakeCluster
+from reconciler.core.plan import CancelStep, LaunchStep
+from test_plan import agg
+
+
+def _apply_tracking(c: FakeCluster, p, gpus: dict) -> None:
+    """Apply ``p``, keeping each live step's GPUs (the fake's steps do not say them)."""
+    before = set(c.steps)
+    launches = [a for a in p.actions if isinstance(a, LaunchStep)]
+    c.apply(p)
+    new = sorted(set(c.steps) - before, key=lambda s: int(s.split(".")[1]))
+    for sid, a in zip(new, launches):
+        gpus[sid] = (a.job_id, a.unit.name, set(a.launch.gpus))
+    for sid in list(gpus):
+        if sid not in c.steps:
+            del gpus[sid]
+
+
+def test_a_frozen_worker_keeps_its_gpus_to_itself_while_its_neighbour_is_rolled_in_place():
+    """2333c50: agg_1 (GPU 1 of job 100, which holds 2) now needs GPUs 2-3, so it is frozen on job 100,
+    serving, until the 4-GPU successor runs. agg_0's new spec (GPUs 0-1) still fits job 100, so it
+    is not in ``resizing`` and is rolled there at once: its new life is launched on GPU 1, where
+    agg_1's frozen life runs, and both stay there until Slurm grants the successor (hours on a
+    busy cluster): two engines on one GPU. Before the fix agg_1 was cancelled first (a gap, no
+    overlap). Every worker of a job that is handed over for a resize should wait for the successor
+    (it moves there anyway), or at least no launch may take a GPU a frozen life holds."""
+    c = FakeCluster()
+    gpus: dict = {}
+    for _ in range(10):
+        p = c.plan(agg(2, gpus=1))
+        if not p.actions:
+            break
+        _apply_tracking(c, p, gpus)
+    c.pending = True  # the successor queues
+    for tick in range(6):
+        p = c.plan(agg(2, gpus=2))
+        _apply_tracking(c, p, gpus)
+        lives = list(gpus.values())
+        shared = [(a[1], b[1], a[2] & b[2]) for i, a in enumerate(lives) for b in lives[i + 1:]
+                  if a[0] == b[0] and a[1] != b[1] and a[2] & b[2]]
+        assert not shared, f"tick {tick}: two workers' lives on one GPU in one job: {shared}"
+    # and once Slurm grants the successor, every worker moves there with its new spec: none stays frozen
+    c.run_alloc()
+    for _ in range(30):
+        p = c.plan(agg(2, gpus=2))
+        if not p.actions:
+            break
+        _apply_tracking(c, p, gpus)
+    assert not c.plan(agg(2, gpus=2)).actions
+    assert {a.job_id for a in c.allocs.values()} == {s.job_id for s in c.steps.values()} != {"100"}
+    assert sorted(g[2] for g in gpus.values()) == [{0, 1}, {2, 3}], gpus
