@@ -54,3 +54,27 @@ def test_a_frozen_worker_keeps_its_gpus_to_itself_while_its_neighbour_is_rolled_
     assert not c.plan(agg(2, gpus=2)).actions
     assert {a.job_id for a in c.allocs.values()} == {s.job_id for s in c.steps.values()} != {"100"}
     assert sorted(g[2] for g in gpus.values()) == [{0, 1}, {2, 3}], gpus
+
+
+def test_a_frozen_failover_worker_keeps_its_engines_and_its_gms_until_the_successor_runs():
+    """2333c50: ``resizing`` names the worker's engine-0 unit only (agg_1). Its shadow engine
+    (agg-e1_1) and its per-worker gms (svc-gms-agg_1) are rolled in place at once: the gms the frozen
+    engines share is cancelled under them, and its new life is launched on GPUs 2-3 in job 100,
+    which holds 2 (Slurm refuses the step: the fake asserts). The frozen worker serves on a broken
+    gms until Slurm grants the successor."""
+    from test_failover import load
+
+    c = FakeCluster()
+    c.converge({"fo": load()}, rounds=80)
+    frozen = {(s.role, s.index, s.step_id) for s in c.steps.values() if s.index == 1 and s.role != "frontend"}
+    assert {r for r, _, _ in frozen} == {"agg", "agg-e1", "svc-gms-agg"}, frozen
+    c.pending = True
+    for tick in range(8):
+        p = c.plan({"fo": load(gpus=2)})
+        gone = [a.describe() for a in p.actions if isinstance(a, CancelStep)
+                and any(a.step_id == sid for _, _, sid in frozen)]
+        assert not gone, f"tick {tick}: a frozen worker's unit stopped before its successor runs: {gone}"
+        c.apply(p)  # the fake asserts no step is launched on GPUs its job does not hold
+    c.run_alloc()  # Slurm grants the successor: every unit moves there, none stays frozen
+    c.converge({"fo": load(gpus=2)}, rounds=200)
+    assert {s.job_id for s in c.steps.values()} == {a.job_id for a in c.allocs.values()} != {"100"}

@@ -27,8 +27,10 @@ from reconciler.desired.passes import live
 from reconciler.desired.placement import Placement, placement
 from reconciler.desired.sources import benchmark, frontend, per_worker, services, workers
 from reconciler.desired.scale import Scale
+from reconciler.desired.services import per_worker as svc_per_worker
 from reconciler.desired.sources.base import Source
 from reconciler.desired.topology import generation, topology
+from reconciler.labels import engine_role
 from reconciler.recipe.model import Recipe
 from reconciler.timefmt import slurm_seconds
 from reconciler.world import Alloc, Desired, DesiredRecipe, Observed, Step, Unit
@@ -160,10 +162,23 @@ def assemble(ctx: Context) -> DesiredRecipe:
         max_surge=rollout.max_surge if engines == 1 else 0, surge_pickup_seconds=rollout.pickup_seconds,
         surge_drain_seconds=rollout.drain_seconds, previous=previous, no_room=no_room,
         surge_allocs=_surge_allocs(where, no_room) if rollout.max_unavailable == 0 else {},
-        resize_allocs=where.resize, undersized_allocs=where.undersized, resizing=where.resizing,
+        resize_allocs=where.resize, undersized_allocs=where.undersized, resizing=_resizing(ctx),
         handover_seconds=recipe.reconcile.handover_seconds, time_limit_seconds=slurm_seconds(recipe.slurm.time_limit),
         analysis=analysis_spec(ctx),
     )
+
+
+def _resizing(ctx: Context) -> frozenset[str]:
+    """Every unit of a worker that waits for its resize successor: its engines (agg-e1_0) and its
+    per-worker services (svc-gms-agg_0) share its GPUs and its job, so none is rolled or relaunched
+    on the job too small for the new spec either (the frozen engines' gms would go under them)."""
+    specs = list(ctx.top.services)
+    out = set(ctx.where.resizing)
+    for name in ctx.where.resizing:
+        mode, _, i = name.rpartition("_")
+        out |= {f"{engine_role(mode, k)}_{i}" for k in range(ctx.top.engines)}
+        out |= {f"{r}_{n}" for r, n in svc_per_worker.instance_keys(specs, mode, int(i))}
+    return frozenset(out)
 
 
 def _surge_allocs(where: Placement, no_room: frozenset[str]) -> dict[int, tuple[tuple[str, int], ...]]:
