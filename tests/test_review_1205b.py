@@ -78,3 +78,16 @@ def test_a_frozen_failover_worker_keeps_its_engines_and_its_gms_until_the_succes
     c.run_alloc()  # Slurm grants the successor: every unit moves there, none stays frozen
     c.converge({"fo": load(gpus=2)}, rounds=200)
     assert {s.job_id for s in c.steps.values()} == {a.job_id for a in c.allocs.values()} != {"100"}
+
+
+def test_a_scale_up_past_the_job_does_not_hold_back_a_crashed_worker_that_fits():
+    """The guard of the fix above must not go wider than the frozen lives: a scale-up (2 -> 3 workers
+    of 1 GPU, job 100 holds 2) queues a successor for agg_2 but freezes no life; agg_0 crashing
+    meanwhile is relaunched on its GPU 0 at once, not held until Slurm grants the successor."""
+    c = FakeCluster()
+    c.converge(agg(2, gpus=1))
+    c.pending = True
+    c.apply(c.plan(agg(3, gpus=1)))
+    del c.steps[next(s for s, st in c.steps.items() if st.index == 0)]  # agg_0 crashed
+    p = c.plan(agg(3, gpus=1))
+    assert [(a.unit.name, a.job_id) for a in p.actions if isinstance(a, LaunchStep)] == [("agg_0", "100")]

@@ -118,12 +118,14 @@ def place(
     unplaceable: dict[str, str] = {}
     resize: dict[int, str] = {}
     resizing: set[str] = set()
+    frozen: set[str] = set()  # jobs where such an old life serves on
     overlaps: dict[str, list[str]] = {}
     for ep in endpoints:
         holder = next((a for a in live if _holds(lay, a, ep)), None)
         if holder is not None and (why := _short(holder, ep)):
             if (holder.job_id, ep.mode, ep.index) in serving:
                 placement[(ep.mode, ep.index)] = holder  # its old life serves until it moves
+                frozen.add(holder.job_id)
             else:
                 unplaceable[ep.name] = f"{why}: it waits for a successor sized for it (a hand-over)"
             resize.setdefault(holder.index, f"{ep.name} {why}")
@@ -136,10 +138,10 @@ def place(
             overlaps[ep.name] = over
         else:
             uncovered.append(ep)
-    # a job handed over for a resize: its other workers wait for the successor too (they move there
-    # anyway), or one rolled in place there would take GPUs a frozen life still holds
+    # a job where a frozen old life serves: its other workers wait for the successor too (they move
+    # there anyway), or one rolled or relaunched in place would take GPUs the frozen life holds
     resizing |= {ep.name for ep in endpoints if (a := placement.get((ep.mode, ep.index))) is not None
-                 and a.index in resize and a.job_id in used_by}
+                 and a.job_id in frozen}
     for name, over in overlaps.items():  # straddles a job submitted for another layout
         kept = [j for j in over if used_by[j]]
         unplaceable[name] = (f"its node ordinals overlap job {', '.join(kept)}, submitted for another layout and "
