@@ -3,9 +3,16 @@ test failed on 64a0131; docstrings say the scenario."""
 
 from __future__ import annotations
 
-from fakes import FakeCluster
+from fakes import FakeCluster, recipe
 from reconciler.core.plan import CancelStep, LaunchStep
-from test_plan import agg
+from test_plan import AGG, agg
+
+
+def vllm(gpus: int, workers: int = 2) -> dict:
+    """A GPU engine (its lives never share a GPU), rolled in place one at a time."""
+    text = AGG % {"workers": workers, "gpus": gpus, "frontend": "none",
+                  "extra": "reconcile: {rollout: {max_unavailable: 1}}"}
+    return {"r": recipe(text.replace("engine: mocker", "engine: vllm"))}
 
 
 def _apply_tracking(c: FakeCluster, p, gpus: dict) -> None:
@@ -24,21 +31,21 @@ def _apply_tracking(c: FakeCluster, p, gpus: dict) -> None:
 def test_a_frozen_worker_keeps_its_gpus_to_itself_while_its_neighbour_is_rolled_in_place():
     """2333c50: agg_1 (GPU 1 of job 100, which holds 2) now needs GPUs 2-3, so it is frozen on job 100,
     serving, until the 4-GPU successor runs. agg_0's new spec (GPUs 0-1) still fits job 100, so it
-    is not in ``resizing`` and is rolled there at once: its new life is launched on GPU 1, where
-    agg_1's frozen life runs, and both stay there until Slurm grants the successor (hours on a
+    is not in ``resizing`` and is rolled in place there (vllm, max_unavailable 1): its new life is
+    launched on GPUs 0-1 while agg_1's frozen life runs on GPU 1, and both stay there until Slurm grants the successor (hours on a
     busy cluster): two engines on one GPU. Before the fix agg_1 was cancelled first (a gap, no
     overlap). Every worker of a job that is handed over for a resize should wait for the successor
     (it moves there anyway), or at least no launch may take a GPU a frozen life holds."""
     c = FakeCluster()
     gpus: dict = {}
     for _ in range(10):
-        p = c.plan(agg(2, gpus=1))
+        p = c.plan(vllm(1))
         if not p.actions:
             break
         _apply_tracking(c, p, gpus)
     c.pending = True  # the successor queues
     for tick in range(6):
-        p = c.plan(agg(2, gpus=2))
+        p = c.plan(vllm(2))
         _apply_tracking(c, p, gpus)
         lives = list(gpus.values())
         shared = [(a[1], b[1], a[2] & b[2]) for i, a in enumerate(lives) for b in lives[i + 1:]
@@ -47,11 +54,11 @@ def test_a_frozen_worker_keeps_its_gpus_to_itself_while_its_neighbour_is_rolled_
     # and once Slurm grants the successor, every worker moves there with its new spec: none stays frozen
     c.run_alloc()
     for _ in range(30):
-        p = c.plan(agg(2, gpus=2))
+        p = c.plan(vllm(2))
         if not p.actions:
             break
         _apply_tracking(c, p, gpus)
-    assert not c.plan(agg(2, gpus=2)).actions
+    assert not c.plan(vllm(2)).actions
     assert {a.job_id for a in c.allocs.values()} == {s.job_id for s in c.steps.values()} != {"100"}
     assert sorted(g[2] for g in gpus.values()) == [{0, 1}, {2, 3}], gpus
 
