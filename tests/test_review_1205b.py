@@ -98,3 +98,99 @@ def test_a_scale_up_past_the_job_does_not_hold_back_a_crashed_worker_that_fits()
     del c.steps[next(s for s, st in c.steps.items() if st.index == 0)]  # agg_0 crashed
     p = c.plan(agg(3, gpus=1))
     assert [(a.unit.name, a.job_id) for a in p.actions if isinstance(a, LaunchStep)] == [("agg_0", "100")]
+
+
+# ---------------------------------------------------------------- 2160516: a listen change restarts nginx
+
+import os
+import signal
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from reconciler.core.ports import NodePortAllocator
+from reconciler.drivers.state import StateDir
+from reconciler.shell.gateway import Gateways, facts, master_pid, nginx_binary, prefix_of
+from tests.harness import _ranges
+from tests.helpers import wait_until
+
+CHUNKS = 14  # one a second: a stream longer than end_master's 10 s of grace
+
+
+class _Slow(BaseHTTPRequestHandler):
+    """A frontend streaming a long completion: one chunk a second."""
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        try:
+            for i in range(CHUNKS):
+                self.wfile.write(f"data: {i}\n\n".encode())
+                self.wfile.flush()
+                time.sleep(1.0)
+        except OSError:
+            return
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed")
+def test_a_listen_change_neither_cuts_a_stream_in_flight_nor_stalls_the_tick(tmp_path):
+    """2160516: a listen change ends the master (shell/gateway_sweep.end_master: QUIT, 10 s, then
+    TERM, then KILL) inside Gateways.sync, i.e. inside the reconcile tick that serves every
+    deployment: with one streamed completion in flight, the tick stops for 10 s and then the stream
+    is cut by the TERM — though the gateway promises a reload never cuts a stream the read timeout
+    (3600 s) would let finish (gateway/__init__.py SHUTDOWN_TIMEOUT_S). nginx's master and workers
+    close their listening sockets at once on QUIT, so the new master could bind as soon as the port
+    is free; only the old master's exit deleting the shared nginx.pid needs care."""
+    up = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
+    threading.Thread(target=up.serve_forever, daemon=True).start()
+    upstream = f"127.0.0.1:{up.server_address[1]}"
+    g = Gateways(StateDir(tmp_path / "state"), host="127.0.0.1")
+    lo = next(_ranges)
+    ports = NodePortAllocator(lo, lo + 100)
+    got: list[str] = []
+    try:
+        assert [c.kind for c in g.sync("r", [upstream], ports, 1.0, listen="0.0.0.0")] == ["GatewayStarted"]
+        port = int(facts(g.state.root, "r")["url"].rsplit(":", 1)[1])
+
+        def client():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/stream", timeout=60) as r:
+                    for line in r:
+                        if line.strip():
+                            got.append(line.decode().strip())
+            except OSError as e:
+                got.append(f"cut: {e}")
+
+        t = threading.Thread(target=client, daemon=True)
+        t.start()
+        wait_until(lambda: got, what="the stream's first chunk")
+        old = master_pid(prefix_of(g.state.root, "r"))
+        t0 = time.monotonic()
+        said = [c.kind for c in g.sync("r", [upstream], ports, 2.0, listen="127.0.0.1")]
+        took = time.monotonic() - t0
+        t.join(CHUNKS + 10)
+        assert got[-1] == f"data: {CHUNKS - 1}", (f"the stream in flight was cut by the listen change "
+                                                  f"(sync took {took:.1f}s, said {said}): {got[-3:]}")
+        # the old master exits once its stream is done and deletes nginx.pid: the new one is still known,
+        # and the next passes neither start another nor say anything
+        new = facts(g.state.root, "r")
+        assert said == ["GatewayRestarted"] and new["url"] == f"http://127.0.0.1:{port}", (said, new)
+        wait_until(lambda: not Path(f"/proc/{old}/cmdline").exists() or not Path(f"/proc/{old}/cmdline").read_bytes(),
+                   what=f"the old master {old} gone once its stream is done")
+        pid = master_pid(prefix_of(g.state.root, "r"))
+        assert pid is not None and [c.kind for c in g.sync("r", [upstream], ports, 3.0, listen="127.0.0.1")] == []
+        assert master_pid(prefix_of(g.state.root, "r")) == pid
+    finally:
+        up.shutdown()
+        pid = master_pid(prefix_of(g.state.root, "r"))
+        if pid:
+            os.kill(pid, signal.SIGQUIT)
+            wait_until(lambda: master_pid(prefix_of(g.state.root, "r")) is None, what="nginx gone")

@@ -37,7 +37,9 @@ from reconciler.drivers.exits import ExitWatch
 from reconciler.drivers.state import StateDir
 from reconciler.shell import holder
 from reconciler.shell.bindcheck import bind_free
-from reconciler.shell.gateway_sweep import end_master, held_by, orphan_nginx_workers, quit_under  # noqa: F401
+from reconciler.shell.gateway_sweep import (  # noqa: F401 - quit_under, master_pid: where callers find them
+    end_master, held_by, master_pid, orphan_nginx_workers, quit_under,
+)
 
 log = structlog.get_logger("reconciler")
 OWNER_NAME = "gateway"  # the port registry's owner is <recipe>/gateway
@@ -72,17 +74,6 @@ def record_path(root: Path, recipe: str) -> Path:
 
 def prefix_of(root: Path, recipe: str) -> Path:
     return (root / recipe / "gateway").absolute()
-
-
-def master_pid(prefix: Path) -> int | None:
-    """The pid of the nginx master running with this prefix, or None (a stale pid file, a reused pid)."""
-    try:
-        pid = int((prefix / "nginx.pid").read_text().strip())
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except (OSError, ValueError):
-        return None
-    # nginx rewrites its title: "nginx: master process /usr/sbin/nginx -p <prefix> -c <conf> ..."
-    return pid if "nginx: master process" in cmd and str(prefix) in cmd else None
 
 
 def workers_of(pid: int) -> list[int]:
@@ -193,7 +184,8 @@ class Gateways:
         text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven, listen, held))
         pid = master_pid(prefix)
         if pid is not None and rec.get("listen", ANY) != listen:  # a reload cannot bind the port anew
-            end_master(pid)
+            end_master(pid, port)  # its listeners closed: what it carries finishes beside the new one
+            (prefix / "nginx.pid").unlink(missing_ok=True)  # the new master's is the one read from now on
             self._write(recipe, rec := {**rec, "pid": None, "exitedAt": now, "notBefore": None, "backoff": 0})
             pid = master_pid(prefix)
         if pid is not None:

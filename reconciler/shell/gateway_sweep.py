@@ -6,6 +6,7 @@ bookkeeping, only the processes' command lines.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -96,20 +97,48 @@ def held_by(port: int) -> str:
     return "; ".join(f"pid {pid}: {cmd[:80]}" for pid, cmd in sorted(found.items())[:3])
 
 
-def end_master(pid: int, graceful_s: float = 10.0) -> None:
+def master_pid(prefix: Path) -> int | None:
+    """The pid of the nginx master running with this prefix, or None (a stale pid file, a reused pid).
+    Its pid file first, else the pid its record keeps: a master ended for a listen change deletes
+    nginx.pid when it exits, which may be long after its successor wrote its own there."""
+    for pid in (_pid_in(prefix / "nginx.pid"), _pid_in(prefix.parent / "gateway.json")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        # nginx rewrites its title: "nginx: master process /usr/sbin/nginx -p <prefix> -c <conf> ..."
+        if pid is not None and "nginx: master process" in cmd and str(prefix) in cmd:
+            return pid
+    return None
+
+
+def _pid_in(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+        pid = json.loads(text).get("pid") if path.suffix == ".json" else int(text)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) and pid > 0 else None
+
+
+def end_master(pid: int, port: int, wait_s: float = 5.0) -> None:
     """End one nginx master before another binds its port at a new address (a reload cannot: the
-    port is held at the old one). SIGQUIT first (requests in flight finish), for ``graceful_s``;
-    then SIGTERM, then SIGKILL. Returns once it is gone (its exit removes its pid file)."""
+    port is held at the old one). SIGQUIT: the master and its workers close their listeners at
+    once and finish what they carry (worker_shutdown_timeout, as a reload's old workers do), so a
+    stream in flight is not cut and the tick does not wait for it; returns once the port is free
+    (bounded: TERM, then KILL, only for a master that does not let it go)."""
     import time
 
-    for sig, wait_s in ((signal.SIGQUIT, graceful_s), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+    from reconciler.shell.bindcheck import bind_free
+
+    for sig in (signal.SIGQUIT, signal.SIGTERM, signal.SIGKILL):
         try:
             os.kill(pid, sig)
         except OSError:
             return
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            if not Path(f"/proc/{pid}").exists() or _state(pid) == "Z":
+            if bind_free(port) or not Path(f"/proc/{pid}").exists() or _state(pid) == "Z":
                 return
             time.sleep(0.05)
 
