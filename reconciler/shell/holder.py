@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -83,6 +84,7 @@ def sync(recipe: str, rec: dict, prefix: Path, gateway_port: int, hold: float | 
     """The holder as the recipe wants it: (its port for the config, or None: no holder; the gateway
     record's new holder fields; events (kind, message)). ``hold``: the hold timeout, None when
     the recipe holds no request (a holder left from an earlier spec is stopped)."""
+    _reap()
     if hold is None:
         pid = stop(prefix)
         gone = [("GatewayHolderStopped", f"holder {pid} stopped: the recipe holds no request")] if pid else []
@@ -109,6 +111,10 @@ def sync(recipe: str, rec: dict, prefix: Path, gateway_port: int, hold: float | 
         return port, fields, said
     return port, fields, [("GatewayHolder", f"holder {pid} {did} on 127.0.0.1:{port}: requests wait up to "
                                             f"{hold:g}s while the deployment has no Ready frontend")]
+
+
+def _reap() -> None:
+    _children[:] = [c for c in _children if c.poll() is None]
 
 
 def _settings(cmd: list[str]) -> list[str]:
@@ -173,8 +179,8 @@ def wait_listening(port: int, timeout: float = START_TIMEOUT_S) -> bool:
 
 
 def stop(prefix: Path) -> int | None:
-    """SIGTERM to this gateway's holder (its held requests are cut: only when the gateway goes or it
-    is replaced); waits (bounded) until its port is free."""
+    """SIGTERM to this gateway's holder (it lets its port go and drains what it holds: only when the
+    gateway goes or it is replaced); waits (bounded) until its port is free, not for the drain."""
     found = running(prefix)
     if found is None:
         return None
@@ -184,14 +190,15 @@ def stop(prefix: Path) -> int | None:
     except OSError:
         return None
     deadline = time.monotonic() + STOP_WAIT_S
-    mine = next((c for c in _children if c.pid == pid), None)
-    if mine is not None:  # our child: waited for, so it leaves no zombie
-        try:
-            mine.wait(STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            pass
-    while running(prefix) is not None and time.monotonic() < deadline:
+    cmd = found[1]
+    port = int(cmd[cmd.index("--port") + 1]) if "--port" in cmd[:-1] and cmd[cmd.index("--port") + 1].isdigit() else None
+    # it lets its port go at once and drains what it holds and relays (up to gateway/holder.DRAIN_S):
+    # the tick waits for the port, not for the drain
+    while running(prefix) is not None and time.monotonic() < deadline and not (port and bind_free(port, "127.0.0.1")):
         time.sleep(0.05)
+    mine = next((c for c in _children if c.pid == pid), None)
+    if mine is not None:  # our child: reaped the moment it has drained, so it leaves no zombie
+        threading.Thread(target=mine.wait, name=f"reap-holder-{pid}", daemon=True).start()
     (prefix / "holder.pid").unlink(missing_ok=True)  # stopped on purpose: the next start is not a respawn
     _children[:] = [c for c in _children if c.poll() is None]  # reap it (and any other that ended) now
     return pid
