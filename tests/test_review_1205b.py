@@ -194,3 +194,40 @@ def test_a_listen_change_neither_cuts_a_stream_in_flight_nor_stalls_the_tick(tmp
         if pid:
             os.kill(pid, signal.SIGQUIT)
             wait_until(lambda: master_pid(prefix_of(g.state.root, "r")) is None, what="nginx gone")
+
+
+def test_an_edit_during_a_time_limit_hand_over_keeps_the_unmoved_worker_serving_and_sizes_a_successor():
+    """2333c50 keeps a worker placed on a too-small job only when its life is in the *current* job.
+    Mid hand-over (job 100's time runs out, successor 101 runs, agg_0 moved, agg_1 still on 100), an
+    edit tp 1 -> 2 makes agg_1 too big for 101: its only life (on retiring job 100) is cancelled at
+    once as 'scaled down', the very gap the fix closes, and its wait says it waits for a successor
+    sized for it, but none is submitted while job 100 still carries a step (compute_handover skips
+    an index with more than one live job): it comes only after job 100's time limit kills it."""
+    import dataclasses
+
+    from reconciler.core.plan import SubmitAlloc
+
+    c = FakeCluster()
+    c.converge(agg(2, gpus=1))
+    c.allocs["100"] = dataclasses.replace(c.allocs["100"], time_left="00:01:00", time_limit="04:00:00")
+    for _ in range(6):  # the hand-over starts: 101 runs, agg_0's new life there
+        c.apply(c.plan(agg(2, gpus=1)))
+        if {s.job_id for s in c.steps.values()} == {"100", "101"}:
+            break
+    assert ("agg", 1, "100") in {(s.role, s.index, s.job_id) for s in c.steps.values()}
+    c.pending = True
+    submitted = []
+    for tick in range(4):
+        p = c.plan(agg(2, gpus=2))
+        gone = [a.describe() for a in p.actions if isinstance(a, CancelStep) and "agg_1" in a.describe()]
+        assert not gone, f"tick {tick}: agg_1's only life stopped before a job that holds its GPUs runs: {gone}"
+        submitted += [a.spec.gpus_per_node for a in p.actions if isinstance(a, SubmitAlloc)]
+        c.apply(p)
+    assert any(g >= 4 for g in submitted), f"no successor sized for agg_1 submitted: {submitted}"
+    c.run_alloc()  # granted: every worker moves there, the older jobs go
+    for sid in [s for s in c.steps if s.startswith("100.")]:  # job 100's time limit (the fake's clock stands)
+        del c.steps[sid]
+    del c.allocs["100"]
+    c.converge(agg(2, gpus=2))
+    assert {s.job_id for s in c.steps.values()} == set(c.allocs) and len(c.allocs) == 1
+    assert next(iter(c.allocs.values())).gpus >= 4

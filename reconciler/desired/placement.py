@@ -63,7 +63,10 @@ class Placement:
 def placement(top: Topology, allocs: list[Alloc], steps: list[Step]) -> Placement:
     recipe = top.recipe
     live, successors, retiring = generations([a for a in allocs if a.live], steps)
-    serving = {(s.job_id, s.role.partition("-")[0], s.index) for s in steps}  # agg-e1: a failover engine of agg
+    # (allocation index, worker role, index) of every life: agg-e1 is a failover engine of agg; by
+    # index, not job, so that a worker not yet moved by a time-limit hand-over counts as serving too
+    index_of = {a.job_id: a.index for a in allocs}
+    serving = {(index_of[s.job_id], s.role.partition("-")[0], s.index) for s in steps if s.job_id in index_of}
     specs, keep, at, unplaceable, resize, resizing = place(recipe, top.layout, [*top.endpoints, *top.reserved], live,
                                                            serving)
     kept = {a.index for a in live if a.job_id in keep}
@@ -105,12 +108,13 @@ def render_placement(top: Topology, hostnames: list[str]) -> Placement:
 
 def place(
     recipe: Recipe, lay: NodeLayout, endpoints: list[Endpoint], live: list[Alloc],
-    serving: Collection[tuple[str, str, int]] = (),
+    serving: Collection[tuple[int, str, int]] = (),
 ) -> tuple[list[AllocSpec], list[str], dict[tuple[str, int], Alloc], dict[str, str], dict[int, str], frozenset[str]]:
     """Which allocation holds which worker; which allocations to keep and to submit; which are too
     small for a worker on them (index -> why: a successor sized for it is submitted), and the
-    workers that wait for it (``serving``: (job, role, index) of the observed steps: a worker with
-    a life in the short job stays placed there, that life serving until it moves, never rolled)."""
+    workers that wait for it (``serving``: (allocation index, role, index) of the observed steps: a
+    worker with a life at the short job's index (in it, or in the job it is handed over from) stays
+    placed there, that life serving until it moves, never rolled)."""
     gpn = recipe.resources.gpus_per_node
     placement: dict[tuple[str, int], Alloc] = {}
     used_by: dict[str, bool] = {a.job_id: False for a in live}
@@ -123,7 +127,7 @@ def place(
     for ep in endpoints:
         holder = next((a for a in live if _holds(lay, a, ep)), None)
         if holder is not None and (why := _short(holder, ep)):
-            if (holder.job_id, ep.mode, ep.index) in serving:
+            if (holder.index, ep.mode, ep.index) in serving:
                 placement[(ep.mode, ep.index)] = holder  # its old life serves until it moves
                 frozen.add(holder.job_id)
             else:

@@ -34,6 +34,7 @@ START_TIMEOUT_S = 15.0  # aiohttp's import alone takes a second on a busy 2-core
 RESPAWN_S = 30.0  # a holder gone within this of its start waits this long before the next
 _children: list[subprocess.Popen] = []
 STOP_WAIT_S = 5.0
+IDLE_EXIT_S = 1.0  # a stopped holder with nothing held ends within this (its port freed, no drain)
 
 
 def argv(python: str, recipe: str, port: int, gateway_port: int, timeout: float, prefix: Path) -> list[str]:
@@ -191,14 +192,17 @@ def stop(prefix: Path) -> int | None:
         return None
     deadline = time.monotonic() + STOP_WAIT_S
     cmd = found[1]
-    port = int(cmd[cmd.index("--port") + 1]) if "--port" in cmd[:-1] and cmd[cmd.index("--port") + 1].isdigit() else None
-    # it lets its port go at once and drains what it holds and relays (up to gateway/holder.DRAIN_S):
-    # the tick waits for the port, not for the drain
+    at = cmd.index("--port") + 1 if "--port" in cmd[:-1] else None
+    port = int(cmd[at]) if at is not None and cmd[at].isdigit() else None
+    mine = next((c for c in _children if c.pid == pid), None)
+    if mine is not None:  # our child: reaped, so it leaves no zombie
+        try:
+            mine.wait(IDLE_EXIT_S)  # one with nothing to drain ends at once
+        except subprocess.TimeoutExpired:  # draining (up to gateway/holder.DRAIN_S): reaped once done
+            threading.Thread(target=mine.wait, name=f"reap-holder-{pid}", daemon=True).start()
+    # it lets its port go at once and drains what it holds and relays: the tick waits for the port only
     while running(prefix) is not None and time.monotonic() < deadline and not (port and bind_free(port, "127.0.0.1")):
         time.sleep(0.05)
-    mine = next((c for c in _children if c.pid == pid), None)
-    if mine is not None:  # our child: reaped the moment it has drained, so it leaves no zombie
-        threading.Thread(target=mine.wait, name=f"reap-holder-{pid}", daemon=True).start()
     (prefix / "holder.pid").unlink(missing_ok=True)  # stopped on purpose: the next start is not a respawn
     _children[:] = [c for c in _children if c.poll() is None]  # reap it (and any other that ended) now
     return pid

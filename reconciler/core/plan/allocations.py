@@ -88,6 +88,10 @@ def compute_handover(d: DesiredRecipe, observed: Observed, now: float
             elif resize and queued and all(a.gpus is not None and a.gpus < spec.gpus_per_node for a in queued):
                 # edited again while it queued, and now too small itself: one hand-over, not two
                 drop += [CancelAlloc(a.job_id, d.name, a.index) for a in queued]
+            elif resize and not queued:
+                # edited while a hand-over runs: the job handed over to is too small itself (the older one
+                # only retires): its successor is due now, not once the older one's limit ends it
+                submit.append(SubmitAlloc(spec, f"successor of job {held[-1].job_id}, sized for its workers: {resize}"))
             continue
         if resize:
             submit.append(SubmitAlloc(spec, f"successor of job {held[0].job_id}, sized for its workers: {resize}"))
