@@ -231,3 +231,47 @@ def test_an_edit_during_a_time_limit_hand_over_keeps_the_unmoved_worker_serving_
     c.converge(agg(2, gpus=2))
     assert {s.job_id for s in c.steps.values()} == set(c.allocs) and len(c.allocs) == 1
     assert next(iter(c.allocs.values())).gpus >= 4
+
+
+# ---------------------------------------------------------------- 2160516: the holder's drain
+
+
+def test_a_request_held_when_the_holder_is_stopped_gets_its_json_503_not_a_bare_500(tmp_path):
+    """2160516: on SIGTERM (the recipe deleted, hold_seconds edited to 0, the holder replaced) the
+    holder drains for up to DRAIN_S (30 s), then closes its client session under the requests still
+    waiting for a frontend: each gets aiohttp's bare '500 Internal Server Error' 30 s later, not the
+    JSON 503 with Retry-After every other refusal gets (measured: 500 after 30.1 s with hold 300).
+    A held request (no byte sent yet) is refused at once; what is relayed still finishes."""
+    import json
+    import urllib.error
+
+    from reconciler.shell import holder as H
+
+    lo = next(_ranges)
+    prefix = tmp_path / "g"
+    pid, _ = H.ensure(prefix, H.argv(H.python(), "r", lo, lo + 1, 300, prefix), lo)  # no gateway on lo + 1
+    try:
+        assert H.wait_listening(lo)
+        got: list = []
+
+        def client():
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{lo}/v1/chat/completions", timeout=120).read()
+                got.append(("answered", None))
+            except urllib.error.HTTPError as e:
+                got.append((e.code, e.read()))
+            except OSError as e:
+                got.append((type(e).__name__, str(e)))
+
+        t = threading.Thread(target=client, daemon=True)
+        t.start()
+        wait_until(lambda: (H.stats(lo) or {}).get("held", 0) >= 1, what="the request held")
+        H.stop(prefix)
+        t.join(60)
+        assert got and got[0][0] == 503, got
+        assert json.loads(got[0][1])["error"]["code"] == 503
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass

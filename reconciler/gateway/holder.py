@@ -53,6 +53,7 @@ class Holder:
     forwarded: int = 0
     timed_out: int = 0
     relaying: int = 0  # answers being streamed back now
+    stopping: bool = False  # told to stop: what waits for a frontend is answered its 503 now
     _rr: int = 0
     _hold: tuple[float, float] | None = None  # (hold.json's mtime, its timeout)
 
@@ -112,7 +113,7 @@ class Holder:
         session: aiohttp.ClientSession = req.app["session"]
         busy = 0.0  # the wait after a frontend's own 503: backs off, so one request is not a flood
         try:
-            while (waited := time.monotonic() - start) < (hold := self.hold_s()):
+            while not self.stopping and (waited := time.monotonic() - start) < (hold := self.hold_s()):
                 ups = await self.upstreams(session)
                 refused = False
                 for i in range(len(ups)):
@@ -195,6 +196,7 @@ async def serve(h: Holder, port: int) -> None:
     print(f"holder of {h.recipe} on 127.0.0.1:{port}, gateway :{h.gateway_port}, hold {h.hold_s():g}s", flush=True)
     try:
         await watch_prefix(h.prefix, stop)
+        h.stopping = True  # what is relayed finishes; what waits is refused (503, Retry-After) at once
         # told to stop (replaced, its recipe deleted): the port is let go at once, what it holds
         # or relays may finish (bounded), as nginx's own graceful stop
         await site.stop()
