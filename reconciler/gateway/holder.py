@@ -126,7 +126,8 @@ class Holder:
                     refused |= out == "refused"
                 if ups and not refused:  # every frontend answered 503 itself
                     busy = min(BUSY_S[1], busy * 2) if busy else BUSY_S[0]
-                await asyncio.sleep(POLL_S if refused or not ups else busy)
+                pause = POLL_S if refused or not ups else busy
+                await asyncio.sleep(max(0.0, min(pause, hold - (time.monotonic() - start))))  # never past the hold
             self.timed_out += 1
             return self.refusal(time.monotonic() - start)
         finally:

@@ -1,5 +1,5 @@
-"""Hostile review 1205b of the fixes 2333c50 (resize hand-over) and 2160516 (gateway, holder): each
-test failed on 64a0131; docstrings say the scenario."""
+"""Defects a second hostile review found in the fixes of the first (resize hand-over, gateway, holder):
+each test failed before its fix; docstrings say the scenario."""
 
 from __future__ import annotations
 
