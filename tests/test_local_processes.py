@@ -42,7 +42,22 @@ def test_a_fork_of_the_launcher_with_its_command_line_is_not_a_second_step(tmp_p
             time.sleep(0.05)
         assert forks, "the launcher's fork never showed"
         procs = d._processes()
-        assert list(procs) == [f"7.{p.pid}"] and procs[f"7.{p.pid}"][:2] == (p.pid, "rcl:me:r:agg:0:0:h")
+        ((sid, (pid, name, _start)),) = procs.items()
+        assert sid.startswith("7.") and sid.endswith(f"{p.pid:07d}") and (pid, name) == (p.pid, "rcl:me:r:agg:0:0:h")
     finally:
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+
+
+def test_a_later_launch_has_a_greater_step_id_whatever_its_pid():
+    """The newest life of a worker is its newest step (core/slots.py): the local driver's step ids
+    grow with the launch, not with the pid, which wraps (found in a soak: a surge life with a
+    smaller pid than the old one was taken for the older, and the rollout stalled for good)."""
+    from reconciler.core.slots import _newest
+    from reconciler.drivers.local import step_id
+    from reconciler.world import Step
+
+    old = Step(step_id("1", 31193, "5000"), "r", "agg", 0, 0, "h", slot=0)
+    new = Step(step_id("1", 2229, "7000"), "r", "agg", 0, 0, "h", slot=1)  # after the pids wrapped
+    assert _newest([old, new]) is new and _newest([new, old]) is new
+    assert _newest([Step(step_id("1", 5, "7000"), "r", "agg", 0, 0, "h"), new]) is new  # same tick: by pid

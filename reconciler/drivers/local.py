@@ -29,6 +29,14 @@ JOB_ENV = "RECONCILER_LOCAL_JOB"
 _LAUNCHER = LAUNCHER.encode()
 
 
+def step_id(job: str, pid: int, start: str) -> str:
+    """A step id that grows with the launch, as Slurm's step numbers do (a worker's newest life is
+    its newest step: core/slots.py): the start time (clock ticks since boot) first, then the pid.
+    The pid alone wraps (pid_max 32768 here) and once made a surge life look older than the life
+    it replaces, so the rollout stalled for good (found in a soak run)."""
+    return f"{job}.{int(start):012d}{pid:07d}"
+
+
 def _stat(pid: int) -> tuple[int, str] | None:
     """(parent pid, start time) of a live process; None for a zombie or one that is gone."""
     try:
@@ -106,7 +114,7 @@ class LocalDriver:
                 found[pid] = (job, cmd[3].decode(), *stat)
         # the launcher forks (the worker before its exec, ``$(date)`` at exit): such a child has the
         # launcher's very command line for a moment, and is not a second step
-        return {f"{job}.{pid}": (pid, name, start) for pid, (job, name, ppid, start) in found.items()
+        return {step_id(job, pid, start): (pid, name, start) for pid, (job, name, ppid, start) in found.items()
                 if ppid not in found}
 
     # ---------------------------------------------------------------- observe
