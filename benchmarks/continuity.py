@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 import os
 import shutil
 import subprocess
@@ -169,21 +170,33 @@ def fault(stack: str, frontends: int, victim: str, tmp: Path) -> dict:
                 break
             time.sleep(0.05)
         # serving again: answers flowing for a second after the last failure or held request
-        back = wait(lambda: (b := traffic.recovered(killed)) is not None and time.monotonic() - b > 1.0 and b, 60,
-                    "answers flowing again")
+        wait(lambda: (b := traffic.recovered(killed)) is not None and time.monotonic() - b > 1.0, 60,
+             "answers flowing again")
         traffic.stop()
         phases.stop()
+        end = time.monotonic()
         after = [o for o in traffic.outcomes if o.at >= killed]
         failed = [o for o in after if not o.ok]
         # failures while the recipe said Ready, not counting the first second (one probe interval)
         ready_failing = sum(1 for o in failed if o.at - killed > 1.0 and phases.at(o.at) == "Ready")
+        gap, back = _longest_gap(traffic, killed, end)
+        whys = Counter(f"{o.code} {o.detail[:80]}" for o in failed).most_common(2)
         return {"fault": f"{victim} killed", "stack": stack, "frontends": frontends, "sent": len(after),
-                "failed": len(failed), "gap": traffic.longest_gap(killed, back),
+                "failed": len(failed), "gap": gap, "failures": whys,
                 "serving_again": max(0.0, back - killed),
                 "ready_again": (ready_at - killed) if ready_at else None, "not_ready_seen": not_ready_seen,
                 "failed_while_ready": ready_failing}
     finally:
         h.cleanup()
+
+
+def _longest_gap(traffic: Traffic, start: float, end: float) -> tuple[float, float]:
+    """(the longest time without a successful answer in [start, end], the answer that ended it):
+    a held request ends it when it is answered, a failure does not."""
+    oks = sorted(o.at for o in traffic.outcomes if o.ok and start <= o.at <= end)
+    points = [start, *oks]
+    best = max(zip(points, points[1:]), key=lambda p: p[1] - p[0], default=(start, start))
+    return best[1] - best[0], best[1]
 
 
 def handover(stack: str, tmp: Path) -> dict:

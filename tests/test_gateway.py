@@ -30,7 +30,7 @@ def test_render_upstreams_retry_policy_and_no_frontend():
     assert "server gpu01:20010 max_fails=1 fail_timeout=5s;" in text
     assert "server gpu02:20011 max_fails=1 fail_timeout=5s;" in text
     # a POST whose frontend died before answering is sent to another (completions have no side effects)
-    assert "proxy_next_upstream error timeout http_503 non_idempotent;" in text
+    assert "proxy_next_upstream error timeout http_503 http_404 non_idempotent;" in text
     assert "proxy_buffering off;" in text and "listen 0.0.0.0:20001" in text
     # a reload never cuts a stream the read timeout allows; a login node's 1024 files are raised
     assert "worker_shutdown_timeout 3600s;" in text and "proxy_read_timeout 3600s;" in text

@@ -385,3 +385,53 @@ def test_a_holder_whose_gateway_directory_was_wiped_ends_even_if_it_is_made_agai
     finally:
         if _state(pid) not in ("Z", "gone"):
             os.kill(pid, _signal.SIGTERM)
+
+
+def test_an_empty_404_is_a_frontend_not_ready_yet_a_404_with_a_body_is_handed_back(tmp_path):
+    """Measured (benchmarks/continuity.py, the only Dynamo frontend killed): its new life answered
+    an empty 404 for ~0.3 s, before it had read the model's registration, and 30-57 requests of a
+    client loop failed. The gateway passes a 404 to the holder, which tries an empty one again
+    and hands a real one (with a body) back at once."""
+    import http.server
+    import time as _time
+
+    lo = next(_ranges)
+    fe_port, holder_port = lo, lo + 1
+    answers = [b"", b"", b'{"error": "model not found: x"}']  # two empty 404s, then a real one
+    hits: list = []
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            body = _json.dumps({"upstreams": [f"127.0.0.1:{fe_port}"]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = answers[min(len(hits), len(answers) - 1)]
+            hits.append(body)
+            self.send_response(404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", fe_port), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    prefix = tmp_path / "g"
+    try:
+        _holder.ensure(prefix, _holder.argv(_holder.python(), "r", holder_port, fe_port, 10, prefix), holder_port)
+        assert _holder.wait_listening(holder_port)
+        conn = http.client.HTTPConnection("127.0.0.1", holder_port, timeout=30)
+        t0 = _time.monotonic()
+        conn.request("POST", "/v1/chat/completions", body=_json.dumps(CHAT), headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        assert (r.status, r.read()) == (404, b'{"error": "model not found: x"}') and len(hits) == 3, hits
+        assert _time.monotonic() - t0 < 9, "handed back, not held for the whole hold"
+    finally:
+        _holder.stop(prefix)
+        srv.shutdown()

@@ -275,3 +275,4 @@ def test_a_request_held_when_the_holder_is_stopped_gets_its_json_503_not_a_bare_
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+

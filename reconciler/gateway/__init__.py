@@ -7,10 +7,12 @@ reloads and restarts the process.
 
 Choices, with nginx's documented semantics (ngx_http_proxy_module, ngx_http_upstream_module):
 
-- ``proxy_next_upstream error timeout http_503 non_idempotent``: a request is passed to the next
-  frontend when the one it went to refused the connection, closed it (killed) before sending any
-  byte of an answer, or answered 503 (a Dynamo frontend whose workers are gone or not registered
-  yet: it started nothing); once a byte reached the client nothing is retried.
+- ``proxy_next_upstream error timeout http_503 http_404 non_idempotent``: a request is passed to
+  the next frontend when the one it went to refused the connection, closed it (killed) before
+  sending any byte of an answer, or answered 503 (a Dynamo frontend whose workers are gone or not
+  registered yet: it started nothing) or 404 (a Dynamo frontend just relaunched answers an empty
+  404 until it has read the model's registration; the holder tells that from a real 404, which
+  has a body, and hands the real one back); once a byte reached the client nothing is retried.
   POSTs included: an OpenAI completion changes nothing server-side, so sending it again costs
   only the duplicate work, and a frontend killed under a request does not fail it (issue 27's
   target: a frontend killed among several fails no request). Bounded by
@@ -113,7 +115,7 @@ def render(cfg: GatewayConfig) -> str:
             "            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
             "            proxy_buffering off;\n"
             "            proxy_request_buffering on;\n"
-            "            proxy_next_upstream error timeout http_503 non_idempotent;\n"
+            "            proxy_next_upstream error timeout http_503 http_404 non_idempotent;\n"
             f"            proxy_next_upstream_tries {tries};\n"
             "            proxy_connect_timeout 2s;\n"
             f"            proxy_read_timeout {READ_TIMEOUT_S}s;\n"

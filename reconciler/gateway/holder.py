@@ -147,6 +147,12 @@ class Holder:
             if r.status == 503:
                 await r.read()
                 return "503"
+            if r.status == 404:  # read whole: an empty one is a frontend that has no route for it yet
+                body = await r.read()
+                if not body.strip():
+                    return "503"
+                return web.Response(status=404, body=body, headers={
+                    k: v for k, v in r.headers.items() if k.lower() not in HOP})
             self.relaying += 1
             try:
                 resp = web.StreamResponse(status=r.status, reason=r.reason, headers={
