@@ -29,6 +29,7 @@ class NodeWatch:
         self.driver = driver
         self.cooldown = cooldown
         self.suspects: dict[str, policy.Suspect] = self._load()
+        self._pools: dict[str | None, tuple[str, ...] | None] = {}  # partition -> its nodes, this tick
 
     def _ask(self, nodes: Iterable[str]) -> dict[str, tuple[str, str]]:
         ask = getattr(self.driver, "node_states", None)  # only Slurm has nodes to ask about
@@ -49,6 +50,7 @@ class NodeWatch:
 
     def tick(self, now: float) -> None:
         """Follow the suspects' states: cool-downs start when Slurm reports a node back, and end."""
+        self._pools = {}  # asked again this tick
         if self.suspects:
             self._update({}, self._ask(self.suspects), now, None, "")
 
@@ -61,10 +63,8 @@ class NodeWatch:
         available"). The partition is asked only while a node is suspect."""
         if not self.suspects:
             return ()
-        ask = getattr(self.driver, "partition_nodes", None)
-        pool = ask(spec.partition) if ask else None
-        also = [n for k, v in spec.directives if k == "exclude" for n in hostlist.expand(v)]
-        out = policy.placeable_exclusion(self.suspects, spec.count, pool, also)
+        pool = self._pool(spec.partition)
+        out = policy.placeable_exclusion(self.suspects, spec.count, pool, _own_exclusions(spec))
         kept_in = sorted(set(self.suspects) - set(out))
         if kept_in:
             msg = (f"allocation {spec.index} needs {spec.count} node(s) of {len(pool or ())} in its partition: "
@@ -74,26 +74,18 @@ class NodeWatch:
         return out
 
     def hold_submission(self, spec: AllocSpec, now: float) -> str | None:
-        """Why a new allocation is not submitted yet, or None. While no node of its partition is
-        usable (every one suspect and not back: a restarted controller that has not heard from its
-        nodes), a job submitted now starts only at Slurm's next scheduling pass — measured: 26 s
-        after the node was back, the backfill interval — while one submitted once a node is back
-        starts at once. So it waits, at most ``SUBMIT_HOLD_S`` from the loss."""
+        """Why a new allocation is not submitted yet (``policy.submit_hold``), or None."""
         if not self.suspects:
             return None
-        ask = getattr(self.driver, "partition_nodes", None)
-        pool = [n for n in (ask(spec.partition) if ask else None) or () if n not in self._excluded_by(spec)]
-        if not pool or any(n not in self.suspects or self.suspects[n].back_at is not None for n in pool):
-            return None
-        since = min(self.suspects[n].since for n in pool)
-        if now - since >= policy.SUBMIT_HOLD_S:
-            return None
-        return (f"no node of its partition is usable yet ({', '.join(f'{n}: {self.suspects[n].reason}' for n in pool)}):"
-                f" submitted once one is back, at most {policy.SUBMIT_HOLD_S:g}s after the loss")
+        return policy.submit_hold(self.suspects, self._pool(spec.partition), _own_exclusions(spec), now)
 
-    @staticmethod
-    def _excluded_by(spec: AllocSpec) -> set[str]:
-        return {n for k, v in spec.directives if k == "exclude" for n in hostlist.expand(v)}
+    def _pool(self, partition: str | None) -> tuple[str, ...] | None:
+        """The partition's nodes, asked of Slurm once per tick (the hold and the exclusion of one
+        submission both need them)."""
+        if partition not in self._pools:
+            ask = getattr(self.driver, "partition_nodes", None)
+            self._pools[partition] = ask(partition) if ask else None
+        return self._pools[partition]
 
     def release_requeued(self, previous: Mapping[str, Alloc], current: list[Alloc], now: float) -> set[str]:
         """Cancel our allocations that Slurm requeued (or shrank); return their job ids. The nodes
@@ -171,3 +163,8 @@ class NodeWatch:
         self.state.write_json(self.state.root / FILE, {"cooldownSeconds": self.cooldown, "suspects": {
             n: {"reason": s.reason, "since": s.since, "sinceIso": iso(s.since), "backAt": s.back_at}
             for n, s in sorted(self.suspects.items())}})
+
+
+def _own_exclusions(spec: AllocSpec) -> list[str]:
+    """The nodes the recipe's own ``exclude`` directive names."""
+    return [n for k, v in spec.directives if k == "exclude" for n in hostlist.expand(v)]

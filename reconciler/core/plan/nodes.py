@@ -110,6 +110,23 @@ def placeable_exclusion(suspects: Mapping[str, Suspect], need: int, pool: Iterab
     return tuple(sorted(keep_out | {n for n in suspects if n not in pool_set}))
 
 
+def submit_hold(suspects: Mapping[str, Suspect], pool: Iterable[str] | None, also: Iterable[str],
+                now: float) -> str | None:
+    """Why a new allocation waits before it is submitted, or None. While no node of its partition
+    (``pool``, less the recipe's own exclusions ``also``) is usable — every one suspect and not
+    back: a restarted controller that has not heard from its nodes — a job submitted now starts
+    only at Slurm's next scheduling pass (measured: 26 s after the node was back, the backfill
+    interval), while one submitted once a node is back starts at once. So it waits, at most
+    ``SUBMIT_HOLD_S`` from the loss."""
+    nodes = [n for n in pool or () if n not in set(also)]
+    if not nodes or any(n not in suspects or suspects[n].back_at is not None for n in nodes):
+        return None
+    if now - min(suspects[n].since for n in nodes) >= SUBMIT_HOLD_S:
+        return None
+    return (f"no node of its partition is usable yet ({', '.join(f'{n}: {suspects[n].reason}' for n in nodes)}):"
+            f" submitted once one is back, at most {SUBMIT_HOLD_S:g}s after the loss")
+
+
 def cooldown_ends(suspects: Mapping[str, Suspect], cooldown: float) -> float | None:
     """The next moment a suspect could leave the set (None: none is back yet)."""
     ends = [s.back_at + cooldown for s in suspects.values() if s.back_at is not None]
