@@ -104,11 +104,6 @@ def unplaceable(d: DesiredRecipe) -> dict[str, Wait]:
 def compute_resizing(d: DesiredRecipe, c: Classified) -> tuple[frozenset[str], dict[str, Wait]]:
     """A worker whose job holds fewer GPUs than it now uses is not launched there (its new life, a
     restart): it waits for the successor sized for it (units held back, why)."""
-    held = frozenset(v.name for v in c.missing if v.name in d.resizing)
-    return held, {n: Wait(WaitReason.RESIZING, f"job {d.job_of.get(_key(n), '?')} holds fewer GPUs than it uses")
-                  for n in held}
-
-
-def _key(name: str) -> tuple[str, int]:
-    role, _, index = name.rpartition("_")
-    return role, int(index) if index.isdigit() else 0
+    views = [v for v in c.missing if v.name in d.resizing]
+    return (frozenset(v.name for v in views),
+            {v.name: Wait(WaitReason.RESIZING, f"job {v.job} holds fewer GPUs than it uses") for v in views})
