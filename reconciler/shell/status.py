@@ -188,18 +188,18 @@ def worker_rows(
             "lastExit": _exit(_last_exit(exits, u.name)),
             **({"notReadyReason": o.why[u.key]} if not ok and u.key in o.why else {}),
         })
-    for role, index in d.waiting:
-        rows.append({"name": f"{role}_{index}", "role": role, "index": index, "phase": "Waiting", "ready": False,
-                     "nodes": [], "gpus": [], "ports": {}, "url": None, "steps": [], "specHash": None,
-                     "restarts": _restarts(launches, f"{role}_{index}"),
-                     "lastExit": _exit(_last_exit(exits, f"{role}_{index}"))})
+    def waiting(role: str, index: int, why: str | None = None) -> dict:
+        name = f"{role}_{index}"
+        return {"name": name, "role": role, "index": index, "phase": "Waiting", "ready": False, "nodes": [],
+                "gpus": [], "ports": {}, "url": None, "steps": [], "specHash": None,
+                "restarts": _restarts(launches, name), "lastExit": _exit(_last_exit(exits, name)),
+                **({"notReadyReason": why} if why else {})}
+
+    rows += [waiting(role, index) for role, index in d.waiting]
     for unit, why in d.unplaceable.items():  # wanted, but no allocation holds it yet: not Ready, and why
         role, _, index = unit.rpartition("_")
         if role != "dedicated":
-            rows.append({"name": unit, "role": role, "index": int(index) if index.isdigit() else 0,
-                         "phase": "Waiting", "ready": False, "nodes": [], "gpus": [], "ports": {}, "url": None, "steps": [], "specHash": None,
-                         "restarts": _restarts(launches, unit), "lastExit": _exit(_last_exit(exits, unit)),
-                         "notReadyReason": why})
+            rows.append(waiting(role, int(index) if index.isdigit() else 0, why))
     rows.sort(key=lambda r: unit_order((r["role"], r["index"])))
     return rows
 
