@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 from reconciler.shell import holder
+from reconciler.shell.bindcheck import bind_free
 
 
 def quit_under(root: Path) -> list[int]:
@@ -43,8 +45,13 @@ def quit_under(root: Path) -> list[int]:
     return told + holder.quit_holders_under(Path(root))
 
 
+def _stat(pid: int) -> list[str]:
+    """/proc/<pid>/stat's fields after the command name: [state, ppid, ...]."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def _ppid(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return int(_stat(pid)[1])
 
 
 def listeners(port: int) -> dict[int, str]:
@@ -127,10 +134,6 @@ def end_master(pid: int, port: int, wait_s: float = 5.0) -> None:
     once and finish what they carry (worker_shutdown_timeout, as a reload's old workers do), so a
     stream in flight is not cut and the tick does not wait for it; returns once the port is free
     (bounded: TERM, then KILL, only for a master that does not let it go)."""
-    import time
-
-    from reconciler.shell.bindcheck import bind_free
-
     for sig in (signal.SIGQUIT, signal.SIGTERM, signal.SIGKILL):
         try:
             os.kill(pid, sig)
@@ -138,13 +141,14 @@ def end_master(pid: int, port: int, wait_s: float = 5.0) -> None:
             return
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            if bind_free(port) or not Path(f"/proc/{pid}").exists() or _state(pid) == "Z":
+            if bind_free(port) or _gone(pid):
                 return
             time.sleep(0.05)
 
 
-def _state(pid: int) -> str:
+def _gone(pid: int) -> bool:
+    """Exited (a zombie counts: it holds nothing)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return _stat(pid)[0] == "Z"
     except (OSError, IndexError):
-        return "gone"
+        return True
