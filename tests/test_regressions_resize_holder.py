@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,8 +10,6 @@ import pytest
 
 from fakes import FakeCluster
 from reconciler.core.plan import CancelStep, SubmitAlloc
-from reconciler.drivers.base import wrapped_argv
-from reconciler.world import Launch
 from test_plan import agg
 
 
@@ -35,7 +32,6 @@ def test_a_worker_whose_own_gpus_grow_past_its_job_keeps_serving_until_its_succe
 
 import json as _json
 import signal as _signal
-import socket as _socket
 
 from reconciler.shell.gateway import Gateways, facts, master_pid, nginx_binary, prefix_of
 from reconciler.drivers.state import StateDir
@@ -205,6 +201,36 @@ def test_a_stopped_holder_leaves_no_zombie(tmp_path):
     assert _state(pid) == "gone", f"holder {pid} is a zombie of this process"
 
 
+def _fake_frontend(port: int, post, keep_alive: bool = False):
+    """A frontend on 127.0.0.1:``port`` that is also its own gateway's ``/gateway/health`` (listing
+    itself), so a holder pointed at it finds it; ``post(handler)`` answers each POST. Started."""
+    import http.server
+
+    class Frontend(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            self.answer(200, _json.dumps({"upstreams": [f"127.0.0.1:{port}"]}).encode())
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            post(self)
+
+        def answer(self, status: int, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), Frontend)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
 def test_one_request_a_frontend_refuses_with_503_is_not_sent_to_it_again_and_again(tmp_path):
     """be2f0da: every gateway now sends a request its frontends answered 503 to the holder, which
     re-sends the whole request to a frontend every POLL_S (0.2 s) until hold_seconds (10 s by
@@ -212,33 +238,15 @@ def test_one_request_a_frontend_refuses_with_503_is_not_sent_to_it_again_and_aga
     worker, a full queue): one client request becomes ~50 requests to an overloaded frontend, per
     client, with no backoff and no cap on the requests held at once. Before, such a deployment
     answered the client's 503 at once."""
-    import http.server
-
     hits = []
     lo = next(_ranges)
     fe_port, holder_port = lo, lo + 1
 
-    class H(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
+    def overloaded(h) -> None:
+        hits.append(h.path)
+        h.answer(503, b'{"error": "overloaded"}')
 
-        def _answer(self):
-            if self.path == "/gateway/health":
-                body = _json.dumps({"upstreams": [f"127.0.0.1:{fe_port}"]}).encode()
-                self.send_response(200)
-            else:
-                hits.append(self.path)
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                body = b'{"error": "overloaded"}'
-                self.send_response(503)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_GET = do_POST = _answer
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", fe_port), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = _fake_frontend(fe_port, overloaded)
     prefix = tmp_path / "g"
     try:
         pid, _ = _holder.ensure(prefix, _holder.argv(_holder.python(), "r", holder_port, fe_port, 2, prefix),
@@ -272,42 +280,23 @@ def test_the_holder_relays_more_than_100_streams_at_once(tmp_path):
     gateway's /gateway/health through the same pool. With 100 long answers under way (a relaunch
     blip at 100 req/s of streaming completions), the 101st held request cannot even read the list
     of frontends (2 s timeout: []) and gets the 503 after hold_seconds although a frontend answers."""
-    import http.server
-    import time as _time
-
     lo = next(_ranges)
     fe_port, holder_port = lo, lo + 1
     release = threading.Event()
 
-    class H(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *a):
+    def long_answer(h) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", "2")
+        h.end_headers()
+        h.wfile.write(b"a")
+        h.wfile.flush()
+        release.wait(30)  # a long answer: the second byte comes when the test ends
+        try:
+            h.wfile.write(b"b")
+        except OSError:
             pass
 
-        def do_GET(self):
-            body = _json.dumps({"upstreams": [f"127.0.0.1:{fe_port}"]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"a")
-            self.wfile.flush()
-            release.wait(30)  # a long answer: the second byte comes when the test ends
-            try:
-                self.wfile.write(b"b")
-            except OSError:
-                pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", fe_port), H)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = _fake_frontend(fe_port, long_answer, keep_alive=True)
     prefix = tmp_path / "g"
     firsts: list = []
 
@@ -392,7 +381,6 @@ def test_an_empty_404_is_a_frontend_not_ready_yet_a_404_with_a_body_is_handed_ba
     an empty 404 for ~0.3 s, before it had read the model's registration, and 30-57 requests of a
     client loop failed. The gateway passes a 404 to the holder, which tries an empty one again
     and hands a real one (with a body) back at once."""
-    import http.server
     import time as _time
 
     lo = next(_ranges)
@@ -400,28 +388,12 @@ def test_an_empty_404_is_a_frontend_not_ready_yet_a_404_with_a_body_is_handed_ba
     answers = [b"", b"", b'{"error": "model not found: x"}']  # two empty 404s, then a real one
     hits: list = []
 
-    class H(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
+    def not_found(h) -> None:
+        body = answers[min(len(hits), len(answers) - 1)]
+        hits.append(body)
+        h.answer(404, body)
 
-        def do_GET(self):
-            body = _json.dumps({"upstreams": [f"127.0.0.1:{fe_port}"]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            body = answers[min(len(hits), len(answers) - 1)]
-            hits.append(body)
-            self.send_response(404)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", fe_port), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = _fake_frontend(fe_port, not_found)
     prefix = tmp_path / "g"
     try:
         _holder.ensure(prefix, _holder.argv(_holder.python(), "r", holder_port, fe_port, 10, prefix), holder_port)
