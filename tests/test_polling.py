@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+import reconciler.shell.holder as holder
 import reconciler.shell.observe as observe
 from reconciler.drivers.memory import MemoryDriver
 from reconciler.shell.loop import Controller
@@ -116,6 +117,11 @@ def test_a_settled_tick_rewrites_no_state_file_but_the_tick_counter(tmp_path, mo
     for _ in range(4):
         c.tick()
     state = tmp_path / "state"
+    for i in range(3):  # the holders' one start line in their own log is written once they listen
+        found = holder.running(state / f"r{i}" / "gateway")
+        assert found is not None, f"r{i}: no holder running"
+        cmd = found[1]
+        assert holder.wait_listening(int(cmd[cmd.index("--port") + 1])), f"r{i}: the holder does not answer"
 
     def files() -> dict[str, tuple[int, int]]:
         return {str(p.relative_to(state)): (p.stat().st_ino, p.stat().st_mtime_ns)
