@@ -327,9 +327,10 @@ def test_a_recipe_that_runs_out_of_ports_is_held_and_keeps_running(h):
 
 
 def _state_bytes(root: Path) -> dict[str, bytes]:
-    """Every file under state/ but the workers' own output (logs/: written by the workers, not by us)."""
+    """Every file under state/ but the output of the processes we start (the workers' logs/, the
+    gateway's and its holder's *.log: written by them, whenever they have something to say)."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and "logs" not in p.relative_to(root).parts}
+            if p.is_file() and "logs" not in p.relative_to(root).parts and p.suffix != ".log"}
 
 
 def test_get_and_plan_write_nothing_and_need_no_lock(h):
