@@ -147,6 +147,9 @@ def test_the_holders_port_skips_one_taken_and_keeps_the_gateways(tmp_path):
     ports = NodePortAllocator(lo, lo + 50)
     assert ports.allocate("h", "r/gateway", "http") == lo
     taken = socket.socket()
+    # as any server binds (nginx, aiohttp): a connection of an earlier test's server on this port
+    # may still be in TIME_WAIT (this worker's ranges come round again within its 60 s)
+    taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         taken.bind(("127.0.0.1", lo + 1))
         taken.listen()
