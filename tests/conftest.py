@@ -155,6 +155,19 @@ def nic():
             subprocess.run(["ip", "link", "del", name], capture_output=True)
 
 
+@pytest.fixture(autouse=True)
+def _the_tests_gateways_quit(request):
+    """A test's gateways (nginx, holder) quit when it ends, not at the session's end: one left
+    running keeps its port, and this worker's port ranges come round again a few dozen tests later
+    (a later test's holder then met the old one on its port)."""
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if tmp is not None:
+        from reconciler.shell.gateway import quit_under
+
+        quit_under(tmp)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _no_gateway_left_behind(tmp_path_factory):
     """A test that runs a controller and leaves its recipes (no cleanup run) leaves the deployment's

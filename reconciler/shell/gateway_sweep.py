@@ -24,7 +24,7 @@ def quit_under(root: Path) -> list[int]:
     found: dict[int, int] = {}  # pid -> parent pid
     # by the processes themselves, not only the pid files: a state directory wiped under a running
     # reconciler leaves its gateway's master running with no pid file to find it by
-    where = f"-p {Path(root)}"
+    where = f"-p {Path(root)}/"  # under root: not a sibling whose name only begins with root's
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue

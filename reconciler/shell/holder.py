@@ -232,7 +232,8 @@ def quit_holders_under(root: Path) -> list[int]:
         if not proc.name.isdigit():
             continue
         cmd = _cmdline(int(proc.name))
-        if cmd and MODULE in cmd and any(c.startswith(str(root)) for c in cmd):
+        under = f"{str(root).rstrip('/')}/"  # not a sibling whose name only begins with root's
+        if cmd and MODULE in cmd and any(c.startswith(under) for c in cmd):
             try:
                 os.kill(int(proc.name), signal.SIGTERM)
                 told.append(int(proc.name))
