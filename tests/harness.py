@@ -46,6 +46,9 @@ def _port_ranges() -> itertools.cycle:
     return itertools.cycle(mine)
 
 
+if __name__ != "harness":  # as tests.harness it would be a second module with a second cycle,
+    # handing out a range the first gave a moment ago (its processes may still hold ports)
+    raise ImportError("import the test harness as `harness` (tests/ is on the path), not as " + __name__)
 _ranges = _port_ranges()
 
 

@@ -18,7 +18,7 @@ from reconciler.gateway import GatewayConfig, render
 from reconciler.core.ports import NodePortAllocator
 from reconciler.shell.gateway import Gateways, delay_after, facts, master_pid, nginx_binary, prefix_of, record_path, stop_orphans
 from reconciler.drivers.state import StateDir
-from tests.harness import _ranges
+from harness import _ranges
 from tests.helpers import get, post, start_mocker, wait_until
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}

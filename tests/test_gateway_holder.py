@@ -141,7 +141,7 @@ def test_the_holders_port_skips_one_taken_and_keeps_the_gateways(tmp_path):
     import socket
 
     from reconciler.core.ports import NodePortAllocator
-    from tests.harness import _ranges
+    from harness import _ranges
 
     lo = next(_ranges)  # this test worker's own span: an ephemeral port's neighbour may be anyone's
     ports = NodePortAllocator(lo, lo + 50)

@@ -16,9 +16,11 @@ import pytest
 
 import reconciler.shell.holder as holder
 import reconciler.shell.observe as observe
+import reconciler.shell.probe as probe
 from reconciler.drivers.memory import MemoryDriver
 from reconciler.shell.loop import Controller
 from slurm_world import RecordingSlurm
+from harness import _ranges
 
 RECIPE = ("name: {name}\nmodel: {{path: m}}\nengine: mocker\nfrontend: {{type: none}}\n"
           "roles: {{agg: {{workers: 2, gpus: 1}}}}\n")
@@ -106,12 +108,17 @@ def test_a_settled_tick_rewrites_no_state_file_but_the_tick_counter(tmp_path, mo
     """Status (its updatedAt is the last change), launch records, ports, endpoints, last-applied
     specs: unchanged content is not written again, however much time passes."""
     monkeypatch.setattr(observe, "probe_units", lambda units: {u.key: True for u in units})
+    # the gateways' health is asked each tick (5 s of fake clock apart): one answer slower than the
+    # 1 s probe timeout on a loaded host would count a failure and rewrite gateway.json (twice)
+    real_fetch = probe.fetch
+    monkeypatch.setattr(probe, "fetch", lambda url, timeout=None: real_fetch(url, 30.0))
     m = tmp_path / "manifests"
     m.mkdir()
     for i in range(3):
         (m / f"r{i}.yaml").write_text(RECIPE.format(name=f"r{i}").replace("type: none", "type: builtin"))
     clock = FakeClock()
-    c = Controller(m, tmp_path / "state", MemoryDriver(clock=clock))
+    lo = next(_ranges)  # this test worker's own ports (the gateways and holders are real processes)
+    c = Controller(m, tmp_path / "state", MemoryDriver(clock=clock), port_range=(lo, lo + 99))
     c.debounce = 0
     c.clock = clock
     for _ in range(4):

@@ -115,7 +115,7 @@ import pytest
 from reconciler.core.ports import NodePortAllocator
 from reconciler.drivers.state import StateDir
 from reconciler.shell.gateway import Gateways, facts, master_pid, nginx_binary, prefix_of
-from tests.harness import _ranges
+from harness import _ranges
 from tests.helpers import wait_until
 
 CHUNKS = 14  # one a second: a stream longer than end_master's 10 s of grace

@@ -15,7 +15,8 @@ from reconciler.drivers.state import StateDir
 from reconciler.recipe.autoscale import AutoscaleConfig
 from reconciler.shell import holder, waking
 from reconciler.shell.autoscale import Autoscaler
-from tests.helpers import free_port, post, wait_until
+from harness import _ranges
+from tests.helpers import post, wait_until
 
 ZERO = AutoscaleConfig.model_validate({"roles": {"agg": {"min": 0, "max": 2, "target": {"waiting_per_worker": 4}}},
                                        "scale_to_zero_after_seconds": 60})
@@ -24,11 +25,13 @@ NEVER = AutoscaleConfig.model_validate({"roles": {"agg": {"min": 1, "max": 2, "t
 
 @pytest.fixture
 def held_by(tmp_path):
-    """A real holder for recipe r (1 s hold; its gateway does not answer, so nothing is forwarded)."""
+    """A real holder for recipe r (3 s hold: the test sees the request held even on a host that
+    stalls a second; its gateway does not answer, so nothing is forwarded). Ports of this test
+    worker's own range: an ephemeral one could be taken by anyone before the holder binds it."""
     state = StateDir(tmp_path / "state")
     prefix = (state.root / "r" / "gateway").absolute()
-    port = free_port()
-    pid, did = holder.ensure(prefix, holder.argv(holder.python(), "r", port, free_port(), 1.0, prefix), port)
+    port = next(_ranges)
+    pid, did = holder.ensure(prefix, holder.argv(holder.python(), "r", port, port + 1, 3.0, prefix), port)
     assert pid is not None and holder.wait_listening(port), did
     (state.root / "r" / "gateway.json").write_text(json.dumps({"holderPort": port}))
     yield state, port
@@ -42,7 +45,7 @@ def test_the_holders_requests_are_the_autoscalers_demand(held_by):
     assert a._held("r", ZERO) == 0  # nothing came
     t = threading.Thread(target=post, args=(url, {"prompt": "x"}), daemon=True)
     t.start()
-    wait_until(lambda: holder.stats(port)["held"] == 1, what="the request held")
+    wait_until(lambda: (holder.stats(port) or {}).get("held") == 1, what="the request held")
     assert a._held("r", ZERO) == 1 and a._held("r", NEVER) == 0  # only a recipe that scales to zero asks
     t.join(10)
     assert a._held("r", ZERO) == 0, "answered (503) and nothing new since the last look"
