@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
 
 from pydantic import Field, field_validator
 
@@ -30,4 +31,19 @@ class GatewaySettings(Strict):
             addr = ipaddress.ip_address(v)
         except ValueError:
             raise ValueError(f"expected an IP address of this host (0.0.0.0, 127.0.0.1, ...), found {v!r}") from None
+        if addr.is_multicast:
+            raise ValueError(f"expected an address of this host to listen on, found the multicast address {v!r}")
         return f"[{addr}]" if addr.version == 6 else str(addr)
+
+
+def bind_error(listen: str) -> str | None:
+    """Why the gateway could not listen on ``listen`` on this host (an address of another host),
+    or None. Asked on an ephemeral port: it says nothing of the gateway's own port, which its
+    running master may hold. A check of this host's view, as the model directory's."""
+    host = listen.strip("[]")
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+    except OSError as e:
+        return f"{listen} is not an address of this host ({e.strerror or e})"
+    return None

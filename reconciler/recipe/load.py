@@ -23,6 +23,7 @@ from reconciler.recipe.cluster import apply as apply_cluster
 from reconciler.errors import KeyedError, RecipeError
 from reconciler.recipe import bounds, v1, variants
 from reconciler.recipe.entries import RECIPE_SUFFIXES, not_regular
+from reconciler.recipe.gateway import bind_error
 from reconciler.recipe.locate import _kind, _line, _located, _split
 from reconciler.recipe.model import NAME_RE, Recipe
 from reconciler.recipe.topology import TopologyError
@@ -238,6 +239,10 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster 
         raise _located(e, path, data, where, lines) from None
     if preflight:
         _check_model_path(recipe, path, cluster, lines)
+        if why := bind_error(recipe.reconcile.gateway.listen):  # nginx runs on this host
+            raise RecipeError(path, f"{why}: the gateway runs next to the reconciler; use 0.0.0.0, 127.0.0.1 "
+                              "or an address of this host", key="reconcile.gateway.listen",
+                              line=lines.get(("reconcile", "gateway", "listen")))
     try:
         carried = admit(recipe, data, preflight)
     except KeyedError as e:

@@ -32,6 +32,7 @@ import structlog
 
 from reconciler.fsutil import atomic_write_text
 from reconciler.gateway import ANY, GatewayConfig, render
+from reconciler.recipe.gateway import bind_error
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.drivers.exits import ExitWatch
 from reconciler.drivers.state import StateDir
@@ -183,6 +184,10 @@ class Gateways:
         changes = [Change(kind, recipe, msg) for kind, msg in said]
         text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven, listen, held))
         pid = master_pid(prefix)
+        if rec.get("listen", ANY) != listen and (err := bind_error(listen)):
+            # not an address of this host: the master keeps serving where it listens now
+            return changes + self._fail(recipe, now, f"reconcile.gateway.listen: {err}; the gateway keeps "
+                                                     f"listening on {rec.get('listen', ANY)}:{port}")
         if pid is not None and rec.get("listen", ANY) != listen:  # a reload cannot bind the port anew
             end_master(pid, port)  # its listeners closed: what it carries finishes beside the new one
             (prefix / "nginx.pid").unlink(missing_ok=True)  # the new master's is the one read from now on

@@ -1,0 +1,86 @@
+"""Regressions from a hostile user's review of main (2026-12-05 evening): each test failed before
+its fix."""
+
+from __future__ import annotations
+
+import os
+import signal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import threading
+
+import pytest
+
+from harness import _ranges
+from reconciler.core.ports import NodePortAllocator
+from reconciler.desired.admission import load_text
+from reconciler.drivers.state import StateDir
+from reconciler.errors import RecipeError
+from reconciler.shell.gateway import Gateways, facts, master_pid, nginx_binary, prefix_of
+from tests.helpers import get, wait_until
+
+RECIPE = """\
+name: r
+model: {path: m}
+resources: {gpus_per_node: 8}
+engine: {type: mocker}
+roles: {agg: {workers: 1, gpus: 1}}
+frontend: {type: builtin}
+"""
+
+
+# ---------------------------------------------------------------- a listen address of another host
+def test_a_listen_address_of_another_host_is_refused_where_it_is_written():
+    """`listen: 192.0.2.99` validated (an IP literal), then the running master was ended and the
+    new one could not bind: the endpoint refused every request. It is this host's view, checked
+    as the model directory is (a spec that already ran is not refused for it)."""
+    text = RECIPE + "reconcile:\n  gateway: {listen: 192.0.2.99}\n"
+    with pytest.raises(RecipeError) as e:
+        load_text(text, "r.yaml")
+    assert e.value.key == "reconcile.gateway.listen" and e.value.line == 8, e.value
+    assert "not an address of this host" in str(e.value)
+    assert load_text(text, "r.yaml", preflight=False).recipe.reconcile.gateway.listen == "192.0.2.99"
+    with pytest.raises(RecipeError, match="multicast"):
+        load_text(RECIPE + "reconcile: {gateway: {listen: 224.0.0.1}}\n", "r.yaml")
+
+
+class _Ok(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed")
+def test_a_listen_change_to_an_address_of_another_host_keeps_the_running_gateway(tmp_path):
+    """The shell's own guard (a last applied spec is loaded without the host check): the master
+    serving now is not ended for an address nginx could never bind; GatewayFailed says why."""
+    up = ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
+    threading.Thread(target=up.serve_forever, daemon=True).start()
+    upstream = f"127.0.0.1:{up.server_address[1]}"
+    g = Gateways(StateDir(tmp_path / "state"), host="127.0.0.1")
+    lo = next(_ranges)
+    ports = NodePortAllocator(lo, lo + 100)
+    try:
+        assert [c.kind for c in g.sync("r", [upstream], ports, 1.0, listen="0.0.0.0")] == ["GatewayStarted"]
+        url = facts(g.state.root, "r")["url"]
+        pid = master_pid(prefix_of(g.state.root, "r"))
+        changes = g.sync("r", [upstream], ports, 2.0, listen="192.0.2.99")
+        assert [c.kind for c in changes] == ["GatewayFailed"], changes
+        assert "192.0.2.99 is not an address of this host" in changes[0].message
+        assert "keeps listening on 0.0.0.0" in changes[0].message
+        assert master_pid(prefix_of(g.state.root, "r")) == pid
+        assert get(url + "/v1/x")[0] == 200
+        assert [c.kind for c in g.sync("r", [upstream], ports, 3.0, listen="192.0.2.99")] == []  # said once
+        # put back: the same master (its error cleared by a graceful reload)
+        assert [c.kind for c in g.sync("r", [upstream], ports, 4.0, listen="0.0.0.0")] in ([], ["GatewayReloaded"])
+        assert master_pid(prefix_of(g.state.root, "r")) == pid and facts(g.state.root, "r")["reason"] is None
+    finally:
+        up.shutdown()
+        pid = master_pid(prefix_of(g.state.root, "r"))
+        if pid:
+            os.kill(pid, signal.SIGQUIT)
+            wait_until(lambda: master_pid(prefix_of(g.state.root, "r")) is None, what="nginx gone")
