@@ -84,3 +84,60 @@ def test_a_listen_change_to_an_address_of_another_host_keeps_the_running_gateway
         if pid:
             os.kill(pid, signal.SIGQUIT)
             wait_until(lambda: master_pid(prefix_of(g.state.root, "r")) is None, what="nginx gone")
+
+
+# ---------------------------------------------------------------- a deleted recipe's autoscale memory
+AUTO = """\
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker}}
+roles: {{agg: {{workers: 1, gpus: 1}}}}
+frontend: {{type: none}}
+reconcile:
+  autoscale:
+    roles:
+      agg: {{min: 1, max: 3, target: {{waiting_per_worker: 8}}}}
+"""
+
+
+def test_a_recipe_made_again_does_not_inherit_the_deleted_ones_autoscale_memory(tmp_path, monkeypatch):
+    """Deleted, then copied back 12 s later: the new deployment was scaled to zero 5 s after its
+    worker was Ready ("no request for 21s", counted from the old one's last request), and an old
+    scaled-up count would have come back the same way (state/<name>/autoscale.json stayed)."""
+    import json
+
+    import reconciler.shell.observe as observe
+    from reconciler.drivers.memory import MemoryDriver
+    from reconciler.shell.loop import Controller
+
+    monkeypatch.setattr(observe, "probe_units", lambda units, **kw: {u.key: True for u in units})
+    m = tmp_path / "manifests"
+    m.mkdir()
+    (m / "keep.yaml").write_text(AUTO.format(name="keep"))
+    f = m / "r.yaml"
+    f.write_text(AUTO.format(name="r"))
+    c = Controller(m, tmp_path / "state", MemoryDriver(host="node0"))
+    c.debounce = 0
+    for _ in range(3):
+        c.tick()
+    memory = tmp_path / "state" / "r" / "autoscale.json"
+    memory.write_text(json.dumps({"roles": {"agg": {"built": 3, "target": 3, "since": 0.0}}}))
+
+    def agg() -> int:
+        d = c.snapshot().desired.recipes["r"]
+        return len({(u.role, u.index) for u in d.all_units if u.role == "agg"} | {w for w in d.waiting if w[0] == "agg"})
+
+    c.tick()
+    assert agg() == 3  # the memory is what the build uses
+    f.unlink()
+    status = tmp_path / "state" / "r" / "status.json"
+    for _ in range(20):
+        c.tick()
+        if json.loads(status.read_text()).get("phase") == "Deleted":
+            break
+    assert json.loads(status.read_text()).get("phase") == "Deleted"
+    assert not memory.exists(), "the deleted recipe's autoscale memory stayed"
+    f.write_text(AUTO.format(name="r"))
+    c.tick()
+    assert agg() == 1  # the file's workers, afresh

@@ -91,9 +91,16 @@ class Autoscaler:
                 moved |= self._decide(name, recipe, cfg, snap)
             except Exception as e:  # noqa: BLE001 - one recipe's autoscaler must not stop the loop
                 log.exception("autoscale failed", recipe=name, error=f"{type(e).__name__}: {e}")
-        for gone in set(self._due) - set(snap.manifests.recipes):
-            del self._due[gone]
+        for memo in (self._due, self._looked, self._received):  # a recipe made again starts afresh
+            for gone in set(memo) - set(snap.manifests.recipes):
+                del memo[gone]
         return moved
+
+    @staticmethod
+    def forget(state: StateDir, name: str) -> None:
+        """A deleted recipe's counts and decisions go with it: one made again under its name starts
+        at its file's ``workers:`` with a whole idle window, not at the old one's last count."""
+        state.path_of(name, FILE).unlink(missing_ok=True)
 
     def next_due(self) -> float | None:
         return min(self._due.values(), default=None)

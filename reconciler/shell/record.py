@@ -16,6 +16,7 @@ from reconciler.shell.status import build_status, refused
 from reconciler.timefmt import iso
 from reconciler.shell import reasons
 from reconciler.shell import router_sync
+from reconciler.shell.autoscale import Autoscaler
 from reconciler.desired.runtime import endpoints_path
 from reconciler.shell.gateway import Gateways, facts as gateway_facts
 from reconciler.shell.gateway_probe import probe_gateways
@@ -77,6 +78,7 @@ def record(state: StateDir, snap: Snapshot, gateways: Gateways | None = None) ->
                 state.event("Deleted", name, "recipe removed and everything it owned is gone")
                 state.write_status(name, {**st, "phase": "Deleted", "deletedAt": iso(now), "workers": []})
                 state.prune_launches(name, set())
+                Autoscaler.forget(state, name)
 
 
 def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> None:
