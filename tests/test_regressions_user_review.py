@@ -141,3 +141,32 @@ def test_a_recipe_made_again_does_not_inherit_the_deleted_ones_autoscale_memory(
     f.write_text(AUTO.format(name="r"))
     c.tick()
     assert agg() == 1  # the file's workers, afresh
+
+
+# ---------------------------------------------------------------- get's REASON for the endpoint's path
+def _st(ready_reason: str, ready: bool = False, worker_reason: str | None = None, extra: tuple = ()) -> dict:
+    conds = [{"type": "Ready", "status": "True" if ready else "False", "reason": ready_reason, "message": "m-ready"},
+             *extra]
+    return {"conditions": conds, "workers": [
+        {"name": "agg_0", "role": "agg", "reason": worker_reason, "message": "m-worker"},
+        {"name": "frontend_0", "role": "frontend", "reason": None, "message": None}]}
+
+
+@pytest.mark.parametrize("st, want", [
+    (_st("AllReady", ready=True), (None, None)),
+    # describe said GatewayDown with nginx's error; get's REASON column said "-"
+    (_st("GatewayDown"), ("GatewayDown", "m-ready")),
+    (_st("GatewayNotRouting"), ("GatewayNotRouting", "m-ready")),
+    (_st("FrontendNotAnswering"), ("FrontendNotAnswering", "m-ready")),
+    (_st("NotReady"), (None, None)),  # starting: nothing has failed
+    # a worker that fails says more than the gateway that has nothing to route to
+    (_st("GatewayDown", worker_reason="CrashLoop"), ("CrashLoop", "agg_0: m-worker")),
+    # a refused rollout comes first
+    (_st("GatewayDown", worker_reason="CrashLoop", extra=(
+        {"type": "Progressing", "status": "False", "reason": "RolloutFailed", "message": "m-rollout"},)),
+     ("RolloutFailed", "m-rollout")),
+])
+def test_gets_reason_names_what_keeps_the_endpoint_from_answering(st, want):
+    from reconciler.shell.reasons import deployment_reason
+
+    assert deployment_reason(st) == want

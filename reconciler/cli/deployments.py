@@ -52,7 +52,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
     import time as _time
 
     from reconciler.shell.gateway import facts as gateway_facts
-    from reconciler.shell.status import build_status, refused
+    from reconciler.shell.status import build_status
 
     snap = ctl.snapshot()
     sd = ctl.state
@@ -84,7 +84,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
 
         launches = sd.launches(name)
         reasons.annotate(st["workers"], snap.desired.recipes.get(name), sd.root, name, launches)
-        reason, why = refused(st) or reasons.recipe_reason(st["workers"])
+        reason, why = reasons.deployment_reason(st)
         created = _parse_iso(st["createdAt"])
         invalid = snap.manifests.invalid.get(name) or snap.desired.held.get(name)
         rows.append({

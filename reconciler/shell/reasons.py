@@ -126,6 +126,26 @@ def annotate(rows: list[dict], d, state: Path, recipe: str, launches: dict[str, 
         row["reason"], row["message"] = got if got else (None, None)
 
 
+# the Ready condition's reasons that no worker row carries: the deployment's own path to a client
+PATH_REASONS = ("GatewayDown", "GatewayNotRouting", "FrontendNotAnswering")
+
+
+def deployment_reason(st: dict) -> tuple[str | None, str | None]:
+    """get's REASON for a recipe's status: a refused rollout (it comes first), else the first failing
+    worker's, else what keeps its endpoint from answering (the gateway down or routing nowhere, the
+    frontends failing their canary): ``describe`` had it, ``get`` showed "-"."""
+    c = next((c for c in st["conditions"] if c["reason"] == "RolloutFailed"), None)
+    if c is not None:
+        return c["reason"], c["message"]
+    reason, why = recipe_reason(st["workers"])
+    if reason is None:
+        c = next((c for c in st["conditions"] if c["type"] == "Ready" and c["status"] == "False"
+                  and c["reason"] in PATH_REASONS), None)
+        if c is not None:
+            return c["reason"], c["message"]
+    return reason, why
+
+
 def recipe_reason(rows: list[dict]) -> tuple[str | None, str | None]:
     """The deployment's REASON: its first failing worker's, else a service's or the frontend's."""
     order = sorted(rows, key=lambda r: (r["role"].startswith("svc-") or r["role"] == "frontend",))

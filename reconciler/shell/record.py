@@ -12,7 +12,7 @@ from reconciler.drivers.base import step_log_paths
 from reconciler.shell.observe import tail
 from reconciler.shell.snapshot import Snapshot
 from reconciler.drivers.state import StateDir, set_suspended, suspended_names
-from reconciler.shell.status import build_status, refused
+from reconciler.shell.status import build_status
 from reconciler.timefmt import iso
 from reconciler.shell import reasons
 from reconciler.shell import router_sync
@@ -88,7 +88,7 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
     st = build_status(name, d, snap.observed, p.recipes.get(name), snap.manifests.invalid.get(name), prev,
                       launches, now, state.exits(name), gateway=gateway_facts(state.root, name))
     reasons.annotate(st["workers"], d, state.root, name, launches)  # why a unit is down, for get and the UI
-    st["reason"], st["reasonMessage"] = refused(st) or reasons.recipe_reason(st["workers"])
+    st["reason"], st["reasonMessage"] = reasons.deployment_reason(st)
     lost = state.read_json(state.path_of(name, "allocation-lost.json"), None, lambda x: isinstance(x, dict))
     if lost:
         st["lastAllocationLost"] = lost  # Slurm's state and reason for the last allocation that went away

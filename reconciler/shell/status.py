@@ -123,13 +123,6 @@ def build_status(
     }
 
 
-def refused(st: dict[str, Any]) -> tuple[str, str] | None:
-    """The deployment's REASON when rollout analysis stopped its rollout (the figures in the message):
-    it comes before any worker's, whose rows are all still serving on the old spec."""
-    c = next((c for c in st["conditions"] if c["reason"] == "RolloutFailed"), None)
-    return (c["reason"], c["message"]) if c else None
-
-
 def _restarts(launches: dict[str, dict], unit: str) -> int:
     """Relaunches after failures: what RESTARTS shows (rollout replacements are not restarts)."""
     return launches.get(unit, {}).get("restarts", 0)
