@@ -144,12 +144,13 @@ def test_a_recipe_made_again_does_not_inherit_the_deleted_ones_autoscale_memory(
 
 
 # ---------------------------------------------------------------- get's REASON for the endpoint's path
-def _st(ready_reason: str, ready: bool = False, worker_reason: str | None = None, extra: tuple = ()) -> dict:
+def _st(ready_reason: str, ready: bool = False, worker_reason: str | None = None, extra: tuple = (),
+        worker_ready: bool = True) -> dict:
     conds = [{"type": "Ready", "status": "True" if ready else "False", "reason": ready_reason, "message": "m-ready"},
              *extra]
     return {"conditions": conds, "workers": [
-        {"name": "agg_0", "role": "agg", "reason": worker_reason, "message": "m-worker"},
-        {"name": "frontend_0", "role": "frontend", "reason": None, "message": None}]}
+        {"name": "agg_0", "role": "agg", "ready": worker_ready, "reason": worker_reason, "message": "m-worker"},
+        {"name": "frontend_0", "role": "frontend", "ready": False, "reason": None, "message": None}]}
 
 
 @pytest.mark.parametrize("st, want", [
@@ -159,10 +160,12 @@ def _st(ready_reason: str, ready: bool = False, worker_reason: str | None = None
     (_st("GatewayNotRouting"), ("GatewayNotRouting", "m-ready")),
     (_st("FrontendNotAnswering"), ("FrontendNotAnswering", "m-ready")),
     (_st("NotReady"), (None, None)),  # starting: nothing has failed
+    # a worker still starting is why: the frontends' canary fails for it too
+    (_st("FrontendNotAnswering", worker_ready=False), (None, None)),
     # a worker that fails says more than the gateway that has nothing to route to
-    (_st("GatewayDown", worker_reason="CrashLoop"), ("CrashLoop", "agg_0: m-worker")),
+    (_st("GatewayDown", worker_reason="CrashLoop", worker_ready=False), ("CrashLoop", "agg_0: m-worker")),
     # a refused rollout comes first
-    (_st("GatewayDown", worker_reason="CrashLoop", extra=(
+    (_st("GatewayDown", worker_reason="CrashLoop", worker_ready=False, extra=(
         {"type": "Progressing", "status": "False", "reason": "RolloutFailed", "message": "m-rollout"},)),
      ("RolloutFailed", "m-rollout")),
 ])

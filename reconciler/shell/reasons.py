@@ -133,12 +133,13 @@ PATH_REASONS = ("GatewayDown", "GatewayNotRouting", "FrontendNotAnswering")
 def deployment_reason(st: dict) -> tuple[str | None, str | None]:
     """get's REASON for a recipe's status: a refused rollout (it comes first), else the first failing
     worker's, else what keeps its endpoint from answering (the gateway down or routing nowhere, the
-    frontends failing their canary): ``describe`` had it, ``get`` showed "-"."""
+    frontends failing their canary) once every worker is Ready: ``describe`` had it, ``get`` showed
+    "-". While a worker is starting that is why, and the frontends' canary fails for it too."""
     c = next((c for c in st["conditions"] if c["reason"] == "RolloutFailed"), None)
     if c is not None:
         return c["reason"], c["message"]
     reason, why = recipe_reason(st["workers"])
-    if reason is None:
+    if reason is None and all(r.get("ready") for r in st["workers"] if r["role"] != "frontend"):
         c = next((c for c in st["conditions"] if c["type"] == "Ready" and c["status"] == "False"
                   and c["reason"] in PATH_REASONS), None)
         if c is not None:
