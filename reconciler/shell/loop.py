@@ -159,7 +159,8 @@ class Controller:
                             previous_failures=previous_failures, analysis=self.analyzer.facts(desired, facts.steps))
         p = plan(desired, observed, now)
         release_unused(ports, desired, observed, p.refused_prune)
-        return Snapshot(m, desired, observed, p, ports, reassigned, facts.failed_launches, now)
+        bind_failed = frozenset(owner.split("@", 1)[0] for owner in facts.bind_failures)
+        return Snapshot(m, desired, observed, p, ports, reassigned, facts.failed_launches, now, bind_failed)
 
     # ---------------------------------------------------------------- one tick
     def enable_metrics(self, addr: str) -> None:
@@ -182,7 +183,8 @@ class Controller:
         self.losses.cancelled |= self.nodes.release_stale(snap.observed.allocs, self.executor.submitted_excluding, wished)
         done = self.executor.execute(snap.plan)
         self.losses.cancelled |= {a.job_id for a in done if isinstance(a, CancelAlloc)}
-        self.slurm.failures(done, snap.observed, [f.step for f in snap.failed_launches], snap.desired, snap.now)
+        self.slurm.failures(done, snap.observed, [f.step for f in snap.failed_launches], snap.desired, snap.now,
+                            snap.bind_failed)
         self.slurm.note(snap.observed.pending, snap.observed.deadlines, snap.observed.allocs, snap.now)
         record(self.state, snap, self.gateways)
         self.analyzer.tick(snap.plan, snap.desired)  # after record: the routers never had the life it measures

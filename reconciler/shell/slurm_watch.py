@@ -150,11 +150,12 @@ class SlurmWatch:
         self._said_threat = threats
 
     def failures(self, actions: Iterable[object], observed, failed_launches: Iterable[Step], desired: Desired,
-                 now: float) -> None:
-        """Charge this tick's worker failures to their nodes; quarantine the ones over the threshold."""
+                 now: float, bind_failed: frozenset[str] = frozenset()) -> None:
+        """Charge this tick's worker failures to their nodes; quarantine the ones over the threshold.
+        ``bind_failed``: the workers whose last life could not bind a port (not charged)."""
         rank_nodes = {(d.name, u.name): tuple(n for l in u.launches for n in l.nodes[:1])
                       for d in desired.recipes.values() for u in d.units}
-        new = qpolicy.failures(actions, observed, failed_launches, now, rank_nodes)
+        new = qpolicy.failures(actions, observed, failed_launches, now, rank_nodes, bind_failed)
         before = dict(self.quarantined)
         history, quarantined = qpolicy.step(self.history, before, new, now, self.policy)
         for node in sorted(set(quarantined) - set(before)):

@@ -21,3 +21,5 @@ class Snapshot:
     reassigned: tuple[Reassigned, ...] = ()  # workers moved off ports a foreign process holds
     failed_launches: tuple[InFlight, ...] = ()
     now: float = 0.0
+    # "<recipe>/<unit>" whose last life ended on a port another process holds (not the node's fault)
+    bind_failed: frozenset[str] = frozenset()

@@ -170,6 +170,10 @@ def test_failures_are_charged_to_the_nodes_of_the_failing_life():
     assert [f.what for f in failures([relaunch], obs, [], 9.0)] == ["exited 3"]
     # a life we stopped ourselves is charged by its stop, not again by its relaunch
     assert failures([relaunch], Observed(steps=(s,), health={u.key: stopped}), [], 9.0) == []
+    # exited because another process holds one of its ports: it moves to other ports, the node is
+    # not charged (a user's review saw a healthy node quarantined for three port conflicts)
+    assert failures([relaunch], obs, [], 9.0, bind_failed=frozenset({"r/agg_0"})) == []
+    assert [f.what for f in failures([relaunch], obs, [], 9.0, bind_failed=frozenset({"r/agg_1"}))] == ["exited 3"]
     assert [(f.node, f.what) for f in failures([], obs, [dataclasses.replace(s, pending=True)], 9.0)] == [
         ("n0-0", "launch failed")]
 

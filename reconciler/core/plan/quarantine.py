@@ -5,7 +5,9 @@ The policy (docs/operations.md, "Quarantine"):
 - A worker failure is charged to the node(s) it ran on: a life stopped for a fatal log line,
   the ranks left of a worker that lost one (charged to the lost rank's node), a launch that
   failed (srun could not start the step), and a relaunch after a life that ended by itself with a
-  non-zero exit code (the engine printed its fatal line and exited before we could stop it).
+  non-zero exit code (the engine printed its fatal line and exited before we could stop it) —
+  but not one that exited because another process holds one of its ports (a PortConflict: the
+  worker moves to other ports; the node is not at fault).
 - A node charged ``threshold`` failures within ``window`` seconds is quarantined for
   ``cooldown`` seconds: new allocations exclude it (through ``exclusion.placeable_exclusion``,
   so never so many nodes that a worker becomes unplaceable), and a running allocation of ours
@@ -54,10 +56,13 @@ class Policy:
 
 
 def failures(actions: Iterable[object], observed: Observed, failed_launches: Iterable[Step], now: float,
-             rank_nodes: Mapping[tuple[str, str], tuple[str, ...]] | None = None) -> list[Failure]:
+             rank_nodes: Mapping[tuple[str, str], tuple[str, ...]] | None = None,
+             bind_failed: frozenset[str] = frozenset()) -> list[Failure]:
     """The worker failures this tick's actions and launches reveal, one per node and unit.
     ``rank_nodes``: (recipe, unit) -> the node of each rank (the desired units'), to find the
-    node of a rank that is gone."""
+    node of a rank that is gone. ``bind_failed``: "<recipe>/<unit>" whose last life exited because
+    another process holds one of its ports: the worker moves to other ports (a PortConflict), and
+    the node, whose GPUs did nothing wrong, is not charged for it."""
     steps = {s.step_id: s for s in observed.steps}
     out: list[Failure] = []
     for a in actions:
@@ -70,7 +75,8 @@ def failures(actions: Iterable[object], observed: Observed, failed_launches: Ite
             h = observed.health.get(a.unit.key)
             code = h.ended(now)[0] if h else None
             # a life that ended by itself with an error (not one we stopped: that is charged above)
-            if h is not None and h.stopped_for is None and code not in (None, 0):
+            if h is not None and h.stopped_for is None and code not in (None, 0) \
+                    and f"{a.unit.recipe}/{a.unit.name}" not in bind_failed:
                 what = "exited with a fatal line" if h.fatal else f"exited {code}"
                 out += [Failure(n, now, what, f"{a.unit.recipe}/{a.unit.name}") for n in a.unit.nodes]
     for a in actions:  # a worker that lost a rank: the node whose rank is gone
