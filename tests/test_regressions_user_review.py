@@ -173,3 +173,34 @@ def test_gets_reason_names_what_keeps_the_endpoint_from_answering(st, want):
     from reconciler.shell.reasons import deployment_reason
 
     assert deployment_reason(st) == want
+
+
+# ---------------------------------------------------------------- what the holder says when nothing comes
+def test_the_holder_says_suspended_or_deleted_not_that_a_frontend_is_starting(tmp_path):
+    """A request held while the deployment was suspended at zero heard "scaled to zero: a held
+    request brings a worker back", and one held when its recipe was deleted "no frontend answers:
+    one is being started or moved": nothing was coming in either case."""
+    import json
+
+    from reconciler.shell import holder
+    from tests.helpers import post
+
+    prefix = (tmp_path / "state" / "r" / "gateway").absolute()
+    port = next(_ranges)
+    pid, did = holder.ensure(prefix, holder.argv(holder.python(), "r", port, port + 1, 1.0, prefix), port)
+    try:
+        assert pid is not None and holder.wait_listening(port), did
+        holder.write_wake(prefix, None, "scaled to zero: a held request brings a worker back")
+        holder.say_nothing_comes(prefix, holder.SUSPENDED)
+        status, body = post(f"http://127.0.0.1:{port}/v1/completions", {"prompt": "x"})
+        assert status == 503 and json.loads(body)["error"]["reason"] == holder.SUSPENDED, body
+        holder.say_nothing_comes(prefix, None)  # resumed: the word is taken back
+        assert not (prefix / "wake.json").exists()
+        holder.write_wake(prefix, None, "a worker is starting")
+        holder.say_nothing_comes(prefix, None)  # the autoscaler's own word is not taken back
+        assert json.loads((prefix / "wake.json").read_text())["why"] == "a worker is starting"
+        holder.say_nothing_comes(prefix, holder.DELETED)
+        status, body = post(f"http://127.0.0.1:{port}/v1/completions", {"prompt": "x"})
+        assert status == 503 and json.loads(body)["error"]["reason"] == holder.DELETED, body
+    finally:
+        holder.stop(prefix)

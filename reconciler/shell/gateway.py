@@ -283,6 +283,7 @@ class Gateways:
                 os.kill(pid, signal.SIGQUIT)
             except ProcessLookupError:
                 pass
+        holder.say_nothing_comes(prefix_of(self.state.root, recipe), holder.DELETED)  # what it still holds hears why
         holder.stop(prefix_of(self.state.root, recipe))
         ports.release(f"{recipe}/{OWNER_NAME}")
         path = record_path(self.state.root, recipe)

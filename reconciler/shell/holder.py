@@ -224,6 +224,26 @@ def write_wake(prefix: Path, expected_ready_at: float | None, why: str) -> None:
     atomic_write_text(prefix / "wake.json", json.dumps({"expectedReadyAt": expected_ready_at, "why": why}))
 
 
+# what the holder says when no frontend is coming at all (not "one is being started")
+SUSPENDED = "the deployment is suspended (reconciler resume, or reconcile.suspend: false): nothing is started"
+DELETED = "the deployment was deleted (its recipe file is gone)"
+
+
+def say_nothing_comes(prefix: Path, why: str | None) -> None:
+    """``why`` (SUSPENDED, DELETED) in ``wake.json`` with no expected time, written only when it
+    changes; None: such a word is taken back (the autoscaler's own, if any, is written again at
+    its next decision; until then the holder's default)."""
+    path = prefix / "wake.json"
+    try:
+        now = json.loads(path.read_text()).get("why")
+    except (OSError, ValueError, AttributeError):
+        now = None
+    if why is not None and now != why and prefix.is_dir():
+        write_wake(prefix, None, why)
+    elif why is None and now in (SUSPENDED, DELETED):
+        path.unlink(missing_ok=True)
+
+
 def quit_holders_under(root: Path) -> list[int]:
     """SIGTERM every holder whose gateway directory is under ``root`` (a test session's teardown;
     the holders also exit by themselves once their directory is gone)."""

@@ -18,7 +18,8 @@ from reconciler.shell import reasons
 from reconciler.shell import router_sync
 from reconciler.shell.autoscale import Autoscaler
 from reconciler.desired.runtime import endpoints_path
-from reconciler.shell.gateway import Gateways, facts as gateway_facts
+from reconciler.shell import holder
+from reconciler.shell.gateway import Gateways, facts as gateway_facts, prefix_of
 from reconciler.shell.gateway_probe import probe_gateways
 from reconciler.world import FRONTEND
 from reconciler.world import DesiredRecipe, Observed
@@ -184,6 +185,7 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
     for name in sorted(wanted):
         dr = d.recipes[name]
         try:
+            holder.say_nothing_comes(prefix_of(state.root, name), holder.SUSPENDED if dr.suspended else None)
             if dr.suspended:
                 changes = []
             else:
