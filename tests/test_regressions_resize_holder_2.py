@@ -182,7 +182,9 @@ def test_a_listen_change_neither_cuts_a_stream_in_flight_nor_stalls_the_tick(tmp
         # the old master exits once its stream is done and deletes nginx.pid: the new one is still known,
         # and the next passes neither start another nor say anything
         new = facts(g.state.root, "r")
-        assert said == ["GatewayRestarted"] and new["url"] == f"http://127.0.0.1:{port}", (said, new)
+        assert said == ["GatewayMoved"] and new["url"] == f"http://127.0.0.1:{port}", (said, new)
+        rec = g._record("r")
+        assert rec["restarts"] == 0 and rec["backoff"] == 0, rec  # asked for: not a restart
         wait_until(lambda: not Path(f"/proc/{old}/cmdline").exists() or not Path(f"/proc/{old}/cmdline").read_bytes(),
                    what=f"the old master {old} gone once its stream is done")
         pid = master_pid(prefix_of(g.state.root, "r"))

@@ -119,7 +119,7 @@ def facts(root: Path, recipe: str) -> dict | None:
 
 @dataclass
 class Change:
-    kind: str  # GatewayStarted | GatewayRestarted | GatewayReloaded | GatewayFailed | GatewayStopped
+    kind: str  # GatewayStarted | GatewayRestarted | GatewayMoved | GatewayReloaded | GatewayFailed | GatewayStopped
     recipe: str
     message: str
 
@@ -188,7 +188,8 @@ class Gateways:
             # not an address of this host: the master keeps serving where it listens now
             return changes + self._fail(recipe, now, f"reconcile.gateway.listen: {err}; the gateway keeps "
                                                      f"listening on {rec.get('listen', ANY)}:{port}")
-        if pid is not None and rec.get("listen", ANY) != listen:  # a reload cannot bind the port anew
+        moved = pid is not None and rec.get("listen", ANY) != listen  # asked for: not a restart
+        if moved:  # a reload cannot bind the port anew
             end_master(pid, port)  # its listeners closed: what it carries finishes beside the new one
             (prefix / "nginx.pid").unlink(missing_ok=True)  # the new master's is the one read from now on
             self._write(recipe, rec := {**rec, "pid": None, "exitedAt": now, "notBefore": None, "backoff": 0})
@@ -250,7 +251,7 @@ class Gateways:
         pid = self._await_pid(prefix) if err is None else None
         if pid is not None:
             self._conf[recipe] = text
-        restarting = rec.get("startedAt") is not None
+        restarting = rec.get("startedAt") is not None and not moved
         if pid is None:
             delay = delay_after(backoff + 1)
             self._write(recipe, {**rec, "backoff": backoff + 1, "notBefore": now + delay,
@@ -265,9 +266,11 @@ class Gateways:
                              "restarts": int(rec.get("restarts", 0) or 0) + int(restarting),
                              "backoff": backoff + int(restarting), "notBefore": None})
         self._watch(recipe, pid)
-        return changes + [Change("GatewayRestarted" if restarting else "GatewayStarted", recipe,
-                       f"nginx master {pid} serves http://{host}:{port} -> "
-                       f"{', '.join(sorted(upstreams)) or 'no Ready frontend (503)'}")]
+        kind = "GatewayMoved" if moved else "GatewayRestarted" if restarting else "GatewayStarted"
+        at = host if listen in (ANY, "[::]") else listen
+        return changes + [Change(kind, recipe, f"nginx master {pid} serves http://{at}:{port}"
+                                 + (f" (reconcile.gateway.listen: {listen})" if moved else "") + " -> "
+                                 f"{', '.join(sorted(upstreams)) or 'no Ready frontend (503)'}")]
 
     def next_due(self, now: float) -> float | None:
         """Seconds until a gateway waiting out its restart backoff may start: when the loop looks again."""
