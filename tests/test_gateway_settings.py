@@ -44,6 +44,9 @@ def test_how_long_the_gateway_holds(extra, hold):
     ("reconcile: {gateway: {hold_seconds: 7200}}", "reconcile.gateway.hold_seconds", "1800"),
     ("reconcile: {gateway: {hold_seconds: -1}}", "reconcile.gateway.hold_seconds", "0"),
     ("reconcile: {gateway: {holds: 3}}", "reconcile.gateway.holds", ""),
+    # YAML's booleans were taken as 1 and 0 by every number of a recipe
+    ("reconcile: {gateway: {hold_seconds: true}}", "reconcile.gateway.hold_seconds", "found the boolean true"),
+    ("reconcile: {gateway: {hold_seconds: no}}", "reconcile.gateway.hold_seconds", "found the boolean false"),
 ])
 def test_bad_gateway_settings_are_refused_where_they_are(extra, where, what):
     with pytest.raises(RecipeError) as e:

@@ -204,3 +204,14 @@ def test_the_holder_says_suspended_or_deleted_not_that_a_frontend_is_starting(tm
         assert status == 503 and json.loads(body)["error"]["reason"] == holder.DELETED, body
     finally:
         holder.stop(prefix)
+
+
+@pytest.mark.parametrize("change, where", [
+    (("workers: 1, gpus: 1", "workers: true, gpus: 1"), "roles.agg.workers"),
+    (("workers: 1, gpus: 1", "workers: 1, gpus: yes"), "roles.agg.gpus"),
+    (("{gpus_per_node: 8}", "{gpus_per_node: true}"), "resources.gpus_per_node"),
+])
+def test_a_boolean_is_not_taken_for_a_number(change, where):
+    with pytest.raises(RecipeError) as e:
+        load_text(RECIPE.replace(*change), "r.yaml")
+    assert where in str(e.value) and "expected a number, found the boolean" in str(e.value), str(e.value)

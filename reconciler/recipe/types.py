@@ -3,13 +3,36 @@
 from __future__ import annotations
 
 import re
+import types
+import typing
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator
+
+
+def _numeric(tp: Any) -> bool:
+    """int, float, or a union of those (and None): a field that only takes a number."""
+    if tp in (int, float):
+        return True
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return bool(args) and all(_numeric(a) for a in args)
+    return False
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, v: Any, info: ValidationInfo) -> Any:
+        # YAML's true/false would be taken as 1/0 (`workers: true`, `hold_seconds: yes`): a mistake
+        # that validated silently
+        if isinstance(v, bool) and info.field_name is not None:
+            f = cls.model_fields.get(info.field_name)
+            if f is not None and _numeric(f.annotation):
+                raise ValueError(f"expected a number, found the boolean {str(v).lower()}")
+        return v
 
 
 def _env_value(v: Any) -> Any:
