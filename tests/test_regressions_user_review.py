@@ -215,3 +215,21 @@ def test_a_boolean_is_not_taken_for_a_number(change, where):
     with pytest.raises(RecipeError) as e:
         load_text(RECIPE.replace(*change), "r.yaml")
     assert where in str(e.value) and "expected a number, found the boolean" in str(e.value), str(e.value)
+
+
+def test_a_specs_applied_time_is_when_its_text_changed_not_when_its_file_was_touched(tmp_path):
+    """The scale-down drain runs from the edit: a restarted reconciler finds it in last-applied.yaml's
+    time; a tool that rewrites the same text does not start it over (its victims would never stop)."""
+    import os
+
+    from reconciler.shell.manifests import applied_since
+
+    state = StateDir(tmp_path)
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "last-applied.yaml").write_text("A")
+    os.utime(tmp_path / "r" / "last-applied.yaml", (50.0, 50.0))
+    seen: dict = {}
+    assert applied_since(state, {"r": "A", "s": "B"}, seen, 100.0) == {"r": 50.0, "s": 100.0}
+    assert applied_since(state, {"r": "A", "s": "B"}, seen, 110.0) == {"r": 50.0, "s": 100.0}  # rewritten, same text
+    assert applied_since(state, {"r": "A2", "s": "B"}, seen, 120.0) == {"r": 120.0, "s": 100.0}  # edited
+    assert applied_since(state, {"r": "A2"}, seen, 130.0) == {"r": 120.0} and "s" not in seen

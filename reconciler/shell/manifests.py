@@ -180,3 +180,26 @@ def _keep_last_applied(m: Manifests, state: StateDir, path: str, names: list[str
             m.paths[path].append(name)
         if texts:
             m.texts[name] = last
+
+
+def applied_since(state: StateDir, texts: dict[str, str], seen: dict[str, tuple[str, float]],
+                  now: float) -> dict[str, float]:
+    """recipe -> when its current spec was first applied: the moment its text changed (``seen``,
+    kept by a long-lived caller), or, first met, its last-applied file's time when that is the
+    same text (a restarted reconciler keeps a scale-down's drain clock). Not the file's mtime: a
+    tool that rewrites an unchanged file would restart the clock forever."""
+    for name, text in texts.items():
+        if name in seen and seen[name][0] == text:
+            continue
+        at = now
+        if name not in seen:
+            path = state.path_of(name, "last-applied.yaml")
+            try:
+                if path.read_text() == text:
+                    at = path.stat().st_mtime
+            except OSError:
+                pass
+        seen[name] = (text, at)
+    for gone in set(seen) - set(texts):
+        del seen[gone]
+    return {name: at for name, (_, at) in seen.items()}

@@ -223,6 +223,31 @@ def test_backoff_reset_after_the_healthy_period():
     assert run(desired_recipe(A0), unready, 700.0)[1].reset_backoff == ()
 
 
+# a file scale-down: its victims drain from the edit (pickup + drain: 2 + 3 s by default) before they stop
+DRAIN_CASES = [
+    ("edited 1 s ago: the victims drain", 99.0, observed(step(index=0), step(index=1), ready=[("agg", 0)]),
+     expect(waiting={"agg_1": "DRAINING"}), 104.0),
+    ("pickup + drain over: stopped", 95.0, observed(step(index=0), step(index=1), ready=[("agg", 0)]),
+     expect(stop=[("100.10", "SCALED_DOWN")]), None),
+    ("a step not started yet carries nothing: no drain (and, pending, nothing to cancel yet)", 99.0,
+     observed(step(index=0), step(index=1, pending=True), ready=[("agg", 0)]), expect(), None),
+    ("no edit known (an autoscaler's victim, drained before its count fell): at once", None,
+     observed(step(index=0), step(index=1), ready=[("agg", 0)]), expect(stop=[("100.10", "SCALED_DOWN")]), None),
+    ("a frontend no longer managed goes at once", 99.0,
+     observed(step(index=0), step("frontend", 0, spec="fe"), ready=[("agg", 0)]),
+     expect(stop=[("100.0", "FRONTEND_UNMANAGED")]), None),
+]
+
+
+@pytest.mark.parametrize("what, edited, o, want, look_again", DRAIN_CASES, ids=[c[0] for c in DRAIN_CASES])
+def test_a_file_scale_down_drains_its_victims(what, edited, o, want, look_again):
+    d = desired_recipe(A0)
+    p = plan(desired(d), o, 100.0, {d.name: edited} if edited is not None else None)
+    assert sets(p.recipes[d.name]) == want
+    if look_again is not None:  # the loop looks again when the drain is over
+        assert p.requeue_after == pytest.approx(look_again - 100.0)
+
+
 def test_stop_reasons_are_a_closed_set_and_only_a_rollout_or_a_dependency_is_on_purpose():
     # a dependent relaunched with its service's new life is no failure of its own (no backoff); nor is
     # a surge life stopped by rollout analysis (it is not restarted at all: core/plan/analysis.py)

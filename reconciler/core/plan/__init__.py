@@ -38,6 +38,7 @@ Ownership is not a policy here: only objects carrying our marker reach this func
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 from reconciler.core.plan.action_backoff import compute_action_backoff
 from reconciler.core.plan.allocations import compute_allocations, compute_handover, release_all
@@ -62,7 +63,8 @@ __all__ = [
 ]
 
 
-def plan(desired: Desired, observed: Observed, now: float) -> Plan:
+def plan(desired: Desired, observed: Observed, now: float, edited: Mapping[str, float] | None = None) -> Plan:
+    """``edited``: recipe -> when its file last changed (a scale-down's victims drain from then)."""
     out: dict[str, RecipePlan] = {}
     deadlines: list[float | None] = []
     motion = False
@@ -84,7 +86,7 @@ def plan(desired: Desired, observed: Observed, now: float) -> Plan:
             if d.suspended:
                 out[name] = suspended(d, observed)
                 continue
-            rp, moving, dl = converge(d, observed, now)
+            rp, moving, dl = converge(d, observed, now, (edited or {}).get(name))
         except Exception as e:  # noqa: BLE001 - a bug met by one recipe must not stop the others
             out[name] = RecipePlan(name, RecipeState.HELD, detail=f"internal error while planning: "
                                                                   f"{type(e).__name__}: {e}")
@@ -118,12 +120,13 @@ def teardown(name: str, observed: Observed, reason: StopReason) -> RecipePlan:
     return RecipePlan(name, RecipeState.TEARDOWN, stop=stops, release=release_all(name, observed.allocs_of(name), reason))
 
 
-def converge(d: DesiredRecipe, observed: Observed, now: float) -> tuple[RecipePlan, bool, list[float | None]]:
+def converge(d: DesiredRecipe, observed: Observed, now: float,
+             edited: float | None = None) -> tuple[RecipePlan, bool, list[float | None]]:
     submit, release = compute_allocations(d, observed)
     successors, unwanted, next_handover = compute_handover(d, observed, now)
     release += unwanted
     c = classify(d, observed, frozenset(a.job_id for a in release))
-    stops, w_stop = compute_stop(d, c, now)
+    stops, w_stop = compute_stop(d, c, now, edited)
     stopping = {s.step_id for s in stops}
     stops += tuple(s for s in compute_dependents(d, c) if s.step_id not in stopping)
     held_svc, w_svc = compute_services(d, c)
@@ -148,7 +151,8 @@ def converge(d: DesiredRecipe, observed: Observed, now: float) -> tuple[RecipePl
     # waiting on Slurm's queue is not motion: a pending allocation has its own, slower, recheck
     moving = bool(starting or any(w.reason is WaitReason.TERMINATING for w in waiting.values()))
     recheck = pending_recheck(observed.allocs_of(d.name), now) if c.waiting else None
-    deadlines = [*later.values(), next_reset, recheck, next_handover, *dl_roll, *(startup_deadline(d, v) for v in c.running)]
+    deadlines = [*later.values(), next_reset, recheck, next_handover, *dl_roll, *(startup_deadline(d, v) for v in c.running),
+                 *(w.until for w in w_stop.values() if w.reason is WaitReason.DRAINING)]
     return rp, moving, deadlines
 
 

@@ -73,6 +73,9 @@ class WaitReason(str, Enum):
     # the file packs more on its node than its job holds: a successor sized for it is submitted
     RESIZING = "waits for an allocation that holds its GPUs"
     TERMINATING = "its old step is still shutting down"
+    # the file asked for fewer workers: the victim is out of the routers and finishes what it
+    # carries (rollout.pickup_seconds + drain_seconds from the edit) before it is stopped
+    DRAINING = "scaled down: out of the routers, it finishes its requests, then stops"
     SURGE_STARTING = "its new life starts beside the old one"
     SURGE_HANDOVER = "its new life is Ready: the old one leaves the routers, then stops"
     SURGE_ALLOCATION = "waits for a surge allocation: its allocation has no GPUs for a second life"

@@ -12,12 +12,17 @@ from reconciler.core.plan.results import CancelStep, StopReason, Wait, WaitReaso
 from reconciler.world import DesiredRecipe, Step, UnitHealth
 
 
-def compute_stop(d: DesiredRecipe, c: Classified, now: float) -> tuple[tuple[CancelStep, ...], dict[str, Wait]]:
+def compute_stop(d: DesiredRecipe, c: Classified, now: float,
+                 edited: float | None = None) -> tuple[tuple[CancelStep, ...], dict[str, Wait]]:
+    """``edited``: when the recipe's file last changed (None: unknown)."""
     stops: list[CancelStep] = []
     waiting: dict[str, Wait] = {}
     for s, kind in c.extra:
         reason = {"frontend": StopReason.FRONTEND_UNMANAGED, "service": StopReason.SERVICE_UNMANAGED}.get(
             kind, StopReason.SCALED_DOWN)
+        if (until := drained_at(d, s, kind, edited)) is not None and now < until:
+            waiting[f"{s.role}_{s.index}"] = Wait(WaitReason.DRAINING, f"stopped at the latest {until - now:.1f}s from now", until)
+            continue
         stops += _cancel(d.name, [s], reason)
     stops += [CancelStep(s.step_id, d.name, f"{s.role}_{s.index}", StopReason.DUPLICATE) for s in c.duplicates]
     for v in c.broken:
@@ -32,6 +37,17 @@ def compute_stop(d: DesiredRecipe, c: Classified, now: float) -> tuple[tuple[Can
         if verdict is not None:
             stops += _cancel(d.name, v.current, verdict[0], v.name, verdict[1])
     return tuple(stops), waiting
+
+
+def drained_at(d: DesiredRecipe, s: Step, kind: str, edited: float | None) -> float | None:
+    """When a worker the file no longer wants is stopped: it left the routers (the endpoints file,
+    the routers' /workers lists) the moment the edit was applied, and its requests under way are
+    let finish as a rollout's old life's are (pickup, then drain, from the edit: a controller
+    restart keeps the clock). None: at once (a step not started, or the edit is unknown). An
+    autoscaler's victim was drained before its count went down: its edit is long past."""
+    if kind != "scaled down" or edited is None or s.pending:
+        return None
+    return edited + d.surge_pickup_seconds + d.surge_drain_seconds
 
 
 def liveness(d: DesiredRecipe, h: UnitHealth | None, now: float,
