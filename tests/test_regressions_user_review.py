@@ -75,9 +75,12 @@ def test_a_listen_change_to_an_address_of_another_host_keeps_the_running_gateway
         assert master_pid(prefix_of(g.state.root, "r")) == pid
         assert get(url + "/v1/x")[0] == 200
         assert [c.kind for c in g.sync("r", [upstream], ports, 3.0, listen="192.0.2.99")] == []  # said once
-        # put back: the same master (its error cleared by a graceful reload)
-        assert [c.kind for c in g.sync("r", [upstream], ports, 4.0, listen="0.0.0.0")] in ([], ["GatewayReloaded"])
-        assert master_pid(prefix_of(g.state.root, "r")) == pid and facts(g.state.root, "r")["reason"] is None
+        # meanwhile its upstreams still follow the frontends (a graceful reload, the same master)
+        assert [c.kind for c in g.sync("r", [], ports, 3.5, listen="192.0.2.99")] == ["GatewayReloaded"]
+        assert master_pid(prefix_of(g.state.root, "r")) == pid
+        # put back: nothing moves, the error is taken back
+        assert [c.kind for c in g.sync("r", [upstream], ports, 4.0, listen="0.0.0.0")] == ["GatewayReloaded"]
+        assert master_pid(prefix_of(g.state.root, "r")) == pid and not g._record("r").get("listenError")
     finally:
         up.shutdown()
         pid = master_pid(prefix_of(g.state.root, "r"))
@@ -210,6 +213,8 @@ def test_the_holder_says_suspended_or_deleted_not_that_a_frontend_is_starting(tm
     (("workers: 1, gpus: 1", "workers: true, gpus: 1"), "roles.agg.workers"),
     (("workers: 1, gpus: 1", "workers: 1, gpus: yes"), "roles.agg.gpus"),
     (("{gpus_per_node: 8}", "{gpus_per_node: true}"), "resources.gpus_per_node"),
+    # a number or a word: false had been 0 nodes (colocate), true 1
+    (("workers: 1, gpus: 1", "workers: 1, gpus: 1, nodes: false"), "roles.agg.nodes"),
 ])
 def test_a_boolean_is_not_taken_for_a_number(change, where):
     with pytest.raises(RecipeError) as e:
@@ -217,19 +222,29 @@ def test_a_boolean_is_not_taken_for_a_number(change, where):
     assert where in str(e.value) and "expected a number, found the boolean" in str(e.value), str(e.value)
 
 
-def test_a_specs_applied_time_is_when_its_text_changed_not_when_its_file_was_touched(tmp_path):
-    """The scale-down drain runs from the edit: a restarted reconciler finds it in last-applied.yaml's
-    time; a tool that rewrites the same text does not start it over (its victims would never stop)."""
+def test_the_drain_clock_starts_when_an_edit_changes_the_counts(tmp_path):
+    """The scale-down drain runs from the edit that lowered a count: a restarted reconciler finds it
+    in last-applied.yaml's time; an edit that changes no count (a comment, a tool stamping the
+    file) and an invalid save leave it as it was (else its victims could be kept forever, or cut
+    off at once)."""
     import os
 
-    from reconciler.shell.manifests import applied_since
+    from reconciler.shell.manifests import Manifests, applied_since
 
+    def m(**texts: str) -> Manifests:
+        return Manifests(recipes={n: load_text(t, f"{n}.yaml").recipe for n, t in texts.items()}, texts=dict(texts))
+
+    r3 = RECIPE.replace("workers: 1", "workers: 3")
+    r1 = RECIPE
     state = StateDir(tmp_path)
     (tmp_path / "r").mkdir()
-    (tmp_path / "r" / "last-applied.yaml").write_text("A")
+    (tmp_path / "r" / "last-applied.yaml").write_text(r3)
     os.utime(tmp_path / "r" / "last-applied.yaml", (50.0, 50.0))
     seen: dict = {}
-    assert applied_since(state, {"r": "A", "s": "B"}, seen, 100.0) == {"r": 50.0, "s": 100.0}
-    assert applied_since(state, {"r": "A", "s": "B"}, seen, 110.0) == {"r": 50.0, "s": 100.0}  # rewritten, same text
-    assert applied_since(state, {"r": "A2", "s": "B"}, seen, 120.0) == {"r": 120.0, "s": 100.0}  # edited
-    assert applied_since(state, {"r": "A2"}, seen, 130.0) == {"r": 120.0} and "s" not in seen
+    s = RECIPE.replace("name: r", "name: s")
+    assert applied_since(state, m(r=r3, s=s), seen, 100.0) == {"r": 50.0, "s": 100.0}
+    assert applied_since(state, m(r=r3 + "# stamped\n", s=s), seen, 110.0) == {"r": 50.0, "s": 100.0}
+    assert applied_since(state, m(r=r1, s=s), seen, 120.0) == {"r": 120.0, "s": 100.0}  # 3 -> 1
+    invalid = Manifests(recipes={"r": load_text(r1, "r.yaml").recipe}, texts={})  # an invalid save: last spec
+    assert applied_since(state, invalid, seen, 121.0) == {"r": 120.0}
+    assert applied_since(state, m(r=r1), seen, 130.0) == {"r": 120.0} and "s" not in seen

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from reconciler.recipe.types import Strict
 
 
-class FailoverConfig(BaseModel):
+class FailoverConfig(Strict):
     """``engine.failover``: srtctl's two knobs, plus the restart pair of its early examples."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
     shadow_engines: int = Field(1, ge=1, le=16)  # each is an engine step holding its own ports
     shared_dir: str = "/dev/shm"
     # the corpus's example writes the relaunch policy here (srtctl later moved it to roles.<role>.restart);

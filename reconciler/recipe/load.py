@@ -239,7 +239,8 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster 
         raise _located(e, path, data, where, lines) from None
     if preflight:
         _check_model_path(recipe, path, cluster, lines)
-        if why := bind_error(recipe.reconcile.gateway.listen):  # nginx runs on this host
+        preflight_off = cluster is not None and not cluster.config.preflight
+        if not preflight_off and (why := bind_error(recipe.reconcile.gateway.listen)):  # nginx runs here
             raise RecipeError(path, f"{why}: the gateway runs next to the reconciler; use 0.0.0.0, 127.0.0.1 "
                               "or an address of this host", key="reconcile.gateway.listen",
                               line=lines.get(("reconcile", "gateway", "listen")))

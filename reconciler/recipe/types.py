@@ -10,14 +10,20 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator
 
 
+def _flat(tp: Any) -> set:
+    """The types a field's annotation takes, unions opened (a Literal counts as its values' types)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return set().union(*(_flat(a) for a in typing.get_args(tp)))
+    if origin is typing.Literal:
+        return {type(v) for v in typing.get_args(tp)}
+    return {tp}
+
+
 def _numeric(tp: Any) -> bool:
-    """int, float, or a union of those (and None): a field that only takes a number."""
-    if tp in (int, float):
-        return True
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return bool(args) and all(_numeric(a) for a in args)
-    return False
+    """A field that takes a number and no boolean (``int``, ``float | None``, ``int | Literal["x"]``)."""
+    kinds = _flat(tp)
+    return bool(kinds & {int, float}) and bool not in kinds and Any not in kinds
 
 
 class Strict(BaseModel):

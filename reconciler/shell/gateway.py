@@ -182,12 +182,19 @@ class Gateways:
         if any(rec.get(k) != v for k, v in fields.items()):
             self._write(recipe, rec := {**rec, **fields})
         changes = [Change(kind, recipe, msg) for kind, msg in said]
+        if rec.get("listen", ANY) != listen and (err := bind_error(listen)):
+            # not an address of this host: the gateway goes on where it listens now (its upstreams
+            # still follow the frontends), and says why once
+            why = f"reconcile.gateway.listen: {err}; the gateway keeps listening on {rec.get('listen', ANY)}:{port}"
+            if rec.get("listenError") != why:
+                log.error("gateway failed", recipe=recipe, error=why)
+                changes.append(Change("GatewayFailed", recipe, why))
+                self._write(recipe, rec := {**rec, "listenError": why})
+            listen = rec.get("listen", ANY)
+        elif rec.get("listenError"):
+            self._write(recipe, rec := {**rec, "listenError": None})
         text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven, listen, held))
         pid = master_pid(prefix)
-        if rec.get("listen", ANY) != listen and (err := bind_error(listen)):
-            # not an address of this host: the master keeps serving where it listens now
-            return changes + self._fail(recipe, now, f"reconcile.gateway.listen: {err}; the gateway keeps "
-                                                     f"listening on {rec.get('listen', ANY)}:{port}")
         moved = pid is not None and rec.get("listen", ANY) != listen  # asked for: not a restart
         if moved:  # a reload cannot bind the port anew
             end_master(pid, port)  # its listeners closed: what it carries finishes beside the new one

@@ -226,7 +226,7 @@ def write_wake(prefix: Path, expected_ready_at: float | None, why: str) -> None:
 
 # what the holder says when no frontend is coming at all (not "one is being started")
 SUSPENDED = "the deployment is suspended (reconciler resume, or reconcile.suspend: false): nothing is started"
-DELETED = "the deployment was deleted (its recipe file is gone)"
+DELETED = "the deployment's gateway was removed (its recipe deleted, or its frontend)"
 
 
 def say_nothing_comes(prefix: Path, why: str | None) -> None:

@@ -92,7 +92,7 @@ class Controller:
         self._wake = threading.Event()
         self._said: set[str] = set()
         self._desired_cache: dict = {}
-        self._applied: dict[str, tuple[str, float]] = {}  # recipe -> (its spec's text, since when)
+        self._applied: dict[str, tuple[str, tuple, float]] = {}  # recipe -> (text, counts, since when)
         self._manifest_cache: dict = {}  # path -> (stat signature, what it loaded)
         self._skipped: dict[str, str] = {}  # entries passed over, as last reported
         self._gone: dict[str, float] = {}  # applied file -> when first seen missing (a save may recreate it)
@@ -158,9 +158,10 @@ class Controller:
                             self.slurm.pending(facts.allocs),
                             why={k: w for k, w in probe.why.items() if not ready.get(k)},
                             previous_failures=previous_failures, analysis=self.analyzer.facts(desired, facts.steps))
-        p = plan(desired, observed, now, applied_since(self.state, m.texts, self._applied, now))
+        p = plan(desired, observed, now, applied_since(self.state, m, self._applied, now))
         release_unused(ports, desired, observed, p.refused_prune)
-        bind_failed = frozenset(owner.split("@", 1)[0] for owner in facts.bind_failures)
+        # "<recipe>/<unit>[@life]" (a namespaced recipe has an "@" of its own): the unit, not its life
+        bind_failed = frozenset(f"{r}/{u.split('@', 1)[0]}" for r, _, u in (o.partition("/") for o in facts.bind_failures))
         return Snapshot(m, desired, observed, p, ports, reassigned, facts.failed_launches, now, bind_failed)
 
     # ---------------------------------------------------------------- one tick

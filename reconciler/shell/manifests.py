@@ -182,24 +182,29 @@ def _keep_last_applied(m: Manifests, state: StateDir, path: str, names: list[str
             m.texts[name] = last
 
 
-def applied_since(state: StateDir, texts: dict[str, str], seen: dict[str, tuple[str, float]],
+def applied_since(state: StateDir, m: Manifests, seen: dict[str, tuple[str, tuple, float]],
                   now: float) -> dict[str, float]:
-    """recipe -> when its current spec was first applied: the moment its text changed (``seen``,
-    kept by a long-lived caller), or, first met, its last-applied file's time when that is the
-    same text (a restarted reconciler keeps a scale-down's drain clock). Not the file's mtime: a
-    tool that rewrites an unchanged file would restart the clock forever."""
-    for name, text in texts.items():
-        if name in seen and seen[name][0] == text:
+    """recipe -> since when its workers' counts are what they are now: the moment an edit changed
+    them (``seen``, kept by a long-lived caller), or, first met, its last-applied file's time when
+    that is the same text (a restarted reconciler keeps a scale-down's drain clock). An edit that
+    changes no count (a comment, a flag, a tool stamping the file) does not start the clock over,
+    and an invalid save leaves it as it was (the recipe runs on its last applied spec)."""
+    for name, text in m.texts.items():
+        if (r := m.recipes.get(name)) is None:
+            continue
+        counts = tuple(sorted((role, lay.workers) for role, lay in r.role_layouts().items()))
+        if name in seen:
+            old_text, old_counts, at = seen[name]
+            seen[name] = (text, counts, at if old_counts == counts else now)
             continue
         at = now
-        if name not in seen:
-            path = state.path_of(name, "last-applied.yaml")
-            try:
-                if path.read_text() == text:
-                    at = path.stat().st_mtime
-            except OSError:
-                pass
-        seen[name] = (text, at)
-    for gone in set(seen) - set(texts):
+        path = state.path_of(name, "last-applied.yaml")
+        try:
+            if path.read_text() == text:
+                at = path.stat().st_mtime
+        except OSError:
+            pass
+        seen[name] = (text, counts, at)
+    for gone in set(seen) - set(m.recipes):
         del seen[gone]
-    return {name: at for name, (_, at) in seen.items()}
+    return {name: at for name, (_, _, at) in seen.items()}

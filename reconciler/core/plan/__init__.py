@@ -54,7 +54,7 @@ from reconciler.core.plan.results import (
 )
 from reconciler.core.plan.rollout import compute_rollout
 from reconciler.core.plan.dependents import compute_dependents
-from reconciler.core.plan.stop import compute_stop, startup_deadline
+from reconciler.core.plan.stop import compute_stop, drained_at, startup_deadline
 from reconciler.world import Desired, DesiredRecipe, Observed
 
 __all__ = [
@@ -127,6 +127,9 @@ def converge(d: DesiredRecipe, observed: Observed, now: float,
     release += unwanted
     c = classify(d, observed, frozenset(a.job_id for a in release))
     stops, w_stop = compute_stop(d, c, now, edited)
+    # a job that holds only draining victims stays until they are stopped (its release would end them now)
+    draining = {s.job_id for s, kind in c.extra if (t := drained_at(d, s, kind, edited)) is not None and now < t}
+    release = tuple(a for a in release if a.job_id not in draining)
     stopping = {s.step_id for s in stops}
     stops += tuple(s for s in compute_dependents(d, c) if s.step_id not in stopping)
     held_svc, w_svc = compute_services(d, c)
