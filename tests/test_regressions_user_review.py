@@ -16,16 +16,8 @@ from reconciler.desired.admission import load_text
 from reconciler.drivers.state import StateDir
 from reconciler.errors import RecipeError
 from reconciler.shell.gateway import Gateways, facts, master_pid, nginx_binary, prefix_of
+from test_gateway_settings import BASE as RECIPE  # one mocker worker behind the built-in router
 from tests.helpers import get, wait_until
-
-RECIPE = """\
-name: r
-model: {path: m}
-resources: {gpus_per_node: 8}
-engine: {type: mocker}
-roles: {agg: {workers: 1, gpus: 1}}
-frontend: {type: builtin}
-"""
 
 
 # ---------------------------------------------------------------- a listen address of another host
