@@ -64,7 +64,8 @@ __all__ = [
 
 
 def plan(desired: Desired, observed: Observed, now: float, edited: Mapping[str, float] | None = None) -> Plan:
-    """``edited``: recipe -> when its file last changed (a scale-down's victims drain from then)."""
+    """``edited``: recipe -> when an edit last changed its worker counts (``shell/manifests.applied_since``):
+    a scale-down's victims drain from then."""
     out: dict[str, RecipePlan] = {}
     deadlines: list[float | None] = []
     motion = False

@@ -14,7 +14,7 @@ from reconciler.world import DesiredRecipe, Step, UnitHealth
 
 def compute_stop(d: DesiredRecipe, c: Classified, now: float,
                  edited: float | None = None) -> tuple[tuple[CancelStep, ...], dict[str, Wait]]:
-    """``edited``: when the recipe's file last changed (None: unknown)."""
+    """``edited``: when an edit last changed the recipe's worker counts (None: unknown)."""
     stops: list[CancelStep] = []
     waiting: dict[str, Wait] = {}
     for s, kind in c.extra:
