@@ -3,8 +3,6 @@ its fix."""
 
 from __future__ import annotations
 
-import os
-import signal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import threading
 
@@ -17,7 +15,7 @@ from reconciler.drivers.state import StateDir
 from reconciler.errors import RecipeError
 from reconciler.shell.gateway import Gateways, facts, master_pid, nginx_binary, prefix_of
 from test_gateway_settings import BASE as RECIPE  # one mocker worker behind the built-in router
-from tests.helpers import get, wait_until
+from tests.helpers import get
 
 
 # ---------------------------------------------------------------- a listen address of another host
@@ -73,12 +71,8 @@ def test_a_listen_change_to_an_address_of_another_host_keeps_the_running_gateway
         # put back: nothing moves, the error is taken back
         assert [c.kind for c in g.sync("r", [upstream], ports, 4.0, listen="0.0.0.0")] == ["GatewayReloaded"]
         assert master_pid(prefix_of(g.state.root, "r")) == pid and not g._record("r").get("listenError")
-    finally:
+    finally:  # the gateway quits with the test (tests/conftest.py)
         up.shutdown()
-        pid = master_pid(prefix_of(g.state.root, "r"))
-        if pid:
-            os.kill(pid, signal.SIGQUIT)
-            wait_until(lambda: master_pid(prefix_of(g.state.root, "r")) is None, what="nginx gone")
 
 
 # ---------------------------------------------------------------- a deleted recipe's autoscale memory

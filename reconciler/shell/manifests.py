@@ -198,12 +198,11 @@ def applied_since(state: StateDir, m: Manifests, seen: dict[str, tuple[str, tupl
             seen[name] = (text, counts, at if old_counts == counts else now)
             continue
         at = now
-        path = state.path_of(name, "last-applied.yaml")
-        try:
-            if path.read_text() == text:
-                at = path.stat().st_mtime
-        except OSError:
-            pass
+        if state.last_applied(name) == text:
+            try:
+                at = state.path_of(name, "last-applied.yaml").stat().st_mtime
+            except OSError:
+                pass
         seen[name] = (text, counts, at)
     for gone in set(seen) - set(m.recipes):
         del seen[gone]
