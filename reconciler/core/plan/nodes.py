@@ -118,7 +118,8 @@ def submit_hold(suspects: Mapping[str, Suspect], pool: Iterable[str] | None, als
     only at Slurm's next scheduling pass (measured: 26 s after the node was back, the backfill
     interval), while one submitted once a node is back starts at once. So it waits, at most
     ``SUBMIT_HOLD_S`` from the loss."""
-    nodes = [n for n in pool or () if n not in set(also)]
+    skip = set(also)
+    nodes = [n for n in pool or () if n not in skip]
     if not nodes or any(n not in suspects or suspects[n].back_at is not None for n in nodes):
         return None
     if now - min(suspects[n].since for n in nodes) >= SUBMIT_HOLD_S:
