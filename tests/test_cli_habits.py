@@ -85,6 +85,32 @@ def test_a_relaunch_not_yet_in_squeue_does_not_hide_the_failed_lifes_log(tmp_pat
     assert "log: error: the newest life's own words" in got[1], got
 
 
+def test_a_relaunch_whose_log_srun_has_not_opened_yet_still_quotes_the_failed_life(tmp_path):
+    """Right after a relaunch in the same slot, the failed life's log is .1 and the new life's log
+    does not exist yet (slurmstepd opens it a moment later): choosing "all logs but the newest" found
+    none (CI saw 'exited 2' without its log line)."""
+    import os
+    import time
+
+    logs = tmp_path / "r" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "agg_0.0.log.1").write_text("error: unrecognized arguments: --bogus\n")
+    (logs / "agg_0.0.exit").write_text("2 1767225600\n")
+    exited = time.time() - 5
+    os.utime(logs / "agg_0.0.exit", (exited, exited))
+    row = dict(_row("Starting", 2, steps=("7.1",)), name="agg_0", role="agg")
+    got = reasons.unit_reason(row, {"lastLaunch": exited + 1, "slot": 0}, tmp_path, "r", ())
+    assert "log: error: unrecognized arguments: --bogus" in got[1], got
+    # not yet in squeue either
+    got = reasons.unit_reason(dict(row, steps=[]), {"lastLaunch": exited + 1, "slot": 0}, tmp_path, "r", ())
+    assert "log: error: unrecognized arguments: --bogus" in got[1], got
+    # the new life is a surge life in the other slot: the failed life's log was not moved
+    (logs / "agg_0.0.log.1").rename(logs / "agg_0.0.log")
+    (logs / "agg_0@b.0.log").write_text("INFO starting\n")
+    got = reasons.unit_reason(row, {"lastLaunch": exited + 1, "slot": 1}, tmp_path, "r", ())
+    assert "log: error: unrecognized arguments: --bogus" in got[1], got
+
+
 def test_logs_pick(tmp_path):
     logs = tmp_path / "r" / "logs"
     logs.mkdir(parents=True)

@@ -70,15 +70,24 @@ def _mtime(p: Path) -> float:
 
 
 def failed_life_log(state: Path, recipe: str, unit: str, running: bool,
-                    launched_at: float | None = None) -> Path | None:
-    """The log of the unit's last ended life: the newest one when nothing runs, else the one before.
-    A life launched after the last exit record (``launched_at``, the launch record's time) runs
-    too, though squeue may not list its step yet: its fresh log is not the failed one's."""
+                    launched_at: float | None = None, slot: int | None = None) -> Path | None:
+    """The log of the unit's last ended life. That life's slot is the one with the newest exit
+    record. A life launched after it (``running``, or ``launched_at``, the launch record's time, is
+    later: squeue may not list its step yet) in the same slot (``slot``, the last launch's) moved
+    the failed life's log to ``.1`` at launch; its own log may not exist yet, so the choice is by
+    slot, not by which files exist. Without a slot record: the newest log, else the one before."""
     paths = [step_log_paths(state, recipe, life_name(unit, s), 0) for s in (0, 1)]
+    ended = [_mtime(s.status) for s in paths]
+    last = max((0, 1), key=lambda s: ended[s])
+    newer = running or (launched_at is not None and ended[last] >= 0 and launched_at > ended[last])
+    if slot in (0, 1) and ended[last] >= 0:
+        log = paths[last].log
+        if newer and slot == last:
+            log = log.with_name(log.name + ".1")
+        return log if log.exists() else None
     cands = [p for s in paths for p in (s.log, s.log.with_name(s.log.name + ".1")) if p.exists()]
     cands.sort(key=_mtime, reverse=True)
-    ended = max(_mtime(s.status) for s in paths)
-    if running or (launched_at is not None and ended >= 0 and launched_at > ended):
+    if newer:
         cands = cands[1:]
     return cands[0] if cands else None
 
@@ -111,7 +120,8 @@ def unit_reason(row: dict, launch: dict, state: Path, recipe: str, patterns: tup
         parts.append("ended without an exit status (cancelled outside the reconciler, or its node went away)")
     if row["phase"] == "Failed":
         parts.append("not restarted (restart policy)")
-    log = failed_life_log(state, recipe, row["name"], bool(row.get("steps")), launch.get("lastLaunch"))
+    log = failed_life_log(state, recipe, row["name"], bool(row.get("steps")), launch.get("lastLaunch"),
+                          launch.get("slot"))
     line = first_fatal_line(log, patterns) if log else None
     if line:
         parts.append(f"log: {line}")
