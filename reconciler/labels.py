@@ -89,6 +89,12 @@ def job_name(owner: str, recipe: str, index: int) -> str:
     return f"{MARKER}:{owner}:{recipe_tag(recipe)}:a{index}"
 
 
+def gateway_job_name(owner: str, recipe: str) -> str:
+    """A gateway's own job (reconcile.gateway.allocation): not an allocation of workers, so
+    ``parse_job`` never reads it as one (no ``:a<index>``)."""
+    return f"{MARKER}:{owner}:{recipe_tag(recipe)}:gw"
+
+
 def job_comment(owner: str, recipe: str, index: int, start: int, count: int, gpus: int | None = None) -> str:
     # the GPUs it holds per node, read back as Alloc.gpus (a surge life gets mirror GPUs only where they are held)
     tail = f" gpus={gpus}" if gpus is not None else ""

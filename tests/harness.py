@@ -224,6 +224,7 @@ class Harness:
             for n in self.names:
                 subprocess.run(["scancel", "--jobname", f"rcl:{self.owner}:{n}:a0"], capture_output=True)
                 subprocess.run(["scancel", "--jobname", f"rcl:{self.owner}:{n}:a1"], capture_output=True)
+                subprocess.run(["scancel", "--jobname", labels.gateway_job_name(self.owner, n)], capture_output=True)
         # the gateways (nginx masters on this host) were stopped by the run above; any left is killed
         for pidfile in self.state.glob("*/gateway/nginx.pid"):
             try:

@@ -60,6 +60,10 @@ class SlurmDriver:
             raise DriverError(f"{' '.join(argv[:2])} failed (exit {r.returncode}): {r.stderr.strip() or r.stdout.strip()}")
         return r
 
+    def slurm(self, argv: list[str], check: bool = True, verb: str | None = None) -> subprocess.CompletedProcess:
+        """A Slurm command of its own (a gateway's job), counted with the driver's."""
+        return self._run(argv, check=check, verb=verb)
+
     # ---------------------------------------------------------------- observe
     def observe(self) -> tuple[list[Alloc], list[Step]]:
         jobs = self._run(squeue_jobs_argv(self.user)).stdout

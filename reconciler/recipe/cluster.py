@@ -26,6 +26,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from reconciler.errors import RecipeError
 from reconciler.recipe.carried import HOST_SETUP_REFUSED
+from reconciler.recipe.gateway import GatewayAllocation
 from reconciler.recipe.types import Env, EnvValue, Strict
 
 FILE_NAME = "srtslurm.yaml"
@@ -94,6 +95,8 @@ class ClusterConfig(Strict):
     host_runtime: HostRuntime | None = None
     default_srun_options: dict[str, EnvValue] = {}
     discovery: DiscoveryConfig | None = None
+    # every recipe's reconcile.gateway.allocation unless it sets one (or a listen address of its own)
+    default_gateway_allocation: GatewayAllocation | None = None
 
 
 # keys this reconciler reads; the rest are srtctl's and reported as carried
@@ -101,7 +104,7 @@ ACTED_ON = frozenset({
     "default_account", "default_partition", "default_time_limit", "default_time_min", "gpus_per_node", "default_gpu_type",
     "default_sbatch_directives", "model_paths", "containers", "default_mounts",
     "host_runtime", "default_srun_options", "preflight", "discovery", "visible_devices_env", "network_interface",
-    "srtctl_root", "default_bash_preamble",
+    "srtctl_root", "default_bash_preamble", "default_gateway_allocation",
 })
 
 
@@ -204,6 +207,12 @@ def apply(data: dict[str, Any], cluster: Cluster | None) -> tuple[dict[str, Any]
         if isinstance(rec, dict) and key not in rec:
             rec[key] = value
             notes.append(f"reconcile.{key} from the cluster config")
+    if c.default_gateway_allocation is not None:
+        rec = d.setdefault("reconcile", {})
+        gw = rec.setdefault("gateway", {}) if isinstance(rec, dict) else None
+        if isinstance(gw, dict) and "allocation" not in gw and "listen" not in gw:
+            gw["allocation"] = c.default_gateway_allocation.model_dump(exclude_none=True)
+            notes.append(f"reconcile.gateway.allocation from the cluster config: node {c.default_gateway_allocation.node}")
     if c.host_runtime is not None:
         rec = d.setdefault("reconcile", {})
         if isinstance(rec, dict):

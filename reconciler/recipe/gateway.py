@@ -3,13 +3,47 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
+from reconciler.recipe.slurm import SlurmConfig
 from reconciler.recipe.types import Strict
 
 DEFAULT_HOLD_S = 10.0
+
+
+class GatewayAllocation(Strict):
+    """The gateway in its own small Slurm job (CPU only) on one named node instead of next to the
+    reconciler. The node is fixed (``--nodelist``): the endpoint is ``http://<node>:<port>`` and a
+    job placed anywhere else would move it."""
+
+    node: str
+    partition: str | None = None  # else slurm.partition (the cluster's default_partition)
+    account: str | None = None  # else slurm.account
+    # the gateway job's --time; when it runs out the job is submitted again on the same node (a gap
+    # of a few seconds): give it the partition's longest, or UNLIMITED where the partition allows
+    time: str | None = None
+
+    @field_validator("node")
+    @classmethod
+    def _node(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", v):
+            raise ValueError(f"expected one Slurm node name (like gpu-node7), found {v!r}")
+        return v
+
+    @field_validator("partition", "account")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", v):
+            raise ValueError(f"expected a Slurm partition or account name, found {v!r}")
+        return v
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _time(cls, v: object) -> object:
+        return SlurmConfig._time(v)
 
 
 class GatewaySettings(Strict):
@@ -23,6 +57,8 @@ class GatewaySettings(Strict):
     # Retry-After; 0: that 503 at once. A recipe that scales to zero holds for
     # autoscale.hold_timeout_seconds instead.
     hold_seconds: float = Field(DEFAULT_HOLD_S, ge=0, le=1800)
+    # ours: run it in its own small allocation on a named node (default: next to the reconciler)
+    allocation: GatewayAllocation | None = None
 
     @field_validator("listen")
     @classmethod
@@ -34,6 +70,13 @@ class GatewaySettings(Strict):
         if addr.is_multicast:
             raise ValueError(f"expected an address of this host to listen on, found the multicast address {v!r}")
         return f"[{addr}]" if addr.version == 6 else str(addr)
+
+    @model_validator(mode="after")
+    def _listen_is_this_hosts(self) -> "GatewaySettings":
+        if self.allocation is not None and self.listen != "0.0.0.0":
+            raise ValueError(f"listen ({self.listen}) is an address of the reconciler's host; a gateway in its "
+                             f"own allocation listens on every address of {self.allocation.node}: remove listen")
+        return self
 
 
 def bind_error(listen: str) -> str | None:

@@ -240,7 +240,8 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster 
     if preflight:
         _check_model_path(recipe, path, cluster, lines)
         preflight_off = cluster is not None and not cluster.config.preflight
-        if not preflight_off and (why := bind_error(recipe.reconcile.gateway.listen)):  # nginx runs here
+        if (not preflight_off and recipe.reconcile.gateway.allocation is None
+                and (why := bind_error(recipe.reconcile.gateway.listen))):  # nginx runs here
             raise RecipeError(path, f"{why}: the gateway runs next to the reconciler; use 0.0.0.0, 127.0.0.1 "
                               "or an address of this host", key="reconcile.gateway.listen",
                               line=lines.get(("reconcile", "gateway", "listen")))

@@ -231,6 +231,17 @@ class ReconcileConfig(Strict):
             raise ValueError(f"expected an absolute directory every node of the recipe sees, found {v!r}")
         return v
 
+    @model_validator(mode="after")
+    def _gateway_job_holds_nothing_at_zero(self) -> "ReconcileConfig":
+        # at zero the autoscaler reads the waiting requests off the holder on this host; a gateway
+        # in its own job has its holder on its node
+        a = self.autoscale
+        if self.gateway.allocation is not None and a is not None and a.scale_to_zero_after_seconds is not None:
+            raise ValueError("gateway.allocation and autoscale.scale_to_zero_after_seconds cannot be used together: "
+                             "a deployment at zero is woken by the requests its gateway holds on the reconciler's "
+                             "host; remove one of them")
+        return self
+
 
 # Top-level sections the reconciler reads; everything else is carried for srtctl.
 ACTED_ON = frozenset(

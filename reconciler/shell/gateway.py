@@ -25,7 +25,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -38,24 +37,19 @@ from reconciler.drivers.exits import ExitWatch
 from reconciler.drivers.state import StateDir
 from reconciler.shell import holder
 from reconciler.shell.bindcheck import bind_free
+from reconciler.shell.gateway_job import GatewayJobs, Placement
+from reconciler.shell.gateway_record import (  # noqa: F401 - where callers find them
+    OWNER_NAME, Change, delay_after, facts, in_job, prefix_of, record_path,
+)
 from reconciler.shell.gateway_sweep import (  # noqa: F401 - quit_under, master_pid: where callers find them
     end_master, held_by, master_pid, orphan_nginx_workers, quit_under,
 )
 
 log = structlog.get_logger("reconciler")
-OWNER_NAME = "gateway"  # the port registry's owner is <recipe>/gateway
-RESTART_BASE_S = 1.0  # after the first (immediate) restart: 1, 2, 4, 8 s
-RESTART_CAP_S = 8.0
 RESET_AFTER_S = 60.0  # a master that stayed up this long starts its backoff over
 START_TIMEOUT_S = 10.0
 CONFIRM_TIMEOUT_S = 2.0
 RETIRE_WAIT_S = 1.0
-
-
-def delay_after(backoff: int) -> float:
-    """The wait before a restart, ``backoff`` restarts into a run of failures: the first is
-    immediate (kubelet-style), then 1, 2, 4 s... capped short (a gateway keeps no state)."""
-    return 0.0 if backoff <= 0 else min(RESTART_BASE_S * 2 ** (backoff - 1), RESTART_CAP_S)
 
 
 def nginx_binary() -> str | None:
@@ -67,14 +61,6 @@ def nginx_binary() -> str | None:
 def gateway_host() -> str:
     """The name clients reach this host by (the node name Slurm would use for it)."""
     return socket.gethostname()
-
-
-def record_path(root: Path, recipe: str) -> Path:
-    return root / recipe / "gateway.json"
-
-
-def prefix_of(root: Path, recipe: str) -> Path:
-    return (root / recipe / "gateway").absolute()
 
 
 def workers_of(pid: int) -> list[int]:
@@ -100,30 +86,6 @@ def stop_orphans(pids: list[int], port: int) -> None:
         time.sleep(0.01)
 
 
-def facts(root: Path, recipe: str) -> dict | None:
-    """What get/describe/status say about a recipe's gateway (read-only: no write, no start)."""
-    try:
-        rec = json.loads(record_path(root, recipe).read_text())
-        # bound to one address (reconcile.gateway.listen): that address is the endpoint
-        url = f"http://{rec['host'] if rec.get('listen', ANY) in (ANY, '[::]') else rec['listen']}:{int(rec['port'])}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    pid = master_pid(prefix_of(root, recipe))
-    # a running master whose last end-to-end probe failed is down too (shell/gateway_probe.py)
-    mute = pid is not None and rec.get("answering") is False
-    return {"url": url, "up": pid is not None and not mute, "pid": pid, "upstreams": list(rec.get("upstreams") or []),
-            "restarts": int(rec.get("restarts", 0) or 0),
-            "reason": None if pid and not mute else f"not answering: {rec.get('probeError')}" if mute
-            else (rec.get("lastError") or "the gateway's nginx master is not running")}
-
-
-@dataclass
-class Change:
-    kind: str  # GatewayStarted | GatewayRestarted | GatewayMoved | GatewayReloaded | GatewayFailed | GatewayStopped
-    recipe: str
-    message: str
-
-
 class Gateways:
     """The gateways of every deployment this reconciler runs (one nginx master each)."""
 
@@ -139,6 +101,7 @@ class Gateways:
         self._exits = ExitWatch()
         self._exits.wake = wake
         self._lock = threading.Lock()
+        self.jobs: GatewayJobs | None = None  # gateways in their own Slurm job (the loop sets it)
 
     # ---------------------------------------------------------------- address
     def address(self, recipe: str, ports: NodePortAllocator, now: float) -> tuple[str, int]:
@@ -165,11 +128,30 @@ class Gateways:
 
     # ---------------------------------------------------------------- each tick
     def sync(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float,
-             unproven: bool = False, hold: float | None = None, listen: str | None = None) -> list[Change]:
+             unproven: bool = False, hold: float | None = None, listen: str | None = None,
+             place: Placement | None = None) -> list[Change]:
         """Make the gateway run with exactly these upstreams (host:port of Ready frontends; with
         ``unproven``, where the frontends are relaunched, none of them alive now). ``hold``: the
         holder's timeout (shell/holder.py; None: no holder). ``listen``: the address nginx binds
-        (reconcile.gateway.listen; None: as recorded)."""
+        (reconcile.gateway.listen; None: as recorded). ``place``: in its own Slurm job there
+        (reconcile.gateway.allocation; shell/gateway_job.py) instead of here."""
+        rec = self._record(recipe)
+        if place is not None or in_job(rec):
+            changes: list[Change] = []
+            if isinstance(rec.get("port"), int) and (not in_job(rec) or place is None or rec.get("host") != place.node):
+                changes = self.stop(recipe, ports)  # it moves: the old one stops, the new one gets an address
+                changes = [Change("GatewayMoved", c.recipe, c.message) for c in changes]
+            if place is None:
+                return changes + self._sync_here(recipe, upstreams, ports, now, unproven, hold, listen)
+            if self.jobs is None:
+                return changes + self._fail(recipe, now, "reconcile.gateway.allocation: this reconciler runs "
+                                                         "no Slurm gateway jobs")
+            return changes + self.jobs.sync(recipe, upstreams, ports, now, place, unproven=unproven, hold=hold)
+        return self._sync_here(recipe, upstreams, ports, now, unproven, hold, listen)
+
+    def _sync_here(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float,
+                   unproven: bool, hold: float | None, listen: str | None) -> list[Change]:
+        """The gateway as this host's own nginx master."""
         if self.nginx is None:
             return self._fail(recipe, now, "nginx is not installed (apt-get install nginx-light); "
                                            "the endpoint is the frontend's own address")
@@ -286,6 +268,8 @@ class Gateways:
 
     def stop(self, recipe: str, ports: NodePortAllocator) -> list[Change]:
         """The recipe is gone: graceful stop (SIGQUIT: requests in flight finish), port released."""
+        if in_job(self._record(recipe)) and self.jobs is not None:
+            return self.jobs.stop(recipe, ports)
         self._conf.pop(recipe, None)
         pid = master_pid(prefix_of(self.state.root, recipe))
         if pid is not None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from reconciler.drivers.state import StateDir
 from reconciler.shell import probe
-from reconciler.shell.gateway import Change, master_pid, prefix_of, record_path
+from reconciler.shell.gateway import Change, in_job, master_pid, prefix_of, record_path
 
 PROBE_EVERY = 1.0  # seconds between two probes of a gateway
 PROBE_FAILURES = 2  # unanswered probes in a row that make a gateway down
@@ -36,7 +36,12 @@ def probe_gateways(state: StateDir, recipes: Iterable[str], now: float) -> list[
     targets: dict[str, tuple[str, dict]] = {}
     for name in recipes:
         rec = state.read_json(record_path(state.root, name), {}, lambda d: isinstance(d, dict))
-        if isinstance(rec.get("port"), int) and master_pid(prefix_of(state.root, name)) is not None:
+        if not isinstance(rec.get("port"), int):
+            continue
+        if in_job(rec):  # in its own job: probed on its node once the job runs
+            if rec.get("jobState") == "RUNNING":
+                targets[name] = (f"http://{rec['host']}:{rec['port']}/gateway/health", rec)
+        elif master_pid(prefix_of(state.root, name)) is not None:
             targets[name] = (f"http://127.0.0.1:{rec['port']}/gateway/health", rec)
     pages = probe.fetch_all(url for url, _ in targets.values())
     changes = []

@@ -97,7 +97,7 @@ def sync(recipe: str, rec: dict, prefix: Path, gateway_port: int, hold: float | 
         return None, {"holderError": why}, ([] if rec.get("holderError") == why else [("GatewayFailed", why)])
     pid, did = ensure(prefix, argv(python(), recipe, port, gateway_port, hold, prefix), port)
     said: list[tuple[str, str]] = []
-    if pid is not None and _write_hold(prefix, hold) and did is None:  # read per request: no restart
+    if pid is not None and write_hold(prefix, hold) and did is None:  # read per request: no restart
         said.append(("GatewayHolder", f"holder {pid}: requests now wait up to {hold:g}s for a frontend"))
     fields = {"holderPort": port, "holderPid": pid, "holderError": None if pid else did}
     if pid is None:
@@ -124,7 +124,7 @@ def _settings(cmd: list[str]) -> list[str]:
     return [a for i, a in enumerate(cmd) if not (i and cmd[i - 1] == "--timeout")]
 
 
-def _write_hold(prefix: Path, hold: float) -> bool:
+def write_hold(prefix: Path, hold: float) -> bool:
     """``hold.json`` says ``hold``; whether it had to be written."""
     path = prefix / "hold.json"
     try:
@@ -270,7 +270,10 @@ def demand(root: Path, recipe: str) -> dict | None:
     """The counters of the recipe's holder (its port from ``gateway.json``), None when it has none
     or it does not answer."""
     try:
-        port = json.loads((root / recipe / "gateway.json").read_text()).get("holderPort")
+        rec = json.loads((root / recipe / "gateway.json").read_text())
+        port = rec.get("holderPort")
     except (OSError, ValueError, AttributeError):
+        return None
+    if rec.get("mode") == "job":  # on its node's loopback, not this host's (never with scale to zero)
         return None
     return stats(port) if isinstance(port, int) else None

@@ -31,6 +31,7 @@ from reconciler.shell.autoscale import Autoscaler
 from reconciler.shell.execute import Executor
 from reconciler.shell import probe
 from reconciler.shell.gateway import Gateways
+from reconciler.shell.gateway_job import GatewayJobs
 from reconciler.shell.manifests import DEBOUNCE, Manifests, applied_since, load_manifests
 from reconciler.shell.observe import Observer
 from reconciler.shell.record import record
@@ -73,6 +74,8 @@ class Controller:
         self.autoscaler = Autoscaler(self.state)  # reconcile.autoscale: counts per role, kept in state/
         # the deployments' gateways (nginx on this host); a master that exits wakes the loop
         self.gateways = None if read_only else Gateways(self.state, wake=self._wake_soon)
+        if self.gateways is not None:  # reconcile.gateway.allocation: a gateway in its own Slurm job
+            self.gateways.jobs = GatewayJobs(self.state, driver, self.gateways.nginx)
         exits = getattr(driver, "exits", None)  # a launched step's end wakes the loop (drivers/exits.py)
         if exits is not None and not read_only:
             exits.wake = self._wake_soon

@@ -20,6 +20,7 @@ from reconciler.shell.autoscale import Autoscaler
 from reconciler.desired.runtime import endpoints_path
 from reconciler.shell import holder
 from reconciler.shell.gateway import Gateways, facts as gateway_facts, prefix_of
+from reconciler.shell.gateway_job import placement
 from reconciler.shell.gateway_probe import probe_gateways
 from reconciler.world import FRONTEND
 from reconciler.world import DesiredRecipe, Observed
@@ -193,7 +194,8 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
                 r = snap.manifests.recipes.get(name)
                 changes = gateways.sync(name, upstreams, snap.ports, snap.now, unproven=unproven,
                                         hold=hold_timeout(snap, name),
-                                        listen=r.reconcile.gateway.listen if r is not None else None)
+                                        listen=r.reconcile.gateway.listen if r is not None else None,
+                                        place=placement(r) if r is not None else None)
         except Exception as e:  # noqa: BLE001 - one gateway's failure must not stop the tick
             log.exception("gateway sync failed", recipe=name, error=f"{type(e).__name__}: {e}")
             continue

@@ -1,0 +1,202 @@
+"""The batch step of a gateway that runs in its own Slurm job (``reconcile.gateway.allocation``).
+
+It runs the gateway's nginx in the foreground (``daemon off``) with the config the reconciler
+writes under ``state/<recipe>/gateway/`` (a shared file system, as every worker's log is), and the
+holder beside it, and keeps both up: a child that exits is started again (the first time at
+once, then 1, 2, 4, 8 s), so a crashed nginx costs a second, not a new job in the queue.
+
+The reconciler reaches it only through Slurm: ``scancel --batch --signal=HUP`` (a reload: the
+new config, the old workers finish what they carry) reaches this process alone, which passes it
+to nginx; ``scancel --batch --signal=QUIT`` (the recipe deleted) stops nginx gracefully and ends
+the job. A plain scancel (SIGTERM) stops both at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESTART_BASE_S = 1.0
+RESTART_CAP_S = 8.0
+RESET_AFTER_S = 60.0  # a child that stayed up this long starts its backoff over
+POLL_S = 1.0  # the loop also wakes on every signal (a child's exit is SIGCHLD)
+
+
+def nginx_argv(nginx: str, prefix: Path) -> list[str]:
+    return [nginx, "-p", f"{prefix}/", "-c", str(prefix / "nginx.conf"), "-e", str(prefix / "error.log"),
+            "-g", "daemon off;"]
+
+
+def say(msg: str) -> None:
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} gateway agent: {msg}", flush=True)
+
+
+class Child:
+    """One supervised process: started again after it exits, with a doubling delay."""
+
+    def __init__(self, name: str, argv: list[str], out: Path | None):
+        self.name, self.argv, self.out = name, argv, out
+        self.proc: subprocess.Popen | None = None
+        self.started = 0.0
+        self.failures = 0
+        self.not_before = 0.0
+
+    def start(self) -> None:
+        out = open(self.out, "ab") if self.out else None  # noqa: SIM115 - the child keeps it
+        try:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+                                         if out else None)
+        except OSError as e:
+            say(f"{self.name} did not start: {e}")
+            self.proc = None
+            self._ended()
+            return
+        finally:
+            if out:
+                out.close()
+        self.started = time.monotonic()
+        say(f"{self.name} started (pid {self.proc.pid})")
+
+    def _ended(self) -> None:
+        now = time.monotonic()
+        if self.started and now - self.started >= RESET_AFTER_S:
+            self.failures = 0
+        delay = 0.0 if self.failures == 0 else min(RESTART_BASE_S * 2 ** (self.failures - 1), RESTART_CAP_S)
+        self.failures += 1
+        self.not_before = now + delay
+
+    def check(self) -> None:
+        """Start it again if it has exited and its delay is over."""
+        if self.proc is not None and self.proc.poll() is not None:
+            say(f"{self.name} exited with {self.proc.returncode}")
+            self.proc = None
+            self.gone()
+            self._ended()
+        if self.proc is None and time.monotonic() >= self.not_before:
+            self.start()
+
+    def gone(self) -> None:
+        """What its end leaves behind is cleaned up (nothing, by default)."""
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+
+def children_of(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+class Nginx(Child):
+    """A master killed with SIGKILL leaves its workers serving and holding the port: the next
+    master could not bind it. The agent is their subreaper (``main``), so they become its own
+    children: once the master is gone they are told to QUIT (finish what they carry, close the
+    listener) and reaped before the next master starts."""
+
+    def gone(self) -> None:
+        left = [p for p in children_of(os.getpid()) if b"nginx: worker process" in _cmdline(p)]
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGQUIT)
+            except OSError:
+                continue
+        deadline = time.monotonic() + 5.0
+        while left and time.monotonic() < deadline:
+            left = [p for p in left if not _reaped(p)]
+            time.sleep(0.05)
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:
+        return True
+
+
+def subreaper() -> None:
+    """Orphans of this process's children become its own (Linux prctl PR_SET_CHILD_SUBREAPER)."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        say("cannot become the subreaper of nginx's workers: a killed master's workers may hold the port")
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def run(nginx: Child, holder: Child | None) -> int:
+    wake_r, wake_w = socket.socketpair()
+    wake_w.setblocking(False)
+    signal.set_wakeup_fd(wake_w.fileno())
+    got: list[int] = []
+    for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD):
+        signal.signal(sig, lambda s, _f: got.append(s))
+    children = [c for c in (nginx, holder) if c is not None]
+    for c in children:
+        c.start()
+    while True:
+        select.select([wake_r], [], [], POLL_S)
+        try:
+            while wake_r.recv(512, socket.MSG_DONTWAIT):
+                pass
+        except BlockingIOError:
+            pass
+        signals, got[:] = list(got), []
+        stop = next((s for s in signals if s in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)), None)
+        if stop is not None:
+            return shutdown(nginx, holder, stop)
+        if signal.SIGHUP in signals:
+            say("reloading nginx (SIGHUP)")
+            nginx.signal(signal.SIGHUP)
+        for c in children:
+            c.check()
+
+
+def shutdown(nginx: Child, holder: Child | None, sig: int) -> int:
+    """QUIT: nginx finishes what it carries; TERM/INT: nginx stops at once. The holder answers what
+    it holds (its own TERM handling) either way."""
+    say(f"stopping ({signal.Signals(sig).name})")
+    nginx.signal(signal.SIGQUIT if sig == signal.SIGQUIT else signal.SIGTERM)
+    if holder is not None:
+        holder.signal(signal.SIGTERM)
+    for c in (nginx, holder):
+        if c is not None and c.proc is not None:
+            c.proc.wait()
+    say("stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="reconciler.gateway.agent")
+    ap.add_argument("--prefix", required=True, type=Path)
+    ap.add_argument("--nginx", required=True)
+    ap.add_argument("--holder", nargs=argparse.REMAINDER, default=[],
+                    help="the holder's argv (everything after this flag); none: no holder")
+    a = ap.parse_args(argv)
+    prefix = a.prefix.absolute()
+    (prefix / "tmp").mkdir(parents=True, exist_ok=True)
+    os.chdir(prefix)
+    nginx = Nginx("nginx", nginx_argv(a.nginx, prefix), None)
+    holder = Child("holder", a.holder, prefix / "holder.log") if a.holder else None
+    subreaper()
+    say(f"on {socket.gethostname()}, prefix {prefix}")
+    return run(nginx, holder)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""What both kinds of gateway share: the record ``state/<recipe>/gateway.json``, the prefix
+``state/<recipe>/gateway/`` (nginx's -p: config, pid file, logs), their events and the restart
+backoff. A gateway next to the reconciler is ``shell/gateway.py``; one in its own Slurm job,
+``shell/gateway_job.py``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from reconciler.gateway import ANY
+from reconciler.shell.gateway_sweep import master_pid
+
+OWNER_NAME = "gateway"  # the port registry's owner is <recipe>/gateway
+RESTART_BASE_S = 1.0  # after the first (immediate) restart: 1, 2, 4, 8 s
+RESTART_CAP_S = 8.0
+
+
+def delay_after(backoff: int) -> float:
+    """The wait before a restart, ``backoff`` restarts into a run of failures: the first is
+    immediate (kubelet-style), then 1, 2, 4 s... capped short (a gateway keeps no state)."""
+    return 0.0 if backoff <= 0 else min(RESTART_BASE_S * 2 ** (backoff - 1), RESTART_CAP_S)
+
+
+def record_path(root: Path, recipe: str) -> Path:
+    return root / recipe / "gateway.json"
+
+
+def prefix_of(root: Path, recipe: str) -> Path:
+    return (root / recipe / "gateway").absolute()
+
+
+def in_job(rec: dict) -> bool:
+    """The record is of a gateway in its own Slurm job (reconcile.gateway.allocation)."""
+    return rec.get("mode") == "job"
+
+
+@dataclass
+class Change:
+    kind: str  # GatewayStarted | GatewayRestarted | GatewayMoved | GatewayReloaded | GatewayFailed | GatewayStopped
+    recipe: str
+    message: str
+
+
+def facts(root: Path, recipe: str) -> dict | None:
+    """What get/describe/status say about a recipe's gateway (read-only: no write, no start)."""
+    try:
+        rec = json.loads(record_path(root, recipe).read_text())
+        # bound to one address (reconcile.gateway.listen): that address is the endpoint
+        url = f"http://{rec['host'] if rec.get('listen', ANY) in (ANY, '[::]') else rec['listen']}:{int(rec['port'])}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if in_job(rec):  # its own Slurm job: running, answering its probe, serving what it was given
+        mute = rec.get("answering") is False
+        up = rec.get("jobState") == "RUNNING" and not mute
+        return {"url": url, "up": up, "pid": None, "job": rec.get("job"), "upstreams": list(rec.get("upstreams") or []),
+                "restarts": int(rec.get("restarts", 0) or 0),
+                "reason": None if up else f"not answering: {rec.get('probeError')}" if mute
+                else (rec.get("lastError") or f"gateway job {rec.get('job')} is not running")}
+    pid = master_pid(prefix_of(root, recipe))
+    # a running master whose last end-to-end probe failed is down too (shell/gateway_probe.py)
+    mute = pid is not None and rec.get("answering") is False
+    return {"url": url, "up": pid is not None and not mute, "pid": pid, "upstreams": list(rec.get("upstreams") or []),
+            "restarts": int(rec.get("restarts", 0) or 0),
+            "reason": None if pid and not mute else f"not answering: {rec.get('probeError')}" if mute
+            else (rec.get("lastError") or "the gateway's nginx master is not running")}

@@ -1,0 +1,126 @@
+"""The gateway in its own small Slurm job (reconcile.gateway.allocation), on the 3-node Slurm:
+its address is the named node's and never changes — across a frontend relaunch (a reload through
+``scancel --batch --signal=HUP``), the gateway job itself cancelled (a new job on the same node,
+the same port) — and deleting the recipe ends the job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from benchmarks.traffic import Traffic
+from harness import scancel
+from helpers import post, wait_until
+from reconciler import labels
+from reconciler.shell.gateway import facts, nginx_binary
+from test_multinode import mn  # noqa: F401 - the fixture
+
+pytestmark = [pytest.mark.multinode,
+              pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")]
+
+NODE = "rnode3"
+OTHER = "rnode2"
+RECIPE = """\
+schema: 2
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 4}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles: {{agg: {{workers: 1, gpus: 1}}}}
+frontend: {{type: builtin, args: {{poll-interval: 0.25}}}}
+reconcile: {{gateway: {{hold_seconds: 60, allocation: {{node: {node}}}}}}}
+"""
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+
+def _serves(url: str) -> bool:
+    return post(url + "/v1/chat/completions", CHAT, timeout=10)[0] == 200
+
+
+def _events(h, name: str, kind: str) -> list[dict]:
+    lines = (h.state / "events.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["recipe"] == name and e["kind"] == kind]
+
+
+def _gateway_jobs(h, name: str) -> list[tuple[str, str, str]]:
+    """(job id, state, node) of the recipe's gateway jobs, as squeue lists them."""
+    job = labels.gateway_job_name(h.owner, name)
+    out = subprocess.run(["squeue", "-h", f"--name={job}", "-o", "%i %T %N"], capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    return [tuple(line.split()) for line in out.splitlines() if line.strip()]
+
+
+def test_a_gateway_in_its_own_job_keeps_its_address(mn):  # noqa: F811 - the fixture
+    h = mn
+    name = h.name("gwjob")
+    (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, node=NODE))
+    h.start()
+    steps = h.wait_steps(name, {"agg_0", "frontend_0"})
+    endpoint = h.wait_ready(name, timeout=120)["endpoint"]
+    gw = json.loads((h.state / name / "gateway.json").read_text())
+    assert gw["mode"] == "job" and endpoint == f"http://{NODE}:{gw['port']}", (endpoint, gw)
+    [(job, state, node)] = _gateway_jobs(h, name)
+    assert (state, node) == ("RUNNING", NODE)
+    # a CPU-only job: the GPUs of its node stay the workers'
+    shown = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=30).stdout
+    assert "gres/gpu" not in shown, shown
+    wait_until(lambda: _serves(endpoint), timeout=30, what="a completion through the gateway job")
+
+    # the only frontend relaunched under a client loop: the gateway is reloaded in place (SIGHUP
+    # through Slurm), and the requests of the gap wait at the holder beside it on the node
+    reloads = len(_events(h, name, "GatewayReloaded"))
+    traffic = Traffic(endpoint, timeout=90).start()
+    try:
+        assert traffic.wait_ok(time.monotonic(), 20), traffic.failed()[-3:]
+        killed = time.monotonic()
+        scancel(steps["frontend_0"][0])
+        wait_until(lambda: h.steps(name).get("frontend_0", steps["frontend_0"]) != steps["frontend_0"], timeout=60,
+                   what="frontend relaunched")
+        wait_until(lambda: len(_events(h, name, "GatewayReloaded")) > reloads, timeout=30,
+                   what="a reload of the job's nginx")
+        back = traffic.wait_ok(time.monotonic(), 30)
+        assert back is not None, traffic.failed()[-3:]
+        wait_until(lambda: len([o for o in traffic.between(back, time.monotonic()) if o.ok]) >= 20, timeout=30,
+                   what="20 answers after the relaunch")
+    finally:
+        traffic.stop()
+    after = [o for o in traffic.outcomes if o.at >= killed]
+    assert after and not [o for o in after if not o.ok], [o for o in after if not o.ok][:3]
+    assert _gateway_jobs(h, name) == [(job, "RUNNING", NODE)]  # reloaded, not resubmitted
+
+    # a restarted reconciler adopts the running job (found by its name): nothing submitted again
+    h.kill9()
+    assert _serves(endpoint)  # no reconciler: the gateway keeps serving
+    h.start()
+    h.idle(name)
+    assert _gateway_jobs(h, name) == [(job, "RUNNING", NODE)] and len(_events(h, name, "GatewaySubmitted")) == 1
+
+    # the gateway's job cancelled: a new one on the same node serves the same address
+    scancel(job)
+    wait_until(lambda: _events(h, name, "GatewayRestarted"), timeout=60, what="GatewayRestarted")
+    jobs = _gateway_jobs(h, name)
+    assert len(jobs) == 1 and jobs[0][0] != job and jobs[0][1:] == ("RUNNING", NODE), jobs
+    wait_until(lambda: _serves(endpoint), timeout=30, what="the new gateway job serves")
+    assert h.get(name)["endpoint"] == endpoint and facts(h.state, name)["up"]
+
+    # another node: the gateway moves there (a new address), the old job ends
+    (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, node=OTHER))
+    wait_until(lambda: _events(h, name, "GatewayMoved"), timeout=60, what="GatewayMoved")
+    moved = wait_until(lambda: (g := h.get(name))["status"] == "Ready" and g["endpoint"] != endpoint and g["endpoint"],
+                       timeout=60, what="Ready at the new address")
+    assert moved.startswith(f"http://{OTHER}:"), moved
+    started = [e["message"] for e in _events(h, name, "GatewayStarted")]
+    assert f"on {OTHER} serves http://{OTHER}:" in started[-1], started  # not the old job, told to stop
+    wait_until(lambda: [j[1:] for j in _gateway_jobs(h, name)] == [("RUNNING", OTHER)], timeout=60,
+               what=f"one gateway job, on {OTHER}")
+    wait_until(lambda: _serves(moved), timeout=30, what="the moved gateway serves")
+
+    # deleted: the gateway job ends (nginx finishes what it carries, then the agent exits)
+    (h.manifests / f"{name}.yaml").unlink()
+    h.stop()
+    h.start("--allow-empty")
+    wait_until(lambda: not _gateway_jobs(h, name), timeout=60, what="the gateway job ended")
+    wait_until(lambda: _events(h, name, "GatewayStopped"), timeout=10, what="GatewayStopped")
