@@ -13,11 +13,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from helpers import get, post, wait_until
+from reconciler.shell import probe
 from test_e2e import Harness, sh, scancel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -364,11 +366,17 @@ def test_the_sglang_router_in_prefill_decode_mode_follows_readiness(tmp_path):
         f.write_text(ROUTED_PD.format(name=name, prefill=1, decode=1))
         wait_until(lambda: listed(1, 1), timeout=60, what="the router to drop the scaled-down workers")
         u = urls()
+        start = time.monotonic()
         before = {role: finished(next(iter(u[role]))) for role in u}
         results = [chat(endpoint, "m")[0] for _ in range(10)]
         assert results == [200] * 10, results
-        # each request went to both halves: SGLang's PD protocol, not plain load balancing
-        assert {role: finished(next(iter(u[role]))) - before[role] for role in u} == {"prefill": 10, "decode": 10}
+        # each request went to both halves: SGLang's PD protocol, not plain load balancing (5 and
+        # 5). The frontend's readiness canary goes through the router too: one in flight when
+        # `before` was read may be counted after it by one half (seen: prefill 11, decode 10), and
+        # more may come meanwhile
+        got = {role: finished(next(iter(u[role]))) - before[role] for role in u}
+        canaries = 2 + (time.monotonic() - start) / probe.CANARY_INTERVAL
+        assert all(10 <= n <= 10 + canaries for n in got.values()), (got, canaries)
     finally:
         h.cleanup()
 
