@@ -21,7 +21,9 @@ from reconciler.gateway import GatewayConfig, render
 from reconciler.recipe.cluster import Cluster, ClusterConfig
 from reconciler.shell.bindcheck import bind_free
 from reconciler.shell.gateway import facts, nginx_binary
-from reconciler.shell.gateway_job import Job, Placement, batch_script, parse_jobs, placement, sbatch_argv, served_by
+from reconciler.shell.gateway_job import (
+    GatewayJobs, Job, Placement, batch_script, parse_jobs, placement, resubmit_delay, sbatch_argv,
+)
 
 BASE = """\
 name: r
@@ -44,6 +46,9 @@ def test_the_allocation_and_where_it_takes_its_partition():
     r = recipe("slurm: {partition: gpu}\n"
                "reconcile: {gateway: {allocation: {node: n1, partition: cpu, account: ops}}}")
     assert placement(r) == Placement("n1", "cpu", "ops", None)
+    r = recipe("slurm: {reservation: maint}\nsbatch_directives: {qos: high}\n"
+               "reconcile: {gateway: {allocation: {node: n1, memory: 256m}}}")
+    assert placement(r) == Placement("n1", memory="256M", qos="high", reservation="maint")
     assert placement(recipe()) is None  # next to the reconciler
 
 
@@ -53,6 +58,10 @@ def test_a_cluster_config_places_every_recipes_gateway_unless_the_recipe_says_ot
     assert placement(recipe("reconcile: {gateway: {allocation: {node: gw2}}}", c)).node == "gw2"
     assert placement(recipe("reconcile: {gateway: {listen: 127.0.0.1}}", c)) is None  # a listen of its own: here
     assert "default_gateway_allocation" not in c.carried()  # acted on
+    # a recipe that scales to zero keeps its gateway here (woken by what its holder holds here)
+    zero = ("reconcile: {autoscale: {roles: {agg: {min: 0, max: 2, target: {waiting_per_worker: 2}}}, "
+            "scale_to_zero_after_seconds: 60}}")
+    assert placement(recipe(zero, c)) is None
 
 
 @pytest.mark.parametrize("extra, where, what", [
@@ -82,17 +91,18 @@ def test_the_jobs_argv_and_its_script_quote_what_they_carry(tmp_path):
                                      "--prefix", str(prefix)]
     assert subprocess.run(["sh", "-n"], input=text, text=True).returncode == 0
     argv = sbatch_argv("rcl:o:r:gw", Placement("n1", "cpu", None, "UNLIMITED"), Path("/s/x.sbatch"), Path("/s/job.out"))
-    assert "--nodelist=n1" in argv and "--ntasks=1" in argv and "--cpus-per-task=1" in argv
+    assert "--nodelist=n1" in argv and "--ntasks=1" in argv and "--cpus-per-task=1" in argv and "--mem=1G" in argv
+    assert not any(a.startswith(("--qos", "--reservation")) for a in argv)
     assert "--partition=cpu" in argv and "--time=UNLIMITED" in argv and not any(a.startswith("--account") for a in argv)
     assert not any("gres" in a or "gpu" in a for a in argv) and argv[-1] == "/s/x.sbatch"
+    argv = sbatch_argv("x", Placement("n1", memory="256M", qos="low", reservation="maint"), Path("/s"), Path("/o"))
+    assert {"--mem=256M", "--qos=low", "--reservation=maint"} <= set(argv)
 
 
-def test_squeues_lines_and_the_health_answer():
+def test_squeues_lines_and_the_resubmit_backoff():
     assert parse_jobs("12|RUNNING|n1|None\n13|PENDING||Resources\n\ngarbage\n") == [
         Job("12", "RUNNING", "n1", "None"), Job("13", "PENDING", "", "Resources")]
-    assert served_by({"upstreams": ["a:1"], "unproven": False}, ["a:1"], False)
-    assert not served_by({"upstreams": ["a:1"], "unproven": True}, ["a:1"], False)
-    assert not served_by(None, [], False)
+    assert [resubmit_delay(b) for b in (0, 1, 2, 3, 7, 8, 20)] == [0, 1, 2, 4, 60, 60, 60]
 
 
 def test_facts_of_a_gateway_job_say_where_it_is_and_whether_it_runs(tmp_path):
@@ -148,3 +158,191 @@ def test_the_agent_reloads_on_hup_restarts_a_dead_nginx_and_quits_gracefully(tmp
             agent.wait()
     said = out.read_text()
     assert "nginx exited" in said and "stopping (SIGQUIT)" in said, said
+
+
+# ---------------------------------------------------------------- the reconciler side, on a fake Slurm
+
+
+class FakeSlurm:
+    """squeue/sbatch/scancel as an in-memory queue; ``health`` is what the node's nginx answers."""
+
+    owner, user = "o", "u"
+
+    def __init__(self):
+        self.jobs: dict[str, list[str]] = {}  # id -> [state, node, reason]
+        self.calls: list[list[str]] = []
+        self.ended: dict[str, tuple[str, str]] = {}
+        self.next_id = 100
+        self.fail_scancel = False
+
+    def slurm(self, argv, check=True, verb=None):
+        import subprocess as sp
+        self.calls.append(argv)
+        out, rc, err = "", 0, ""
+        if argv[0] == "squeue":
+            out = "".join(f"{j}|{st}|{node}|{why}\n" for j, (st, node, why) in self.jobs.items())
+        elif argv[0] == "sbatch":
+            self.next_id += 1
+            out = f"{self.next_id}\n"
+            node = next(a.split("=", 1)[1] for a in argv if a.startswith("--nodelist="))
+            self.jobs[str(self.next_id)] = ["PENDING", "", "None"]
+            self.last_node = node
+        elif argv[0] == "scancel":
+            rc, err = (1, "scancel: error: Socket timed out") if self.fail_scancel else (0, "")
+        return sp.CompletedProcess(argv, rc, out, err)
+
+    def job_end(self, job_id):
+        return self.ended.get(job_id)
+
+    def verbs(self):
+        return [" ".join(a[:3]) if a[0] == "scancel" else a[0] for a in self.calls]
+
+
+@pytest.fixture
+def gw(tmp_path, monkeypatch):
+    from reconciler.core.ports import NodePortAllocator
+    from reconciler.drivers.state import StateDir
+
+    slurm = FakeSlurm()
+    jobs = GatewayJobs(StateDir(tmp_path), slurm, "/usr/sbin/nginx", "/py")
+    answer: dict = {}
+    monkeypatch.setattr(jobs, "_health", lambda rec: answer.get("health"))
+    ports = NodePortAllocator()
+    ports.set_range(30000, 30100)
+    return jobs, slurm, answer, ports
+
+
+def _sync(jobs, ports, now, ups=("n1:8000",)):
+    return [c.kind for c in jobs.sync("r", list(ups), ports, now, Placement("n3"), hold=10.0)]
+
+
+def _rec(jobs):
+    return jobs._record("r")
+
+
+def test_a_gateway_job_from_submit_to_serving_each_pass_one_look(gw):
+    from reconciler.gateway import version
+    jobs, slurm, answer, ports = gw
+    assert _sync(jobs, ports, 0.0) == ["GatewaySubmitted"]
+    rec = _rec(jobs)
+    assert rec["mode"] == "job" and rec["host"] == "n3" and rec["job"] == "101" and rec["notBefore"] == 0.25
+    assert ports.claim("n3", "other/x", "p", rec["port"]) is False  # the node's port is the gateway's
+    slurm.jobs["101"] = ["PENDING", "", "Resources"]
+    assert _sync(jobs, ports, 1.0) == ["GatewayWaiting"]
+    assert _rec(jobs)["notBefore"] == 6.0  # Slurm says why: looked at at the resync's pace
+    assert _sync(jobs, ports, 2.0) == []  # said once
+    slurm.jobs["101"] = ["RUNNING", "n3", "None"]
+    assert _sync(jobs, ports, 3.0) == []  # nginx not up yet: no HUP, looked at again soon
+    assert "scancel --batch --signal=HUP" not in slurm.verbs() and _rec(jobs)["notBefore"] == 3.25
+    cfg_version = lambda ups, unproven=False: version(__import__("reconciler.gateway", fromlist=["x"]).GatewayConfig(
+        "r", _rec(jobs)["port"], jobs.state.root.absolute() / "r" / "gateway", tuple(ups), unproven, "0.0.0.0",
+        _rec(jobs)["holderPort"]))
+    answer["health"] = {"version": cfg_version(["n1:8000"])}
+    assert _sync(jobs, ports, 3.5) == ["GatewayStarted"]
+    assert _rec(jobs)["upstreams"] == ["n1:8000"] and _rec(jobs)["notBefore"] is None
+    assert _sync(jobs, ports, 4.0) == [] and slurm.verbs().count("squeue") == 6  # settled: no health look
+    # a new upstream: one HUP, confirmed on a later pass, not waited for
+    assert _sync(jobs, ports, 5.0, ("n1:8000", "n2:8000")) == []
+    assert slurm.verbs().count("scancel --batch --signal=HUP") == 1
+    assert _sync(jobs, ports, 5.25, ("n1:8000", "n2:8000")) == []
+    assert slurm.verbs().count("scancel --batch --signal=HUP") == 1  # asked once within LOOK_LATER_S
+    answer["health"] = {"version": cfg_version(["n1:8000", "n2:8000"])}
+    assert _sync(jobs, ports, 5.5, ("n1:8000", "n2:8000")) == ["GatewayReloaded"]
+    # the list changes and changes back before nginx took the first change: what it serves after
+    # that HUP is asked again, never taken for the list confirmed before
+    assert _sync(jobs, ports, 5.6, ("n1:8000",)) == []
+    hups = slurm.verbs().count("scancel --batch --signal=HUP")
+    answer["health"] = {"version": cfg_version(["n1:8000"])}
+    assert _sync(jobs, ports, 5.7, ("n1:8000", "n2:8000")) == []  # serves the one between: HUP again
+    assert slurm.verbs().count("scancel --batch --signal=HUP") == hups + 1
+    answer["health"] = {"version": cfg_version(["n1:8000", "n2:8000"])}
+    assert _sync(jobs, ports, 5.8, ("n1:8000", "n2:8000")) == ["GatewayReloaded"]
+    # a config that is never served: said once, after the grace, with what the agent said
+    assert _sync(jobs, ports, 6.0, ("n2:8000",)) == []
+    assert _sync(jobs, ports, 17.0, ("n2:8000",)) == ["GatewayFailed"]
+    assert _sync(jobs, ports, 18.0, ("n2:8000",)) == [] and _rec(jobs)["notBefore"] == 23.0
+
+
+def test_an_ended_gateway_job_is_submitted_again_with_a_backoff_unless_slurm_still_has_it(gw):
+    jobs, slurm, answer, ports = gw
+    _sync(jobs, ports, 0.0)
+    del slurm.jobs["101"]
+    slurm.ended["101"] = ("RUNNING", "None")  # squeue missed it: Slurm still runs it
+    assert _sync(jobs, ports, 1.0) == [] and slurm.verbs().count("sbatch") == 1
+    slurm.ended["101"] = ("CANCELLED", "None")
+    assert _sync(jobs, ports, 7.0) == ["GatewayFailed", "GatewaySubmitted"]  # the first again at once
+    del slurm.jobs["102"]
+    slurm.ended["102"] = ("FAILED", "NonZeroExitCode")
+    assert _sync(jobs, ports, 8.0) == ["GatewayFailed"]  # then after 1 s
+    assert _sync(jobs, ports, 9.0) == ["GatewaySubmitted"]
+    assert _rec(jobs)["job"] == "103" and _rec(jobs)["backoff"] == 2
+
+
+def test_a_port_another_process_holds_on_the_node(gw):
+    jobs, slurm, answer, ports = gw
+    _sync(jobs, ports, 0.0)
+    slurm.jobs["101"] = ["RUNNING", "n3", "None"]
+    prefix = jobs.state.root.absolute() / "r" / "gateway"
+    first = _rec(jobs)["port"]
+    (prefix / "agent.json").write_text(json.dumps({"job": "101", "nginxPid": None, "lastExit": 1,
+                                                   "error": f"bind() to 0.0.0.0:{first} failed (98: Address already in use)"}))
+    # it never served there: a new port, in a new job (its holder knows the gateway's port)
+    assert _sync(jobs, ports, 1.0) == ["GatewayMoved"]
+    assert _rec(jobs)["port"] != first and "scancel --batch --signal=QUIT" in slurm.verbs()
+    assert _sync(jobs, ports, 2.0) == ["GatewaySubmitted"]
+    # once it served on a port, the address is kept and the cause said
+    slurm.jobs["102"] = ["RUNNING", "n3", "None"]
+    rec = _rec(jobs)
+    jobs._write("r", {**rec, "servedPort": rec["port"]})
+    (prefix / "agent.json").write_text(json.dumps({"job": "102", "nginxPid": None, "lastExit": 1,
+                                                   "error": "bind() failed (98: Address already in use)"}))
+    assert _sync(jobs, ports, 3.0) == ["GatewayFailed"]
+    assert "held by another process" in _rec(jobs)["lastError"] and _rec(jobs)["port"] == rec["port"]
+
+
+def test_a_stop_that_slurm_did_not_take_is_tried_again(gw):
+    jobs, slurm, answer, ports = gw
+    _sync(jobs, ports, 0.0)
+    slurm.jobs["101"] = ["RUNNING", "n3", "None"]
+    slurm.fail_scancel = True
+    assert [c.kind for c in jobs.stop("r", ports)] == ["GatewayFailed"]
+    assert _rec(jobs)["job"] == "101"  # kept: known, so stopped again next pass
+    slurm.fail_scancel = False
+    assert [c.kind for c in jobs.stop("r", ports)] == ["GatewayStopped"]
+    assert not jobs.state.root.joinpath("r", "gateway.json").exists()
+    assert jobs._find("r") == []  # retired: never adopted again, though its nginx finishes its requests
+
+
+def test_under_the_local_driver_an_allocation_is_said_and_nothing_else_is_touched(tmp_path):
+    from reconciler.core.ports import NodePortAllocator
+    from reconciler.drivers.state import StateDir
+
+    jobs = GatewayJobs(StateDir(tmp_path), object(), None)
+    changes = jobs.sync("r", [], NodePortAllocator(), 0.0, Placement("n1"))
+    assert [c.kind for c in changes] == ["GatewayFailed"] and "Slurm driver" in changes[0].message
+    assert "mode" not in jobs._record("r")  # not taken for a job's record (a later local gateway is not)
+
+
+@pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")
+def test_an_agent_killed_takes_its_nginx_along(tmp_path):
+    """SIGKILL (the OOM killer) gives the agent no chance to stop its children: they are told by
+    the kernel (PR_SET_PDEATHSIG), so no nginx keeps serving outside the job, holding the port."""
+    prefix = tmp_path / "gateway"
+    prefix.mkdir()
+    lo = next(_ranges)
+    port = next(p for p in range(lo, lo + 100) if bind_free(p))
+    (prefix / "nginx.conf").write_text(render(GatewayConfig("r", port, prefix, ("127.0.0.1:9",))))
+    with open(tmp_path / "job.out", "wb") as f:
+        agent = subprocess.Popen([sys.executable, "-m", "reconciler.gateway.agent", "--prefix", str(prefix),
+                                  "--nginx", nginx_binary()], stdout=f, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: _health(port) is not None, timeout=20, what="nginx up")
+        status = json.loads((prefix / "agent.json").read_text())
+        assert status["nginxPid"] == int((prefix / "nginx.pid").read_text())
+        agent.kill()
+        agent.wait()
+        wait_until(lambda: bind_free(port), timeout=20, what="nginx gone with its agent")
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()

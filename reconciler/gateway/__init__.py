@@ -40,6 +40,7 @@ Choices, with nginx's documented semantics (ngx_http_proxy_module, ngx_http_upst
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,12 @@ def _check(cfg: GatewayConfig) -> None:
         raise ValueError(f"gateway address {cfg.listen!r} has characters nginx would read as syntax")
 
 
+def version(cfg: GatewayConfig) -> str:
+    """A digest of everything the config is rendered from: two configs serve alike iff it matches."""
+    doc = [cfg.recipe, cfg.port, str(cfg.prefix), list(cfg.upstreams), cfg.unproven, cfg.listen, cfg.holder]
+    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:16]
+
+
 def render(cfg: GatewayConfig) -> str:
     """The complete nginx.conf of one gateway (deterministic: the same input renders the same text)."""
     _check(cfg)
@@ -94,7 +101,9 @@ def render(cfg: GatewayConfig) -> str:
     no_answer = json.dumps({"error": {"message": f"{cfg.recipe}: no frontend behind the gateway answered",
                                       "type": "service_unavailable", "code": 503}})
     # what a reload is confirmed by: the shell waits until the gateway answers with the new list
-    health = json.dumps({"gateway": cfg.recipe, "upstreams": list(cfg.upstreams), "unproven": cfg.unproven})
+    # (and, for a gateway in its own job, this config's version: a change of the hold is one too)
+    health = json.dumps({"gateway": cfg.recipe, "upstreams": list(cfg.upstreams), "unproven": cfg.unproven,
+                         "version": version(cfg)})
     hold = f"127.0.0.1:{cfg.holder}" if cfg.holder is not None else None
     if cfg.upstreams or hold:
         # all unproven and marked failed, nginx would answer "no live upstreams" for fail_timeout
@@ -167,4 +176,4 @@ def render(cfg: GatewayConfig) -> str:
         "}\n")
 
 
-__all__ = ["ANY", "GatewayConfig", "render", "FAIL_TIMEOUT_S"]
+__all__ = ["ANY", "GatewayConfig", "render", "version", "FAIL_TIMEOUT_S"]

@@ -14,6 +14,7 @@ the job. A plain scancel (SIGTERM) stops both at once.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import select
 import signal
@@ -27,6 +28,7 @@ RESTART_BASE_S = 1.0
 RESTART_CAP_S = 8.0
 RESET_AFTER_S = 60.0  # a child that stayed up this long starts its backoff over
 POLL_S = 1.0  # the loop also wakes on every signal (a child's exit is SIGCHLD)
+STATUS = "agent.json"
 
 
 def nginx_argv(nginx: str, prefix: Path) -> list[str]:
@@ -47,12 +49,13 @@ class Child:
         self.started = 0.0
         self.failures = 0
         self.not_before = 0.0
+        self.last_exit: int | None = None
 
     def start(self) -> None:
         out = open(self.out, "ab") if self.out else None  # noqa: SIM115 - the child keeps it
         try:
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
-                                         if out else None)
+                                         if out else None, preexec_fn=die_with_parent)
         except OSError as e:
             say(f"{self.name} did not start: {e}")
             self.proc = None
@@ -76,6 +79,7 @@ class Child:
         """Start it again if it has exited and its delay is over."""
         if self.proc is not None and self.proc.poll() is not None:
             say(f"{self.name} exited with {self.proc.returncode}")
+            self.last_exit = self.proc.returncode
             self.proc = None
             self.gone()
             self._ended()
@@ -139,32 +143,69 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-def run(nginx: Child, holder: Child | None) -> int:
+def run(nginx: Child, holder: Child | None, status: Path | None = None) -> int:
     wake_r, wake_w = socket.socketpair()
     wake_w.setblocking(False)
-    signal.set_wakeup_fd(wake_w.fileno())
-    got: list[int] = []
+    wake_r.setblocking(False)
+    signal.set_wakeup_fd(wake_w.fileno())  # each signal's number is written there as a byte
     for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD):
-        signal.signal(sig, lambda s, _f: got.append(s))
+        signal.signal(sig, lambda _s, _f: None)  # a handler of our own (not the default), read off the socket
     children = [c for c in (nginx, holder) if c is not None]
     for c in children:
         c.start()
+    report(status, nginx)
     while True:
         select.select([wake_r], [], [], POLL_S)
+        signals: list[int] = []
         try:
-            while wake_r.recv(512, socket.MSG_DONTWAIT):
-                pass
+            while data := wake_r.recv(512):
+                signals += list(data)
         except BlockingIOError:
             pass
-        signals, got[:] = list(got), []
         stop = next((s for s in signals if s in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)), None)
         if stop is not None:
             return shutdown(nginx, holder, stop)
         if signal.SIGHUP in signals:
             say("reloading nginx (SIGHUP)")
             nginx.signal(signal.SIGHUP)
+        was = nginx.proc
         for c in children:
             c.check()
+        if nginx.proc is not was:
+            report(status, nginx)
+
+
+def report(status: Path | None, nginx: Child) -> None:
+    """``agent.json`` (the prefix, on the shared file system): which job runs it, whether nginx
+    runs, and why the last one exited (its last [emerg] line: a port another process holds)."""
+    if status is None:
+        return
+    doc = {"job": os.environ.get("SLURM_JOB_ID"), "host": socket.gethostname(), "at": time.time(),
+           "nginxPid": nginx.proc.pid if nginx.proc is not None else None,
+           "lastExit": nginx.last_exit, "error": last_emerg(status.parent / "error.log")}
+    tmp = status.with_name(status.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(doc))
+        tmp.replace(status)
+    except OSError as e:
+        say(f"cannot write {status}: {e}")
+
+
+def last_emerg(log: Path) -> str | None:
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 4096))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    return next((l.split("] ", 1)[-1] for l in reversed(lines) if "[emerg]" in l), None)
+
+
+def die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the agent dies (killed: OOM, SIGKILL), so no nginx
+    or holder keeps serving outside the job (proctrack/linuxproc would not find them)."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def shutdown(nginx: Child, holder: Child | None, sig: int) -> int:
@@ -195,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     holder = Child("holder", a.holder, prefix / "holder.log") if a.holder else None
     subreaper()
     say(f"on {socket.gethostname()}, prefix {prefix}")
-    return run(nginx, holder)
+    return run(nginx, holder, prefix / STATUS)
 
 
 if __name__ == "__main__":

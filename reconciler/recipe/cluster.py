@@ -210,9 +210,13 @@ def apply(data: dict[str, Any], cluster: Cluster | None) -> tuple[dict[str, Any]
     if c.default_gateway_allocation is not None:
         rec = d.setdefault("reconcile", {})
         gw = rec.setdefault("gateway", {}) if isinstance(rec, dict) else None
-        if isinstance(gw, dict) and "allocation" not in gw and "listen" not in gw:
+        auto = rec.get("autoscale") if isinstance(rec, dict) else None
+        to_zero = isinstance(auto, dict) and auto.get("scale_to_zero_after_seconds") is not None
+        if isinstance(gw, dict) and "allocation" not in gw and "listen" not in gw and not to_zero:
             gw["allocation"] = c.default_gateway_allocation.model_dump(exclude_none=True)
             notes.append(f"reconcile.gateway.allocation from the cluster config: node {c.default_gateway_allocation.node}")
+        elif to_zero:  # woken by what its holder holds on this host: its gateway stays here
+            notes.append("default_gateway_allocation not applied: the recipe scales to zero")
     if c.host_runtime is not None:
         rec = d.setdefault("reconcile", {})
         if isinstance(rec, dict):

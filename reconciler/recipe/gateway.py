@@ -25,6 +25,8 @@ class GatewayAllocation(Strict):
     # the gateway job's --time; when it runs out the job is submitted again on the same node (a gap
     # of a few seconds): give it the partition's longest, or UNLIMITED where the partition allows
     time: str | None = None
+    memory: str = "1G"  # sbatch --mem: nginx, the holder and the agent need ~100 MB
+    qos: str | None = None  # else the recipe's sbatch_directives.qos
 
     @field_validator("node")
     @classmethod
@@ -33,7 +35,15 @@ class GatewayAllocation(Strict):
             raise ValueError(f"expected one Slurm node name (like gpu-node7), found {v!r}")
         return v
 
-    @field_validator("partition", "account")
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: str) -> str:
+        m = re.fullmatch(r"(\d{1,7})([KMGT]?)", str(v).upper())
+        if not m or int(m[1]) == 0:
+            raise ValueError(f"expected a Slurm memory size like 512M or 1G, found {v!r}")
+        return m[1] + m[2]
+
+    @field_validator("partition", "account", "qos")
     @classmethod
     def _name(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", v):

@@ -140,7 +140,10 @@ class Gateways:
             changes: list[Change] = []
             if isinstance(rec.get("port"), int) and (not in_job(rec) or place is None or rec.get("host") != place.node):
                 changes = self.stop(recipe, ports)  # it moves: the old one stops, the new one gets an address
+                if record_path(self.state.root, recipe).exists():
+                    return changes  # the old one not stopped yet: tried again next pass
                 changes = [Change("GatewayMoved", c.recipe, c.message) for c in changes]
+                holder.say_nothing_comes(prefix_of(self.state.root, recipe), None)  # not deleted: moved
             if place is None:
                 return changes + self._sync_here(recipe, upstreams, ports, now, unproven, hold, listen)
             if self.jobs is None:

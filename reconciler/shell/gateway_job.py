@@ -22,7 +22,6 @@ from __future__ import annotations
 import http.client
 import json
 import shlex
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,15 +32,20 @@ from reconciler.core.ports import NodePortAllocator
 from reconciler.drivers.base import DriverError
 from reconciler.drivers.state import StateDir
 from reconciler.fsutil import atomic_write_text
-from reconciler.gateway import ANY, GatewayConfig, render
+from reconciler.gateway import ANY, GatewayConfig, render, version
 from reconciler.recipe.gateway import DEFAULT_HOLD_S
 from reconciler.shell import holder
-from reconciler.shell.gateway_record import OWNER_NAME, Change, delay_after, prefix_of, record_path
+from reconciler.shell.gateway_record import OWNER_NAME, Change, prefix_of, record_path
 
 log = structlog.get_logger("reconciler")
 AGENT = "reconciler.gateway.agent"
-CONFIRM_TIMEOUT_S = 5.0  # a signal goes through slurmctld and slurmd: slower than a local kill
-LOOK_AGAIN_S = 1.0  # while the job is pending or not confirmed: when the loop looks again
+HEALTH_TIMEOUT_S = 0.5  # one look per pass: a tick never waits on a node for longer
+CONFIRM_GRACE_S = 10.0  # a config not served this long after it was written is said (GatewayFailed)
+LOOK_SOON_S = 0.25  # while a config waits to be confirmed (within the grace), or a job just submitted
+LOOK_LATER_S = 5.0  # a job Slurm holds with a reason, a config overdue: looked at again this often
+SUBMIT_CAP_S = 60.0  # a job that keeps ending is submitted again at most this often
+PORT_BLOCK_S = 3600.0  # a port another process held on the node is not offered again this long
+RETIRED_GONE = ("already completing or completed", "Invalid job id")  # scancel of a job already gone
 RUNNING = ("RUNNING",)
 RETIRED = "retired.json"  # in the prefix: job ids told to stop (kept past the record, which a stop deletes)
 KEEP_RETIRED = 32
@@ -56,6 +60,9 @@ class Placement:
     partition: str | None = None
     account: str | None = None
     time: str | None = None
+    memory: str = "1G"
+    qos: str | None = None
+    reservation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,9 @@ def placement(recipe) -> Placement | None:
     a = recipe.reconcile.gateway.allocation
     if a is None:
         return None
-    return Placement(a.node, a.partition or recipe.slurm.partition, a.account or recipe.slurm.account, a.time)
+    qos = next((str(v) for k, v in recipe.sbatch_directives.items() if k == "qos"), None)
+    return Placement(a.node, a.partition or recipe.slurm.partition, a.account or recipe.slurm.account, a.time,
+                     a.memory, a.qos or qos, recipe.slurm.reservation)
 
 
 def batch_script(python: str, nginx: str, prefix: Path, holder_argv: list[str]) -> str:
@@ -83,10 +92,13 @@ def batch_script(python: str, nginx: str, prefix: Path, holder_argv: list[str]) 
 
 
 def sbatch_argv(name: str, place: Placement, script: Path, out: Path) -> list[str]:
+    # --mem: where memory is a consumable resource, a job without it may be given the whole node's
     argv = ["sbatch", "--parsable", f"--job-name={name}", "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
-            f"--nodelist={place.node}", f"--output={out}", "--open-mode=append", "--no-requeue"]
+            f"--mem={place.memory}", f"--nodelist={place.node}", f"--output={out}", "--open-mode=append",
+            "--no-requeue"]
     argv += [f"--{k}={v}" for k, v in (("partition", place.partition), ("account", place.account),
-                                       ("time", place.time)) if v]
+                                       ("time", place.time), ("qos", place.qos),
+                                       ("reservation", place.reservation)) if v]
     return argv + [str(script)]
 
 
@@ -99,9 +111,10 @@ def parse_jobs(text: str) -> list[Job]:
     return out
 
 
-def served_by(health: dict | None, upstreams: list[str], unproven: bool) -> bool:
-    """The gateway's /gateway/health answer says it serves exactly these upstreams."""
-    return health is not None and health.get("upstreams") == upstreams and health.get("unproven") == unproven
+def resubmit_delay(backoff: int) -> float:
+    """The wait before submitting again after ``backoff`` jobs in a row ended early: the first at
+    once, then 1, 2, 4 s... capped at a minute (each is a Slurm submission and an event)."""
+    return 0.0 if backoff <= 0 else min(2.0 ** (backoff - 1), SUBMIT_CAP_S)
 
 
 class GatewayJobs:
@@ -119,15 +132,17 @@ class GatewayJobs:
     # ---------------------------------------------------------------- each tick
     def sync(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float, place: Placement,
              unproven: bool = False, hold: float | None = None) -> list[Change]:
+        """One look, never a wait: the job found (or submitted), the config written, a reload
+        asked or checked once; the loop comes back soon (``notBefore``) while one is due."""
         if self.driver is None:
             return self._fail(recipe, "reconcile.gateway.allocation needs the Slurm driver (run --driver slurm)")
-        rec = self._address(recipe, place.node, ports, now)
+        rec, changes = self._address(recipe, place.node, ports, now)
         prefix = prefix_of(self.state.root, recipe)
-        served = sorted(upstreams)
         if hold is not None:
             holder.write_hold(prefix, hold)
-        text = render(GatewayConfig(recipe, rec["port"], prefix, tuple(served), unproven, ANY,
-                                    rec["holderPort"] if hold is not None else None))
+        cfg = GatewayConfig(recipe, rec["port"], prefix, tuple(sorted(upstreams)), unproven, ANY,
+                            rec["holderPort"] if hold is not None else None)
+        text = render(cfg)
         conf = prefix / "nginx.conf"
         (prefix / "tmp").mkdir(parents=True, exist_ok=True)
         if not conf.exists() or conf.read_text() != text:
@@ -141,56 +156,108 @@ class GatewayJobs:
             if extra is not job:
                 self._retire(recipe, extra)
         if job is None:
-            return self._submit(recipe, rec, prefix, place, now)
+            return changes + self._submit(recipe, rec, prefix, place, now)
         if job.state not in RUNNING:
             reason = job.reason if job.reason not in ("", "None", "(null)") else ""
             why = f"gateway job {job.id} is {job.state.lower()} on {place.node}" + (f" ({reason})" if reason else "")
             # said when Slurm says why it waits (Resources, ReqNodeNotAvail...): not for the moment
             # every job is pending before it starts
-            changes = [] if rec.get("lastError") == why or not reason else [Change("GatewayWaiting", recipe, why)]
+            if rec.get("lastError") != why and reason:
+                changes.append(Change("GatewayWaiting", recipe, why))
             self._write(recipe, {**rec, "job": job.id, "jobState": job.state, "lastError": why,
-                                 "notBefore": now + LOOK_AGAIN_S})
+                                 "notBefore": now + (LOOK_LATER_S if reason else LOOK_SOON_S)})
             return changes
-        return self._serve(recipe, rec, job, served, unproven, now)
+        return changes + self._serve(recipe, rec, job, cfg, ports, now)
 
-    def _serve(self, recipe: str, rec: dict, job: Job, served: list[str], unproven: bool, now: float) -> list[Change]:
-        """The job runs: make it serve ``served`` (a started nginx read the config at its start;
-        a running one is sent SIGHUP), confirmed through its health page."""
-        changes = []
-        first = rec.get("jobState") not in RUNNING or rec.get("job") != job.id
-        rec = {**rec, "job": job.id, "jobState": job.state}
-        if first:
-            again = bool(rec.get("ranBefore"))
-            rec.update(startedAt=now, ranBefore=True, restarts=int(rec.get("restarts") or 0) + int(again))
-            changes.append(Change("GatewayRestarted" if again else "GatewayStarted", recipe,
-                                  f"gateway job {job.id} on {job.node} serves http://{rec['host']}:{rec['port']}"))
-        if first or rec.get("upstreams") != served or bool(rec.get("unproven")) != unproven or rec.get("lastError"):
-            health = self._health(rec)
-            if not served_by(health, served, unproven):
-                if health is not None:  # nginx is up with the config before: reload it
-                    self.driver.slurm(["scancel", "--batch", "--signal=HUP", job.id], check=False, verb="scancel-hup")
-                if not self._confirm(rec, served, unproven):
-                    why = "the gateway did not answer with its new upstreams in time; retried next pass"
-                    self._write(recipe, {**rec, "lastError": why, "notBefore": now + LOOK_AGAIN_S})
-                    return changes + ([] if rec.get("lastError") == why else [Change("GatewayFailed", recipe, why)])
-            if not first:
-                how = " (none alive: where the frontends are relaunched)" if unproven else ""
+    def _serve(self, recipe: str, rec: dict, job: Job, cfg: GatewayConfig, ports: NodePortAllocator,
+               now: float) -> list[Change]:
+        """The job runs: make it serve ``cfg`` (a started nginx read the config at its start; a
+        running one is sent SIGHUP), confirmed by its health page naming the config's version."""
+        want = version(cfg)
+        if rec.get("job") != job.id or rec.get("jobState") not in RUNNING:
+            rec = {**rec, "job": job.id, "jobState": job.state, "runningSince": now, "hupFor": None}
+        if rec.get("confirmed") == want and rec.get("confirmedJob") == job.id:
+            up = {**rec, "lastError": None, "notBefore": None}
+            if now - float(rec.get("runningSince") or now) >= 60 and up.get("backoff"):
+                up["backoff"] = 0  # stayed up: the next end resubmits at once again
+            if up != rec:
+                self._write(recipe, up)
+            return []
+        if (rec.get("wantedSince") or [None])[0] != want:
+            rec["wantedSince"] = [want, now]
+        since = float(rec["wantedSince"][1])
+        health = self._health(rec)
+        changes: list[Change] = []
+        if health is not None and health.get("version") == want:
+            served = list(cfg.upstreams)
+            if rec.get("announced") != job.id:  # its first confirmed answer: started (again)
+                again = bool(rec.get("announced"))
+                rec.update(announced=job.id, restarts=int(rec.get("restarts") or 0) + int(again))
+                changes.append(Change("GatewayRestarted" if again else "GatewayStarted", recipe,
+                                      f"gateway job {job.id} on {job.node} serves http://{rec['host']}:{rec['port']} -> "
+                                      f"{', '.join(served) or 'no Ready frontend (503)'}"))
+            else:
+                how = " (none alive: where the frontends are relaunched)" if cfg.unproven else ""
                 changes.append(Change("GatewayReloaded", recipe, f"upstreams now {', '.join(served) or 'none'}{how}"))
-        up = {**rec, "upstreams": served, "unproven": unproven, "lastError": None, "notBefore": None}
-        if now - float(rec.get("startedAt") or now) >= 60 and up.get("backoff"):
-            up["backoff"] = 0  # stayed up: the next failure resubmits at once again
-        if up != self._record(recipe):
-            self._write(recipe, up)
+            self._write(recipe, {**rec, "confirmed": want, "confirmedJob": job.id, "servedPort": rec["port"],
+                                 "upstreams": served, "unproven": cfg.unproven, "lastError": None, "notBefore": None})
+            return changes
+        if health is not None and (rec.get("hupFor") != want or now - float(rec.get("hupAt") or 0) >= LOOK_LATER_S):
+            # nginx answers with another config: reload it (again, if a HUP seems lost)
+            self.driver.slurm(["scancel", "--batch", "--signal=HUP", job.id], check=False, verb="scancel-hup")
+            # what it serves after the reload is the file as it is then: nothing confirmed until asked
+            rec.update(hupFor=want, hupAt=now, confirmed=None)
+        rec, moved = self._port_taken(recipe, rec, job, ports, now)
+        changes += moved
+        overdue = now - since >= CONFIRM_GRACE_S
+        if overdue and not rec.get("lastError") and not moved:
+            agent = self._agent(recipe, job)
+            why = (f"gateway job {job.id} on {job.node} does not serve its config {now - since:.0f}s after it was "
+                   f"written" + (f": nginx exited {agent['lastExit']}: {agent.get('error')}" if agent.get("lastExit")
+                                 is not None else "") + f" (see {prefix_of(self.state.root, recipe)}/job.out)")
+            changes.append(Change("GatewayFailed", recipe, why))
+            rec["lastError"] = why
+        self._write(recipe, {**rec, "notBefore": now + (LOOK_LATER_S if overdue else LOOK_SOON_S)})
         return changes
+
+    def _port_taken(self, recipe: str, rec: dict, job: Job, ports: NodePortAllocator,
+                    now: float) -> tuple[dict, list[Change]]:
+        """The job's nginx could not bind its port (another process holds it on the node: the
+        agent's status says so). A gateway that never served there takes a new port (two
+        reconcilers sharing a gateway node start from the same one); one that did keeps its
+        address, as a gateway next to the reconciler does, and says why it is down."""
+        agent = self._agent(recipe, job)
+        if "Address already in use" not in str(agent.get("error") or "") or agent.get("nginxPid"):
+            return rec, []
+        owner = f"{recipe}/{OWNER_NAME}"
+        port, node = rec["port"], rec["host"]
+        if rec.get("servedPort") == port:
+            why = (f"port {port} on {node} is held by another process; the endpoint keeps its address, so the "
+                   f"gateway waits for the port (free it, or remove {record_path(self.state.root, recipe)} to take a new one)")
+            if rec.get("lastError") == why:
+                return rec, []
+            return {**rec, "lastError": why}, [Change("GatewayFailed", recipe, why)]
+        ports.release_key(node, owner, "http")
+        ports.block(node, port, now + PORT_BLOCK_S)
+        new = ports.allocate(node, owner, "http")
+        # the job's holder was started with the old port: a new job, with both right
+        self._retire(recipe, job)
+        why = (f"port {port} on {node} is held by another process; the gateway takes port {new} (it never served "
+               f"on {port}) in a new job")
+        return ({**rec, "port": new, "wantedSince": None, "lastError": None, "job": None, "jobState": None},
+                [Change("GatewayMoved", recipe, why)])
 
     def _submit(self, recipe: str, rec: dict, prefix: Path, place: Placement, now: float) -> list[Change]:
         changes = []
-        if rec.get("job") and rec.get("exitedAt") is None:  # the job we knew has ended
-            end = self.driver.job_end(rec["job"]) if hasattr(self.driver, "job_end") else None
+        if rec.get("job") and rec.get("exitedAt") is None:  # the job we knew is not in the queue
+            end = self.driver.job_end(rec["job"])
+            if end is not None and end[0] in ALIVE:  # squeue did not list it, Slurm has it: not resubmitted
+                self._write(recipe, {**rec, "notBefore": now + LOOK_LATER_S})
+                return []
             how = f" ({end[0]}{', ' + end[1] if end and end[1] and end[1] != 'None' else ''})" if end else ""
             backoff = int(rec.get("backoff") or 0)
-            rec = {**rec, "exitedAt": now, "jobState": None, "backoff": backoff + 1,
-                   "notBefore": now + delay_after(backoff)}
+            rec = {**rec, "exitedAt": now, "jobState": None, "confirmedJob": None, "backoff": backoff + 1,
+                   "notBefore": now + resubmit_delay(backoff)}
             why = f"gateway job {rec['job']} ended{how}; a new one is submitted on {place.node}"
             changes.append(Change("GatewayFailed", recipe, why))
             self._write(recipe, {**rec, "lastError": why})
@@ -207,38 +274,46 @@ class GatewayJobs:
             backoff = int(rec.get("backoff") or 0)
             why = f"the gateway's job was not submitted: {e}"
             self._write(recipe, {**rec, "lastError": why, "backoff": backoff + 1,
-                                 "notBefore": now + max(LOOK_AGAIN_S, delay_after(backoff + 1))})
+                                 "notBefore": now + max(LOOK_LATER_S, resubmit_delay(backoff + 1))})
             return changes + ([] if rec.get("lastError") == why else [Change("GatewayFailed", recipe, why)])
         job = out.strip().split(";", 1)[0]
         self._write(recipe, {**rec, "job": job, "jobState": "PENDING", "submittedAt": now, "exitedAt": None,
-                             "lastError": f"gateway job {job} submitted on {place.node}", "notBefore": now + LOOK_AGAIN_S})
+                             "lastError": f"gateway job {job} submitted on {place.node}", "notBefore": now + LOOK_SOON_S})
         return changes + [Change("GatewaySubmitted", recipe, f"gateway job {job} submitted on {place.node}"
                                  + (f" (partition {place.partition})" if place.partition else ""))]
 
     # ---------------------------------------------------------------- address
-    def _address(self, recipe: str, node: str, ports: NodePortAllocator, now: float) -> dict:
+    def _address(self, recipe: str, node: str, ports: NodePortAllocator, now: float) -> tuple[dict, list[Change]]:
         """The record, with the gateway's and its holder's ports on ``node``: allocated the first
-        time, held in the registry ever after (no worker placed there is given them)."""
+        time, held in the registry ever after (no worker placed there is given them). A port the
+        registry gives another owner (a registry rebuilt without it) is taken anew if the
+        gateway never served on it, else said."""
         rec = self._record(recipe)
         owner = f"{recipe}/{OWNER_NAME}"
         if rec.get("mode") == "job" and rec.get("host") == node and isinstance(rec.get("port"), int) \
                 and isinstance(rec.get("holderPort"), int):
-            ports.claim(node, owner, "http", rec["port"])
-            ports.claim(node, owner, holder.NAME, rec["holderPort"])
-            return rec
+            if ports.claim(node, owner, holder.NAME, rec["holderPort"]) and ports.claim(node, owner, "http", rec["port"]):
+                return rec, []
+            if rec.get("servedPort") == rec["port"]:
+                return rec, []  # its address stays; the worker given the port cannot bind it and moves
+            ports.release_node_owner(node, owner)
         port = ports.allocate(node, owner, "http")
         hport = ports.allocate(node, owner, holder.NAME)
-        rec = {"mode": "job", "host": node, "port": port, "holderPort": hport, "allocatedAt": now}
+        rec = {**{k: v for k, v in rec.items() if k in KEPT}, "mode": "job", "host": node, "port": port,
+               "holderPort": hport, "allocatedAt": now}
         self._write(recipe, rec)
-        return rec
+        return rec, []
 
     def stop(self, recipe: str, ports: NodePortAllocator) -> list[Change]:
         """The recipe is gone (or its gateway moves): nginx stops once its requests finish (QUIT to
-        the agent, which ends the job), the ports are released."""
+        the agent, which ends the job), the ports are released. A job that could not be told is
+        kept in the record, and told again at the next pass."""
         rec = self._record(recipe)
         if self.driver is not None:
-            for j in self._find(recipe):
-                self._retire(recipe, j)
+            told = [self._retire(recipe, j) for j in self._find(recipe)]
+            if not all(told):
+                return self._fail(recipe, f"gateway job of {recipe} could not be stopped (scancel failed); "
+                                          "tried again next pass")
         holder.say_nothing_comes(prefix_of(self.state.root, recipe), holder.DELETED)
         ports.release(f"{recipe}/{OWNER_NAME}")
         path = record_path(self.state.root, recipe)
@@ -250,24 +325,27 @@ class GatewayJobs:
 
     # ---------------------------------------------------------------- helpers
     def _find(self, recipe: str) -> list[Job]:
-        """The recipe's gateway jobs in the queue, but those retired: a job told to QUIT carries
-        its last requests to their end under the same name, and is never adopted again."""
+        """The recipe's gateway jobs in the queue (every partition: -a), but those retired: a job
+        told to QUIT carries its last requests to their end under the same name, and is never
+        adopted again."""
         name = labels.gateway_job_name(self.driver.owner, recipe)
-        r = self.driver.slurm(["squeue", "-h", "-u", self.driver.user, f"--name={name}", "-o", "%i|%T|%N|%r"],
+        r = self.driver.slurm(["squeue", "-a", "-h", "-u", self.driver.user, f"--name={name}", "-o", "%i|%T|%N|%r"],
                               verb="squeue-gateway")
         retired = set(self._retired(recipe))
         return [j for j in parse_jobs(r.stdout) if j.id not in retired]
 
-    def _retire(self, recipe: str, job: Job) -> None:
+    def _retire(self, recipe: str, job: Job) -> bool:
         """End ``job``: a running one gracefully (QUIT to the agent: nginx finishes what it carries),
-        a waiting one at once; either way never taken for the gateway's job again."""
+        a waiting one at once. Told, it is never taken for the gateway's job again; whether it was."""
+        argv = ["scancel", "--batch", "--signal=QUIT", job.id] if job.state in RUNNING else ["scancel", job.id]
+        r = self.driver.slurm(argv, check=False, verb="scancel-quit" if job.state in RUNNING else "scancel")
+        if r.returncode != 0 and not any(w in (r.stderr or "") for w in RETIRED_GONE):
+            log.error("gateway job not stopped", recipe=recipe, job=job.id, error=(r.stderr or "").strip())
+            return False
         path = prefix_of(self.state.root, recipe) / RETIRED
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps([*self._retired(recipe), job.id][-KEEP_RETIRED:]))
-        if job.state in RUNNING:
-            self.driver.slurm(["scancel", "--batch", "--signal=QUIT", job.id], check=False, verb="scancel-quit")
-        else:
-            self.driver.slurm(["scancel", job.id], check=False)
+        return True
 
     def _retired(self, recipe: str) -> list[str]:
         try:
@@ -276,9 +354,17 @@ class GatewayJobs:
             return []
         return [str(j) for j in got] if isinstance(got, list) else []
 
-    def _health(self, rec: dict, timeout: float = 1.0) -> dict | None:
+    def _agent(self, recipe: str, job: Job) -> dict:
+        """The agent's own status (gateway/agent.py), if it is this job's."""
         try:
-            conn = http.client.HTTPConnection(rec["host"], rec["port"], timeout=timeout)
+            got = json.loads((prefix_of(self.state.root, recipe) / "agent.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return got if isinstance(got, dict) and str(got.get("job")) == job.id else {}
+
+    def _health(self, rec: dict) -> dict | None:
+        try:
+            conn = http.client.HTTPConnection(rec["host"], rec["port"], timeout=HEALTH_TIMEOUT_S)
             conn.request("GET", "/gateway/health")
             resp = conn.getresponse()
             body = resp.read()
@@ -287,19 +373,11 @@ class GatewayJobs:
         except (OSError, ValueError, http.client.HTTPException):
             return None
 
-    def _confirm(self, rec: dict, served: list[str], unproven: bool) -> bool:
-        deadline = time.monotonic() + CONFIRM_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if served_by(self._health(rec), served, unproven):
-                return True
-            time.sleep(0.05)
-        return False
-
     def _fail(self, recipe: str, why: str) -> list[Change]:
         rec = self._record(recipe)
         if rec.get("lastError") == why:
             return []
-        self._write(recipe, {**rec, "mode": "job", "lastError": why})
+        self._write(recipe, {**rec, "lastError": why})
         log.error("gateway failed", recipe=recipe, error=why)
         return [Change("GatewayFailed", recipe, why)]
 
@@ -310,4 +388,7 @@ class GatewayJobs:
         self.state.write_json(record_path(self.state.root, recipe), rec)
 
 
-__all__ = ["GatewayJobs", "Placement", "placement", "batch_script", "sbatch_argv", "parse_jobs", "served_by"]
+KEPT = ("restarts", "backoff", "announced", "job", "jobState")  # a new address keeps the job's history
+
+
+__all__ = ["GatewayJobs", "Placement", "placement", "batch_script", "sbatch_argv", "parse_jobs", "resubmit_delay"]

@@ -30,7 +30,8 @@ from reconciler.core.ports import NodePortAllocator
 from reconciler.shell.autoscale import Autoscaler
 from reconciler.shell.execute import Executor
 from reconciler.shell import probe
-from reconciler.shell.gateway import Gateways
+from reconciler.shell import holder
+from reconciler.shell.gateway import OWNER_NAME, Gateways, record_path
 from reconciler.shell.gateway_job import GatewayJobs
 from reconciler.shell.manifests import DEBOUNCE, Manifests, applied_since, load_manifests
 from reconciler.shell.observe import Observer
@@ -129,6 +130,10 @@ class Controller:
                             ports.claim(node, f"{name}/{row['name']}", port_name, int(port))
                         except (KeyError, TypeError, ValueError):
                             continue  # a row we cannot read: that worker gets ports anew
+            gw = self.state.read_json(record_path(self.state.root, name), {}, lambda d: isinstance(d, dict))
+            for port_name, key in (("http", "port"), (holder.NAME, "holderPort")):  # its gateway's too
+                if isinstance(gw.get(key), int) and isinstance(gw.get("host"), str):
+                    ports.claim(gw["host"], f"{name}/{OWNER_NAME}", port_name, gw[key])
         return ports
 
     def load_manifests(self, now: float | None = None) -> Manifests:

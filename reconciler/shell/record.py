@@ -209,5 +209,10 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
     keep = wanted | set(d.held) | set(snap.manifests.invalid)
     for name in gateways.known():
         if name not in keep and not snap.plan.refused_prune:
-            for c in gateways.stop(name, snap.ports):
+            try:
+                changes = gateways.stop(name, snap.ports)
+            except Exception as e:  # noqa: BLE001 - one gateway's failure must not stop the tick
+                log.exception("gateway stop failed", recipe=name, error=f"{type(e).__name__}: {e}")
+                continue
+            for c in changes:
                 state.event(c.kind, c.recipe, c.message)
