@@ -39,7 +39,7 @@ from reconciler.shell import holder
 from reconciler.shell.bindcheck import bind_free
 from reconciler.shell.gateway_job import GatewayJobs, Placement
 from reconciler.shell.gateway_record import (  # noqa: F401 - where callers find them
-    OWNER_NAME, Change, delay_after, facts, in_job, prefix_of, record_path,
+    OWNER_NAME, Change, Records, delay_after, facts, in_job, prefix_of, record_path,
 )
 from reconciler.shell.gateway_sweep import (  # noqa: F401 - quit_under, master_pid: where callers find them
     end_master, held_by, master_pid, orphan_nginx_workers, quit_under,
@@ -86,7 +86,7 @@ def stop_orphans(pids: list[int], port: int) -> None:
         time.sleep(0.01)
 
 
-class Gateways:
+class Gateways(Records):
     """The gateways of every deployment this reconciler runs (one nginx master each)."""
 
     def __init__(self, state: StateDir, host: str | None = None, nginx: str | None = None,
@@ -147,7 +147,7 @@ class Gateways:
             if place is None:
                 return changes + self._sync_here(recipe, upstreams, ports, now, unproven, hold, listen)
             if self.jobs is None:
-                return changes + self._fail(recipe, now, "reconcile.gateway.allocation: this reconciler runs "
+                return changes + self._failed(recipe, "reconcile.gateway.allocation: this reconciler runs "
                                                          "no Slurm gateway jobs")
             return changes + self.jobs.sync(recipe, upstreams, ports, now, place, unproven=unproven, hold=hold)
         return self._sync_here(recipe, upstreams, ports, now, unproven, hold, listen)
@@ -156,7 +156,7 @@ class Gateways:
                    unproven: bool, hold: float | None, listen: str | None) -> list[Change]:
         """The gateway as this host's own nginx master."""
         if self.nginx is None:
-            return self._fail(recipe, now, "nginx is not installed (apt-get install nginx-light); "
+            return self._failed(recipe, "nginx is not installed (apt-get install nginx-light); "
                                            "the endpoint is the frontend's own address")
         host, port = self.address(recipe, ports, now)
         prefix = prefix_of(self.state.root, recipe)
@@ -201,11 +201,11 @@ class Gateways:
                 if err is not None:
                     if previous is not None:  # the running master's file stays what it serves
                         atomic_write_text(conf, previous)
-                    return self._fail(recipe, now, f"config test failed: {err}")
+                    return self._failed(recipe, f"config test failed: {err}")
                 old = workers_of(pid)
                 os.kill(pid, signal.SIGHUP)  # graceful: old workers finish what they carry
                 if not self._confirm(port, served, unproven):
-                    return self._fail(recipe, now, "the reload was not confirmed by /gateway/health in time; "
+                    return self._failed(recipe, "the reload was not confirmed by /gateway/health in time; "
                                                    "retried next pass")
                 self._await_gone(pid, old)
                 self._conf[recipe] = text
@@ -294,13 +294,6 @@ class Gateways:
         return sorted(p.parent.name for p in self.state.root.glob("*/gateway.json"))
 
     # ---------------------------------------------------------------- helpers
-    def _fail(self, recipe: str, now: float, why: str) -> list[Change]:
-        rec = self._record(recipe)
-        if rec.get("lastError") == why:
-            return []
-        self._write(recipe, {**rec, "lastError": why})
-        log.error("gateway failed", recipe=recipe, error=why)
-        return [Change("GatewayFailed", recipe, why)]
 
     def _run(self, extra: list[str], prefix: Path) -> str | None:
         """nginx with our prefix and config (argv list); None on success, else its error output."""
@@ -360,12 +353,6 @@ class Gateways:
             time.sleep(0.01)
         log.warning("gateway reload not confirmed in time", port=port)
         return False
-
-    def _record(self, recipe: str) -> dict:
-        return self.state.read_json(record_path(self.state.root, recipe), {}, lambda d: isinstance(d, dict))
-
-    def _write(self, recipe: str, rec: dict) -> None:
-        self.state.write_json(record_path(self.state.root, recipe), rec)
 
     def _watch(self, recipe: str, pid: int) -> None:
         """Wake the loop when this master exits: one watcher thread for every master (a thread

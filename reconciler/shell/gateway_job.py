@@ -35,7 +35,7 @@ from reconciler.fsutil import atomic_write_text
 from reconciler.gateway import ANY, GatewayConfig, render, version
 from reconciler.recipe.gateway import DEFAULT_HOLD_S
 from reconciler.shell import holder
-from reconciler.shell.gateway_record import OWNER_NAME, Change, prefix_of, record_path
+from reconciler.shell.gateway_record import OWNER_NAME, Change, Records, prefix_of, record_path
 
 log = structlog.get_logger("reconciler")
 AGENT = "reconciler.gateway.agent"
@@ -117,7 +117,7 @@ def resubmit_delay(backoff: int) -> float:
     return 0.0 if backoff <= 0 else min(2.0 ** (backoff - 1), SUBMIT_CAP_S)
 
 
-class GatewayJobs:
+class GatewayJobs(Records):
     """The gateways that run in their own Slurm job. ``driver``: the Slurm driver (its ``slurm``
     runs a command with the cluster's environment); None under the local driver."""
 
@@ -135,7 +135,7 @@ class GatewayJobs:
         """One look, never a wait: the job found (or submitted), the config written, a reload
         asked or checked once; the loop comes back soon (``notBefore``) while one is due."""
         if self.driver is None:
-            return self._fail(recipe, "reconcile.gateway.allocation needs the Slurm driver (run --driver slurm)")
+            return self._failed(recipe, "reconcile.gateway.allocation needs the Slurm driver (run --driver slurm)")
         rec, changes = self._address(recipe, place.node, ports, now)
         prefix = prefix_of(self.state.root, recipe)
         if hold is not None:
@@ -312,7 +312,7 @@ class GatewayJobs:
         if self.driver is not None:
             told = [self._retire(recipe, j) for j in self._find(recipe)]
             if not all(told):
-                return self._fail(recipe, f"gateway job of {recipe} could not be stopped (scancel failed); "
+                return self._failed(recipe, f"gateway job of {recipe} could not be stopped (scancel failed); "
                                           "tried again next pass")
         holder.say_nothing_comes(prefix_of(self.state.root, recipe), holder.DELETED)
         ports.release(f"{recipe}/{OWNER_NAME}")
@@ -373,19 +373,6 @@ class GatewayJobs:
         except (OSError, ValueError, http.client.HTTPException):
             return None
 
-    def _fail(self, recipe: str, why: str) -> list[Change]:
-        rec = self._record(recipe)
-        if rec.get("lastError") == why:
-            return []
-        self._write(recipe, {**rec, "lastError": why})
-        log.error("gateway failed", recipe=recipe, error=why)
-        return [Change("GatewayFailed", recipe, why)]
-
-    def _record(self, recipe: str) -> dict:
-        return self.state.read_json(record_path(self.state.root, recipe), {}, lambda d: isinstance(d, dict))
-
-    def _write(self, recipe: str, rec: dict) -> None:
-        self.state.write_json(record_path(self.state.root, recipe), rec)
 
 
 KEPT = ("restarts", "backoff", "announced", "job", "jobState")  # a new address keeps the job's history

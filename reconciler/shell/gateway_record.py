@@ -9,9 +9,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
+from reconciler.drivers.state import StateDir
 from reconciler.gateway import ANY
 from reconciler.shell.gateway_sweep import master_pid
 
+log = structlog.get_logger("reconciler")
 OWNER_NAME = "gateway"  # the port registry's owner is <recipe>/gateway
 RESTART_BASE_S = 1.0  # after the first (immediate) restart: 1, 2, 4, 8 s
 RESTART_CAP_S = 8.0
@@ -41,6 +45,26 @@ class Change:
     kind: str  # GatewayStarted | GatewayRestarted | GatewayMoved | GatewayReloaded | GatewayFailed | GatewayStopped
     recipe: str
     message: str
+
+
+class Records:
+    """Reading and writing a gateway's record; a failure said once (an event), not every pass."""
+
+    state: StateDir
+
+    def _record(self, recipe: str) -> dict:
+        return self.state.read_json(record_path(self.state.root, recipe), {}, lambda d: isinstance(d, dict))
+
+    def _write(self, recipe: str, rec: dict) -> None:
+        self.state.write_json(record_path(self.state.root, recipe), rec)
+
+    def _failed(self, recipe: str, why: str) -> list[Change]:
+        rec = self._record(recipe)
+        if rec.get("lastError") == why:
+            return []
+        self._write(recipe, {**rec, "lastError": why})
+        log.error("gateway failed", recipe=recipe, error=why)
+        return [Change("GatewayFailed", recipe, why)]
 
 
 def facts(root: Path, recipe: str) -> dict | None:
