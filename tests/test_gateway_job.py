@@ -113,6 +113,9 @@ def test_facts_of_a_gateway_job_say_where_it_is_and_whether_it_runs(tmp_path):
     f = facts(tmp_path, "r")
     assert f["url"] == "http://n1:12000" and not f["up"] and "Resources" in f["reason"]
     (tmp_path / "r" / "gateway.json").write_text(json.dumps({**rec, "jobState": "RUNNING", "lastError": None}))
+    assert not facts(tmp_path, "r")["up"]  # running, never confirmed serving: not up yet
+    rec = {**rec, "confirmedJob": "41"}
+    (tmp_path / "r" / "gateway.json").write_text(json.dumps({**rec, "jobState": "RUNNING", "lastError": None}))
     assert facts(tmp_path, "r")["up"]
     (tmp_path / "r" / "gateway.json").write_text(json.dumps({**rec, "jobState": "RUNNING", "answering": False,
                                                               "probeError": "no answer"}))
@@ -220,8 +223,20 @@ def _rec(jobs):
     return jobs._record("r")
 
 
+def _page(jobs, ups, unproven=False, recipe="r"):
+    """The job's /gateway/health for these upstreams, as nginx would answer it."""
+    from reconciler.gateway import GatewayConfig, instance, version
+    rec = _rec(jobs)
+    prefix = jobs.state.root.absolute() / recipe / "gateway"
+    cfg = GatewayConfig("r", rec["port"], prefix, tuple(ups), unproven, "0.0.0.0", rec["holderPort"])
+    return {"version": version(cfg), "instance": instance(recipe, prefix)}
+
+
+def _hups(slurm):
+    return slurm.verbs().count("scancel --batch --signal=HUP")
+
+
 def test_a_gateway_job_from_submit_to_serving_each_pass_one_look(gw):
-    from reconciler.gateway import version
     jobs, slurm, answer, ports = gw
     assert _sync(jobs, ports, 0.0) == ["GatewaySubmitted"]
     rec = _rec(jobs)
@@ -230,52 +245,87 @@ def test_a_gateway_job_from_submit_to_serving_each_pass_one_look(gw):
     slurm.jobs["101"] = ["PENDING", "", "Resources"]
     assert _sync(jobs, ports, 1.0) == ["GatewayWaiting"]
     assert _rec(jobs)["notBefore"] == 6.0  # Slurm says why: looked at at the resync's pace
-    assert _sync(jobs, ports, 2.0) == []  # said once
+    slurm.jobs["101"] = ["PENDING", "", "Priority"]
+    assert _sync(jobs, ports, 2.0) == []  # said once per job and state, though the reason flips
     slurm.jobs["101"] = ["RUNNING", "n3", "None"]
     assert _sync(jobs, ports, 3.0) == []  # nginx not up yet: no HUP, looked at again soon
-    assert "scancel --batch --signal=HUP" not in slurm.verbs() and _rec(jobs)["notBefore"] == 3.25
-    cfg_version = lambda ups, unproven=False: version(__import__("reconciler.gateway", fromlist=["x"]).GatewayConfig(
-        "r", _rec(jobs)["port"], jobs.state.root.absolute() / "r" / "gateway", tuple(ups), unproven, "0.0.0.0",
-        _rec(jobs)["holderPort"]))
-    answer["health"] = {"version": cfg_version(["n1:8000"])}
+    assert _hups(slurm) == 0 and _rec(jobs)["notBefore"] == 3.25 and _rec(jobs)["lastError"] is None
+    assert not facts(jobs.state.root, "r")["up"]  # running, not serving yet
+    answer["health"] = _page(jobs, ["n1:8000"])
     assert _sync(jobs, ports, 3.5) == ["GatewayStarted"]
     assert _rec(jobs)["upstreams"] == ["n1:8000"] and _rec(jobs)["notBefore"] is None
-    assert _sync(jobs, ports, 4.0) == [] and slurm.verbs().count("squeue") == 6  # settled: no health look
+    assert facts(jobs.state.root, "r")["up"]
+    looks = slurm.verbs().count("squeue")
+    assert _sync(jobs, ports, 4.0) == [] and slurm.verbs().count("squeue") == looks + 1  # settled: one squeue
     # a new upstream: one HUP, confirmed on a later pass, not waited for
-    assert _sync(jobs, ports, 5.0, ("n1:8000", "n2:8000")) == []
-    assert slurm.verbs().count("scancel --batch --signal=HUP") == 1
-    assert _sync(jobs, ports, 5.25, ("n1:8000", "n2:8000")) == []
-    assert slurm.verbs().count("scancel --batch --signal=HUP") == 1  # asked once within LOOK_LATER_S
-    answer["health"] = {"version": cfg_version(["n1:8000", "n2:8000"])}
+    assert _sync(jobs, ports, 5.0, ("n1:8000", "n2:8000")) == [] and _hups(slurm) == 1
+    assert _sync(jobs, ports, 5.25, ("n1:8000", "n2:8000")) == [] and _hups(slurm) == 1  # once in LOOK_LATER_S
+    answer["health"] = _page(jobs, ["n1:8000", "n2:8000"])
+    assert _sync(jobs, ports, 5.3, ("n1:8000", "n2:8000")) == []  # an old worker may still answer: not yet
     assert _sync(jobs, ports, 5.5, ("n1:8000", "n2:8000")) == ["GatewayReloaded"]
     # the list changes and changes back before nginx took the first change: what it serves after
     # that HUP is asked again, never taken for the list confirmed before
-    assert _sync(jobs, ports, 5.6, ("n1:8000",)) == []
-    hups = slurm.verbs().count("scancel --batch --signal=HUP")
-    answer["health"] = {"version": cfg_version(["n1:8000"])}
-    assert _sync(jobs, ports, 5.7, ("n1:8000", "n2:8000")) == []  # serves the one between: HUP again
-    assert slurm.verbs().count("scancel --batch --signal=HUP") == hups + 1
-    answer["health"] = {"version": cfg_version(["n1:8000", "n2:8000"])}
-    assert _sync(jobs, ports, 5.8, ("n1:8000", "n2:8000")) == ["GatewayReloaded"]
+    assert _sync(jobs, ports, 6.0, ("n1:8000",)) == [] and _hups(slurm) == 2
+    answer["health"] = _page(jobs, ["n1:8000"])
+    assert _sync(jobs, ports, 6.6, ("n1:8000", "n2:8000")) == [] and _hups(slurm) == 3  # the one between: again
+    answer["health"] = _page(jobs, ["n1:8000", "n2:8000"])
+    assert _sync(jobs, ports, 7.2, ("n1:8000", "n2:8000")) == ["GatewayReloaded"]
+    # settled, then something else answers there: found at the next look (every RECHECK_S)
+    answer["health"] = _page(jobs, ["n1:8000"])
+    assert _sync(jobs, ports, 8.0, ("n1:8000", "n2:8000")) == []  # not looked at yet
+    assert _sync(jobs, ports, 40.0, ("n1:8000", "n2:8000")) == [] and _hups(slurm) == 4
     # a config that is never served: said once, after the grace, with what the agent said
-    assert _sync(jobs, ports, 6.0, ("n2:8000",)) == []
-    assert _sync(jobs, ports, 17.0, ("n2:8000",)) == ["GatewayFailed"]
-    assert _sync(jobs, ports, 18.0, ("n2:8000",)) == [] and _rec(jobs)["notBefore"] == 23.0
+    assert _sync(jobs, ports, 51.0, ("n1:8000", "n2:8000")) == ["GatewayFailed"]
+    assert _sync(jobs, ports, 52.0, ("n1:8000", "n2:8000")) == [] and _rec(jobs)["notBefore"] == 57.0
+
+
+def test_a_new_job_is_looked_at_soon_and_a_job_that_never_serves_is_said(gw):
+    jobs, slurm, answer, ports = gw
+    _sync(jobs, ports, 0.0)
+    slurm.jobs["101"] = ["RUNNING", "n3", "None"]
+    assert _sync(jobs, ports, 1.0) == []
+    assert _sync(jobs, ports, 12.0) == ["GatewayFailed"]  # nginx or the interpreter missing on the node
+    assert "does not serve its config" in _rec(jobs)["lastError"]
+    assert _sync(jobs, ports, 13.0) == []
+    del slurm.jobs["101"]
+    slurm.ended["101"] = ("FAILED", "NonZeroExitCode")
+    assert _sync(jobs, ports, 14.0) == ["GatewayFailed", "GatewaySubmitted"]
+    slurm.jobs["102"] = ["RUNNING", "n3", "None"]
+    assert _sync(jobs, ports, 15.0) == [] and _rec(jobs)["notBefore"] == 15.25  # a new job: looked at soon
+    answer["health"] = _page(jobs, ["n1:8000"])
+    assert _sync(jobs, ports, 15.25) == ["GatewayStarted"]
 
 
 def test_an_ended_gateway_job_is_submitted_again_with_a_backoff_unless_slurm_still_has_it(gw):
     jobs, slurm, answer, ports = gw
     _sync(jobs, ports, 0.0)
+    slurm.jobs["101"] = ["RUNNING", "n3", "None"]
+    _sync(jobs, ports, 0.5)
     del slurm.jobs["101"]
     slurm.ended["101"] = ("RUNNING", "None")  # squeue missed it: Slurm still runs it
     assert _sync(jobs, ports, 1.0) == [] and slurm.verbs().count("sbatch") == 1
+    del slurm.ended["101"]  # nor can scontrol say (a timeout): not taken as ended for MISSING_S
+    assert _sync(jobs, ports, 20.0) == [] and slurm.verbs().count("sbatch") == 1
     slurm.ended["101"] = ("CANCELLED", "None")
-    assert _sync(jobs, ports, 7.0) == ["GatewayFailed", "GatewaySubmitted"]  # the first again at once
+    assert _sync(jobs, ports, 21.0) == ["GatewayFailed", "GatewaySubmitted"]  # the first again at once
     del slurm.jobs["102"]
     slurm.ended["102"] = ("FAILED", "NonZeroExitCode")
-    assert _sync(jobs, ports, 8.0) == ["GatewayFailed"]  # then after 1 s
-    assert _sync(jobs, ports, 9.0) == ["GatewaySubmitted"]
+    assert _sync(jobs, ports, 22.0) == ["GatewayFailed"]  # then after 1 s
+    assert _sync(jobs, ports, 23.0) == ["GatewaySubmitted"]
     assert _rec(jobs)["job"] == "103" and _rec(jobs)["backoff"] == 2
+
+
+def test_a_serving_job_is_kept_over_a_waiting_one(gw):
+    jobs, slurm, answer, ports = gw
+    _sync(jobs, ports, 0.0)
+    slurm.jobs["101"] = ["RUNNING", "n3", "None"]
+    answer["health"] = _page(jobs, ["n1:8000"])
+    _sync(jobs, ports, 1.0)
+    slurm.jobs["102"] = ["PENDING", "", "Resources"]  # a second one (a submit whose answer was lost)
+    jobs._write("r", {**_rec(jobs), "job": "102"})
+    _sync(jobs, ports, 2.0)
+    assert "scancel 102" in slurm.verbs() and "scancel --batch --signal=QUIT" not in slurm.verbs()
+    assert _rec(jobs)["job"] == "101"
 
 
 def test_a_port_another_process_holds_on_the_node(gw):
@@ -284,20 +334,39 @@ def test_a_port_another_process_holds_on_the_node(gw):
     slurm.jobs["101"] = ["RUNNING", "n3", "None"]
     prefix = jobs.state.root.absolute() / "r" / "gateway"
     first = _rec(jobs)["port"]
-    (prefix / "agent.json").write_text(json.dumps({"job": "101", "nginxPid": None, "lastExit": 1,
-                                                   "error": f"bind() to 0.0.0.0:{first} failed (98: Address already in use)"}))
+    (prefix / "agent.json").write_text(json.dumps({"job": "101", "nginxPid": 7, "lastExit": 1, "bindFailed": True,
+                                                   "error": "still could not bind()"}))
     # it never served there: a new port, in a new job (its holder knows the gateway's port)
     assert _sync(jobs, ports, 1.0) == ["GatewayMoved"]
     assert _rec(jobs)["port"] != first and "scancel --batch --signal=QUIT" in slurm.verbs()
     assert _sync(jobs, ports, 2.0) == ["GatewaySubmitted"]
-    # once it served on a port, the address is kept and the cause said
+    # another reconciler's gateway answers on our port: not ours, whatever it serves
     slurm.jobs["102"] = ["RUNNING", "n3", "None"]
+    answer["health"] = _page(jobs, ["n1:8000"], recipe="someone-else")
+    second = _rec(jobs)["port"]
+    assert _sync(jobs, ports, 3.0) == ["GatewayMoved"] and _rec(jobs)["port"] != second
+    assert _hups(slurm) == 0  # never told to reload someone else's nginx
+    # once it served on a port, the address is kept and the cause said
+    assert _sync(jobs, ports, 4.0) == ["GatewaySubmitted"]
+    slurm.jobs["103"] = ["RUNNING", "n3", "None"]
+    answer["health"] = _page(jobs, ["n1:8000"])
+    assert _sync(jobs, ports, 5.0) == ["GatewayStarted"]
+    kept = _rec(jobs)["port"]
+    answer["health"] = None
+    (prefix / "agent.json").write_text(json.dumps({"job": "103", "nginxPid": None, "lastExit": 1, "bindFailed": True}))
+    assert _sync(jobs, ports, 40.0) == []
+    assert _sync(jobs, ports, 51.0) == ["GatewayFailed"]
+    assert "held by another process" in _rec(jobs)["lastError"] and _rec(jobs)["port"] == kept
+
+
+def test_ports_the_registry_gives_another_owner_move_a_gateway_that_never_served(gw):
+    jobs, slurm, answer, ports = gw
+    _sync(jobs, ports, 0.0)
     rec = _rec(jobs)
-    jobs._write("r", {**rec, "servedPort": rec["port"]})
-    (prefix / "agent.json").write_text(json.dumps({"job": "102", "nginxPid": None, "lastExit": 1,
-                                                   "error": "bind() failed (98: Address already in use)"}))
-    assert _sync(jobs, ports, 3.0) == ["GatewayFailed"]
-    assert "held by another process" in _rec(jobs)["lastError"] and _rec(jobs)["port"] == rec["port"]
+    ports.release("r/gateway")
+    assert ports.claim("n3", "w/agg_0", "http", rec["port"])  # a worker got it meanwhile
+    assert _sync(jobs, ports, 1.0) == ["GatewayMoved", "GatewaySubmitted"]
+    assert _rec(jobs)["port"] != rec["port"] and "scancel 101" in slurm.verbs()
 
 
 def test_a_stop_that_slurm_did_not_take_is_tried_again(gw):
@@ -311,6 +380,17 @@ def test_a_stop_that_slurm_did_not_take_is_tried_again(gw):
     assert [c.kind for c in jobs.stop("r", ports)] == ["GatewayStopped"]
     assert not jobs.state.root.joinpath("r", "gateway.json").exists()
     assert jobs._find("r") == []  # retired: never adopted again, though its nginx finishes its requests
+
+
+def test_a_due_time_no_pass_acts_on_does_not_spin_the_loop(tmp_path):
+    from reconciler.drivers.state import StateDir
+    from reconciler.shell.gateway import Gateways
+
+    g = Gateways(StateDir(tmp_path), nginx="/usr/sbin/nginx")
+    (tmp_path / "r").mkdir()
+    g._write("r", {"mode": "job", "notBefore": 100.25})
+    assert g.next_due(100.0) == 0.25
+    assert g.next_due(500.0) is None  # its recipe suspended or held: nothing acts on it
 
 
 def test_under_the_local_driver_an_allocation_is_said_and_nothing_else_is_touched(tmp_path):
@@ -346,3 +426,38 @@ def test_an_agent_killed_takes_its_nginx_along(tmp_path):
         if agent.poll() is None:
             agent.kill()
             agent.wait()
+
+
+@pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")
+def test_the_agent_says_when_its_port_is_held_and_when_it_got_it(tmp_path):
+    """nginx tries to bind 5 times, 0.5 s apart, then exits with "still could not bind()": the
+    agent reads its own run's lines of error.log and says bindFailed in agent.json; once the port
+    is free, the nginx it starts again binds, and past its retries the agent says it settled."""
+    import socket
+
+    prefix = tmp_path / "gateway"
+    prefix.mkdir()
+    (prefix / "error.log").write_text("2026/01/01 00:00:00 [emerg] 1#1: an old job's line\n")
+    lo = next(_ranges)
+    port = next(p for p in range(lo, lo + 100) if bind_free(p))
+    (prefix / "nginx.conf").write_text(render(GatewayConfig("r", port, prefix, ("127.0.0.1:9",))))
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind(("0.0.0.0", port))
+    squatter.listen()
+    status = prefix / "agent.json"
+    with open(tmp_path / "job.out", "wb") as f:
+        agent = subprocess.Popen([sys.executable, "-m", "reconciler.gateway.agent", "--prefix", str(prefix),
+                                  "--nginx", nginx_binary()], stdout=f, stderr=subprocess.STDOUT)
+    try:
+        held = wait_until(lambda: (d := json.loads(status.read_text())).get("bindFailed") and d, timeout=30,
+                          what="the agent saying the port is held")
+        assert "could not bind" in held["error"] or "Address already in use" in held["error"], held
+        squatter.close()
+        settled = wait_until(lambda: (d := json.loads(status.read_text())).get("settled") and d, timeout=40,
+                             what="nginx bound and settled")
+        assert settled["bindFailed"] is False and settled["nginxPid"] and _health(port) is not None
+    finally:
+        squatter.close()
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=30)

@@ -87,6 +87,12 @@ def _check(cfg: GatewayConfig) -> None:
         raise ValueError(f"gateway address {cfg.listen!r} has characters nginx would read as syntax")
 
 
+def instance(recipe: str, prefix: Path) -> str:
+    """Which gateway answers: its recipe and state directory (another reconciler's nginx on the
+    same node and port, or a stale one, is not this one, whatever it serves)."""
+    return hashlib.sha256(json.dumps([recipe, str(prefix)]).encode()).hexdigest()[:16]
+
+
 def version(cfg: GatewayConfig) -> str:
     """A digest of everything the config is rendered from: two configs serve alike iff it matches."""
     doc = [cfg.recipe, cfg.port, str(cfg.prefix), list(cfg.upstreams), cfg.unproven, cfg.listen, cfg.holder]
@@ -103,7 +109,7 @@ def render(cfg: GatewayConfig) -> str:
     # what a reload is confirmed by: the shell waits until the gateway answers with the new list
     # (and, for a gateway in its own job, this config's version: a change of the hold is one too)
     health = json.dumps({"gateway": cfg.recipe, "upstreams": list(cfg.upstreams), "unproven": cfg.unproven,
-                         "version": version(cfg)})
+                         "version": version(cfg), "instance": instance(cfg.recipe, cfg.prefix)})
     hold = f"127.0.0.1:{cfg.holder}" if cfg.holder is not None else None
     if cfg.upstreams or hold:
         # all unproven and marked failed, nginx would answer "no live upstreams" for fail_timeout
@@ -176,4 +182,4 @@ def render(cfg: GatewayConfig) -> str:
         "}\n")
 
 
-__all__ = ["ANY", "GatewayConfig", "render", "version", "FAIL_TIMEOUT_S"]
+__all__ = ["ANY", "GatewayConfig", "render", "version", "instance", "FAIL_TIMEOUT_S"]

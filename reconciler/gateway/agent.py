@@ -105,19 +105,50 @@ class Nginx(Child):
     """A master killed with SIGKILL leaves its workers serving and holding the port: the next
     master could not bind it. The agent is their subreaper (``main``), so they become its own
     children: once the master is gone they are told to QUIT (finish what they carry, close the
-    listener) and reaped before the next master starts."""
+    listener) and reaped (those still carrying a stream, later). Each run's [emerg] lines are
+    its own: read from where error.log ended when it started."""
+
+    SETTLED_S = 4.0  # nginx gives up binding after 5 tries 0.5 s apart: up longer than that, it bound
+
+    def __init__(self, name: str, argv: list[str], out: Path | None, log: Path):
+        super().__init__(name, argv, out)
+        self.log, self.mark = log, 0
+        self.error: str | None = None
+        self.bind_failed = False
+        self.settled = False
+        self.orphans: list[int] = []
+
+    def start(self) -> None:
+        self.mark, self.settled = log_size(self.log), False
+        super().start()
+
+    def check(self) -> None:
+        self.orphans = [p for p in self.orphans if not _reaped(p)]
+        super().check()
 
     def gone(self) -> None:
+        lines = emerg_since(self.log, self.mark)
+        self.bind_failed = any("(98: Address already in use)" in l or "still could not bind()" in l for l in lines)
+        self.error = next((l for l in reversed(lines) if "still could not bind()" not in l), None) or (
+            lines[-1] if lines else None)
         left = [p for p in children_of(os.getpid()) if b"nginx: worker process" in _cmdline(p)]
         for pid in left:
             try:
                 os.kill(pid, signal.SIGQUIT)
             except OSError:
                 continue
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + 2.0  # idle ones go at once; one carrying a stream closed its listener
         while left and time.monotonic() < deadline:
             left = [p for p in left if not _reaped(p)]
             time.sleep(0.05)
+        self.orphans += left
+
+    def settle(self) -> bool:
+        """Whether it has just become settled (up past its bind retries): said once per run."""
+        if self.settled or self.proc is None or time.monotonic() - self.started < self.SETTLED_S:
+            return False
+        self.settled, self.bind_failed, self.error = True, False, None
+        return True
 
 
 def _reaped(pid: int) -> bool:
@@ -171,18 +202,19 @@ def run(nginx: Child, holder: Child | None, status: Path | None = None) -> int:
         was = nginx.proc
         for c in children:
             c.check()
-        if nginx.proc is not was:
+        if nginx.proc is not was or (isinstance(nginx, Nginx) and nginx.settle()):
             report(status, nginx)
 
 
 def report(status: Path | None, nginx: Child) -> None:
     """``agent.json`` (the prefix, on the shared file system): which job runs it, whether nginx
-    runs, and why the last one exited (its last [emerg] line: a port another process holds)."""
+    runs (``settled``: up past its bind retries), and why the last one exited: its own [emerg]
+    lines (``bindFailed``: another process holds the port)."""
     if status is None:
         return
     doc = {"job": os.environ.get("SLURM_JOB_ID"), "host": socket.gethostname(), "at": time.time(),
-           "nginxPid": nginx.proc.pid if nginx.proc is not None else None,
-           "lastExit": nginx.last_exit, "error": last_emerg(status.parent / "error.log")}
+           "nginxPid": nginx.proc.pid if nginx.proc is not None else None, "settled": nginx.settled,
+           "lastExit": nginx.last_exit, "error": nginx.error, "bindFailed": nginx.bind_failed}
     tmp = status.with_name(status.name + ".tmp")
     try:
         tmp.write_text(json.dumps(doc))
@@ -191,14 +223,23 @@ def report(status: Path | None, nginx: Child) -> None:
         say(f"cannot write {status}: {e}")
 
 
-def last_emerg(log: Path) -> str | None:
+def emerg_since(log: Path, offset: int) -> list[str]:
+    """The [emerg] lines nginx wrote to ``log`` past ``offset`` (its own run's), without the
+    time and pid prefix."""
     try:
         with open(log, "rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 4096))
+            f.seek(max(offset, f.seek(0, 2) - 65536))
             lines = f.read().decode(errors="replace").splitlines()
     except OSError:
-        return None
-    return next((l.split("] ", 1)[-1] for l in reversed(lines) if "[emerg]" in l), None)
+        return []
+    return [l.split(": ", 1)[-1] for l in lines if "[emerg]" in l]
+
+
+def log_size(log: Path) -> int:
+    try:
+        return log.stat().st_size
+    except OSError:
+        return 0
 
 
 def die_with_parent() -> None:
@@ -232,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     prefix = a.prefix.absolute()
     (prefix / "tmp").mkdir(parents=True, exist_ok=True)
     os.chdir(prefix)
-    nginx = Nginx("nginx", nginx_argv(a.nginx, prefix), None)
+    nginx = Nginx("nginx", nginx_argv(a.nginx, prefix), None, prefix / "error.log")
     holder = Child("holder", a.holder, prefix / "holder.log") if a.holder else None
     subreaper()
     say(f"on {socket.gethostname()}, prefix {prefix}")

@@ -46,6 +46,7 @@ from reconciler.shell.gateway_sweep import (  # noqa: F401 - quit_under, master_
 )
 
 log = structlog.get_logger("reconciler")
+STALE_DUE_S = 2.0
 RESET_AFTER_S = 60.0  # a master that stayed up this long starts its backoff over
 START_TIMEOUT_S = 10.0
 CONFIRM_TIMEOUT_S = 2.0
@@ -266,7 +267,9 @@ class Gateways(Records):
 
     def next_due(self, now: float) -> float | None:
         """Seconds until a gateway waiting out its restart backoff may start: when the loop looks again."""
-        due = [nb for r in self.known() if (nb := self._record(r).get("notBefore"))]
+        # a time well past is one no pass acted on (its recipe suspended, held, or failing before
+        # its gateway): not a reason to look again at once, over and over
+        due = [nb for r in self.known() if (nb := self._record(r).get("notBefore")) and nb >= now - STALE_DUE_S]
         return max(0.0, min(due) - now) if due else None
 
     def stop(self, recipe: str, ports: NodePortAllocator) -> list[Change]:

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import shlex
-from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -32,89 +30,27 @@ from reconciler.core.ports import NodePortAllocator
 from reconciler.drivers.base import DriverError
 from reconciler.drivers.state import StateDir
 from reconciler.fsutil import atomic_write_text
-from reconciler.gateway import ANY, GatewayConfig, render, version
+from reconciler.gateway import ANY, GatewayConfig, instance, render, version
 from reconciler.recipe.gateway import DEFAULT_HOLD_S
 from reconciler.shell import holder
+from reconciler.shell.gateway_slurm import (
+    RUNNING, Job, Placement, batch_script, parse_jobs, pick, placement, resubmit_delay, sbatch_argv,
+)
 from reconciler.shell.gateway_record import OWNER_NAME, Change, Records, prefix_of, record_path
 
 log = structlog.get_logger("reconciler")
-AGENT = "reconciler.gateway.agent"
 HEALTH_TIMEOUT_S = 0.5  # one look per pass: a tick never waits on a node for longer
 CONFIRM_GRACE_S = 10.0  # a config not served this long after it was written is said (GatewayFailed)
 LOOK_SOON_S = 0.25  # while a config waits to be confirmed (within the grace), or a job just submitted
 LOOK_LATER_S = 5.0  # a job Slurm holds with a reason, a config overdue: looked at again this often
-SUBMIT_CAP_S = 60.0  # a job that keeps ending is submitted again at most this often
+RECHECK_S = 30.0  # a settled gateway's page is looked at this often (still this one, this config?)
+HUP_SETTLE_S = 0.5  # after a HUP, old workers still answer for a moment: not taken as confirmation
+MISSING_S = 30.0  # a job squeue stopped listing, that Slurm cannot describe, is taken as ended after this
 PORT_BLOCK_S = 3600.0  # a port another process held on the node is not offered again this long
 RETIRED_GONE = ("already completing or completed", "Invalid job id")  # scancel of a job already gone
-RUNNING = ("RUNNING",)
 RETIRED = "retired.json"  # in the prefix: job ids told to stop (kept past the record, which a stop deletes)
 KEEP_RETIRED = 32
 ALIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where the job runs: reconcile.gateway.allocation, with the recipe's slurm: defaults."""
-
-    node: str
-    partition: str | None = None
-    account: str | None = None
-    time: str | None = None
-    memory: str = "1G"
-    qos: str | None = None
-    reservation: str | None = None
-
-
-@dataclass(frozen=True)
-class Job:
-    id: str
-    state: str
-    node: str
-    reason: str
-
-
-def placement(recipe) -> Placement | None:
-    """Where a recipe's gateway job runs (None: next to the reconciler). Partition and account
-    default to the recipe's slurm: section (and so to the cluster config's defaults)."""
-    a = recipe.reconcile.gateway.allocation
-    if a is None:
-        return None
-    qos = next((str(v) for k, v in recipe.sbatch_directives.items() if k == "qos"), None)
-    return Placement(a.node, a.partition or recipe.slurm.partition, a.account or recipe.slurm.account, a.time,
-                     a.memory, a.qos or qos, recipe.slurm.reservation)
-
-
-def batch_script(python: str, nginx: str, prefix: Path, holder_argv: list[str]) -> str:
-    """The job's batch script: the agent, every word quoted (a state directory may hold anything)."""
-    argv = [python, "-m", AGENT, "--prefix", str(prefix), "--nginx", nginx, "--holder", *holder_argv]
-    return ("#!/bin/sh\n# the gateway's own job (reconcile.gateway.allocation), written by the reconciler\n"
-            "exec " + " ".join(shlex.quote(a) for a in argv) + "\n")
-
-
-def sbatch_argv(name: str, place: Placement, script: Path, out: Path) -> list[str]:
-    # --mem: where memory is a consumable resource, a job without it may be given the whole node's
-    argv = ["sbatch", "--parsable", f"--job-name={name}", "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
-            f"--mem={place.memory}", f"--nodelist={place.node}", f"--output={out}", "--open-mode=append",
-            "--no-requeue"]
-    argv += [f"--{k}={v}" for k, v in (("partition", place.partition), ("account", place.account),
-                                       ("time", place.time), ("qos", place.qos),
-                                       ("reservation", place.reservation)) if v]
-    return argv + [str(script)]
-
-
-def parse_jobs(text: str) -> list[Job]:
-    out = []
-    for line in text.splitlines():
-        parts = line.strip().split("|", 3)
-        if len(parts) == 4 and parts[0]:
-            out.append(Job(*(p.strip() for p in parts)))
-    return out
-
-
-def resubmit_delay(backoff: int) -> float:
-    """The wait before submitting again after ``backoff`` jobs in a row ended early: the first at
-    once, then 1, 2, 4 s... capped at a minute (each is a Slurm submission and an event)."""
-    return 0.0 if backoff <= 0 else min(2.0 ** (backoff - 1), SUBMIT_CAP_S)
 
 
 class GatewayJobs(Records):
@@ -128,6 +64,8 @@ class GatewayJobs(Records):
         self.driver = driver if hasattr(driver, "slurm") else None
         self.nginx = nginx or "nginx"  # the node's: the login node's path, the same image
         self.python = python or holder.python()
+        self._seen: dict[str, float] = {}  # recipe -> when squeue last listed its job (kept in memory)
+        self._checked: dict[str, float] = {}  # recipe -> the last look at a settled gateway's page
 
     # ---------------------------------------------------------------- each tick
     def sync(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float, place: Placement,
@@ -151,44 +89,56 @@ class GatewayJobs(Records):
         for j in [j for j in jobs if j.node and j.node != place.node]:  # left running elsewhere: ended
             self._retire(recipe, j)
             jobs.remove(j)
-        job = next((j for j in jobs if j.id == rec.get("job")), jobs[0] if jobs else None)
+        job = pick(jobs, rec.get("job"))
         for extra in jobs:  # a second job for one gateway (a submit whose answer was lost): cancelled
             if extra is not job:
                 self._retire(recipe, extra)
         if job is None:
             return changes + self._submit(recipe, rec, prefix, place, now)
+        self._seen[recipe] = now
         if job.state not in RUNNING:
             reason = job.reason if job.reason not in ("", "None", "(null)") else ""
             why = f"gateway job {job.id} is {job.state.lower()} on {place.node}" + (f" ({reason})" if reason else "")
-            # said when Slurm says why it waits (Resources, ReqNodeNotAvail...): not for the moment
-            # every job is pending before it starts
-            if rec.get("lastError") != why and reason:
+            # said once per job and state when Slurm says why it waits (Resources, ReqNodeNotAvail...;
+            # its reason may flip between two): not for the moment every job is pending before it starts
+            said = f"{job.id}:{job.state}"
+            if reason and rec.get("waitingSaid") != said:
                 changes.append(Change("GatewayWaiting", recipe, why))
+                rec = {**rec, "waitingSaid": said}
+            soon = not reason and now - float(rec.get("submittedAt") or 0) < CONFIRM_GRACE_S
             self._write(recipe, {**rec, "job": job.id, "jobState": job.state, "lastError": why,
-                                 "notBefore": now + (LOOK_LATER_S if reason else LOOK_SOON_S)})
+                                 "notBefore": now + (LOOK_SOON_S if soon else LOOK_LATER_S)})
             return changes
         return changes + self._serve(recipe, rec, job, cfg, ports, now)
 
     def _serve(self, recipe: str, rec: dict, job: Job, cfg: GatewayConfig, ports: NodePortAllocator,
                now: float) -> list[Change]:
         """The job runs: make it serve ``cfg`` (a started nginx read the config at its start; a
-        running one is sent SIGHUP), confirmed by its health page naming the config's version."""
-        want = version(cfg)
-        if rec.get("job") != job.id or rec.get("jobState") not in RUNNING:
-            rec = {**rec, "job": job.id, "jobState": job.state, "runningSince": now, "hupFor": None}
+        running one is sent SIGHUP), confirmed by its health page: this gateway's (``instance``),
+        with this config's version, asked after the reload had a moment to retire old workers."""
+        want, ours_id = version(cfg), instance(recipe, cfg.prefix)
+        if rec.get("job") != job.id or rec.get("jobState") not in RUNNING:  # a job seen running first
+            rec = {**rec, "job": job.id, "jobState": job.state, "runningSince": now, "hupFor": None, "hupAt": None,
+                   "wantedSince": None, "overdueSaid": None, "lastError": None}
+        health: dict | None = None
         if rec.get("confirmed") == want and rec.get("confirmedJob") == job.id:
-            up = {**rec, "lastError": None, "notBefore": None}
-            if now - float(rec.get("runningSince") or now) >= 60 and up.get("backoff"):
-                up["backoff"] = 0  # stayed up: the next end resubmits at once again
-            if up != rec:
-                self._write(recipe, up)
-            return []
+            if now - self._checked.get(recipe, 0.0) < RECHECK_S:
+                return self._settled(recipe, rec, now)
+            self._checked[recipe] = now  # now and then: still this gateway, with this config?
+            health = self._health(rec)
+            if health is not None and health.get("instance") == ours_id and health.get("version") == want:
+                return self._settled(recipe, rec, now)
+            rec = {**rec, "confirmed": None, "wantedSince": [want, now]}  # the grace starts now
+        else:
+            health = self._health(rec)
         if (rec.get("wantedSince") or [None])[0] != want:
             rec["wantedSince"] = [want, now]
         since = float(rec["wantedSince"][1])
-        health = self._health(rec)
+        ours = health is not None and health.get("instance") == ours_id
+        settled = rec.get("hupAt") is None or now - float(rec["hupAt"]) >= HUP_SETTLE_S
         changes: list[Change] = []
-        if health is not None and health.get("version") == want:
+        if ours and health.get("version") == want and settled:
+            self._checked[recipe] = now
             served = list(cfg.upstreams)
             if rec.get("announced") != job.id:  # its first confirmed answer: started (again)
                 again = bool(rec.get("announced"))
@@ -200,48 +150,59 @@ class GatewayJobs(Records):
                 how = " (none alive: where the frontends are relaunched)" if cfg.unproven else ""
                 changes.append(Change("GatewayReloaded", recipe, f"upstreams now {', '.join(served) or 'none'}{how}"))
             self._write(recipe, {**rec, "confirmed": want, "confirmedJob": job.id, "servedPort": rec["port"],
-                                 "upstreams": served, "unproven": cfg.unproven, "lastError": None, "notBefore": None})
+                                 "upstreams": served, "unproven": cfg.unproven, "lastError": None, "notBefore": None,
+                                 "overdueSaid": None, "wantedSince": None})
             return changes
-        if health is not None and (rec.get("hupFor") != want or now - float(rec.get("hupAt") or 0) >= LOOK_LATER_S):
+        if ours and health.get("version") != want and (
+                rec.get("hupFor") != want or now - float(rec.get("hupAt") or 0) >= LOOK_LATER_S):
             # nginx answers with another config: reload it (again, if a HUP seems lost)
             self.driver.slurm(["scancel", "--batch", "--signal=HUP", job.id], check=False, verb="scancel-hup")
             # what it serves after the reload is the file as it is then: nothing confirmed until asked
             rec.update(hupFor=want, hupAt=now, confirmed=None)
-        rec, moved = self._port_taken(recipe, rec, job, ports, now)
-        changes += moved
+        rec, moved = self._port_taken(recipe, rec, job, ports, now, foreign=health is not None and not ours)
+        if moved:
+            self._write(recipe, {**rec, "notBefore": now + LOOK_SOON_S})
+            return moved
         overdue = now - since >= CONFIRM_GRACE_S
-        if overdue and not rec.get("lastError") and not moved:
+        if overdue and rec.get("overdueSaid") != want:
             agent = self._agent(recipe, job)
-            why = (f"gateway job {job.id} on {job.node} does not serve its config {now - since:.0f}s after it was "
-                   f"written" + (f": nginx exited {agent['lastExit']}: {agent.get('error')}" if agent.get("lastExit")
-                                 is not None else "") + f" (see {prefix_of(self.state.root, recipe)}/job.out)")
+            why = rec.get("portError") or (
+                f"gateway job {job.id} on {job.node} does not serve its config {now - since:.0f}s after it was written"
+                + (f": nginx exited {agent['lastExit']}: {agent.get('error')}" if agent.get("lastExit") is not None
+                   else "") + f" (see {prefix_of(self.state.root, recipe)}/job.out)")
             changes.append(Change("GatewayFailed", recipe, why))
-            rec["lastError"] = why
+            rec.update(lastError=why, overdueSaid=want)
         self._write(recipe, {**rec, "notBefore": now + (LOOK_LATER_S if overdue else LOOK_SOON_S)})
         return changes
 
-    def _port_taken(self, recipe: str, rec: dict, job: Job, ports: NodePortAllocator,
-                    now: float) -> tuple[dict, list[Change]]:
-        """The job's nginx could not bind its port (another process holds it on the node: the
-        agent's status says so). A gateway that never served there takes a new port (two
-        reconcilers sharing a gateway node start from the same one); one that did keeps its
-        address, as a gateway next to the reconciler does, and says why it is down."""
+    def _settled(self, recipe: str, rec: dict, now: float) -> list[Change]:
+        up = {**rec, "lastError": None, "notBefore": None}
+        if now - float(rec.get("runningSince") or now) >= 60 and up.get("backoff"):
+            up["backoff"] = 0  # stayed up: the next end resubmits at once again
+        if up != self._record(recipe):
+            self._write(recipe, up)
+        return []
+
+    def _port_taken(self, recipe: str, rec: dict, job: Job, ports: NodePortAllocator, now: float,
+                    foreign: bool) -> tuple[dict, list[Change]]:
+        """Another process holds the job's port on the node: its nginx could not bind it (the
+        agent says so), or another gateway answers there (``foreign``: two reconcilers sharing a
+        gateway node start from the same port). A gateway that never served there takes a new
+        port in a new job; one that did keeps its address, as a gateway next to the reconciler
+        does, and the cause is what its GatewayFailed says."""
         agent = self._agent(recipe, job)
-        if "Address already in use" not in str(agent.get("error") or "") or agent.get("nginxPid"):
-            return rec, []
-        owner = f"{recipe}/{OWNER_NAME}"
+        if not (foreign or agent.get("bindFailed")):
+            return ({k: v for k, v in rec.items() if k != "portError"} if rec.get("portError") else rec), []
         port, node = rec["port"], rec["host"]
         if rec.get("servedPort") == port:
             why = (f"port {port} on {node} is held by another process; the endpoint keeps its address, so the "
                    f"gateway waits for the port (free it, or remove {record_path(self.state.root, recipe)} to take a new one)")
-            if rec.get("lastError") == why:
-                return rec, []
-            return {**rec, "lastError": why}, [Change("GatewayFailed", recipe, why)]
+            return {**rec, "portError": why}, []
+        owner = f"{recipe}/{OWNER_NAME}"
         ports.release_key(node, owner, "http")
         ports.block(node, port, now + PORT_BLOCK_S)
         new = ports.allocate(node, owner, "http")
-        # the job's holder was started with the old port: a new job, with both right
-        self._retire(recipe, job)
+        self._retire(recipe, job)  # its holder was started with the old port: a new job, with both right
         why = (f"port {port} on {node} is held by another process; the gateway takes port {new} (it never served "
                f"on {port}) in a new job")
         return ({**rec, "port": new, "wantedSince": None, "lastError": None, "job": None, "jobState": None},
@@ -251,7 +212,9 @@ class GatewayJobs(Records):
         changes = []
         if rec.get("job") and rec.get("exitedAt") is None:  # the job we knew is not in the queue
             end = self.driver.job_end(rec["job"])
-            if end is not None and end[0] in ALIVE:  # squeue did not list it, Slurm has it: not resubmitted
+            seen = self._seen.setdefault(recipe, now)
+            if (end is not None and end[0] in ALIVE) or (end is None and now - seen < MISSING_S):
+                # squeue did not list it and Slurm still has it (or cannot say yet): not resubmitted
                 self._write(recipe, {**rec, "notBefore": now + LOOK_LATER_S})
                 return []
             how = f" ({end[0]}{', ' + end[1] if end and end[1] and end[1] != 'None' else ''})" if end else ""
@@ -292,17 +255,21 @@ class GatewayJobs(Records):
         owner = f"{recipe}/{OWNER_NAME}"
         if rec.get("mode") == "job" and rec.get("host") == node and isinstance(rec.get("port"), int) \
                 and isinstance(rec.get("holderPort"), int):
-            if ports.claim(node, owner, holder.NAME, rec["holderPort"]) and ports.claim(node, owner, "http", rec["port"]):
-                return rec, []
-            if rec.get("servedPort") == rec["port"]:
-                return rec, []  # its address stays; the worker given the port cannot bind it and moves
+            held = [ports.claim(node, owner, "http", rec["port"]), ports.claim(node, owner, holder.NAME, rec["holderPort"])]
+            if all(held) or rec.get("servedPort") == rec["port"]:
+                return rec, []  # a served address stays; a worker given its port cannot bind it and moves
             ports.release_node_owner(node, owner)
+        changes = []
+        if rec.get("job") and rec.get("mode") == "job":  # started with the ports it will not have
+            self._retire(recipe, Job(rec["job"], rec.get("jobState") or "RUNNING", node, ""))
+            changes.append(Change("GatewayMoved", recipe, f"the ports of gateway job {rec['job']} are another "
+                                  "owner's in the port registry: new ports, in a new job"))
         port = ports.allocate(node, owner, "http")
         hport = ports.allocate(node, owner, holder.NAME)
         rec = {**{k: v for k, v in rec.items() if k in KEPT}, "mode": "job", "host": node, "port": port,
-               "holderPort": hport, "allocatedAt": now}
+               "holderPort": hport, "allocatedAt": now, "job": None, "jobState": None}
         self._write(recipe, rec)
-        return rec, []
+        return rec, changes
 
     def stop(self, recipe: str, ports: NodePortAllocator) -> list[Change]:
         """The recipe is gone (or its gateway moves): nginx stops once its requests finish (QUIT to

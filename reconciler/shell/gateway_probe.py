@@ -13,10 +13,12 @@ settled gateway's record is not rewritten.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 
 from reconciler.drivers.state import StateDir
+from reconciler.gateway import instance
 from reconciler.shell import probe
 from reconciler.shell.gateway import Change, in_job, master_pid, prefix_of, record_path
 
@@ -46,7 +48,8 @@ def probe_gateways(state: StateDir, recipes: Iterable[str], now: float) -> list[
     pages = probe.fetch_all(url for url, _ in targets.values())
     changes = []
     for name, (url, rec) in targets.items():
-        answered = pages.get(url) is not None
+        # on a node, the page must be this gateway's: another reconciler's nginx may hold the port
+        answered = pages.get(url) is not None and (not in_job(rec) or _ours(pages[url], name, state))
         failures = 0 if answered else int(rec.get("probeFailures") or 0) + 1
         error = None if answered else f"GET {url} gave no answer within {probe.TIMEOUT:g}s (or an error status)"
         was = rec.get("answering") is not False  # never probed yet (None): taken to answer
@@ -60,3 +63,10 @@ def probe_gateways(state: StateDir, recipes: Iterable[str], now: float) -> list[
             state.write_json(record_path(state.root, name), {**rec, "answering": now_up, "probeFailures": failures,
                                                              "probeError": error})
     return changes
+
+
+def _ours(page: str | None, recipe: str, state: StateDir) -> bool:
+    try:
+        return json.loads(page or "").get("instance") == instance(recipe, prefix_of(state.root, recipe))
+    except (ValueError, AttributeError):
+        return False

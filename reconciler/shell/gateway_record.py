@@ -77,7 +77,9 @@ def facts(root: Path, recipe: str) -> dict | None:
         return None
     if in_job(rec):  # its own Slurm job: running, answering its probe, serving what it was given
         mute = rec.get("answering") is False
-        up = rec.get("jobState") == "RUNNING" and not mute
+        # its job runs and served this job's config once (not a job just started, nor another's)
+        job = rec.get("job")
+        up = rec.get("jobState") == "RUNNING" and job is not None and rec.get("confirmedJob") == job and not mute
         return {"url": url, "up": up, "pid": None, "job": rec.get("job"), "upstreams": list(rec.get("upstreams") or []),
                 "restarts": int(rec.get("restarts", 0) or 0),
                 "reason": None if up else f"not answering: {rec.get('probeError')}" if mute

@@ -117,6 +117,11 @@ class Controller:
                 self.state.corrupt(path, f"{type(e).__name__}: {e}", None)
         # registry missing or corrupt: re-learn the ports running workers hold from their status rows
         ports = NodePortAllocator()
+        for name in self.state.known_recipes():  # the gateways' first: their addresses are promised
+            gw = self.state.read_json(record_path(self.state.root, name), {}, lambda d: isinstance(d, dict))
+            for port_name, key in (("http", "port"), (holder.NAME, "holderPort")):
+                if isinstance(gw.get(key), int) and isinstance(gw.get("host"), str):
+                    ports.claim(gw["host"], f"{name}/{OWNER_NAME}", port_name, gw[key])
         for name in self.state.known_recipes():
             for unit, rec in self.state.launches(name).items():  # the ports of each current life
                 for node, held in (rec.get("ports") or {}).items():
@@ -130,10 +135,6 @@ class Controller:
                             ports.claim(node, f"{name}/{row['name']}", port_name, int(port))
                         except (KeyError, TypeError, ValueError):
                             continue  # a row we cannot read: that worker gets ports anew
-            gw = self.state.read_json(record_path(self.state.root, name), {}, lambda d: isinstance(d, dict))
-            for port_name, key in (("http", "port"), (holder.NAME, "holderPort")):  # its gateway's too
-                if isinstance(gw.get(key), int) and isinstance(gw.get("host"), str):
-                    ports.claim(gw["host"], f"{name}/{OWNER_NAME}", port_name, gw[key])
         return ports
 
     def load_manifests(self, now: float | None = None) -> Manifests:
