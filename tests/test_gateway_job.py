@@ -382,6 +382,86 @@ def test_a_stop_that_slurm_did_not_take_is_tried_again(gw):
     assert jobs._find("r") == []  # retired: never adopted again, though its nginx finishes its requests
 
 
+def test_ports_are_given_up_only_once_the_job_started_with_them_was_told(gw):
+    """A scancel that fails while the gateway's ports move (a registry conflict, a port held):
+    the ports stay, and the job is told again next pass, not adopted and not moved every pass."""
+    jobs, slurm, answer, ports = gw
+    _sync(jobs, ports, 0.0)
+    slurm.jobs["101"] = ["RUNNING", "n3", "None"]
+    rec = _rec(jobs)
+    ports.release("r/gateway")
+    assert ports.claim("n3", "w/agg_0", "http", rec["port"])
+    slurm.fail_scancel = True
+    assert _sync(jobs, ports, 1.0) == [] and _rec(jobs)["port"] == rec["port"] and _rec(jobs)["job"] == "101"
+    slurm.fail_scancel = False
+    assert _sync(jobs, ports, 2.0) == ["GatewayMoved", "GatewaySubmitted"] and _rec(jobs)["port"] != rec["port"]
+    # a port held on the node, while scancel fails: no port burned, no event, until it is told
+    slurm.jobs["102"] = ["RUNNING", "n3", "None"]
+    prefix = jobs.state.root.absolute() / "r" / "gateway"
+    (prefix / "agent.json").write_text(json.dumps({"job": "102", "bindFailed": True}))
+    slurm.fail_scancel = True
+    port = _rec(jobs)["port"]
+    assert [_sync(jobs, ports, t) for t in (3.0, 3.25, 3.5)] == [[], [], []] and _rec(jobs)["port"] == port
+    slurm.fail_scancel = False
+    assert _sync(jobs, ports, 3.75) == ["GatewayMoved"] and _rec(jobs)["port"] != port
+
+
+def test_a_delete_tells_the_recorded_job_though_squeue_missed_it(gw):
+    jobs, slurm, answer, ports = gw
+    _sync(jobs, ports, 0.0)
+    slurm.jobs["101"] = ["RUNNING", "n3", "None"]
+    answer["health"] = _page(jobs, ["n1:8000"])
+    assert _sync(jobs, ports, 1.0) == ["GatewayStarted"]
+    del slurm.jobs["101"]  # one squeue that does not list it
+    assert [c.kind for c in jobs.stop("r", ports)] == ["GatewayStopped"]
+    assert ["scancel", "--batch", "--signal=QUIT", "101"] in slurm.calls
+
+
+def test_a_settled_gateways_missed_look_is_the_probes_not_a_reload(gw):
+    jobs, slurm, answer, ports = gw
+    _sync(jobs, ports, 0.0)
+    slurm.jobs["101"] = ["RUNNING", "n3", "None"]
+    answer["health"] = _page(jobs, ["n1:8000"])
+    assert _sync(jobs, ports, 1.0) == ["GatewayStarted"]
+    answer["health"] = None  # one look times out
+    assert _sync(jobs, ports, 40.0) == []
+    answer["health"] = _page(jobs, ["n1:8000"])
+    assert _sync(jobs, ports, 40.25) == [] and _sync(jobs, ports, 80.0) == [] and _hups(slurm) == 0
+
+
+def test_a_new_job_is_probed_once_it_served_not_while_it_starts(gw, monkeypatch):
+    from reconciler.shell import gateway_probe, probe
+    jobs, slurm, answer, ports = gw
+    monkeypatch.setattr(probe, "fetch_all", lambda urls: {u: answer.get("page") for u in urls})
+    gateway_probe._probed_at.clear()
+    _sync(jobs, ports, 0.0)
+    slurm.jobs["101"] = ["RUNNING", "n3", "None"]
+    said = []
+    for t in (1.0, 2.0, 3.0):
+        _sync(jobs, ports, t)
+        said += [c.kind for c in gateway_probe.probe_gateways(jobs.state, ["r"], t)]
+    assert facts(jobs.state.root, "r")["reason"] == "gateway job 101 is starting on n3 (not serving yet)"
+    answer["health"] = _page(jobs, ["n1:8000"])
+    answer["page"] = json.dumps(answer["health"])
+    assert _sync(jobs, ports, 4.0) == ["GatewayStarted"]
+    said += [c.kind for c in gateway_probe.probe_gateways(jobs.state, ["r"], 4.0)]
+    answer["page"] = json.dumps(_page(jobs, ["n1:8000"], recipe="someone-else"))  # another's page: no answer
+    for t in (5.0, 6.0):
+        said += [c.kind for c in gateway_probe.probe_gateways(jobs.state, ["r"], t)]
+    assert said == ["GatewayNotAnswering"]
+
+
+def test_a_job_id_slurm_hands_out_again_is_not_a_retired_one(gw):
+    jobs, slurm, answer, ports = gw
+    prefix = jobs.state.root.absolute() / "r" / "gateway"
+    prefix.mkdir(parents=True)
+    (prefix / "retired.json").write_text(json.dumps(["101"]))
+    assert _sync(jobs, ports, 0.0) == ["GatewaySubmitted"] and _rec(jobs)["job"] == "101"
+    slurm.jobs["101"] = ["RUNNING", "n3", "None"]
+    answer["health"] = _page(jobs, ["n1:8000"])
+    assert _sync(jobs, ports, 1.0) == ["GatewayStarted"]
+
+
 def test_a_due_time_no_pass_acts_on_does_not_spin_the_loop(tmp_path):
     from reconciler.drivers.state import StateDir
     from reconciler.shell.gateway import Gateways

@@ -126,8 +126,9 @@ class GatewayJobs(Records):
                 return self._settled(recipe, rec, now)
             self._checked[recipe] = now  # now and then: still this gateway, with this config?
             health = self._health(rec)
-            if health is not None and health.get("instance") == ours_id and health.get("version") == want:
-                return self._settled(recipe, rec, now)
+            silent = health is None and not self._agent(recipe, job).get("bindFailed")
+            if silent or (health is not None and health.get("instance") == ours_id and health.get("version") == want):
+                return self._settled(recipe, rec, now)  # no answer is the probe's to say (GatewayNotAnswering)
             rec = {**rec, "confirmed": None, "wantedSince": [want, now]}  # the grace starts now
         else:
             health = self._health(rec)
@@ -149,6 +150,8 @@ class GatewayJobs(Records):
             else:
                 how = " (none alive: where the frontends are relaunched)" if cfg.unproven else ""
                 changes.append(Change("GatewayReloaded", recipe, f"upstreams now {', '.join(served) or 'none'}{how}"))
+            if rec.get("confirmedJob") != job.id:  # a new job: probed from its first answer on
+                rec.update(answering=None, probeFailures=0, probeError=None)
             self._write(recipe, {**rec, "confirmed": want, "confirmedJob": job.id, "servedPort": rec["port"],
                                  "upstreams": served, "unproven": cfg.unproven, "lastError": None, "notBefore": None,
                                  "overdueSaid": None, "wantedSince": None})
@@ -169,7 +172,7 @@ class GatewayJobs(Records):
             why = rec.get("portError") or (
                 f"gateway job {job.id} on {job.node} does not serve its config {now - since:.0f}s after it was written"
                 + (f": nginx exited {agent['lastExit']}: {agent.get('error')}" if agent.get("lastExit") is not None
-                   else "") + f" (see {prefix_of(self.state.root, recipe)}/job.out)")
+                   else "") + f" (see job.out and error.log in {prefix_of(self.state.root, recipe)})")
             changes.append(Change("GatewayFailed", recipe, why))
             rec.update(lastError=why, overdueSaid=want)
         self._write(recipe, {**rec, "notBefore": now + (LOOK_LATER_S if overdue else LOOK_SOON_S)})
@@ -198,11 +201,12 @@ class GatewayJobs(Records):
             why = (f"port {port} on {node} is held by another process; the endpoint keeps its address, so the "
                    f"gateway waits for the port (free it, or remove {record_path(self.state.root, recipe)} to take a new one)")
             return {**rec, "portError": why}, []
+        if not self._retire(recipe, job):  # its holder was started with the old port: a new job, with both right
+            return rec, []  # not told to stop (scancel failed): the same next pass, no port given up for it
         owner = f"{recipe}/{OWNER_NAME}"
         ports.release_key(node, owner, "http")
         ports.block(node, port, now + PORT_BLOCK_S)
         new = ports.allocate(node, owner, "http")
-        self._retire(recipe, job)  # its holder was started with the old port: a new job, with both right
         why = (f"port {port} on {node} is held by another process; the gateway takes port {new} (it never served "
                f"on {port}) in a new job")
         return ({**rec, "port": new, "wantedSince": None, "lastError": None, "job": None, "jobState": None},
@@ -240,6 +244,8 @@ class GatewayJobs(Records):
                                  "notBefore": now + max(LOOK_LATER_S, resubmit_delay(backoff + 1))})
             return changes + ([] if rec.get("lastError") == why else [Change("GatewayFailed", recipe, why)])
         job = out.strip().split(";", 1)[0]
+        if job in (retired := self._retired(recipe)):  # Slurm's ids came round again: this one is ours
+            atomic_write_text(prefix / RETIRED, json.dumps([j for j in retired if j != job]))
         self._write(recipe, {**rec, "job": job, "jobState": "PENDING", "submittedAt": now, "exitedAt": None,
                              "lastError": f"gateway job {job} submitted on {place.node}", "notBefore": now + LOOK_SOON_S})
         return changes + [Change("GatewaySubmitted", recipe, f"gateway job {job} submitted on {place.node}"
@@ -258,10 +264,11 @@ class GatewayJobs(Records):
             held = [ports.claim(node, owner, "http", rec["port"]), ports.claim(node, owner, holder.NAME, rec["holderPort"])]
             if all(held) or rec.get("servedPort") == rec["port"]:
                 return rec, []  # a served address stays; a worker given its port cannot bind it and moves
+            if rec.get("job") and not self._retire(recipe, Job(rec["job"], rec.get("jobState") or "RUNNING", node, "")):
+                return rec, []  # its job, started with these ports, not told to stop: tried again next pass
             ports.release_node_owner(node, owner)
         changes = []
         if rec.get("job") and rec.get("mode") == "job":  # started with the ports it will not have
-            self._retire(recipe, Job(rec["job"], rec.get("jobState") or "RUNNING", node, ""))
             changes.append(Change("GatewayMoved", recipe, f"the ports of gateway job {rec['job']} are another "
                                   "owner's in the port registry: new ports, in a new job"))
         port = ports.allocate(node, owner, "http")
@@ -277,7 +284,10 @@ class GatewayJobs(Records):
         kept in the record, and told again at the next pass."""
         rec = self._record(recipe)
         if self.driver is not None:
-            told = [self._retire(recipe, j) for j in self._find(recipe)]
+            listed = self._find(recipe)
+            if rec.get("job") and rec["job"] not in {j.id for j in listed}:  # squeue may miss it: told anyway
+                listed.append(Job(rec["job"], rec.get("jobState") or "RUNNING", "", ""))
+            told = [self._retire(recipe, j) for j in listed]
             if not all(told):
                 return self._failed(recipe, f"gateway job of {recipe} could not be stopped (scancel failed); "
                                           "tried again next pass")

@@ -40,8 +40,8 @@ def probe_gateways(state: StateDir, recipes: Iterable[str], now: float) -> list[
         rec = state.read_json(record_path(state.root, name), {}, lambda d: isinstance(d, dict))
         if not isinstance(rec.get("port"), int):
             continue
-        if in_job(rec):  # in its own job: probed on its node once the job runs
-            if rec.get("jobState") == "RUNNING":
+        if in_job(rec):  # in its own job: probed on its node once the job runs and has served
+            if rec.get("jobState") == "RUNNING" and rec.get("job") is not None and rec.get("confirmedJob") == rec["job"]:
                 targets[name] = (f"http://{rec['host']}:{rec['port']}/gateway/health", rec)
         elif master_pid(prefix_of(state.root, name)) is not None:
             targets[name] = (f"http://127.0.0.1:{rec['port']}/gateway/health", rec)

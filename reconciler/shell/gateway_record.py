@@ -83,7 +83,8 @@ def facts(root: Path, recipe: str) -> dict | None:
         return {"url": url, "up": up, "pid": None, "job": rec.get("job"), "upstreams": list(rec.get("upstreams") or []),
                 "restarts": int(rec.get("restarts", 0) or 0),
                 "reason": None if up else f"not answering: {rec.get('probeError')}" if mute
-                else (rec.get("lastError") or f"gateway job {rec.get('job')} is not running")}
+                else (rec.get("lastError") or (f"gateway job {job} is starting on {rec.get('host')} (not serving yet)"
+                                               if rec.get("jobState") == "RUNNING" else f"gateway job {job} is not running"))}
     pid = master_pid(prefix_of(root, recipe))
     # a running master whose last end-to-end probe failed is down too (shell/gateway_probe.py)
     mute = pid is not None and rec.get("answering") is False
