@@ -11,9 +11,10 @@ import subprocess
 import pytest
 
 from harness import scancel
-from helpers import wait_until
+from helpers import get, wait_until
 from reconciler import labels
-from reconciler.shell.gateway import facts, nginx_binary
+from reconciler.gateway import GatewayConfig, version
+from reconciler.shell.gateway import facts, nginx_binary, prefix_of
 from test_gateway_e2e import _events, _only_frontend_killed, _serves
 from test_multinode import mn  # noqa: F401 - the fixture
 
@@ -58,13 +59,28 @@ def test_a_gateway_in_its_own_job_keeps_its_address(mn):  # noqa: F811 - the fix
     assert "gres/gpu" not in shown, shown
     wait_until(lambda: _serves(endpoint), timeout=30, what="a completion through the gateway job")
 
-    # the only frontend relaunched under a client loop: the gateway is reloaded in place (SIGHUP
-    # through Slurm), and the requests of the gap wait at the holder beside it on the node
-    reloads = len(_events(h, name, "GatewayReloaded"))
+    # the only frontend relaunched under a client loop: the requests of the gap wait at the
+    # holder beside nginx on the node
     sent, failed = _only_frontend_killed(h, name)
     assert sent and failed == 0, (sent, failed)
+
+    # a config change (no holder any more) reaches the running nginx as a reload through Slurm
+    # (scancel --batch --signal=HUP), confirmed by its page: the same job, not a new one
+    reloads = len(_events(h, name, "GatewayReloaded"))
+    (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, node=NODE).replace("hold_seconds: 60",
+                                                                                         "hold_seconds: 0"))
+
+    def reloaded() -> bool:  # nginx on the node serves the holder-less config, and the record says so
+        rec = json.loads((h.state / name / "gateway.json").read_text())
+        want = version(GatewayConfig(name, rec["port"], prefix_of(h.state, name), tuple(rec["upstreams"]),
+                                     False, "0.0.0.0", None))
+        page = json.loads(get(endpoint + "/gateway/health", timeout=2)[1])
+        return page["version"] == want == rec["confirmed"]
+
+    wait_until(reloaded, timeout=30, what="the job's nginx reloaded without its holder")
     assert len(_events(h, name, "GatewayReloaded")) > reloads
     assert _gateway_jobs(h, name) == [(job, "RUNNING", NODE)]  # reloaded, not resubmitted
+    wait_until(lambda: _serves(endpoint), timeout=30, what="served after the reload")
 
     # a restarted reconciler adopts the running job (found by its name): nothing submitted again
     h.kill9()
