@@ -16,27 +16,15 @@ import pytest
 from harness import _ranges
 from helpers import wait_until
 from reconciler.errors import RecipeError
-from reconciler.desired.admission import load_text
 from reconciler.gateway import GatewayConfig, render
 from reconciler.recipe.cluster import Cluster, ClusterConfig
 from reconciler.shell.bindcheck import bind_free
 from reconciler.shell.gateway import facts, nginx_binary
+from test_gateway_settings import recipe
 from reconciler.shell.gateway_job import (
     GatewayJobs, Job, Placement, batch_script, parse_jobs, placement, resubmit_delay, sbatch_argv,
 )
 
-BASE = """\
-name: r
-model: {path: m}
-resources: {gpus_per_node: 8}
-engine: {type: mocker}
-roles: {agg: {workers: 1, gpus: 1}}
-frontend: {type: builtin}
-"""
-
-
-def recipe(extra: str = "", cluster: Cluster | None = None):
-    return load_text(BASE + extra, "r.yaml", cluster=cluster).recipe
 
 
 def test_the_allocation_and_where_it_takes_its_partition():
@@ -122,6 +110,14 @@ def test_facts_of_a_gateway_job_say_where_it_is_and_whether_it_runs(tmp_path):
     assert not facts(tmp_path, "r")["up"] and "no answer" in facts(tmp_path, "r")["reason"]
 
 
+def _start_agent(tmp_path: Path, prefix: Path) -> subprocess.Popen:
+    """The agent as the job's batch step runs it; its output to a file, as the job's --output (a
+    pipe would stay open in nginx's workers)."""
+    with open(tmp_path / "job.out", "wb") as f:
+        return subprocess.Popen([sys.executable, "-m", "reconciler.gateway.agent", "--prefix", str(prefix),
+                                 "--nginx", nginx_binary()], stdout=f, stderr=subprocess.STDOUT)
+
+
 def _health(port: int) -> dict | None:
     import urllib.request
     try:
@@ -139,10 +135,7 @@ def test_the_agent_reloads_on_hup_restarts_a_dead_nginx_and_quits_gracefully(tmp
     port = next(p for p in range(lo, lo + 100) if bind_free(p))
     conf = prefix / "nginx.conf"
     conf.write_text(render(GatewayConfig("r", port, prefix, ("127.0.0.1:9",))))
-    out = tmp_path / "job.out"  # a file, as the job's --output (a pipe stays open in nginx's workers)
-    with open(out, "wb") as f:
-        agent = subprocess.Popen([sys.executable, "-m", "reconciler.gateway.agent", "--prefix", str(prefix),
-                                  "--nginx", nginx_binary()], stdout=f, stderr=subprocess.STDOUT)
+    agent = _start_agent(tmp_path, prefix)
     try:
         wait_until(lambda: (_health(port) or {}).get("upstreams") == ["127.0.0.1:9"], timeout=20, what="nginx up")
         conf.write_text(render(GatewayConfig("r", port, prefix, ("127.0.0.1:10",))))
@@ -159,7 +152,7 @@ def test_the_agent_reloads_on_hup_restarts_a_dead_nginx_and_quits_gracefully(tmp
         if agent.poll() is None:
             agent.kill()
             agent.wait()
-    said = out.read_text()
+    said = (tmp_path / "job.out").read_text()
     assert "nginx exited" in said and "stopping (SIGQUIT)" in said, said
 
 
@@ -230,6 +223,14 @@ def _page(jobs, ups, unproven=False, recipe="r"):
     prefix = jobs.state.root.absolute() / recipe / "gateway"
     cfg = GatewayConfig("r", rec["port"], prefix, tuple(ups), unproven, "0.0.0.0", rec["holderPort"])
     return {"version": version(cfg), "instance": instance(recipe, prefix)}
+
+
+def _serving(jobs, slurm, answer, ports) -> None:
+    """Job 101 submitted, running and confirmed serving n1:8000 (GatewayStarted said)."""
+    _sync(jobs, ports, 0.0)
+    slurm.jobs["101"] = ["RUNNING", "n3", "None"]
+    answer["health"] = _page(jobs, ["n1:8000"])
+    assert _sync(jobs, ports, 1.0) == ["GatewayStarted"]
 
 
 def _hups(slurm):
@@ -408,10 +409,7 @@ def test_ports_are_given_up_only_once_the_job_started_with_them_was_told(gw):
 
 def test_a_delete_tells_the_recorded_job_though_squeue_missed_it(gw):
     jobs, slurm, answer, ports = gw
-    _sync(jobs, ports, 0.0)
-    slurm.jobs["101"] = ["RUNNING", "n3", "None"]
-    answer["health"] = _page(jobs, ["n1:8000"])
-    assert _sync(jobs, ports, 1.0) == ["GatewayStarted"]
+    _serving(jobs, slurm, answer, ports)
     del slurm.jobs["101"]  # one squeue that does not list it
     assert [c.kind for c in jobs.stop("r", ports)] == ["GatewayStopped"]
     assert ["scancel", "--batch", "--signal=QUIT", "101"] in slurm.calls
@@ -419,10 +417,7 @@ def test_a_delete_tells_the_recorded_job_though_squeue_missed_it(gw):
 
 def test_a_settled_gateways_missed_look_is_the_probes_not_a_reload(gw):
     jobs, slurm, answer, ports = gw
-    _sync(jobs, ports, 0.0)
-    slurm.jobs["101"] = ["RUNNING", "n3", "None"]
-    answer["health"] = _page(jobs, ["n1:8000"])
-    assert _sync(jobs, ports, 1.0) == ["GatewayStarted"]
+    _serving(jobs, slurm, answer, ports)
     answer["health"] = None  # one look times out
     assert _sync(jobs, ports, 40.0) == []
     answer["health"] = _page(jobs, ["n1:8000"])
@@ -492,9 +487,7 @@ def test_an_agent_killed_takes_its_nginx_along(tmp_path):
     lo = next(_ranges)
     port = next(p for p in range(lo, lo + 100) if bind_free(p))
     (prefix / "nginx.conf").write_text(render(GatewayConfig("r", port, prefix, ("127.0.0.1:9",))))
-    with open(tmp_path / "job.out", "wb") as f:
-        agent = subprocess.Popen([sys.executable, "-m", "reconciler.gateway.agent", "--prefix", str(prefix),
-                                  "--nginx", nginx_binary()], stdout=f, stderr=subprocess.STDOUT)
+    agent = _start_agent(tmp_path, prefix)
     try:
         wait_until(lambda: _health(port) is not None, timeout=20, what="nginx up")
         status = json.loads((prefix / "agent.json").read_text())
@@ -526,9 +519,7 @@ def test_the_agent_says_when_its_port_is_held_and_when_it_got_it(tmp_path):
     squatter.bind(("0.0.0.0", port))
     squatter.listen()
     status = prefix / "agent.json"
-    with open(tmp_path / "job.out", "wb") as f:
-        agent = subprocess.Popen([sys.executable, "-m", "reconciler.gateway.agent", "--prefix", str(prefix),
-                                  "--nginx", nginx_binary()], stdout=f, stderr=subprocess.STDOUT)
+    agent = _start_agent(tmp_path, prefix)
     try:
         held = wait_until(lambda: (d := json.loads(status.read_text())).get("bindFailed") and d, timeout=30,
                           what="the agent saying the port is held")

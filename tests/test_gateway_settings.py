@@ -20,8 +20,8 @@ frontend: {type: builtin}
 """
 
 
-def recipe(extra: str = ""):
-    return load_text(BASE + extra, "r.yaml").recipe
+def recipe(extra: str = "", cluster=None):
+    return load_text(BASE + extra, "r.yaml", cluster=cluster).recipe
 
 
 @pytest.mark.parametrize("extra, hold", [
