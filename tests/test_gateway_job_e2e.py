@@ -1,16 +1,19 @@
-"""The gateway in its own small Slurm job (reconcile.gateway.allocation), on the 3-node Slurm:
-its address is the named node's and never changes — across a frontend relaunch (a reload through
-``scancel --batch --signal=HUP``), the gateway job itself cancelled (a new job on the same node,
-the same port) — and deleting the recipe ends the job."""
+"""The gateway in its own small Slurm job (reconcile.gateway.allocation): its address is the named
+node's and never changes — across a frontend relaunch (held beside nginx on the node), a config
+change (a reload through ``scancel --batch --signal=HUP``), a restart of the reconciler, the gateway
+job itself cancelled (a new job on the same node, the same port) — and deleting the recipe ends
+the job (on the local Slurm, whose one node is this host). On the 3-node Slurm: another node moves
+it, and the old job is never taken for the new one's."""
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 
 import pytest
 
-from harness import scancel
+from harness import Harness, scancel
 from helpers import get, wait_until
 from reconciler import labels
 from reconciler.gateway import GatewayConfig, version
@@ -18,11 +21,9 @@ from reconciler.shell.gateway import facts, nginx_binary, prefix_of
 from test_gateway_e2e import _events, _only_frontend_killed, _serves
 from test_multinode import mn  # noqa: F401 - the fixture
 
-pytestmark = [pytest.mark.multinode,
-              pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")]
+pytestmark = pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")
 
-NODE = "rnode3"
-OTHER = "rnode2"
+NODE = socket.gethostname()  # the local Slurm's one node (scripts/slurm-dev.sh names it so)
 RECIPE = """\
 schema: 2
 name: {name}
@@ -43,8 +44,15 @@ def _gateway_jobs(h, name: str) -> list[tuple[str, str, str]]:
     return [tuple(line.split()) for line in out.splitlines() if line.strip()]
 
 
-def test_a_gateway_in_its_own_job_keeps_its_address(mn):  # noqa: F811 - the fixture
-    h = mn
+@pytest.fixture
+def h(tmp_path):
+    harness = Harness(tmp_path, "slurm")
+    yield harness
+    harness.cleanup()
+
+
+@pytest.mark.slurm
+def test_a_gateway_in_its_own_job_keeps_its_address(h):
     name = h.name("gwjob")
     (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, node=NODE))
     h.start()
@@ -97,21 +105,32 @@ def test_a_gateway_in_its_own_job_keeps_its_address(mn):  # noqa: F811 - the fix
     wait_until(lambda: _serves(endpoint), timeout=30, what="the new gateway job serves")
     assert h.get(name)["endpoint"] == endpoint and facts(h.state, name)["up"]
 
-    # another node: the gateway moves there (a new address), the old job ends
-    (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, node=OTHER))
-    wait_until(lambda: _events(h, name, "GatewayMoved"), timeout=60, what="GatewayMoved")
-    moved = wait_until(lambda: (g := h.get(name))["status"] == "Ready" and g["endpoint"] != endpoint and g["endpoint"],
-                       timeout=60, what="Ready at the new address")
-    assert moved.startswith(f"http://{OTHER}:"), moved
-    started = [e["message"] for e in _events(h, name, "GatewayStarted")]
-    assert f"on {OTHER} serves http://{OTHER}:" in started[-1], started  # not the old job, told to stop
-    wait_until(lambda: [j[1:] for j in _gateway_jobs(h, name)] == [("RUNNING", OTHER)], timeout=60,
-               what=f"one gateway job, on {OTHER}")
-    wait_until(lambda: _serves(moved), timeout=30, what="the moved gateway serves")
-
     # deleted: the gateway job ends (nginx finishes what it carries, then the agent exits)
     (h.manifests / f"{name}.yaml").unlink()
     h.stop()
     h.start("--allow-empty")
     wait_until(lambda: not _gateway_jobs(h, name), timeout=60, what="the gateway job ended")
     wait_until(lambda: _events(h, name, "GatewayStopped"), timeout=10, what="GatewayStopped")
+
+
+@pytest.mark.multinode
+def test_a_gateway_job_moves_with_its_node(mn):  # noqa: F811 - the fixture
+    h, first, other = mn, "rnode3", "rnode2"
+    name = h.name("gwmove")
+    (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, node=first))
+    h.start()
+    endpoint = h.wait_ready(name, timeout=120)["endpoint"]
+    assert endpoint.startswith(f"http://{first}:"), endpoint
+    wait_until(lambda: _serves(endpoint), timeout=30, what="a completion through the gateway job")
+
+    # another node: the gateway moves there (a new address), the old job ends
+    (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, node=other))
+    wait_until(lambda: _events(h, name, "GatewayMoved"), timeout=60, what="GatewayMoved")
+    moved = wait_until(lambda: (g := h.get(name))["status"] == "Ready" and g["endpoint"] != endpoint and g["endpoint"],
+                       timeout=60, what="Ready at the new address")
+    assert moved.startswith(f"http://{other}:"), moved
+    started = [e["message"] for e in _events(h, name, "GatewayStarted")]
+    assert f"on {other} serves http://{other}:" in started[-1], started  # not the old job, told to stop
+    wait_until(lambda: [j[1:] for j in _gateway_jobs(h, name)] == [("RUNNING", other)], timeout=60,
+               what=f"one gateway job, on {other}")
+    wait_until(lambda: _serves(moved), timeout=30, what="the moved gateway serves")
