@@ -87,16 +87,19 @@ def _check(cfg: GatewayConfig) -> None:
         raise ValueError(f"gateway address {cfg.listen!r} has characters nginx would read as syntax")
 
 
+def _digest(doc: list) -> str:
+    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:16]
+
+
 def instance(recipe: str, prefix: Path) -> str:
     """Which gateway answers: its recipe and state directory (another reconciler's nginx on the
     same node and port, or a stale one, is not this one, whatever it serves)."""
-    return hashlib.sha256(json.dumps([recipe, str(prefix)]).encode()).hexdigest()[:16]
+    return _digest([recipe, str(prefix)])
 
 
 def version(cfg: GatewayConfig) -> str:
     """A digest of everything the config is rendered from: two configs serve alike iff it matches."""
-    doc = [cfg.recipe, cfg.port, str(cfg.prefix), list(cfg.upstreams), cfg.unproven, cfg.listen, cfg.holder]
-    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:16]
+    return _digest([cfg.recipe, cfg.port, str(cfg.prefix), list(cfg.upstreams), cfg.unproven, cfg.listen, cfg.holder])
 
 
 def render(cfg: GatewayConfig) -> str:

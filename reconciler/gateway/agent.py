@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from reconciler.gateway.procs import children_of, quit_nginx_workers
+
 RESTART_BASE_S = 1.0
 RESTART_CAP_S = 8.0
 RESET_AFTER_S = 60.0  # a child that stayed up this long starts its backoff over
@@ -94,13 +96,6 @@ class Child:
             self.proc.send_signal(sig)
 
 
-def children_of(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except (OSError, ValueError):
-        return []
-
-
 class Nginx(Child):
     """A master killed with SIGKILL leaves its workers serving and holding the port: the next
     master could not bind it. The agent is their subreaper (``main``), so they become its own
@@ -131,12 +126,7 @@ class Nginx(Child):
         self.bind_failed = any("(98: Address already in use)" in l or "still could not bind()" in l for l in lines)
         self.error = next((l for l in reversed(lines) if "still could not bind()" not in l), None) or (
             lines[-1] if lines else None)
-        left = [p for p in children_of(os.getpid()) if b"nginx: worker process" in _cmdline(p)]
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGQUIT)
-            except OSError:
-                continue
+        left = quit_nginx_workers(children_of(os.getpid()))
         deadline = time.monotonic() + 2.0  # idle ones go at once; one carrying a stream closed its listener
         while left and time.monotonic() < deadline:
             left = [p for p in left if not _reaped(p)]
@@ -165,13 +155,6 @@ def subreaper() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
     except (OSError, AttributeError):
         say("cannot become the subreaper of nginx's workers: a killed master's workers may hold the port")
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def run(nginx: Child, holder: Child | None, status: Path | None = None) -> int:

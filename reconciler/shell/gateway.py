@@ -15,8 +15,6 @@ is gone is started again: the first time at once, then with a doubling backoff c
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 import shutil
 import signal
@@ -31,6 +29,7 @@ import structlog
 
 from reconciler.fsutil import atomic_write_text
 from reconciler.gateway import ANY, GatewayConfig, render
+from reconciler.gateway.procs import children_of, quit_nginx_workers
 from reconciler.recipe.gateway import bind_error
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.drivers.exits import ExitWatch
@@ -39,7 +38,7 @@ from reconciler.shell import holder
 from reconciler.shell.bindcheck import bind_free
 from reconciler.shell.gateway_job import GatewayJobs, Placement
 from reconciler.shell.gateway_record import (  # noqa: F401 - where callers find them
-    OWNER_NAME, Change, Records, delay_after, facts, in_job, prefix_of, record_path,
+    OWNER_NAME, Change, Records, delay_after, facts, health_page, in_job, prefix_of, record_path,
 )
 from reconciler.shell.gateway_sweep import (  # noqa: F401 - quit_under, master_pid: where callers find them
     end_master, held_by, master_pid, orphan_nginx_workers, quit_under,
@@ -66,22 +65,14 @@ def gateway_host() -> str:
 
 def workers_of(pid: int) -> list[int]:
     """The master's worker processes (kept so that orphans of a killed master can be stopped)."""
-    try:
-        return sorted(int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
-    except (OSError, ValueError):
-        return []
+    return sorted(children_of(pid))
 
 
 def stop_orphans(pids: list[int], port: int) -> None:
     """Workers outlive a master killed with SIGKILL and keep the listening socket (and serving
     with the old upstreams). SIGQUIT makes each close its listener at once and finish its
     requests; the new master can bind once they have let go (bounded wait)."""
-    for pid in {*pids, *([] if bind_free(port) else orphan_nginx_workers(port))}:
-        try:
-            if b"nginx: worker process" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                os.kill(pid, signal.SIGQUIT)
-        except OSError:
-            continue
+    quit_nginx_workers({*pids, *([] if bind_free(port) else orphan_nginx_workers(port))})
     deadline = time.monotonic() + 5.0
     while not bind_free(port) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -297,7 +288,6 @@ class Gateways(Records):
         return sorted(p.parent.name for p in self.state.root.glob("*/gateway.json"))
 
     # ---------------------------------------------------------------- helpers
-
     def _run(self, extra: list[str], prefix: Path) -> str | None:
         """nginx with our prefix and config (argv list); None on success, else its error output."""
         argv = [self.nginx or "nginx", "-p", f"{prefix}/", "-c", str(prefix / "nginx.conf"),
@@ -344,15 +334,9 @@ class Gateways(Records):
         want = {"upstreams": upstreams, "unproven": unproven}
         deadline = time.monotonic() + CONFIRM_TIMEOUT_S
         while time.monotonic() < deadline:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-                conn.request("GET", "/gateway/health")
-                got = json.loads(conn.getresponse().read())
-                conn.close()
-                if {k: got.get(k) for k in want} == want:
-                    return True
-            except (OSError, ValueError, http.client.HTTPException):
-                pass
+            got = health_page("127.0.0.1", port, 1.0)
+            if got is not None and {k: got.get(k) for k in want} == want:
+                return True
             time.sleep(0.01)
         log.warning("gateway reload not confirmed in time", port=port)
         return False

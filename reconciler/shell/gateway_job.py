@@ -19,8 +19,6 @@ so this placement is refused with scale to zero (recipe/model.py).
 
 from __future__ import annotations
 
-import http.client
-import json
 from pathlib import Path
 
 import structlog
@@ -30,13 +28,13 @@ from reconciler.core.ports import NodePortAllocator
 from reconciler.drivers.base import DriverError
 from reconciler.drivers.state import StateDir
 from reconciler.fsutil import atomic_write_text
-from reconciler.gateway import ANY, GatewayConfig, instance, render, version
+from reconciler.gateway import ANY, GatewayConfig, render, version
 from reconciler.recipe.gateway import DEFAULT_HOLD_S
 from reconciler.shell import holder
 from reconciler.shell.gateway_slurm import (
     RUNNING, Job, Placement, batch_script, parse_jobs, pick, placement, resubmit_delay, sbatch_argv,
 )
-from reconciler.shell.gateway_record import OWNER_NAME, Change, Records, prefix_of, record_path
+from reconciler.shell.gateway_record import OWNER_NAME, Change, Records, health_page, ours, prefix_of, record_path
 
 log = structlog.get_logger("reconciler")
 HEALTH_TIMEOUT_S = 0.5  # one look per pass: a tick never waits on a node for longer
@@ -116,7 +114,7 @@ class GatewayJobs(Records):
         """The job runs: make it serve ``cfg`` (a started nginx read the config at its start; a
         running one is sent SIGHUP), confirmed by its health page: this gateway's (``instance``),
         with this config's version, asked after the reload had a moment to retire old workers."""
-        want, ours_id = version(cfg), instance(recipe, cfg.prefix)
+        want = version(cfg)
         if rec.get("job") != job.id or rec.get("jobState") not in RUNNING:  # a job seen running first
             rec = {**rec, "job": job.id, "jobState": job.state, "runningSince": now, "hupFor": None, "hupAt": None,
                    "wantedSince": None, "overdueSaid": None, "lastError": None}
@@ -127,7 +125,7 @@ class GatewayJobs(Records):
             self._checked[recipe] = now  # now and then: still this gateway, with this config?
             health = self._health(rec)
             silent = health is None and not self._agent(recipe, job).get("bindFailed")
-            if silent or (health is not None and health.get("instance") == ours_id and health.get("version") == want):
+            if silent or (ours(health, self.state.root, recipe) and health.get("version") == want):
                 return self._settled(recipe, rec, now)  # no answer is the probe's to say (GatewayNotAnswering)
             rec = {**rec, "confirmed": None, "wantedSince": [want, now]}  # the grace starts now
         else:
@@ -135,10 +133,10 @@ class GatewayJobs(Records):
         if (rec.get("wantedSince") or [None])[0] != want:
             rec["wantedSince"] = [want, now]
         since = float(rec["wantedSince"][1])
-        ours = health is not None and health.get("instance") == ours_id
+        mine = ours(health, self.state.root, recipe)
         settled = rec.get("hupAt") is None or now - float(rec["hupAt"]) >= HUP_SETTLE_S
         changes: list[Change] = []
-        if ours and health.get("version") == want and settled:
+        if mine and health.get("version") == want and settled:
             self._checked[recipe] = now
             served = list(cfg.upstreams)
             if rec.get("announced") != job.id:  # its first confirmed answer: started (again)
@@ -156,13 +154,13 @@ class GatewayJobs(Records):
                                  "upstreams": served, "unproven": cfg.unproven, "lastError": None, "notBefore": None,
                                  "overdueSaid": None, "wantedSince": None})
             return changes
-        if ours and health.get("version") != want and (
+        if mine and health.get("version") != want and (
                 rec.get("hupFor") != want or now - float(rec.get("hupAt") or 0) >= LOOK_LATER_S):
             # nginx answers with another config: reload it (again, if a HUP seems lost)
             self.driver.slurm(["scancel", "--batch", "--signal=HUP", job.id], check=False, verb="scancel-hup")
             # what it serves after the reload is the file as it is then: nothing confirmed until asked
             rec.update(hupFor=want, hupAt=now, confirmed=None)
-        rec, moved = self._port_taken(recipe, rec, job, ports, now, foreign=health is not None and not ours)
+        rec, moved = self._port_taken(recipe, rec, job, ports, now, foreign=health is not None and not mine)
         if moved:
             self._write(recipe, {**rec, "notBefore": now + LOOK_SOON_S})
             return moved
@@ -245,7 +243,7 @@ class GatewayJobs(Records):
             return changes + ([] if rec.get("lastError") == why else [Change("GatewayFailed", recipe, why)])
         job = out.strip().split(";", 1)[0]
         if job in (retired := self._retired(recipe)):  # Slurm's ids came round again: this one is ours
-            atomic_write_text(prefix / RETIRED, json.dumps([j for j in retired if j != job]))
+            self.state.write_json(prefix / RETIRED, [j for j in retired if j != job])
         self._write(recipe, {**rec, "job": job, "jobState": "PENDING", "submittedAt": now, "exitedAt": None,
                              "lastError": f"gateway job {job} submitted on {place.node}", "notBefore": now + LOOK_SOON_S})
         return changes + [Change("GatewaySubmitted", recipe, f"gateway job {job} submitted on {place.node}"
@@ -319,40 +317,24 @@ class GatewayJobs(Records):
         if r.returncode != 0 and not any(w in (r.stderr or "") for w in RETIRED_GONE):
             log.error("gateway job not stopped", recipe=recipe, job=job.id, error=(r.stderr or "").strip())
             return False
-        path = prefix_of(self.state.root, recipe) / RETIRED
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps([*self._retired(recipe), job.id][-KEEP_RETIRED:]))
+        prefix_of(self.state.root, recipe).mkdir(parents=True, exist_ok=True)
+        self.state.write_json(prefix_of(self.state.root, recipe) / RETIRED, [*self._retired(recipe), job.id][-KEEP_RETIRED:])
         return True
 
     def _retired(self, recipe: str) -> list[str]:
-        try:
-            got = json.loads((prefix_of(self.state.root, recipe) / RETIRED).read_text())
-        except (OSError, ValueError):
-            return []
-        return [str(j) for j in got] if isinstance(got, list) else []
+        got = self.state.read_json(prefix_of(self.state.root, recipe) / RETIRED, [], lambda d: isinstance(d, list))
+        return [str(j) for j in got]
 
     def _agent(self, recipe: str, job: Job) -> dict:
         """The agent's own status (gateway/agent.py), if it is this job's."""
-        try:
-            got = json.loads((prefix_of(self.state.root, recipe) / "agent.json").read_text())
-        except (OSError, ValueError):
-            return {}
-        return got if isinstance(got, dict) and str(got.get("job")) == job.id else {}
+        got = self.state.read_json(prefix_of(self.state.root, recipe) / "agent.json", {}, lambda d: isinstance(d, dict))
+        return got if str(got.get("job")) == job.id else {}
 
     def _health(self, rec: dict) -> dict | None:
-        try:
-            conn = http.client.HTTPConnection(rec["host"], rec["port"], timeout=HEALTH_TIMEOUT_S)
-            conn.request("GET", "/gateway/health")
-            resp = conn.getresponse()
-            body = resp.read()
-            conn.close()
-            return json.loads(body) if resp.status == 200 else None
-        except (OSError, ValueError, http.client.HTTPException):
-            return None
+        return health_page(rec["host"], rec["port"], HEALTH_TIMEOUT_S)
 
 
-
-KEPT = ("restarts", "backoff", "announced", "job", "jobState")  # a new address keeps the job's history
+KEPT = ("restarts", "backoff", "announced")  # a new address keeps the gateway's history
 
 
 __all__ = ["GatewayJobs", "Placement", "placement", "batch_script", "sbatch_argv", "parse_jobs", "resubmit_delay"]

@@ -18,9 +18,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from reconciler.drivers.state import StateDir
-from reconciler.gateway import instance
 from reconciler.shell import probe
 from reconciler.shell.gateway import Change, in_job, master_pid, prefix_of, record_path
+from reconciler.shell.gateway_record import ours, serving_job
 
 PROBE_EVERY = 1.0  # seconds between two probes of a gateway
 PROBE_FAILURES = 2  # unanswered probes in a row that make a gateway down
@@ -41,7 +41,7 @@ def probe_gateways(state: StateDir, recipes: Iterable[str], now: float) -> list[
         if not isinstance(rec.get("port"), int):
             continue
         if in_job(rec):  # in its own job: probed on its node once the job runs and has served
-            if rec.get("jobState") == "RUNNING" and rec.get("job") is not None and rec.get("confirmedJob") == rec["job"]:
+            if serving_job(rec):
                 targets[name] = (f"http://{rec['host']}:{rec['port']}/gateway/health", rec)
         elif master_pid(prefix_of(state.root, name)) is not None:
             targets[name] = (f"http://127.0.0.1:{rec['port']}/gateway/health", rec)
@@ -49,7 +49,7 @@ def probe_gateways(state: StateDir, recipes: Iterable[str], now: float) -> list[
     changes = []
     for name, (url, rec) in targets.items():
         # on a node, the page must be this gateway's: another reconciler's nginx may hold the port
-        answered = pages.get(url) is not None and (not in_job(rec) or _ours(pages[url], name, state))
+        answered = pages.get(url) is not None and (not in_job(rec) or ours(_parsed(pages[url]), state.root, name))
         failures = 0 if answered else int(rec.get("probeFailures") or 0) + 1
         error = None if answered else f"GET {url} gave no answer within {probe.TIMEOUT:g}s (or an error status)"
         was = rec.get("answering") is not False  # never probed yet (None): taken to answer
@@ -65,8 +65,8 @@ def probe_gateways(state: StateDir, recipes: Iterable[str], now: float) -> list[
     return changes
 
 
-def _ours(page: str | None, recipe: str, state: StateDir) -> bool:
+def _parsed(page: str | None) -> dict | None:
     try:
-        return json.loads(page or "").get("instance") == instance(recipe, prefix_of(state.root, recipe))
-    except (ValueError, AttributeError):
-        return False
+        return json.loads(page or "")
+    except ValueError:
+        return None

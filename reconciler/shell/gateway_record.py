@@ -5,6 +5,7 @@ backoff. A gateway next to the reconciler is ``shell/gateway.py``; one in its ow
 
 from __future__ import annotations
 
+import http.client
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import structlog
 
 from reconciler.drivers.state import StateDir
-from reconciler.gateway import ANY
+from reconciler.gateway import ANY, instance
 from reconciler.shell.gateway_sweep import master_pid
 
 log = structlog.get_logger("reconciler")
@@ -38,6 +39,30 @@ def prefix_of(root: Path, recipe: str) -> Path:
 def in_job(rec: dict) -> bool:
     """The record is of a gateway in its own Slurm job (reconcile.gateway.allocation)."""
     return rec.get("mode") == "job"
+
+
+def health_page(host: str, port: int, timeout: float) -> dict | None:
+    """The gateway's ``/gateway/health``, parsed; None without a 200 answer within ``timeout``."""
+    try:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        conn.request("GET", "/gateway/health")
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        return json.loads(body) if resp.status == 200 else None
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+
+
+def ours(page: dict | None, root: Path, recipe: str) -> bool:
+    """The page is this gateway's (its recipe and state directory), whatever config it serves."""
+    return isinstance(page, dict) and page.get("instance") == instance(recipe, prefix_of(root, recipe))
+
+
+def serving_job(rec: dict) -> bool:
+    """A gateway in its own job whose current job runs and has served (confirmed once)."""
+    job = rec.get("job")
+    return rec.get("jobState") == "RUNNING" and job is not None and rec.get("confirmedJob") == job
 
 
 @dataclass
@@ -79,7 +104,7 @@ def facts(root: Path, recipe: str) -> dict | None:
         mute = rec.get("answering") is False
         # its job runs and served this job's config once (not a job just started, nor another's)
         job = rec.get("job")
-        up = rec.get("jobState") == "RUNNING" and job is not None and rec.get("confirmedJob") == job and not mute
+        up = serving_job(rec) and not mute
         return {"url": url, "up": up, "pid": None, "job": rec.get("job"), "upstreams": list(rec.get("upstreams") or []),
                 "restarts": int(rec.get("restarts", 0) or 0),
                 "reason": None if up else f"not answering: {rec.get('probeError')}" if mute
