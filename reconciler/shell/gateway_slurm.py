@@ -7,6 +7,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from reconciler.shell.gateway_record import delay_after
+
 AGENT = "reconciler.gateway.agent"
 RUNNING = ("RUNNING",)
 SUBMIT_CAP_S = 60.0  # a job that keeps ending is submitted again at most this often
@@ -39,9 +41,9 @@ def placement(recipe) -> Placement | None:
     a = recipe.reconcile.gateway.allocation
     if a is None:
         return None
-    qos = next((str(v) for k, v in recipe.sbatch_directives.items() if k == "qos"), None)
+    qos = recipe.sbatch_directives.get("qos")
     return Placement(a.node, a.partition or recipe.slurm.partition, a.account or recipe.slurm.account, a.time,
-                     a.memory, a.qos or qos, recipe.slurm.reservation)
+                     a.memory, a.qos or (str(qos) if qos is not None else None), recipe.slurm.reservation)
 
 
 def batch_script(python: str, nginx: str, prefix: Path, holder_argv: list[str]) -> str:
@@ -82,4 +84,4 @@ def pick(jobs: list[Job], recorded: str | None) -> Job | None:
 def resubmit_delay(backoff: int) -> float:
     """The wait before submitting again after ``backoff`` jobs in a row ended early: the first at
     once, then 1, 2, 4 s... capped at a minute (each is a Slurm submission and an event)."""
-    return 0.0 if backoff <= 0 else min(2.0 ** (backoff - 1), SUBMIT_CAP_S)
+    return delay_after(backoff, SUBMIT_CAP_S)
