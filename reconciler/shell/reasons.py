@@ -123,6 +123,10 @@ def unit_reason(row: dict, launch: dict, state: Path, recipe: str, patterns: tup
     log = failed_life_log(state, recipe, row["name"], bool(row.get("steps")), launch.get("lastLaunch"),
                           launch.get("slot"))
     line = first_fatal_line(log, patterns) if log else None
+    if line is None and log is not None and not log.name.endswith(".1") and log.with_name(log.name + ".1").exists():
+        # the exit record can land before slurmstepd has written the life's last output: the life
+        # before it (same slot) failed alike, and its log is complete
+        line = first_fatal_line(log.with_name(log.name + ".1"), patterns)
     if line:
         parts.append(f"log: {line}")
     return word, "; ".join(parts) or word
