@@ -96,7 +96,7 @@ class Client(threading.Thread):
         super().__init__(daemon=True)
         u = urlsplit(endpoint)
         self.host, self.port, self.max_tokens = u.hostname, u.port, max_tokens
-        self.results: list[tuple[bool, float, float]] = []
+        self.results: list[tuple[bool, float, float, float]] = []  # (ok, ttft, mean itl, sent at)
         self.halt = threading.Event()
         self.timeout = 60.0  # a held request (scale to zero) waits for a worker: longer
 
@@ -128,7 +128,7 @@ class Client(threading.Thread):
             conn.close()
         ttft = times[0] - t0 if times else float("inf")
         itl = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 0.0
-        self.results.append((ok and bool(times), ttft, itl))
+        self.results.append((ok and bool(times), ttft, itl, t0))
 
 
 def read_json(p: Path) -> dict:
@@ -222,7 +222,17 @@ def one_run(tmp: Path, driver: str, a, autoscaled: bool) -> dict:
     stop.set()
     sampler.join(5)
     results = [r for c in clients + burst for r in c.results]
-    within = sum(1 for ok, ttft, itl in results if ok and ttft * 1000 <= a.ttft_ms and itl * 1000 <= a.itl_ms)
+    good = [ok and ttft * 1000 <= a.ttft_ms and itl * 1000 <= a.itl_ms for ok, ttft, itl, _ in results]
+    within = sum(good)
+    # where the misses are: by the phase the request was sent in (the first 15 s of the high
+    # phase apart: the wait for the added workers)
+    step = step_at[0]
+    edges = [("low", -1e9), ("step +15 s", step), ("high", step + 15), ("tail", step + a.high)]
+    phases = {phase: [0, 0] for phase, _ in edges}
+    for (_, _, _, sent), g in zip(results, good):
+        phase = [n for n, t in edges if sent >= t][-1]
+        phases[phase][0] += 1
+        phases[phase][1] += 0 if g else 1
     decided = None
     for line in (state / "events.jsonl").read_text().splitlines():
         e = json.loads(line)
@@ -236,10 +246,10 @@ def one_run(tmp: Path, driver: str, a, autoscaled: bool) -> dict:
     while read_json(state / name / "status.json").get("phase") != "Deleted" and time.monotonic() < deadline:
         time.sleep(0.2)
     return {"run": "autoscaled" if autoscaled else f"fixed {a.max}", "requests": len(results),
-            "failed": sum(1 for ok, _, _ in results if not ok), "within": 100.0 * within / max(1, len(results)),
+            "failed": sum(1 for ok, *_ in results if not ok), "within": 100.0 * within / max(1, len(results)),
             "gpu_s": gpu_s[0], "job_gpu_s": job_gpu_s[0] if driver == "slurm" else None, "decided": decided,
             "serving": serving_at[0] - step_at[0] if serving_at and autoscaled else None,
-            "idle_gpu_s": idle_gpu_s, "wake": wake}
+            "idle_gpu_s": idle_gpu_s, "wake": wake, "phases": phases}
 
 
 def main() -> None:
@@ -281,6 +291,9 @@ def main() -> None:
             job = f"{r['job_gpu_s']:.1f}" if r["job_gpu_s"] is not None else "-"
             print(f"{r['run']:>10} {r['requests']:>8} {r['failed']:>6} {r['within']:>8.1f} {r['gpu_s']:>7.1f} "
                   f"{job:>9} {dec:>9} {srv:>9}", flush=True)
+        for r in rows:
+            print(f"{r['run']:>10} missed per phase (sent in): " + ", ".join(
+                f"{n} {m}/{k}" for n, (k, m) in r["phases"].items()), flush=True)
         if a.zero is not None:
             for r in rows:
                 ok, took = r["wake"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from reconciler.shell.probe import canary
+from reconciler.shell.canary import canary
 from tests.helpers import start_mocker
 
 
@@ -23,23 +23,61 @@ def test_canary_answers_only_when_the_model_is_listed_and_a_completion_returns(t
     assert why is not None and why.startswith("canary failed: ConnectionRefusedError")
 
 
+def _unit(port: int = 1, node: str = "a", slot: int = 0):
+    from reconciler.world import Unit
+
+    return Unit(recipe="r", role="frontend", index=0, ordinals=(0,), nodes=(node,), gpus=(), ports={"http": port},
+                launches=(), container=None, health_port=port, canary="m", slot=slot)
+
+
 def test_a_new_life_does_not_borrow_its_old_lifes_canary(monkeypatch):
     """A hand-over probes the old and the new frontend life in one pass: each is asked itself."""
-    from dataclasses import replace
-
-    from reconciler.shell import probe
-    from reconciler.world import Unit
+    from reconciler.shell import canary as c
 
     asked: list[int] = []
 
-    def fake(host, port, model, timeout=probe.CANARY_TIMEOUT):
+    def fake(host, port, model, timeout=c.CANARY_TIMEOUT):
         asked.append(port)
         return None if port == 1 else "model 'm' not listed by /v1/models (none)"
 
-    monkeypatch.setattr(probe, "canary", fake)
-    monkeypatch.setattr(probe, "_canaried", {})
-    old = Unit(recipe="r", role="frontend", index=0, ordinals=(0,), nodes=("a",), gpus=(), ports={"http": 1},
-               launches=(), container=None, health_port=1, canary="m")
-    new = replace(old, nodes=("b",), ports={"http": 2}, health_port=2, slot=1)
-    assert probe._canary(old) is True
-    assert probe._canary(new) is False and asked == [1, 2]
+    monkeypatch.setattr(c, "canary", fake)
+    monkeypatch.setattr(c, "_lives", {})
+    old, new = _unit(1, "a"), _unit(2, "b", slot=1)
+    assert c.passes(old) is True
+    assert c.passes(new) is False and asked == [1, 2]
+    assert c.why[new.key] == "model 'm' not listed by /v1/models (none)"
+
+
+def test_a_canary_stuck_in_a_busy_queue_does_not_hold_the_probe(monkeypatch):
+    """Under load the canary waits in the engines' queue like any request: the probe reads the last
+    answer instead of waiting (a Ready frontend stays Ready), and a new life is not Ready until
+    its first canary answers — then at once."""
+    import threading
+    import time
+
+    from reconciler.shell import canary as c
+
+    gate = threading.Event()
+    fail = threading.Event()
+
+    def slow(host, port, model, timeout=c.CANARY_TIMEOUT):
+        assert gate.wait(10)
+        return "canary completion answered 500: x" if fail.is_set() else None
+
+    monkeypatch.setattr(c, "canary", slow)
+    monkeypatch.setattr(c, "_lives", {})
+    monkeypatch.setattr(c, "CANARY_INTERVAL", 0.0)  # every probe asks again
+    u = _unit(7)
+    t0 = time.monotonic()
+    assert c.passes(u) is False  # the first canary is in flight: not Ready, and why says so
+    assert time.monotonic() - t0 < 2.0  # the probe waited CANARY_WAIT, not for the canary
+    assert c.why[u.key].startswith("its canary is in flight for")
+    gate.set()
+    c._lives[(u.key, "a", 7)].flight.result(5)
+    assert c.passes(u) is True and u.key not in c.why
+    gate.clear()
+    assert c.passes(u) is True  # a canary started and in flight: the last answer stands
+    fail.set()
+    gate.set()
+    c._lives[(u.key, "a", 7)].flight.result(5)
+    assert c.passes(u) is False and c.why[u.key] == "canary completion answered 500: x"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers import get, post, wait_until
-from reconciler.shell import probe
+from reconciler.shell import canary
 from test_e2e import Harness, sh, scancel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -375,7 +375,7 @@ def test_the_sglang_router_in_prefill_decode_mode_follows_readiness(tmp_path):
         # `before` was read may be counted after it by one half (seen: prefill 11, decode 10), and
         # more may come meanwhile
         got = {role: finished(next(iter(u[role]))) - before[role] for role in u}
-        canaries = 2 + (time.monotonic() - start) / probe.CANARY_INTERVAL
+        canaries = 2 + (time.monotonic() - start) / canary.CANARY_INTERVAL
         assert all(10 <= n <= 10 + canaries for n in got.values()), (got, canaries)
     finally:
         h.cleanup()

@@ -25,7 +25,7 @@ from reconciler.drivers.state import StateDir
 from reconciler.recipe.autoscale import AutoscaleConfig
 from reconciler.recipe.model import Recipe
 from reconciler.shell import engine_metrics as em
-from reconciler.shell import holder, probe, waking
+from reconciler.shell import canary, holder, probe, waking
 from reconciler.shell.snapshot import Snapshot
 from reconciler.timefmt import iso
 
@@ -116,7 +116,7 @@ class Autoscaler:
         # that comes late on a busy host spans more of them, which must not read as traffic)
         since = max(cfg.interval_seconds, now - self._looked.get(name, now))
         self._looked[name] = now
-        allowance = len(d.frontends) * (since / probe.CANARY_INTERVAL + 1)  # canary requests
+        allowance = len(d.frontends) * (since / canary.CANARY_INTERVAL + 1)  # canary requests
         facts: dict[str, RoleFacts] = {}
         held = self._held(name, cfg)  # requests waiting at the gateway's holder (scale to zero)
         through = self._frontend_requests(d.frontends, pages, now) > allowance

@@ -29,7 +29,7 @@ from reconciler.fsutil import atomic_write_text
 from reconciler.core.ports import NodePortAllocator
 from reconciler.shell.autoscale import Autoscaler
 from reconciler.shell.execute import Executor
-from reconciler.shell import probe
+from reconciler.shell import canary
 from reconciler.shell import holder
 from reconciler.shell.gateway import OWNER_NAME, Gateways, record_path
 from reconciler.shell.gateway_job import GatewayJobs
@@ -165,7 +165,7 @@ class Controller:
                             previous_ready,
                             self.slurm.deadlines(facts.allocs, desired, self.nodes.excluded(), now),
                             self.slurm.pending(facts.allocs),
-                            why={k: w for k, w in probe.why.items() if not ready.get(k)},
+                            why={k: w for k, w in canary.why.items() if not ready.get(k)},
                             previous_failures=previous_failures, analysis=self.analyzer.facts(desired, facts.steps))
         p = plan(desired, observed, now, applied_since(self.state, m, self._applied, now))
         release_unused(ports, desired, observed, p.refused_prune)

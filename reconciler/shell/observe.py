@@ -19,7 +19,7 @@ from reconciler.core.plan.results import StopReason
 from reconciler.drivers import Driver
 from reconciler.shell.health import HealthTracker
 from reconciler.core.ports import NodePortAllocator
-from reconciler.shell import probe
+from reconciler.shell import canary
 from reconciler.shell.probe import probe_units
 from reconciler.drivers.state import StateDir
 from reconciler.world import Alloc, Desired, InFlight, Step, UnitHealth
@@ -124,7 +124,7 @@ class Observer:
                 else:
                     # liveness follows the health probe: a frontend whose canary fails (its workers
                     # are down, the model is gone from etcd) is not Ready, but not dead either
-                    self.tracker.probed(u.key, bool(ready.get(u.key)) or u.key in probe.why, now)
+                    self.tracker.probed(u.key, bool(ready.get(u.key)) or u.key in canary.why, now)
                 missing = None
             else:
                 missing = self.tracker.seen_missing(u.key, now) if rec.get("launches") else None

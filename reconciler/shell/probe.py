@@ -28,6 +28,8 @@ from collections.abc import Iterable
 
 import httptools
 
+from reconciler.shell import canary
+from reconciler.shell.canary import why  # a canary that fails says why here
 from reconciler.world import Unit
 
 TIMEOUT = 1.0  # per probe, connect to last byte
@@ -201,67 +203,10 @@ def probe_file(path: str) -> bool:
         return False
 
 
-CANARY_TIMEOUT = 5.0  # a one-token completion through a frontend (its engines may be busy)
-CANARY_INTERVAL = 1.0  # seconds between two canaries of one frontend: Ready goes within this + a tick
-# unit key -> why its health probe passes but it is not Ready (its canary failed): the tick reads it
-why: dict[tuple[str, str, int], str] = {}
-# (unit key, host, port) -> (when, its failure or None)
-_canaried: dict[tuple[tuple[str, str, int], str, int], tuple[float, str | None]] = {}
-
-
-def canary(host: str, port: int, model: str, timeout: float = CANARY_TIMEOUT) -> str | None:
-    """None when the frontend answers: ``model`` is listed by GET /v1/models and a one-token
-    completion through it returns 200 (for a disaggregated recipe, that request crosses prefill
-    and decode). Otherwise the reason, as the operator should read it."""
-    import http.client
-
-    try:
-        conn = http.client.HTTPConnection(host, port, timeout=timeout)
-        conn.request("GET", "/v1/models")
-        r = conn.getresponse()
-        body = r.read(BODY_LIMIT)
-        if r.status != 200:
-            return f"GET /v1/models answered {r.status}"
-        listed = [str(m.get("id")) for m in json.loads(body).get("data", []) if isinstance(m, dict)]
-        # an engine started with a model path and no served name lists the path (dynamo.mocker does)
-        name = model if model in listed else next((m for m in listed if m.rstrip("/").rsplit("/", 1)[-1] == model), None)
-        if name is None:
-            return f"model {model!r} not listed by /v1/models ({', '.join(listed[:3]) or 'none'})"
-        conn.request("POST", "/v1/completions", body=json.dumps({"model": name, "prompt": "ping", "max_tokens": 1}),
-                     headers={"Content-Type": "application/json", "User-Agent": "reconciler-canary"})
-        r = conn.getresponse()
-        body = r.read(BODY_LIMIT)
-        conn.close()
-        if r.status != 200:
-            return f"canary completion answered {r.status}: {body[:120].decode(errors='replace')}"
-        return None
-    except (OSError, ValueError, AttributeError, http.client.HTTPException) as e:
-        return f"canary failed: {type(e).__name__}: {e}"
-
-
-def _canary(u: Unit) -> bool:
-    """The frontend's canary, at most every CANARY_INTERVAL (the last answer kept in between)."""
-    now = time.monotonic()
-    # per life (its address), not per unit: a hand-over's old and new frontend lives are both
-    # probed, and the new one must not borrow the old one's passing answer
-    at = (u.key, u.nodes[0], u.health_port or 0)
-    last = _canaried.get(at)
-    if last is None or now - last[0] >= CANARY_INTERVAL or last[1] is not None:
-        last = (now, canary(u.nodes[0], u.health_port or 0, u.canary))
-        if len(_canaried) > 4096:  # lives come and go: bounded
-            _canaried.clear()
-        _canaried[at] = last
-    if last[1] is None:
-        why.pop(u.key, None)
-        return True
-    why[u.key] = last[1]
-    return False
-
-
 def _probe(u: Unit) -> bool:
     why.pop(u.key, None)
     ok = _probe_health(u)
-    return _canary(u) if ok and u.canary else ok
+    return canary.passes(u) if ok and u.canary else ok
 
 
 def _probe_health(u: Unit) -> bool:

@@ -1,0 +1,112 @@
+"""A frontend's canary: a one-token completion through it, which its readiness probe needs.
+
+The canary goes through the frontend's router to an engine, so it waits in the engines' queue like
+any request: under load it takes as long as a queued request (seconds). The tick must not wait for
+that — a tick held by a busy deployment's canary delays the very scale-up that would relieve it (a
+1.8 s tick per pass, measured with 16 clients on one worker) — so a canary runs on threads of its
+own, and a probe reads the last answer of the frontend's life:
+
+- the first canary of a life, or one due again (``CANARY_INTERVAL`` after the last start, or at once
+  after a failure), is started and waited for up to ``CANARY_WAIT``: a quick frontend is Ready in
+  the pass that asked;
+- one still in flight leaves the last answer standing (Ready stays Ready until a canary fails); a
+  life never answered is not Ready, and ``why`` says its canary is in flight and for how long;
+- a canary is bounded by ``CANARY_TIMEOUT``: one that gets no answer within it is a failure.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+
+from reconciler.world import Unit
+
+CANARY_TIMEOUT = 5.0  # a one-token completion through a frontend (its engines may be busy)
+CANARY_INTERVAL = 1.0  # seconds between two canaries of one frontend: Ready goes within this + a tick
+CANARY_WAIT = 0.3  # how long a probe waits for the canary it started before it reads the last answer
+BODY_LIMIT = 65536
+_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="canary")
+# unit key -> why its health probe passes but it is not Ready (its canary failed): the tick reads it
+why: dict[tuple[str, str, int], str] = {}
+
+
+@dataclass
+class _Life:
+    started: float  # the last canary's start
+    answered: bool = False  # a canary of this life has answered
+    answer: str | None = None  # the last answer: None passes, else why it failed
+    flight: Future | None = None
+
+
+# (unit key, host, port) -> its canaries: per life (its address), not per unit, so that a hand-over's
+# new frontend life never borrows the old life's passing answer
+_lives: dict[tuple[tuple[str, str, int], str, int], _Life] = {}
+
+
+def canary(host: str, port: int, model: str, timeout: float = CANARY_TIMEOUT) -> str | None:
+    """None when the frontend answers: ``model`` is listed by GET /v1/models and a one-token
+    completion through it returns 200 (for a disaggregated recipe, that request crosses prefill
+    and decode). Otherwise the reason, as the operator should read it."""
+    try:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        conn.request("GET", "/v1/models")
+        r = conn.getresponse()
+        body = r.read(BODY_LIMIT)
+        if r.status != 200:
+            return f"GET /v1/models answered {r.status}"
+        listed = [str(m.get("id")) for m in json.loads(body).get("data", []) if isinstance(m, dict)]
+        # an engine started with a model path and no served name lists the path (dynamo.mocker does)
+        name = model if model in listed else next((m for m in listed if m.rstrip("/").rsplit("/", 1)[-1] == model), None)
+        if name is None:
+            return f"model {model!r} not listed by /v1/models ({', '.join(listed[:3]) or 'none'})"
+        conn.request("POST", "/v1/completions", body=json.dumps({"model": name, "prompt": "ping", "max_tokens": 1}),
+                     headers={"Content-Type": "application/json", "User-Agent": "reconciler-canary"})
+        r = conn.getresponse()
+        body = r.read(BODY_LIMIT)
+        conn.close()
+        if r.status != 200:
+            return f"canary completion answered {r.status}: {body[:120].decode(errors='replace')}"
+        return None
+    except (OSError, ValueError, AttributeError, http.client.HTTPException) as e:
+        return f"canary failed: {type(e).__name__}: {e}"
+
+
+def passes(u: Unit) -> bool:
+    """The frontend's canary as last answered (see the module's doc); ``why`` is kept for the tick."""
+    now = time.monotonic()
+    at = (u.key, u.nodes[0], u.health_port or 0)
+    life = _lives.get(at)
+    if life is None or (life.flight is None and (life.answer is not None or now - life.started >= CANARY_INTERVAL)):
+        if len(_lives) > 4096:  # lives come and go: bounded
+            _lives.clear()
+        flight = _pool.submit(canary, u.nodes[0], u.health_port or 0, u.canary)
+        life = _lives[at] = _Life(now, *((life.answered, life.answer) if life else (False, None)), flight)
+        _settle(life, CANARY_WAIT)
+    else:
+        _settle(life, 0)
+    if not life.answered:
+        why[u.key] = f"its canary is in flight for {now - life.started:.1f}s (no answer yet)"
+        return False
+    if life.answer is None:
+        why.pop(u.key, None)
+        return True
+    why[u.key] = life.answer
+    return False
+
+
+def _settle(life: _Life, wait: float) -> None:
+    """The flight's answer, if it came within ``wait`` seconds."""
+    flight = life.flight
+    if flight is None:
+        return
+    try:
+        answer = flight.result(timeout=wait)
+    except FutureTimeout:
+        return
+    except Exception as e:  # noqa: BLE001 - canary() answers every failure; anything else is one too
+        answer = f"canary failed: {type(e).__name__}: {e}"
+    life.answer, life.answered, life.flight = answer, True, None
