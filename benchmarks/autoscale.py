@@ -252,6 +252,18 @@ def one_run(tmp: Path, driver: str, a, autoscaled: bool) -> dict:
             "idle_gpu_s": idle_gpu_s, "wake": wake, "phases": phases}
 
 
+def floor(a) -> tuple[float, float]:
+    """The least share of the fixed run's GPU-seconds this load allows (agg: the high phase needs
+    every worker, a low one needs one, the idle phase none): for a count that follows the load at
+    once, and for one that also keeps the recipe's windows (max workers for ``down`` s after the
+    high phase, one for ``zero`` s into the idle phase)."""
+    idle = a.idle if a.zero is not None else 0.0
+    fixed = a.max * (a.low + a.high + a.tail + idle)
+    instant = a.low + a.max * a.high + a.tail
+    windows = instant + (a.max - 1) * min(a.down, a.tail) + (min(a.zero, idle) if a.zero is not None else 0.0)
+    return 100 * instant / fixed, 100 * windows / fixed
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--max", type=int, default=4, help="the most workers (and the fixed run's count)")
@@ -306,6 +318,11 @@ def main() -> None:
               f"{100 * auto['gpu_s'] / max(fixed['gpu_s'], 1e-9):.0f} % of the fixed run{held} (target <= 60 %), "
               f"{auto['within']:.1f} % within TTFT {a.ttft_ms:g} ms / ITL {a.itl_ms:g} ms (target >= 95 %), "
               f"failed {auto['failed']} (target 0)")
+        if a.mode == "agg":
+            instant, windows = floor(a)
+            print(f"this load's floor (agg): {instant:.0f} % of the fixed run's GPU-seconds for a count that follows "
+                  f"the load at once; {windows:.0f} % with the recipe's windows (scale-down after {a.down:g} s"
+                  + (f", to zero after {a.zero:g} s)" if a.zero is not None else ")"), flush=True)
     finally:
         for f in (tmp / "manifests").glob("*.yaml"):
             f.unlink()

@@ -153,7 +153,7 @@ def test_health_farm_answers_as_engine_and_router():
         assert probe_life("127.0.0.1", port, "/health?life=a", "a")
         assert probe_life("127.0.0.1", port, "/health?life=b", "b")
         assert not probe_life("127.0.0.1", port, "/health", "a")  # no life asked: not a router's answer
-        from reconciler.shell.probe import canary
+        from reconciler.shell.canary import canary
 
         assert canary("127.0.0.1", port, "m") is None  # a frontend's canary: listed, and one token
         assert "not listed" in (canary("127.0.0.1", port, "other") or "")

@@ -73,11 +73,62 @@ def test_a_canary_stuck_in_a_busy_queue_does_not_hold_the_probe(monkeypatch):
     assert time.monotonic() - t0 < 2.0  # the probe waited CANARY_WAIT, not for the canary
     assert c.why[u.key].startswith("its canary is in flight for")
     gate.set()
-    c._lives[(u.key, "a", 7)].flight.result(5)
+    c._lives[(u.key, "a", 7, 0)].flight.result(5)
     assert c.passes(u) is True and u.key not in c.why
     gate.clear()
     assert c.passes(u) is True  # a canary started and in flight: the last answer stands
     fail.set()
     gate.set()
-    c._lives[(u.key, "a", 7)].flight.result(5)
+    c._lives[(u.key, "a", 7, 0)].flight.result(5)
     assert c.passes(u) is False and c.why[u.key] == "canary completion answered 500: x"
+
+
+def test_a_relaunch_on_the_same_port_answers_its_own_canary(monkeypatch):
+    """A relaunched frontend keeps its port: the last life's pass must not make the new one Ready."""
+    import threading
+
+    from reconciler.shell import canary as c
+
+    gate = threading.Event()
+    gate.set()
+
+    def slow(host, port, model, timeout=c.CANARY_TIMEOUT):
+        assert gate.wait(10)
+        return None
+
+    monkeypatch.setattr(c, "canary", slow)
+    monkeypatch.setattr(c, "_lives", {})
+    u = _unit(9)
+    assert c.passes(u) is True
+    gate.clear()  # the new life's engines are slow to take its first request
+    c.new_life(u.key, u.slot)
+    assert c.passes(u) is False and c.why[u.key].startswith("its canary is in flight")
+    gate.set()
+
+
+def test_a_canary_that_never_ends_is_a_failure_after_its_timeout(monkeypatch):
+    """Each socket operation has the timeout, so a trickling frontend could hold a canary longer:
+    past CANARY_TIMEOUT as a whole it fails, and no second canary of the life starts meanwhile."""
+    import threading
+
+    from reconciler.shell import canary as c
+
+    gate = threading.Event()
+    started: list[int] = []
+
+    def stuck(host, port, model, timeout=c.CANARY_TIMEOUT):
+        started.append(port)
+        assert gate.wait(10)
+        return None
+
+    monkeypatch.setattr(c, "canary", stuck)
+    monkeypatch.setattr(c, "_lives", {})
+    monkeypatch.setattr(c, "CANARY_TIMEOUT", 0.5)
+    u = _unit(11)
+    try:
+        assert c.passes(u) is False  # in flight
+        c._lives[(u.key, "a", 11, 0)].started -= 1.0  # it has been in flight for longer than the timeout
+        assert c.passes(u) is False and c.why[u.key] == "canary failed: no answer within 0.5s"
+        assert started == [11]
+    finally:
+        gate.set()

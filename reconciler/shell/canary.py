@@ -40,11 +40,19 @@ class _Life:
     answered: bool = False  # a canary of this life has answered
     answer: str | None = None  # the last answer: None passes, else why it failed
     flight: Future | None = None
+    asked: float = 0.0  # the last probe that read it
 
 
-# (unit key, host, port) -> its canaries: per life (its address), not per unit, so that a hand-over's
-# new frontend life never borrows the old life's passing answer
-_lives: dict[tuple[tuple[str, str, int], str, int], _Life] = {}
+# (unit key, host, port, slot) -> its canaries: per life, not per unit, so that a hand-over's new
+# frontend life (another address) or a surge's (another slot) never borrows the old one's passing answer
+_lives: dict[tuple[tuple[str, str, int], str, int, int], _Life] = {}
+FORGET_SECONDS = 60.0  # a life not asked for this long is no longer probed (it ended)
+
+
+def new_life(key: tuple[str, str, int], slot: int) -> None:
+    """A unit launched again (a relaunch keeps its port): its new life starts with no answer."""
+    for at in [at for at in _lives if at[0] == key and at[3] == slot]:
+        _lives.pop(at, None)
 
 
 def canary(host: str, port: int, model: str, timeout: float = CANARY_TIMEOUT) -> str | None:
@@ -78,16 +86,18 @@ def canary(host: str, port: int, model: str, timeout: float = CANARY_TIMEOUT) ->
 def passes(u: Unit) -> bool:
     """The frontend's canary as last answered (see the module's doc); ``why`` is kept for the tick."""
     now = time.monotonic()
-    at = (u.key, u.nodes[0], u.health_port or 0)
+    at = (u.key, u.nodes[0], u.health_port or 0, u.slot)
     life = _lives.get(at)
     if life is None or (life.flight is None and (life.answer is not None or now - life.started >= CANARY_INTERVAL)):
-        if len(_lives) > 4096:  # lives come and go: bounded
-            _lives.clear()
+        if len(_lives) > 4096:  # lives come and go: the ones no longer asked about are forgotten
+            for old in [k for k, v in _lives.items() if now - v.asked > FORGET_SECONDS]:
+                del _lives[old]
         flight = _pool.submit(canary, u.nodes[0], u.health_port or 0, u.canary)
         life = _lives[at] = _Life(now, *((life.answered, life.answer) if life else (False, None)), flight)
-        _settle(life, CANARY_WAIT)
-    else:
-        _settle(life, 0)
+    # a canary is waited for a moment while there is no passing answer (a quick frontend is Ready in
+    # this pass); never while one passes: it stands meanwhile
+    _settle(life, CANARY_WAIT if not life.answered or life.answer is not None else 0, now)
+    life.asked = now
     if not life.answered:
         why[u.key] = f"its canary is in flight for {now - life.started:.1f}s (no answer yet)"
         return False
@@ -98,14 +108,19 @@ def passes(u: Unit) -> bool:
     return False
 
 
-def _settle(life: _Life, wait: float) -> None:
-    """The flight's answer, if it came within ``wait`` seconds."""
+def _settle(life: _Life, wait: float, now: float) -> None:
+    """The flight's answer, if it came within ``wait`` seconds. One that took longer than
+    CANARY_TIMEOUT as a whole (each socket operation has that timeout: a frontend that trickles
+    its answer could take several) is a failure now; its thread ends on its own, and no other
+    canary of the life starts before it has."""
     flight = life.flight
     if flight is None:
         return
     try:
         answer = flight.result(timeout=wait)
     except FutureTimeout:
+        if now - life.started > CANARY_TIMEOUT:
+            life.answer, life.answered = f"canary failed: no answer within {CANARY_TIMEOUT:g}s", True
         return
     except Exception as e:  # noqa: BLE001 - canary() answers every failure; anything else is one too
         answer = f"canary failed: {type(e).__name__}: {e}"
