@@ -132,3 +132,26 @@ def test_a_canary_that_never_ends_is_a_failure_after_its_timeout(monkeypatch):
         assert started == [11]
     finally:
         gate.set()
+
+
+def test_a_one_shot_pass_waits_for_the_whole_canary(monkeypatch, tmp_path):
+    """get, plan and run --once have no later pass to read a canary's answer: they wait for it (a
+    slow engine's one-token completion takes longer than the 0.3 s a pass of `run` waits)."""
+    import time
+
+    from reconciler.drivers.memory import MemoryDriver
+    from reconciler.shell import canary as c
+    from reconciler.shell.loop import ONE_SHOT_CANARY_WAIT, Controller
+
+    def slow(host, port, model, timeout=c.CANARY_TIMEOUT):
+        time.sleep(0.8)
+        return None
+
+    monkeypatch.setattr(c, "canary", slow)
+    monkeypatch.setattr(c, "_lives", {})
+    assert c.passes(_unit(13), ONE_SHOT_CANARY_WAIT) is True
+    assert c.passes(_unit(14)) is False  # a pass of `run`: the next one reads it
+    (tmp_path / "m").mkdir()
+    ctl = Controller(tmp_path / "m", tmp_path / "s", MemoryDriver(), read_only=True)
+    assert ctl.observer.canary_wait == ONE_SHOT_CANARY_WAIT
+    assert Controller(tmp_path / "m", tmp_path / "s2", MemoryDriver()).observer.canary_wait == c.CANARY_WAIT

@@ -83,8 +83,10 @@ def canary(host: str, port: int, model: str, timeout: float = CANARY_TIMEOUT) ->
         return f"canary failed: {type(e).__name__}: {e}"
 
 
-def passes(u: Unit) -> bool:
-    """The frontend's canary as last answered (see the module's doc); ``why`` is kept for the tick."""
+def passes(u: Unit, wait: float = CANARY_WAIT) -> bool:
+    """The frontend's canary as last answered (see the module's doc); ``why`` is kept for the tick.
+    ``wait``: how long a canary is waited for while there is no passing answer (a one-shot process,
+    with no later pass to read it, waits for the whole canary)."""
     now = time.monotonic()
     at = (u.key, u.nodes[0], u.health_port or 0, u.slot)
     life = _lives.get(at)
@@ -96,7 +98,7 @@ def passes(u: Unit) -> bool:
         life = _lives[at] = _Life(now, *((life.answered, life.answer) if life else (False, None)), flight)
     # a canary is waited for a moment while there is no passing answer (a quick frontend is Ready in
     # this pass); never while one passes: it stands meanwhile
-    _settle(life, CANARY_WAIT if not life.answered or life.answer is not None else 0, now)
+    _settle(life, wait if not life.answered or life.answer is not None else 0)
     life.asked = now
     if not life.answered:
         why[u.key] = f"its canary is in flight for {now - life.started:.1f}s (no answer yet)"
@@ -108,7 +110,7 @@ def passes(u: Unit) -> bool:
     return False
 
 
-def _settle(life: _Life, wait: float, now: float) -> None:
+def _settle(life: _Life, wait: float) -> None:
     """The flight's answer, if it came within ``wait`` seconds. One that took longer than
     CANARY_TIMEOUT as a whole (each socket operation has that timeout: a frontend that trickles
     its answer could take several) is a failure now; its thread ends on its own, and no other
@@ -119,7 +121,7 @@ def _settle(life: _Life, wait: float, now: float) -> None:
     try:
         answer = flight.result(timeout=wait)
     except FutureTimeout:
-        if now - life.started > CANARY_TIMEOUT:
+        if time.monotonic() - life.started > CANARY_TIMEOUT:
             life.answer, life.answered = f"canary failed: no answer within {CANARY_TIMEOUT:g}s", True
         return
     except Exception as e:  # noqa: BLE001 - canary() answers every failure; anything else is one too

@@ -52,6 +52,7 @@ from reconciler.shell.analysis import Analyzer
 
 log = structlog.get_logger("reconciler")
 TICK_BACKOFF_MAX = 60.0  # seconds between attempts when whole ticks keep failing (e.g. squeue is down)
+ONE_SHOT_CANARY_WAIT = canary.CANARY_TIMEOUT + 1.0  # get, plan, run --once: the whole canary (its own bound)
 
 
 class Controller:
@@ -68,6 +69,8 @@ class Controller:
         if port_range:
             self.ports.set_range(*port_range)
         self.observer = Observer(self.state, driver)
+        if read_only:  # get, plan: one pass, nobody reads a canary's answer later
+            self.observer.canary_wait = ONE_SHOT_CANARY_WAIT
         self.executor = Executor(self.state, driver, self.observer)
         self.nodes = NodeWatch(self.state, driver)  # suspect nodes after a node failure
         self.losses = Losses(self.state, driver, self.nodes)  # allocations lost without our scancel
@@ -301,6 +304,8 @@ class Controller:
         if on_locked is not None:
             on_locked()  # e.g. record run's settings: only the reconciler holding the lock may
         self.single_pass = once
+        if once:
+            self.observer.canary_wait = ONE_SHOT_CANARY_WAIT
         if not once:
             threading.Thread(target=self._watch, name="manifest-watch", daemon=True).start()
         while not self._stop.is_set():

@@ -44,6 +44,10 @@ class Observer:
         self.cancelled: dict[str, float] = {}  # step id -> when we cancelled it
         self.inflight: list[InFlight] = []
         self.tracker = HealthTracker(state.root)
+        # how long a probe waits for a frontend's canary: a pass of `run` reads the last answer after
+        # a moment (the next pass reads the rest); a one-shot pass (get, plan, run --once) has no
+        # next pass, so it waits for the whole canary
+        self.canary_wait = canary.CANARY_WAIT
         self._logs_read: dict[tuple[str, int, int], bool] = {}  # (path, inode, size) -> shows a bind failure
         # (unit key, step id of its life) -> when last probed, its answer
         self._probed: dict[tuple[str, str, int, str], tuple[float, bool]] = {}
@@ -106,7 +110,7 @@ class Observer:
         last = {k[:3]: t for k, (t, _) in self._probed.items()}
         now_keys, later = split_due([(u.key, u.probe_interval) for u in up], last, now)
         todo = set(now_keys)
-        ready = probe_units([u for u in up if u.key in todo])
+        ready = probe_units([u for u in up if u.key in todo], canary_wait=self.canary_wait)
         self._probed |= {(*k, life.get(k, "")): (now, ok) for k, ok in ready.items()}
         kept = {k: v[1] for k, v in ((k, self._probed.get((*k, life.get(k, "")))) for k in later) if v is not None}
         out: dict[Key, UnitHealth] = {}
@@ -154,7 +158,7 @@ class Observer:
             if not s.pending and (s.rank == 0 or (s.recipe, s.role, s.index, s.slot) not in live):
                 live[(s.recipe, s.role, s.index, s.slot)] = s.step_id
         old = [u for d in desired.recipes.values() for u in d.previous.values() if (*u.key, u.slot) in live]
-        ready = probe_units(old, forget_idle=False) if old else {}
+        ready = probe_units(old, forget_idle=False, canary_wait=self.canary_wait) if old else {}
         counts: dict[tuple[str, str, int, str], int] = {}  # (unit key, step id of the old life) -> failures
         for u in old:
             k = (*u.key, live[(*u.key, u.slot)])

@@ -203,10 +203,10 @@ def probe_file(path: str) -> bool:
         return False
 
 
-def _probe(u: Unit) -> bool:
+def _probe(u: Unit, canary_wait: float) -> bool:
     why.pop(u.key, None)
     ok = _probe_health(u)
-    return canary.passes(u) if ok and u.canary else ok
+    return canary.passes(u, canary_wait) if ok and u.canary else ok
 
 
 def _probe_health(u: Unit) -> bool:
@@ -225,16 +225,18 @@ def _probe_health(u: Unit) -> bool:
     return probe_one(u.nodes[0], u.health_port, u.health_path, status=int(u.probe_arg or 200))
 
 
-def probe_units(units: Iterable[Unit], forget_idle: bool = True) -> dict[tuple[str, str, int], bool]:
+def probe_units(units: Iterable[Unit], forget_idle: bool = True,
+                canary_wait: float = canary.CANARY_WAIT) -> dict[tuple[str, str, int], bool]:
     """Ready per unit key, for every unit probed here (``log`` units are the tracker's).
-    ``forget_idle``: drop kept connections to anything not probed now (the tick's main probe)."""
+    ``forget_idle``: drop kept connections to anything not probed now (the tick's main probe).
+    ``canary_wait``: how long a frontend's canary is waited for (``canary.passes``)."""
     todo = [u for u in units if u.probe != "log" and (u.health_port or u.probe in ("started", "file"))]
     out: dict[tuple[str, str, int], bool] = {}
     queue = iter(todo)  # shared by the threads; next() on it is atomic under the GIL
 
     def drain() -> None:
         for u in queue:
-            out[u.key] = _probe(u)
+            out[u.key] = _probe(u, canary_wait)
 
     for f in [_pool.submit(drain) for _ in range(min(CONCURRENCY, len(todo)))]:
         f.result()
