@@ -256,11 +256,12 @@ def floor(a) -> tuple[float, float]:
     """The least share of the fixed run's GPU-seconds this load allows (agg: the high phase needs
     every worker, a low one needs one, the idle phase none): for a count that follows the load at
     once, and for one that also keeps the recipe's windows (max workers for ``down`` s after the
-    high phase, one for ``zero`` s into the idle phase)."""
+    high phase, one for ``zero`` s into the idle phase). The time a scale-up takes is not counted:
+    a run may land a little under it."""
     idle = a.idle if a.zero is not None else 0.0
     fixed = a.max * (a.low + a.high + a.tail + idle)
     instant = a.low + a.max * a.high + a.tail
-    windows = instant + (a.max - 1) * min(a.down, a.tail) + (min(a.zero, idle) if a.zero is not None else 0.0)
+    windows = instant + (a.max - 1) * min(a.down, a.tail + idle) + (min(a.zero, idle) if a.zero is not None else 0.0)
     return 100 * instant / fixed, 100 * windows / fixed
 
 

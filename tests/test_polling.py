@@ -39,7 +39,7 @@ class FakeClock:
 def run_for(tmp_path, monkeypatch, recipes: int, ready: bool, seconds: float = MINUTE, **driver_kw):
     """Deploy, let it settle (fake time), then record the commands of ``seconds`` more: (their
     names, the ticks, the loop's waits, the controller)."""
-    monkeypatch.setattr(observe, "probe_units", lambda units: {u.key: ready for u in units})
+    monkeypatch.setattr(observe, "probe_units", lambda units, **kw: {u.key: ready for u in units})
     m = tmp_path / "manifests"
     m.mkdir()
     for i in range(recipes):
@@ -107,7 +107,7 @@ def test_converging_ticks_at_the_active_interval(tmp_path, monkeypatch):
 def test_a_settled_tick_rewrites_no_state_file_but_the_tick_counter(tmp_path, monkeypatch):
     """Status (its updatedAt is the last change), launch records, ports, endpoints, last-applied
     specs: unchanged content is not written again, however much time passes."""
-    monkeypatch.setattr(observe, "probe_units", lambda units: {u.key: True for u in units})
+    monkeypatch.setattr(observe, "probe_units", lambda units, **kw: {u.key: True for u in units})
     # the gateways' health is asked each tick (5 s of fake clock apart): one answer slower than the
     # 1 s probe timeout on a loaded host would count a failure and rewrite gateway.json (twice)
     real_fetch = probe.fetch

@@ -92,10 +92,11 @@ def passes(u: Unit, wait: float = CANARY_WAIT) -> bool:
     life = _lives.get(at)
     if life is None or (life.flight is None and (life.answer is not None or now - life.started >= CANARY_INTERVAL)):
         if len(_lives) > 4096:  # lives come and go: the ones no longer asked about are forgotten
-            for old in [k for k, v in _lives.items() if now - v.asked > FORGET_SECONDS]:
-                del _lives[old]
-        flight = _pool.submit(canary, u.nodes[0], u.health_port or 0, u.canary)
-        life = _lives[at] = _Life(now, *((life.answered, life.answer) if life else (False, None)), flight)
+            for old, v in list(_lives.items()):  # a copy: other probe threads add lives meanwhile
+                if now - v.asked > FORGET_SECONDS:
+                    _lives.pop(old, None)
+        life = _lives[at] = _Life(now, *((life.answered, life.answer) if life else (False, None)))
+        life.flight = _pool.submit(_run, life, u.nodes[0], u.health_port or 0, u.canary)
     # a canary is waited for a moment while there is no passing answer (a quick frontend is Ready in
     # this pass); never while one passes: it stands meanwhile
     _settle(life, wait if not life.answered or life.answer is not None else 0)
@@ -108,6 +109,11 @@ def passes(u: Unit, wait: float = CANARY_WAIT) -> bool:
         return True
     why[u.key] = life.answer
     return False
+
+
+def _run(life: _Life, host: str, port: int, model: str) -> str | None:
+    life.started = time.monotonic()  # its time counts from here: not the time it queued for a thread
+    return canary(host, port, model)
 
 
 def _settle(life: _Life, wait: float) -> None:
