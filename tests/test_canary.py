@@ -42,6 +42,7 @@ def test_a_new_life_does_not_borrow_its_old_lifes_canary(monkeypatch):
 
     monkeypatch.setattr(c, "canary", fake)
     monkeypatch.setattr(c, "_lives", {})
+    monkeypatch.setattr(c, "why", {})  # the tests' unit keys must not stay behind for other tests
     old, new = _unit(1, "a"), _unit(2, "b", slot=1)
     assert c.passes(old) is True
     assert c.passes(new) is False and asked == [1, 2]
@@ -66,6 +67,7 @@ def test_a_canary_stuck_in_a_busy_queue_does_not_hold_the_probe(monkeypatch):
 
     monkeypatch.setattr(c, "canary", slow)
     monkeypatch.setattr(c, "_lives", {})
+    monkeypatch.setattr(c, "why", {})  # the tests' unit keys must not stay behind for other tests
     monkeypatch.setattr(c, "CANARY_INTERVAL", 0.0)  # every probe asks again
     u = _unit(7)
     t0 = time.monotonic()
@@ -98,6 +100,7 @@ def test_a_relaunch_on_the_same_port_answers_its_own_canary(monkeypatch):
 
     monkeypatch.setattr(c, "canary", slow)
     monkeypatch.setattr(c, "_lives", {})
+    monkeypatch.setattr(c, "why", {})  # the tests' unit keys must not stay behind for other tests
     u = _unit(9)
     assert c.passes(u) is True
     gate.clear()  # the new life's engines are slow to take its first request
@@ -123,6 +126,7 @@ def test_a_canary_that_never_ends_is_a_failure_after_its_timeout(monkeypatch):
 
     monkeypatch.setattr(c, "canary", stuck)
     monkeypatch.setattr(c, "_lives", {})
+    monkeypatch.setattr(c, "why", {})  # the tests' unit keys must not stay behind for other tests
     monkeypatch.setattr(c, "CANARY_TIMEOUT", 0.5)
     u = _unit(11)
     try:
@@ -149,6 +153,7 @@ def test_a_one_shot_pass_waits_for_the_whole_canary(monkeypatch, tmp_path):
 
     monkeypatch.setattr(c, "canary", slow)
     monkeypatch.setattr(c, "_lives", {})
+    monkeypatch.setattr(c, "why", {})  # the tests' unit keys must not stay behind for other tests
     assert c.passes(_unit(13), ONE_SHOT_CANARY_WAIT) is True
     assert c.passes(_unit(14)) is False  # a pass of `run`: the next one reads it
     (tmp_path / "m").mkdir()

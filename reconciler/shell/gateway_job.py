@@ -317,8 +317,9 @@ class GatewayJobs(Records):
         if r.returncode != 0 and not any(w in (r.stderr or "") for w in RETIRED_GONE):
             log.error("gateway job not stopped", recipe=recipe, job=job.id, error=(r.stderr or "").strip())
             return False
-        prefix_of(self.state.root, recipe).mkdir(parents=True, exist_ok=True)
-        self.state.write_json(prefix_of(self.state.root, recipe) / RETIRED, [*self._retired(recipe), job.id][-KEEP_RETIRED:])
+        prefix = prefix_of(self.state.root, recipe)
+        prefix.mkdir(parents=True, exist_ok=True)
+        self.state.write_json(prefix / RETIRED, [*self._retired(recipe), job.id][-KEEP_RETIRED:])
         return True
 
     def _retired(self, recipe: str) -> list[str]:

@@ -105,7 +105,7 @@ def facts(root: Path, recipe: str) -> dict | None:
         # its job runs and served this job's config once (not a job just started, nor another's)
         job = rec.get("job")
         up = serving_job(rec) and not mute
-        return {"url": url, "up": up, "pid": None, "job": rec.get("job"), "upstreams": list(rec.get("upstreams") or []),
+        return {"url": url, "up": up, "pid": None, "job": job, "upstreams": list(rec.get("upstreams") or []),
                 "restarts": int(rec.get("restarts", 0) or 0),
                 "reason": None if up else f"not answering: {rec.get('probeError')}" if mute
                 else (rec.get("lastError") or (f"gateway job {job} is starting on {rec.get('host')} (not serving yet)"

@@ -29,7 +29,6 @@ from collections.abc import Iterable
 import httptools
 
 from reconciler.shell import canary
-from reconciler.shell.canary import why  # a canary that fails says why here
 from reconciler.world import Unit
 
 TIMEOUT = 1.0  # per probe, connect to last byte
@@ -204,7 +203,7 @@ def probe_file(path: str) -> bool:
 
 
 def _probe(u: Unit, canary_wait: float) -> bool:
-    why.pop(u.key, None)
+    canary.why.pop(u.key, None)  # a canary that fails says why there; anything else clears it
     ok = _probe_health(u)
     return canary.passes(u, canary_wait) if ok and u.canary else ok
 
