@@ -138,3 +138,19 @@ def test_a_whole_recipe_repository_validates_per_file_with_a_documented_exit_sta
     # NVIDIA's recipe collection (v1, one folder per model and GPU) as one manifests tree: accepted
     r = run("validate", str(corpus / "srt-slurm-v1"))
     assert r.returncode == 0 and ", 0 invalid, 21 ignored" in r.stderr, r.stderr
+
+
+def test_validate_the_repos_manifests_dir_as_the_readme_writes_it():
+    """A fresh clone: `reconciler validate manifests/` (README's first command) finds the shipped,
+    recipe-less directory and says there is nothing to validate; its README.md is no recipe."""
+    assert (ROOT / "manifests" / "README.md").is_file()
+    r = run("validate", "manifests/")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "cannot read" not in r.stdout + r.stderr and "README" not in r.stdout
+    assert "nothing to validate" in r.stderr
+    assert json.loads(run("validate", "-o", "json", "manifests/").stdout) == []
+
+
+def test_validate_a_missing_directory_still_fails(tmp_path):
+    r = run("validate", str(tmp_path / "nope") + "/")
+    assert r.returncode == 1 and "cannot read" in r.stdout, r.stdout + r.stderr

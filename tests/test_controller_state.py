@@ -42,6 +42,20 @@ def test_invalid_file_keeps_last_applied_spec_and_duplicate_names_are_reported(t
     assert dup.files_seen == 2
 
 
+
+def test_a_manifests_dir_holding_only_its_readme_is_empty(tmp_path):
+    """The repository's manifests/ ships a README.md: it is no recipe, so nothing is invalid and the
+    prune guard sees no file (deleting the last recipe beside it is still refused)."""
+    from conftest import ROOT
+
+    m = tmp_path / "manifests"
+    m.mkdir()
+    (m / "README.md").write_text((ROOT / "manifests" / "README.md").read_text())
+    c = Controller(m, tmp_path / "state", LocalDriver(tmp_path / "state"))
+    got = c.load_manifests()
+    assert got.files_seen == 0 and not got.recipes and not got.invalid and not got.skipped
+
+
 SWEEP = """\
 name: sw
 model: {path: m}

@@ -136,6 +136,8 @@ def test_every_manifest_gone_is_refused_and_sigterm_leaves_workloads(h):
     (h.manifests / f"{name}.yaml").write_text(KEEP.format(name=name))
     h.start()
     running = h.wait_steps(name, {"agg_0"})
+    # the repository's manifests/ keeps a README.md: a directory holding only it is still empty
+    (h.manifests / "README.md").write_text((ROOT / "manifests" / "README.md").read_text())
     (h.manifests / f"{name}.yaml").unlink()
     wait_until(lambda: "refusing to prune" in h.log(), timeout=20, what="the prune guard")
     h.idle(name)

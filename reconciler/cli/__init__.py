@@ -69,8 +69,11 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool, strict: bool) -
                 "unsupported": e.unsupported,
                 "problems": [{"key": p.key or None, "line": p.line, "message": p.message} for p in e.problems()],
             })
-    if not files:
-        _fail(f"no recipe files (*.yaml, *.yml) found in {', '.join(paths)}")
+    if not files:  # only directories were named, and none holds a recipe (a fresh clone's manifests/)
+        click.echo(f"no recipe files (*.yaml, *.yml) in {', '.join(paths)}: nothing to validate", err=True)
+        if output == "json":
+            click.echo("[]")
+        sys.exit(0)
     # what run would do with a directory: the first file of a name wins, the others are reported
     valid = [r for r in results if r["valid"]]
     keyed = [(r["path"], namespaces.display(namespaces.key(r["namespace"], r["name"]))) for r in valid]
