@@ -204,7 +204,7 @@ def main() -> None:
             # scancel returns before the steps are gone: their logs are still written meanwhile, and
             # the directory can only be removed once they are
             until(lambda: not ours(), 60, "our jobs gone after the teardown", poll=0.5)
-            from reconciler.shell.gateway import quit_under
+            from reconciler.shell.gateway.sweep import quit_under
 
             quit_under(run.tmp)  # any the pass could not stop (a master it did not know of)
     width = max(len(r[0]) for r in rows)

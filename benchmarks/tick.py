@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from reconciler.drivers.base import step_paths  # noqa: E402
 from reconciler.drivers.memory import MemoryDriver  # noqa: E402
-from reconciler.shell.gateway import quit_under  # noqa: E402
+from reconciler.shell.gateway.sweep import quit_under  # noqa: E402
 from reconciler.shell.loop import Controller, next_wait  # noqa: E402
 
 RECIPE = """\

@@ -186,7 +186,7 @@ def _the_tests_gateways_quit(request):
     tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
     yield
     if tmp is not None:
-        from reconciler.shell.gateway import quit_under
+        from reconciler.shell.gateway.sweep import quit_under
 
         quit_under(tmp)
 
@@ -197,6 +197,6 @@ def _no_gateway_left_behind(tmp_path_factory):
     gateway, an nginx daemon, running: at the end of the session every nginx master whose prefix is
     under this session's temporary directory is told to quit (SIGQUIT), found by its process."""
     yield
-    from reconciler.shell.gateway import quit_under
+    from reconciler.shell.gateway.sweep import quit_under
 
     quit_under(tmp_path_factory.getbasetemp())  # by the processes: a wiped state dir has no pid file

@@ -16,7 +16,9 @@ import pytest
 
 from reconciler.gateway import GatewayConfig, render
 from reconciler.core.ports import NodePortAllocator
-from reconciler.shell.gateway import Gateways, delay_after, facts, master_pid, nginx_binary, prefix_of, record_path, stop_orphans
+from reconciler.shell.gateway.host import Gateways, nginx_binary, stop_orphans
+from reconciler.shell.gateway.record import delay_after, facts, prefix_of, record_path
+from reconciler.shell.gateway.sweep import master_pid
 from reconciler.drivers.state import StateDir
 from harness import _ranges
 from tests.helpers import get, post, start_mocker, wait_until
@@ -403,7 +405,7 @@ def test_a_config_nginx_refuses_is_not_taken_for_served_and_is_tried_again(gw, t
 def test_quit_under_finds_a_gateway_whose_state_was_wiped(gw, tmp_path):
     """A state directory removed under a running reconciler takes the pid file with it: the master
     is found by its process (its -p prefix), so a test session or a benchmark leaves none behind."""
-    from reconciler.shell.gateway import quit_under
+    from reconciler.shell.gateway.sweep import quit_under
 
     gw.sync("r1", [], _ports(), 1.0)
     prefix = prefix_of(gw.state.root, "r1")
@@ -421,7 +423,7 @@ def test_quit_under_tells_a_master_not_the_fork_that_still_bears_its_name(tmp_pa
     import subprocess
     import sys
 
-    from reconciler.shell.gateway import quit_under
+    from reconciler.shell.gateway.sweep import quit_under
 
     title = f"nginx: master process /usr/sbin/nginx -p {tmp_path}/r1/gateway/"
     code = "import os, signal, sys, time; signal.signal(signal.SIGQUIT, lambda *a: sys.exit(0))\n" \
@@ -445,7 +447,7 @@ def test_a_gateway_that_runs_but_does_not_answer_is_down_until_it_answers_again(
     nothing. The probe (GET /gateway/health, at most one per interval) says so after
     PROBE_FAILURES in a row, in the facts that get/describe/Ready read, with an event once per
     episode."""
-    from reconciler.shell.gateway_probe import PROBE_EVERY, PROBE_FAILURES, probe_gateways
+    from reconciler.shell.gateway.answering import PROBE_EVERY, PROBE_FAILURES, probe_gateways
 
     gw.sync("r1", [], _ports(), 1.0)
     assert probe_gateways(gw.state, ["r1"], 1.0) == [] and facts(gw.state.root, "r1")["up"]

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from reconciler.gateway import GatewayConfig, render
-from reconciler.shell import holder
-from reconciler.shell.gateway import facts, nginx_binary, prefix_of
+from reconciler.shell.gateway import holder_supervisor
+from reconciler.shell.gateway.record import facts, prefix_of
+from reconciler.shell.gateway.host import nginx_binary
 from tests.helpers import post, start_mocker, wait_until
 from tests.test_gateway import CHAT, _hp, _ports, gw  # noqa: F401 - gw: the fixture
 
@@ -61,24 +62,24 @@ def test_a_request_is_held_until_a_frontend_is_listed_then_streamed(gw, tmp_path
         kinds = [c.kind for c in gw.sync("r1", [], ports, 1000.0, hold=60)]
         assert kinds == ["GatewayHolder", "GatewayStarted"], kinds
         port = gw._record("r1")["holderPort"]
-        assert holder.wait_listening(port)  # started, not waited for: the tick serves every deployment
+        assert holder_supervisor.wait_listening(port)  # started, not waited for: the tick serves every deployment
         url = facts(gw.state.root, "r1")["url"]
         call = Call(url, max_tokens=20)
         call.start()
-        wait_until(lambda: (holder.stats(port) or {}).get("held") == 1, what="the request held by the holder")
+        wait_until(lambda: (holder_supervisor.stats(port) or {}).get("held") == 1, what="the request held by the holder")
         assert call.status is None
         assert gw.sync("r1", [], ports, 1001.0, hold=60) == []  # the same holder is kept (adopted)
         # a frontend is Ready: the reload lists it, the holder sends the held request to it
         assert [c.kind for c in gw.sync("r1", [_hp(m_url)], ports, 1002.0, hold=60)] == ["GatewayReloaded"]
         call.join(60)
         assert call.status == 200 and call.body.rstrip().endswith(b"data: [DONE]"), (call.status, call.body[-200:])
-        s = holder.stats(port)
+        s = holder_supervisor.stats(port)
         assert (s["held"], s["received"], s["forwarded"], s["timedOut"]) == (0, 1, 1, 0), s
         # with a frontend, requests go to it and not to the holder
-        assert post(url + "/v1/chat/completions", CHAT)[0] == 200 and holder.stats(port)["received"] == 1
+        assert post(url + "/v1/chat/completions", CHAT)[0] == 200 and holder_supervisor.stats(port)["received"] == 1
     finally:
         m.stop()
-        holder.stop(prefix)
+        holder_supervisor.stop(prefix)
 
 
 @needs_nginx
@@ -87,9 +88,9 @@ def test_a_request_held_past_the_timeout_gets_a_503_with_the_expected_wait(gw, t
     try:
         ports = _ports()
         gw.sync("r1", [], ports, 1000.0, hold=2)
-        assert holder.wait_listening(gw._record("r1")["holderPort"])
+        assert holder_supervisor.wait_listening(gw._record("r1")["holderPort"])
         url = facts(gw.state.root, "r1")["url"]
-        holder.write_wake(prefix, time.time() + 40, "agg_0 waits for its allocation: expected start in 30s")
+        holder_supervisor.write_wake(prefix, time.time() + 40, "agg_0 waits for its allocation: expected start in 30s")
         call = Call(url)
         call.run()
         assert call.status == 503, (call.status, call.body)
@@ -98,7 +99,7 @@ def test_a_request_held_past_the_timeout_gets_a_503_with_the_expected_wait(gw, t
         assert "hold of 2s" in err["message"] and "expected start in 30s" in err["reason"], err
         assert 30 <= err["expected_wait_seconds"] <= 40 and int(call.headers["Retry-After"]) == err["expected_wait_seconds"]
         port = gw._record("r1")["holderPort"]
-        assert holder.stats(port)["timedOut"] == 1
+        assert holder_supervisor.stats(port)["timedOut"] == 1
         # no expected time known: the hold period is the advice
         (prefix / "wake.json").unlink()
         call = Call(url)
@@ -108,11 +109,11 @@ def test_a_request_held_past_the_timeout_gets_a_503_with_the_expected_wait(gw, t
         # the recipe holds no request (hold_seconds: 0): the holder goes, the gateway answers 503 at once
         kinds = [c.kind for c in gw.sync("r1", [], ports, 1001.0, hold=None)]
         assert kinds == ["GatewayHolderStopped", "GatewayReloaded"], kinds
-        assert holder.running(prefix) is None and holder.stats(port) is None
+        assert holder_supervisor.running(prefix) is None and holder_supervisor.stats(port) is None
         status, body = post(url + "/v1/chat/completions", CHAT)
         assert status == 503 and b"no Ready frontend" in body
     finally:
-        holder.stop(prefix)
+        holder_supervisor.stop(prefix)
 
 
 @needs_nginx
@@ -123,16 +124,16 @@ def test_a_new_hold_timeout_keeps_the_holder_and_stop_ends_it(gw, tmp_path):  # 
     try:
         ports = _ports()
         gw.sync("r1", [], ports, 1000.0, hold=5)
-        first = holder.running(prefix)[0]
+        first = holder_supervisor.running(prefix)[0]
         changes = gw.sync("r1", [], ports, 1001.0, hold=9)
         assert [c.kind for c in changes] == ["GatewayHolder"] and "now wait up to 9s" in changes[0].message, changes
-        assert holder.running(prefix)[0] == first
+        assert holder_supervisor.running(prefix)[0] == first
         assert json.loads((prefix / "hold.json").read_text()) == {"timeout": 9}
         assert gw.sync("r1", [], ports, 1002.0, hold=9) == []
         gw.stop("r1", ports)
-        assert holder.running(prefix) is None
+        assert holder_supervisor.running(prefix) is None
     finally:
-        holder.stop(prefix)
+        holder_supervisor.stop(prefix)
 
 
 def test_the_holders_port_skips_one_taken_and_keeps_the_gateways(tmp_path):
@@ -153,10 +154,10 @@ def test_the_holders_port_skips_one_taken_and_keeps_the_gateways(tmp_path):
     try:
         taken.bind(("127.0.0.1", lo + 1))
         taken.listen()
-        port = holder.port_of({}, "r", {"h", "localhost"}, ports, "h")
+        port = holder_supervisor.port_of({}, "r", {"h", "localhost"}, ports, "h")
         assert port not in (lo, lo + 1) and ports.lookup("h", "r/gateway", "http") == lo
         assert ports.lookup("localhost", "r/gateway", "holder") == port
-        assert holder.port_of({"holderPort": port}, "r", {"h"}, ports, "h") == port  # kept ever after
+        assert holder_supervisor.port_of({"holderPort": port}, "r", {"h"}, ports, "h") == port  # kept ever after
     finally:
         taken.close()
 
@@ -176,18 +177,18 @@ def test_a_request_every_frontend_failed_is_held_by_the_backup_holder(gw, tmp_pa
         ports = _ports()
         gw.sync("r1", [busy.addr], ports, 1000.0, hold=60)
         port = gw._record("r1")["holderPort"]
-        assert holder.wait_listening(port)
+        assert holder_supervisor.wait_listening(port)
         url = facts(gw.state.root, "r1")["url"]
         call = Call(url)
         call.start()
-        wait_until(lambda: (holder.stats(port) or {}).get("held") == 1 and busy.seen >= 3,
+        wait_until(lambda: (holder_supervisor.stats(port) or {}).get("held") == 1 and busy.seen >= 3,
                    what="held by the backup holder, which keeps trying the 503 frontend")
         assert call.status is None
         gw.sync("r1", [_hp(m_url)], ports, 1001.0, hold=60)
         call.join(60)
         assert call.status == 200 and call.body.rstrip().endswith(b"data: [DONE]"), (call.status, call.body[-200:])
-        assert holder.stats(port)["forwarded"] == 1
+        assert holder_supervisor.stats(port)["forwarded"] == 1
     finally:
         busy.sock.close()
         m.stop()
-        holder.stop(prefix)
+        holder_supervisor.stop(prefix)

@@ -18,11 +18,13 @@ from helpers import wait_until
 from reconciler.errors import RecipeError
 from reconciler.gateway import GatewayConfig, render
 from reconciler.recipe.cluster import Cluster, ClusterConfig
-from reconciler.shell.bindcheck import bind_free
-from reconciler.shell.gateway import facts, nginx_binary
+from reconciler.shell.gateway.bindcheck import bind_free
+from reconciler.shell.gateway.record import facts
+from reconciler.shell.gateway.host import nginx_binary
 from test_gateway_settings import recipe
-from reconciler.shell.gateway_job import (
-    GatewayJobs, Job, Placement, batch_script, parse_jobs, placement, resubmit_delay, sbatch_argv,
+from reconciler.shell.gateway.job import GatewayJobs
+from reconciler.shell.gateway.job_slurm import (
+    Job, Placement, batch_script, parse_jobs, placement, resubmit_delay, sbatch_argv,
 )
 
 
@@ -425,24 +427,25 @@ def test_a_settled_gateways_missed_look_is_the_probes_not_a_reload(gw):
 
 
 def test_a_new_job_is_probed_once_it_served_not_while_it_starts(gw, monkeypatch):
-    from reconciler.shell import gateway_probe, probe
+    from reconciler.shell import probe
+    from reconciler.shell.gateway import answering
     jobs, slurm, answer, ports = gw
     monkeypatch.setattr(probe, "fetch_all", lambda urls: {u: answer.get("page") for u in urls})
-    gateway_probe._probed_at.clear()
+    answering._probed_at.clear()
     _sync(jobs, ports, 0.0)
     slurm.jobs["101"] = ["RUNNING", "n3", "None"]
     said = []
     for t in (1.0, 2.0, 3.0):
         _sync(jobs, ports, t)
-        said += [c.kind for c in gateway_probe.probe_gateways(jobs.state, ["r"], t)]
+        said += [c.kind for c in answering.probe_gateways(jobs.state, ["r"], t)]
     assert facts(jobs.state.root, "r")["reason"] == "gateway job 101 is starting on n3 (not serving yet)"
     answer["health"] = _page(jobs, ["n1:8000"])
     answer["page"] = json.dumps(answer["health"])
     assert _sync(jobs, ports, 4.0) == ["GatewayStarted"]
-    said += [c.kind for c in gateway_probe.probe_gateways(jobs.state, ["r"], 4.0)]
+    said += [c.kind for c in answering.probe_gateways(jobs.state, ["r"], 4.0)]
     answer["page"] = json.dumps(_page(jobs, ["n1:8000"], recipe="someone-else"))  # another's page: no answer
     for t in (5.0, 6.0):
-        said += [c.kind for c in gateway_probe.probe_gateways(jobs.state, ["r"], t)]
+        said += [c.kind for c in answering.probe_gateways(jobs.state, ["r"], t)]
     assert said == ["GatewayNotAnswering"]
 
 
@@ -459,7 +462,7 @@ def test_a_job_id_slurm_hands_out_again_is_not_a_retired_one(gw):
 
 def test_a_due_time_no_pass_acts_on_does_not_spin_the_loop(tmp_path):
     from reconciler.drivers.state import StateDir
-    from reconciler.shell.gateway import Gateways
+    from reconciler.shell.gateway.host import Gateways
 
     g = Gateways(StateDir(tmp_path), nginx="/usr/sbin/nginx")
     (tmp_path / "r").mkdir()

@@ -17,7 +17,8 @@ from harness import Harness, scancel
 from helpers import get, wait_until
 from reconciler import labels
 from reconciler.gateway import GatewayConfig, version
-from reconciler.shell.gateway import facts, nginx_binary, prefix_of
+from reconciler.shell.gateway.record import facts, prefix_of
+from reconciler.shell.gateway.host import nginx_binary
 from test_gateway_e2e import _events, _only_frontend_killed, _serves
 from test_multinode import mn  # noqa: F401 - the fixture
 

@@ -8,7 +8,7 @@ import pytest
 
 from reconciler.errors import RecipeError
 from reconciler.desired.admission import load_text
-from reconciler.shell.record import hold_timeout
+from reconciler.shell.gateway.sync import hold_timeout
 
 BASE = """\
 name: r

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-import reconciler.shell.holder as holder
+import reconciler.shell.gateway.holder_supervisor as holder
 import reconciler.shell.observe as observe
 import reconciler.shell.probe as probe
 from reconciler.drivers.memory import MemoryDriver

@@ -33,7 +33,9 @@ def test_a_worker_whose_own_gpus_grow_past_its_job_keeps_serving_until_its_succe
 import json as _json
 import signal as _signal
 
-from reconciler.shell.gateway import Gateways, facts, master_pid, nginx_binary, prefix_of
+from reconciler.shell.gateway.host import Gateways, nginx_binary
+from reconciler.shell.gateway.record import facts, prefix_of
+from reconciler.shell.gateway.sweep import master_pid
 from reconciler.drivers.state import StateDir
 from reconciler.core.ports import NodePortAllocator
 from harness import _ranges
@@ -105,7 +107,7 @@ def test_listen_on_every_ipv6_address_still_answers_ipv4_clients(tmp_path):
 
 # ---------------------------------------------------------------- be2f0da: the holder's lifecycle
 
-from reconciler.shell import holder as _holder
+from reconciler.shell.gateway import holder_supervisor as _holder
 from tests.helpers import start_mocker
 from tests.test_gateway import _hp, _ports, gw  # noqa: F401,E402 - gw: the fixture
 from tests.test_gateway import CHAT

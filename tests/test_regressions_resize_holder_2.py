@@ -114,7 +114,9 @@ import pytest
 
 from reconciler.core.ports import NodePortAllocator
 from reconciler.drivers.state import StateDir
-from reconciler.shell.gateway import Gateways, facts, master_pid, nginx_binary, prefix_of
+from reconciler.shell.gateway.host import Gateways, nginx_binary
+from reconciler.shell.gateway.record import facts, prefix_of
+from reconciler.shell.gateway.sweep import master_pid
 from harness import _ranges
 from tests.helpers import wait_until
 
@@ -142,7 +144,7 @@ class _Slow(BaseHTTPRequestHandler):
 
 @pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed")
 def test_a_listen_change_neither_cuts_a_stream_in_flight_nor_stalls_the_tick(tmp_path):
-    """2160516: a listen change ends the master (shell/gateway_sweep.end_master: QUIT, 10 s, then
+    """2160516: a listen change ends the master (shell/gateway/sweep.py:end_master: QUIT, 10 s, then
     TERM, then KILL) inside Gateways.sync, i.e. inside the reconcile tick that serves every
     deployment: with one streamed completion in flight, the tick stops for 10 s and then the stream
     is cut by the TERM — though the gateway promises a reload never cuts a stream the read timeout
@@ -247,7 +249,7 @@ def test_a_request_held_when_the_holder_is_stopped_gets_its_json_503_not_a_bare_
     import json
     import urllib.error
 
-    from reconciler.shell import holder as H
+    from reconciler.shell.gateway import holder_supervisor as H
 
     lo = next(_ranges)
     prefix = tmp_path / "g"

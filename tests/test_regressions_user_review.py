@@ -13,7 +13,9 @@ from reconciler.core.ports import NodePortAllocator
 from reconciler.desired.admission import load_text
 from reconciler.drivers.state import StateDir
 from reconciler.errors import RecipeError
-from reconciler.shell.gateway import Gateways, facts, master_pid, nginx_binary, prefix_of
+from reconciler.shell.gateway.host import Gateways, nginx_binary
+from reconciler.shell.gateway.record import facts, prefix_of
+from reconciler.shell.gateway.sweep import master_pid
 from test_gateway_settings import BASE as RECIPE  # one mocker worker behind the built-in router
 from tests.helpers import get
 
@@ -171,28 +173,28 @@ def test_the_holder_says_suspended_or_deleted_not_that_a_frontend_is_starting(tm
     one is being started or moved": nothing was coming in either case."""
     import json
 
-    from reconciler.shell import holder
+    from reconciler.shell.gateway import holder_supervisor
     from tests.helpers import post
 
     prefix = (tmp_path / "state" / "r" / "gateway").absolute()
     port = next(_ranges)
-    pid, did = holder.ensure(prefix, holder.argv(holder.python(), "r", port, port + 1, 1.0, prefix), port)
+    pid, did = holder_supervisor.ensure(prefix, holder_supervisor.argv(holder_supervisor.python(), "r", port, port + 1, 1.0, prefix), port)
     try:
-        assert pid is not None and holder.wait_listening(port), did
-        holder.write_wake(prefix, None, "scaled to zero: a held request brings a worker back")
-        holder.say_nothing_comes(prefix, holder.SUSPENDED)
+        assert pid is not None and holder_supervisor.wait_listening(port), did
+        holder_supervisor.write_wake(prefix, None, "scaled to zero: a held request brings a worker back")
+        holder_supervisor.say_nothing_comes(prefix, holder_supervisor.SUSPENDED)
         status, body = post(f"http://127.0.0.1:{port}/v1/completions", {"prompt": "x"})
-        assert status == 503 and json.loads(body)["error"]["reason"] == holder.SUSPENDED, body
-        holder.say_nothing_comes(prefix, None)  # resumed: the word is taken back
+        assert status == 503 and json.loads(body)["error"]["reason"] == holder_supervisor.SUSPENDED, body
+        holder_supervisor.say_nothing_comes(prefix, None)  # resumed: the word is taken back
         assert not (prefix / "wake.json").exists()
-        holder.write_wake(prefix, None, "a worker is starting")
-        holder.say_nothing_comes(prefix, None)  # the autoscaler's own word is not taken back
+        holder_supervisor.write_wake(prefix, None, "a worker is starting")
+        holder_supervisor.say_nothing_comes(prefix, None)  # the autoscaler's own word is not taken back
         assert json.loads((prefix / "wake.json").read_text())["why"] == "a worker is starting"
-        holder.say_nothing_comes(prefix, holder.DELETED)
+        holder_supervisor.say_nothing_comes(prefix, holder_supervisor.DELETED)
         status, body = post(f"http://127.0.0.1:{port}/v1/completions", {"prompt": "x"})
-        assert status == 503 and json.loads(body)["error"]["reason"] == holder.DELETED, body
+        assert status == 503 and json.loads(body)["error"]["reason"] == holder_supervisor.DELETED, body
     finally:
-        holder.stop(prefix)
+        holder_supervisor.stop(prefix)
 
 
 @pytest.mark.parametrize("change, where", [

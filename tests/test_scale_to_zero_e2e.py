@@ -12,7 +12,7 @@ import pytest
 
 from harness import Harness
 from helpers import wait_until
-from reconciler.shell import holder
+from reconciler.shell.gateway import holder_supervisor
 from test_autoscale_e2e import events
 from test_gateway_holder import Call
 
@@ -87,8 +87,8 @@ def test_idle_goes_to_zero_and_a_held_request_brings_it_back(tmp_path):
         prefix = h.state / name / "gateway"
         port = json.loads((h.state / name / "gateway.json").read_text())["holderPort"]
         hold_file = prefix / "hold.json"
-        wait_until(lambda: holder.running(prefix.absolute()) and hold_file.exists()
-                   and json.loads(hold_file.read_text()) == {"timeout": 300} and holder.stats(port),
+        wait_until(lambda: holder_supervisor.running(prefix.absolute()) and hold_file.exists()
+                   and json.loads(hold_file.read_text()) == {"timeout": 300} and holder_supervisor.stats(port),
                    timeout=60, what="the holder with the new hold timeout, answering")
         calls += [Call(url, max_tokens=30) for _ in range(3)]
         for c in calls:
@@ -104,7 +104,7 @@ def test_idle_goes_to_zero_and_a_held_request_brings_it_back(tmp_path):
         assert "agg_0" in h.steps(name) and h.jobs(name), "the worker and its allocation are back"
         back = [e["message"] for e in events(h, name) if e["kind"] == "LaunchStep"][-2:]
         assert all("restart" not in m for m in back), f"a comeback is a new launch, not a restart: {back}"
-        s = holder.stats(port)
+        s = holder_supervisor.stats(port)
         assert s["forwarded"] >= 3 and s["held"] == 0, s
     finally:
         for c in calls:

@@ -13,7 +13,8 @@ import pytest
 from reconciler.core.plan.pending import PendingInfo
 from reconciler.drivers.state import StateDir
 from reconciler.recipe.autoscale import AutoscaleConfig
-from reconciler.shell import holder, waking
+from reconciler.shell.gateway import holder_supervisor
+from reconciler.shell.gateway import wake_eta
 from reconciler.shell.autoscale import Autoscaler
 from harness import _ranges
 from tests.helpers import post, wait_until
@@ -31,11 +32,11 @@ def held_by(tmp_path):
     state = StateDir(tmp_path / "state")
     prefix = (state.root / "r" / "gateway").absolute()
     port = next(_ranges)
-    pid, did = holder.ensure(prefix, holder.argv(holder.python(), "r", port, port + 1, 3.0, prefix), port)
-    assert pid is not None and holder.wait_listening(port), did
+    pid, did = holder_supervisor.ensure(prefix, holder_supervisor.argv(holder_supervisor.python(), "r", port, port + 1, 3.0, prefix), port)
+    assert pid is not None and holder_supervisor.wait_listening(port), did
     (state.root / "r" / "gateway.json").write_text(json.dumps({"holderPort": port}))
     yield state, port
-    holder.stop(prefix)
+    holder_supervisor.stop(prefix)
 
 
 def test_the_holders_requests_are_the_autoscalers_demand(held_by):
@@ -45,7 +46,7 @@ def test_the_holders_requests_are_the_autoscalers_demand(held_by):
     assert a._held("r", ZERO) == 0  # nothing came
     t = threading.Thread(target=post, args=(url, {"prompt": "x"}), daemon=True)
     t.start()
-    wait_until(lambda: (holder.stats(port) or {}).get("held") == 1, what="the request held")
+    wait_until(lambda: (holder_supervisor.stats(port) or {}).get("held") == 1, what="the request held")
     assert a._held("r", ZERO) == 1 and a._held("r", NEVER) == 0  # only a recipe that scales to zero asks
     t.join(10)
     assert a._held("r", ZERO) == 0, "answered (503) and nothing new since the last look"
@@ -81,7 +82,7 @@ WAKE = [
 @pytest.mark.parametrize("name, before, decisions, ready, now, want", WAKE, ids=[w[0] for w in WAKE])
 def test_the_wake_up_clock(name, before, decisions, ready, now, want):
     facts = {r: NS(ready=n) for r, n in ready.items()}
-    assert waking.track(before, decisions, facts, now) == want
+    assert wake_eta.track(before, decisions, facts, now) == want
 
 
 def observed(pending: dict) -> NS:
@@ -92,17 +93,17 @@ def test_what_the_holder_tells_a_request_it_turns_away(tmp_path: Path):
     wake_file = tmp_path / "r" / "gateway" / "wake.json"
     at_zero = NS(units=())
     # starting (no worker yet, not at zero): nothing said of a wake-up
-    waking.tell_holder(tmp_path, "r", {"since": None, "took": None}, at_zero, observed({}), 900.0)
+    wake_eta.tell_holder(tmp_path, "r", {"since": None, "took": None}, at_zero, observed({}), 900.0)
     assert not wake_file.exists()
-    waking.tell_holder(tmp_path, "r", {"since": None, "took": 30.0}, at_zero, observed({}), 1000.0, at_zero=True)
+    wake_eta.tell_holder(tmp_path, "r", {"since": None, "took": 30.0}, at_zero, observed({}), 1000.0, at_zero=True)
     doc = json.loads(wake_file.read_text())
     assert doc == {"expectedReadyAt": 1030.0, "why": "scaled to zero: a held request brings a worker back"}
     # waking with an allocation in Slurm's queue: its expected start, and Slurm's reason, in words
     info = PendingInfo("77", 0, "Priority", 1000.0 + 600, 990.0)
-    waking.tell_holder(tmp_path, "r", {"since": 995.0, "took": 30.0}, NS(units=(1,)), observed({"77": info}), 1000.0)
+    wake_eta.tell_holder(tmp_path, "r", {"since": 995.0, "took": 30.0}, NS(units=(1,)), observed({"77": info}), 1000.0)
     doc = json.loads(wake_file.read_text())
     assert doc["expectedReadyAt"] == 1600.0 and "Priority" in doc["why"] and "job 77" in doc["why"], doc
     # serving: nothing waits for a wake-up, and a later refusal (a frontend's relaunch gap) must not
     # say the deployment is coming back from zero: the file goes (found in review)
-    waking.tell_holder(tmp_path, "r", {"since": None, "took": 30.0}, NS(units=(1,)), observed({}), 2000.0)
+    wake_eta.tell_holder(tmp_path, "r", {"since": None, "took": 30.0}, NS(units=(1,)), observed({}), 2000.0)
     assert not wake_file.exists()

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.traffic import Traffic
 from helpers import wait_until
-from reconciler.shell.gateway import nginx_binary
+from reconciler.shell.gateway.host import nginx_binary
 from test_stacks import copy_recipe, served, stack, stack_tools, tiny_model  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.slurm,

@@ -51,7 +51,7 @@ def _ready_text(r: dict) -> str:
 def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
     import time as _time
 
-    from reconciler.shell.gateway import facts as gateway_facts
+    from reconciler.shell.gateway.record import facts as gateway_facts
     from reconciler.shell.status import build_status
 
     snap = ctl.snapshot()

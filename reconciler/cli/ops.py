@@ -21,7 +21,7 @@ OUTPUT_OPT = click.option("-o", "--output", type=click.Choice(["text", "json"]),
 def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: str, instance: str | None,
                   name: str) -> dict:
     """describe's document: status, units with their retry times, allocations, recent events."""
-    from reconciler.shell.gateway import facts as gateway_facts
+    from reconciler.shell.gateway.record import facts as gateway_facts
     from reconciler.shell.status import build_status
     from reconciler.cli.context import resolve
 

@@ -9,7 +9,7 @@ most ``1 + num_additional_frontends`` of them; on a one-node job, or with severa
 runs one frontend on the head. So a recipe that says nothing runs as many frontends as its job
 has nodes besides the head, up to 10.
 
-Here the gateway (``shell/gateway.py``) replaces srtctl's nginx and runs next to the
+Here the gateway (``shell/gateway/host.py``) replaces srtctl's nginx and runs next to the
 reconciler, so every frontend is an upstream of it; each frontend is a unit of its own
 (``frontend_<i>``) with its own lives, ports and restarts.
 

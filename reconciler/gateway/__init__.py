@@ -2,7 +2,7 @@
 
 The gateway is a real nginx (Debian's, as srtctl runs nginx in front of its frontends) whose
 master the reconciler starts with its own config, prefix and pid file under
-``state/<recipe>/gateway/``. This module only renders that config; ``shell/gateway.py`` runs,
+``state/<recipe>/gateway/``. This module only renders that config; ``shell/gateway/host.py`` runs,
 reloads and restarts the process.
 
 Choices, with nginx's documented semantics (ngx_http_proxy_module, ngx_http_upstream_module):

@@ -17,7 +17,7 @@ holder:
   ``Retry-After``. The expected wait is what the reconciler last wrote in ``DIR/wake.json``
   (Slurm's expected start, the worker's last launch-to-Ready); unknown: the hold period.
 
-It runs next to nginx on the reconciler's host (shell/gateway.py starts and adopts it) and exits
+It runs next to nginx on the reconciler's host (shell/gateway/host.py starts and adopts it) and exits
 by itself when its gateway's directory is removed. It imports nothing of the controller.
 """
 

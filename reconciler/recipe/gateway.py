@@ -1,4 +1,4 @@
-"""``reconcile.gateway``: the deployment's stable address (reconciler/gateway, shell/gateway.py)."""
+"""``reconcile.gateway``: the deployment's stable address (reconciler/gateway, shell/gateway/host.py)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,9 @@ from reconciler.drivers.state import StateDir
 from reconciler.recipe.autoscale import AutoscaleConfig
 from reconciler.recipe.model import Recipe
 from reconciler.shell import engine_metrics as em
-from reconciler.shell import canary, holder, probe, waking
+from reconciler.shell import canary, probe
+from reconciler.shell.gateway import holder_supervisor
+from reconciler.shell.gateway import wake_eta
 from reconciler.shell.snapshot import Snapshot
 from reconciler.timefmt import iso
 
@@ -161,9 +163,9 @@ class Autoscaler:
                                  f"stopped once their requests are done (at most {cfg.drain_timeout_seconds:g}s)",
                                  role=role)
             moved |= (after.built, list(after.draining)) != (before.built, list(before.draining))
-        wake = waking.track(doc.get("wake"), decisions, facts, now)
+        wake = wake_eta.track(doc.get("wake"), decisions, facts, now)
         if cfg.scale_to_zero_after_seconds is not None:
-            waking.tell_holder(self.state.root, name, wake, d, o, now,
+            wake_eta.tell_holder(self.state.root, name, wake, d, o, now,
                                at_zero=all(dec.memory.target == 0 for dec in decisions.values()))
         self.state.write_json(self.state.path_of(name, FILE), {
             "recipe": name, "roles": {r: to_json(dec.memory) for r, dec in decisions.items()},
@@ -175,7 +177,7 @@ class Autoscaler:
         answered 503 still asked for the deployment); 0 when the recipe does not scale to zero."""
         if cfg.scale_to_zero_after_seconds is None:
             return 0
-        s = holder.demand(self.state.root, name)
+        s = holder_supervisor.demand(self.state.root, name)
         if s is None:
             return 0
         held, received = int(s.get("held", 0) or 0), int(s.get("received", 0) or 0)

@@ -30,9 +30,11 @@ from reconciler.core.ports import NodePortAllocator
 from reconciler.shell.autoscale import Autoscaler
 from reconciler.shell.execute import Executor
 from reconciler.shell import canary
-from reconciler.shell import holder
-from reconciler.shell.gateway import OWNER_NAME, Gateways, record_path
-from reconciler.shell.gateway_job import GatewayJobs
+from reconciler.shell.gateway import holder_supervisor
+from reconciler.shell.gateway.record import OWNER_NAME, record_path
+from reconciler.shell.gateway.host import Gateways
+from reconciler.shell.gateway.job import GatewayJobs
+from reconciler.shell.gateway.sync import sync_gateways
 from reconciler.shell.manifests import DEBOUNCE, Manifests, applied_since, load_manifests
 from reconciler.shell.observe import Observer
 from reconciler.shell.record import record
@@ -122,7 +124,7 @@ class Controller:
         ports = NodePortAllocator()
         for name in self.state.known_recipes():  # the gateways' first: their addresses are promised
             gw = self.state.read_json(record_path(self.state.root, name), {}, lambda d: isinstance(d, dict))
-            for port_name, key in (("http", "port"), (holder.NAME, "holderPort")):
+            for port_name, key in (("http", "port"), (holder_supervisor.NAME, "holderPort")):
                 if isinstance(gw.get(key), int) and isinstance(gw.get("host"), str):
                     ports.claim(gw["host"], f"{name}/{OWNER_NAME}", port_name, gw[key])
         for name in self.state.known_recipes():
@@ -200,7 +202,9 @@ class Controller:
         self.slurm.failures(done, snap.observed, [f.step for f in snap.failed_launches], snap.desired, snap.now,
                             snap.bind_failed)
         self.slurm.note(snap.observed.pending, snap.observed.deadlines, snap.observed.allocs, snap.now)
-        record(self.state, snap, self.gateways)
+        if self.gateways is not None:
+            sync_gateways(self.state, self.gateways, snap)  # before record writes ports.json: a first gateway takes a port
+        record(self.state, snap)
         self.analyzer.tick(snap.plan, snap.desired)  # after record: the routers never had the life it measures
         if self.autoscaler.after_tick(snap):
             self._wake.set()  # a count changed or a victim left the routers: the next tick acts on it

@@ -20,7 +20,7 @@ def build_status(
     gateway: dict | None = None,
 ) -> dict[str, Any]:
     """Conditions and worker rows from the desired state and the plan's named results (``rp``).
-    ``gateway``: the deployment's gateway as the shell found it (``shell/gateway.facts``): its URL
+    ``gateway``: the deployment's gateway as the shell found it (``shell/gateway/record.py:facts``): its URL
     is the endpoint, and the recipe is Ready only while it runs."""
     rp = rp or RecipePlan(name)
     rows = worker_rows(name, d, o, rp, launches, exits or {}) if d else []

@@ -1,4 +1,4 @@
-"""Which gateways run (shell/record.sync_gateways, on hand-built values): a deployment keeps its
+"""Which gateways run (shell/gateway/sync.py:sync_gateways, on hand-built values): a deployment keeps its
 gateway, and so its address, while its frontend is gone for a moment (its allocation requeued or
 lost); the gateway stops when the recipe is deleted."""
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from fakes import recipe
 from reconciler.drivers.state import StateDir
-from reconciler.shell.record import sync_gateways
+from reconciler.shell.gateway.sync import sync_gateways
 
 TEXT = """\
 name: {name}

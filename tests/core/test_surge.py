@@ -360,7 +360,7 @@ def test_the_gateway_keeps_a_frontends_old_life_while_the_new_one_is_not_ready(o
     """A frontend's new life (a surge here; a hand-over alike) is not Ready at its first ticks: its
     old life, still answering, stays the gateway's upstream; with neither alive, the new life's
     address is, unproven (the first to listen there is routed to at once)."""
-    from reconciler.shell.record import gateway_upstreams
+    from reconciler.shell.gateway.sync import gateway_upstreams
     from reconciler.world import Observed
 
     def spec_of(poll):

@@ -15,7 +15,7 @@ Key = tuple[str, int]  # (role, index)
 
 # the frontend and the services: cheap to restart, and every request goes through them
 FAST_RESTART = RestartPolicy(backoff_seconds=1.0, max_backoff_seconds=30.0)
-# a frontend keeps no state: a short cap (the gateway's own restarts are capped at 8 s, shell/gateway.py)
+# a frontend keeps no state: a short cap (the gateway's own restarts are capped at 8 s, shell/gateway/host.py)
 STATELESS_RESTART = RestartPolicy(backoff_seconds=1.0, max_backoff_seconds=5.0)
 
 

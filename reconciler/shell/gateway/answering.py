@@ -19,8 +19,9 @@ from pathlib import Path
 
 from reconciler.drivers.state import StateDir
 from reconciler.shell import probe
-from reconciler.shell.gateway import Change, in_job, master_pid, prefix_of, record_path
-from reconciler.shell.gateway_record import ours, serving_job
+from reconciler.shell.gateway.record import Change, in_job, prefix_of, record_path
+from reconciler.shell.gateway.sweep import master_pid
+from reconciler.shell.gateway.record import ours, serving_job
 
 PROBE_EVERY = 1.0  # seconds between two probes of a gateway
 PROBE_FAILURES = 2  # unanswered probes in a row that make a gateway down

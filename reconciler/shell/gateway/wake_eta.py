@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from reconciler.shell import holder
+from reconciler.shell.gateway import holder_supervisor
 
 
 def track(prev: object, decisions: Mapping, facts: Mapping, now: float) -> dict:
@@ -56,4 +56,4 @@ def tell_holder(root, name: str, wake: dict, d, o, now: float, at_zero: bool = F
             return
     except (OSError, ValueError):
         pass
-    holder.write_wake(prefix, text_now["expectedReadyAt"], why)
+    holder_supervisor.write_wake(prefix, text_now["expectedReadyAt"], why)

@@ -30,11 +30,11 @@ from reconciler.drivers.state import StateDir
 from reconciler.fsutil import atomic_write_text
 from reconciler.gateway import ANY, GatewayConfig, render, version
 from reconciler.recipe.gateway import DEFAULT_HOLD_S
-from reconciler.shell import holder
-from reconciler.shell.gateway_slurm import (
-    RUNNING, Job, Placement, batch_script, parse_jobs, pick, placement, resubmit_delay, sbatch_argv,
+from reconciler.shell.gateway import holder_supervisor
+from reconciler.shell.gateway.job_slurm import (
+    RUNNING, Job, Placement, batch_script, parse_jobs, pick, resubmit_delay, sbatch_argv,
 )
-from reconciler.shell.gateway_record import OWNER_NAME, Change, Records, health_page, ours, prefix_of, record_path
+from reconciler.shell.gateway.record import OWNER_NAME, Change, Records, health_page, ours, prefix_of, record_path
 
 log = structlog.get_logger("reconciler")
 HEALTH_TIMEOUT_S = 0.5  # one look per pass: a tick never waits on a node for longer
@@ -61,7 +61,7 @@ class GatewayJobs(Records):
         self.state = state
         self.driver = driver if hasattr(driver, "slurm") else None
         self.nginx = nginx or "nginx"  # the node's: the login node's path, the same image
-        self.python = python or holder.python()
+        self.python = python or holder_supervisor.python()
         self._seen: dict[str, float] = {}  # recipe -> when squeue last listed its job (kept in memory)
         self._checked: dict[str, float] = {}  # recipe -> the last look at a settled gateway's page
 
@@ -75,7 +75,7 @@ class GatewayJobs(Records):
         rec, changes = self._address(recipe, place.node, ports, now)
         prefix = prefix_of(self.state.root, recipe)
         if hold is not None:
-            holder.write_hold(prefix, hold)
+            holder_supervisor.write_hold(prefix, hold)
         cfg = GatewayConfig(recipe, rec["port"], prefix, tuple(sorted(upstreams)), unproven, ANY,
                             rec["holderPort"] if hold is not None else None)
         text = render(cfg)
@@ -230,7 +230,7 @@ class GatewayJobs(Records):
             return changes
         script = prefix / "gateway.sbatch"
         # its hold is read from hold.json for every request; the argv's is only the fallback
-        hold_argv = holder.argv(self.python, recipe, rec["holderPort"], rec["port"], DEFAULT_HOLD_S, prefix)
+        hold_argv = holder_supervisor.argv(self.python, recipe, rec["holderPort"], rec["port"], DEFAULT_HOLD_S, prefix)
         atomic_write_text(script, batch_script(self.python, self.nginx, prefix, hold_argv))
         name = labels.gateway_job_name(self.driver.owner, recipe)
         try:
@@ -259,7 +259,7 @@ class GatewayJobs(Records):
         owner = f"{recipe}/{OWNER_NAME}"
         if rec.get("mode") == "job" and rec.get("host") == node and isinstance(rec.get("port"), int) \
                 and isinstance(rec.get("holderPort"), int):
-            held = [ports.claim(node, owner, "http", rec["port"]), ports.claim(node, owner, holder.NAME, rec["holderPort"])]
+            held = [ports.claim(node, owner, "http", rec["port"]), ports.claim(node, owner, holder_supervisor.NAME, rec["holderPort"])]
             if all(held) or rec.get("servedPort") == rec["port"]:
                 return rec, []  # a served address stays; a worker given its port cannot bind it and moves
             if rec.get("job") and not self._retire(recipe, Job(rec["job"], rec.get("jobState") or "RUNNING", node, "")):
@@ -270,7 +270,7 @@ class GatewayJobs(Records):
             changes.append(Change("GatewayMoved", recipe, f"the ports of gateway job {rec['job']} are another "
                                   "owner's in the port registry: new ports, in a new job"))
         port = ports.allocate(node, owner, "http")
-        hport = ports.allocate(node, owner, holder.NAME)
+        hport = ports.allocate(node, owner, holder_supervisor.NAME)
         rec = {**{k: v for k, v in rec.items() if k in KEPT}, "mode": "job", "host": node, "port": port,
                "holderPort": hport, "allocatedAt": now, "job": None, "jobState": None}
         self._write(recipe, rec)
@@ -289,7 +289,7 @@ class GatewayJobs(Records):
             if not all(told):
                 return self._failed(recipe, f"gateway job of {recipe} could not be stopped (scancel failed); "
                                           "tried again next pass")
-        holder.say_nothing_comes(prefix_of(self.state.root, recipe), holder.DELETED)
+        holder_supervisor.say_nothing_comes(prefix_of(self.state.root, recipe), holder_supervisor.DELETED)
         ports.release(f"{recipe}/{OWNER_NAME}")
         path = record_path(self.state.root, recipe)
         if not path.exists():
@@ -338,4 +338,3 @@ class GatewayJobs(Records):
 KEPT = ("restarts", "backoff", "announced")  # a new address keeps the gateway's history
 
 
-__all__ = ["GatewayJobs", "Placement", "placement", "batch_script", "sbatch_argv", "parse_jobs", "resubmit_delay"]

@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
-from reconciler.shell.bindcheck import bind_free
+from reconciler.shell.gateway.bindcheck import bind_free
 from reconciler.fsutil import atomic_write_text
 
 MODULE = "reconciler.gateway.holder"

@@ -34,15 +34,13 @@ from reconciler.recipe.gateway import bind_error
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.drivers.exits import ExitWatch
 from reconciler.drivers.state import StateDir
-from reconciler.shell import holder
-from reconciler.shell.bindcheck import bind_free
-from reconciler.shell.gateway_job import GatewayJobs, Placement
-from reconciler.shell.gateway_record import (  # noqa: F401 - where callers find them
-    OWNER_NAME, Change, Records, delay_after, facts, health_page, in_job, prefix_of, record_path,
+from reconciler.shell.gateway import holder_supervisor
+from reconciler.shell.gateway.bindcheck import bind_free
+from reconciler.shell.gateway.job import GatewayJobs, Placement
+from reconciler.shell.gateway.record import (
+    OWNER_NAME, Change, Records, delay_after, health_page, in_job, prefix_of, record_path,
 )
-from reconciler.shell.gateway_sweep import (  # noqa: F401 - quit_under, master_pid: where callers find them
-    end_master, held_by, master_pid, orphan_nginx_workers, quit_under,
-)
+from reconciler.shell.gateway.sweep import end_master, held_by, master_pid, orphan_nginx_workers
 
 log = structlog.get_logger("reconciler")
 STALE_DUE_S = 2.0
@@ -124,9 +122,9 @@ class Gateways(Records):
              place: Placement | None = None) -> list[Change]:
         """Make the gateway run with exactly these upstreams (host:port of Ready frontends; with
         ``unproven``, where the frontends are relaunched, none of them alive now). ``hold``: the
-        holder's timeout (shell/holder.py; None: no holder). ``listen``: the address nginx binds
+        holder's timeout (shell/gateway/holder_supervisor.py; None: no holder). ``listen``: the address nginx binds
         (reconcile.gateway.listen; None: as recorded). ``place``: in its own Slurm job there
-        (reconcile.gateway.allocation; shell/gateway_job.py) instead of here."""
+        (reconcile.gateway.allocation; shell/gateway/job.py) instead of here."""
         rec = self._record(recipe)
         if place is not None or in_job(rec):
             changes: list[Change] = []
@@ -135,7 +133,7 @@ class Gateways(Records):
                 if record_path(self.state.root, recipe).exists():
                     return changes  # the old one not stopped yet: tried again next pass
                 changes = [Change("GatewayMoved", c.recipe, c.message) for c in changes]
-                holder.say_nothing_comes(prefix_of(self.state.root, recipe), None)  # not deleted: moved
+                holder_supervisor.say_nothing_comes(prefix_of(self.state.root, recipe), None)  # not deleted: moved
             if place is None:
                 return changes + self._sync_here(recipe, upstreams, ports, now, unproven, hold, listen)
             if self.jobs is None:
@@ -155,7 +153,7 @@ class Gateways(Records):
         conf = prefix / "nginx.conf"
         rec = self._record(recipe)
         listen = listen or rec.get("listen") or ANY  # the record says what nginx binds now
-        held, fields, said = holder.sync(recipe, rec, prefix, port, hold, ports, self.host, {self.host, *self.aliases})
+        held, fields, said = holder_supervisor.sync(recipe, rec, prefix, port, hold, ports, self.host, {self.host, *self.aliases})
         if any(rec.get(k) != v for k, v in fields.items()):
             self._write(recipe, rec := {**rec, **fields})
         changes = [Change(kind, recipe, msg) for kind, msg in said]
@@ -274,8 +272,8 @@ class Gateways(Records):
                 os.kill(pid, signal.SIGQUIT)
             except ProcessLookupError:
                 pass
-        holder.say_nothing_comes(prefix_of(self.state.root, recipe), holder.DELETED)  # what it still holds hears why
-        holder.stop(prefix_of(self.state.root, recipe))
+        holder_supervisor.say_nothing_comes(prefix_of(self.state.root, recipe), holder_supervisor.DELETED)  # what it still holds hears why
+        holder_supervisor.stop(prefix_of(self.state.root, recipe))
         ports.release(f"{recipe}/{OWNER_NAME}")
         path = record_path(self.state.root, recipe)
         if not path.exists():
@@ -360,4 +358,3 @@ class Gateways(Records):
         self._exits.watch(pid, ended)
 
 
-__all__ = ["Gateways", "Change", "facts", "master_pid", "nginx_binary", "prefix_of", "record_path"]

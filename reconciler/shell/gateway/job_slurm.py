@@ -1,4 +1,4 @@
-"""The Slurm side of a gateway's own job (shell/gateway_job.py): where it runs, its sbatch argv
+"""The Slurm side of a gateway's own job (shell/gateway/job.py): where it runs, its sbatch argv
 and batch script, squeue's lines, which listed job is the gateway's, and the resubmit backoff."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.shell.gateway_record import delay_after
+from reconciler.shell.gateway.record import delay_after
 
 AGENT = "reconciler.gateway.agent"
 RUNNING = ("RUNNING",)

@@ -1,7 +1,7 @@
 """What both kinds of gateway share: the record ``state/<recipe>/gateway.json``, the prefix
 ``state/<recipe>/gateway/`` (nginx's -p: config, pid file, logs), their events and the restart
-backoff. A gateway next to the reconciler is ``shell/gateway.py``; one in its own Slurm job,
-``shell/gateway_job.py``."""
+backoff. A gateway next to the reconciler is ``shell/gateway/host.py``; one in its own Slurm job,
+``shell/gateway/job.py``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import structlog
 
 from reconciler.drivers.state import StateDir
 from reconciler.gateway import ANY, instance
-from reconciler.shell.gateway_sweep import master_pid
+from reconciler.shell.gateway.sweep import master_pid
 
 log = structlog.get_logger("reconciler")
 OWNER_NAME = "gateway"  # the port registry's owner is <recipe>/gateway
@@ -111,7 +111,7 @@ def facts(root: Path, recipe: str) -> dict | None:
                 else (rec.get("lastError") or (f"gateway job {job} is starting on {rec.get('host')} (not serving yet)"
                                                if rec.get("jobState") == "RUNNING" else f"gateway job {job} is not running"))}
     pid = master_pid(prefix_of(root, recipe))
-    # a running master whose last end-to-end probe failed is down too (shell/gateway_probe.py)
+    # a running master whose last end-to-end probe failed is down too (shell/gateway/answering.py)
     mute = pid is not None and rec.get("answering") is False
     return {"url": url, "up": pid is not None and not mute, "pid": pid, "upstreams": list(rec.get("upstreams") or []),
             "restarts": int(rec.get("restarts", 0) or 0),

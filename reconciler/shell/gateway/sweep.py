@@ -1,6 +1,6 @@
 """Stop every gateway process (nginx masters, holders) under a state directory that goes for good.
 
-Kept apart from shell/gateway.py (which re-exports it): it needs nothing of the running gateways'
+Kept apart from shell/gateway/host.py: it needs nothing of the running gateways'
 bookkeeping, only the processes' command lines.
 """
 
@@ -12,8 +12,8 @@ import signal
 import time
 from pathlib import Path
 
-from reconciler.shell import holder
-from reconciler.shell.bindcheck import bind_free
+from reconciler.shell.gateway import holder_supervisor
+from reconciler.shell.gateway.bindcheck import bind_free
 
 
 def quit_under(root: Path) -> list[int]:
@@ -42,7 +42,7 @@ def quit_under(root: Path) -> list[int]:
             os.kill(pid, signal.SIGQUIT)
         except OSError:
             continue
-    return told + holder.quit_holders_under(Path(root))
+    return told + holder_supervisor.quit_holders_under(Path(root))
 
 
 def _stat(pid: int) -> list[str]:
