@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from programs import require_program, strict
+
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("RECONCILER_CORPUS", ROOT.parent / "shared" / "corpus"))
 
@@ -91,6 +93,28 @@ def pytest_collection_modifyitems(config, items):
           "_multinode_required_but_missing")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    # before the test's fixtures start anything: a missing program is a skip, or a failure in strict mode
+    for mark in item.iter_markers("needs"):
+        for name in mark.args:
+            require_program(name)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A skip in strict mode fails the run: every program and cluster a test needs is installed by
+    .ci/run, so a skip there hides a broken install. The count goes to $RECONCILER_SKIPS_FILE
+    (.ci/run prints it). Under xdist this runs on the controller with every worker's reports."""
+    if hasattr(session.config, "workerinput"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = len(reporter.stats.get("skipped", [])) if reporter else 0
+    if os.environ.get("RECONCILER_SKIPS_FILE"):
+        Path(os.environ["RECONCILER_SKIPS_FILE"]).write_text(f"{skipped}\n")
+    if strict() and skipped and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture
 def _slurm_required_but_missing():
     ok, why = slurm_available()
@@ -112,6 +136,9 @@ def pytest_terminal_summary(terminalreporter):
                 if outcome == "passed" and rep.when != "call":
                     continue
                 counts[outcome] = counts.get(outcome, 0) + 1
+    skipped = len(terminalreporter.stats.get("skipped", []))
+    if strict() and skipped:
+        terminalreporter.write_sep("!", f"{skipped} skipped under RECONCILER_REQUIRE_SLURM=1: the run fails")
     if counts:
         terminalreporter.write_sep("-", "tests on the real Slurm")
         terminalreporter.write_line(", ".join(f"{n} {k}" for k, n in counts.items()))

@@ -18,10 +18,7 @@ from helpers import wait_until
 from reconciler.mocker.model_dir import make_model_dir
 from test_surge_e2e import Client
 
-ROOT = Path(__file__).resolve().parents[1]
-AIPERF = ROOT / ".stacks" / "aiperf" / "bin" / "aiperf"
-pytestmark = [pytest.mark.slurm,
-              pytest.mark.skipif(not AIPERF.exists(), reason="no .stacks/aiperf (scripts/stacks-install.sh)")]
+pytestmark = [pytest.mark.slurm, pytest.mark.needs("aiperf")]
 
 # speedup 1: the decode steps dominate aiperf's own overhead, so a 3x slower decode shows as ~0.4 of
 # the output tok/s (measured alone: 951 vs 363 tok/s at concurrency 8). The old life is measured while

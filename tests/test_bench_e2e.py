@@ -16,9 +16,7 @@ from helpers import wait_until
 from reconciler.mocker.model_dir import make_model_dir
 from test_stacks import copy_recipe, stack, stack_tools, tiny_model  # noqa: F401 - the Dynamo stack's fixtures
 
-ROOT = Path(__file__).resolve().parents[1]
-AIPERF = ROOT / ".stacks" / "aiperf" / "bin" / "aiperf"
-pytestmark = pytest.mark.skipif(not AIPERF.exists(), reason="no .stacks/aiperf (scripts/stacks-install.sh)")
+pytestmark = pytest.mark.needs("aiperf")
 
 RECIPE = """\
 name: {name}

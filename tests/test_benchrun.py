@@ -72,7 +72,7 @@ def _run(url: str, out: Path, osl: int = 16) -> tuple[int, dict]:
     return r.returncode, json.loads(files[0].read_text())
 
 
-needs_aiperf = pytest.mark.skipif(not AIPERF.exists(), reason="no .stacks/aiperf (scripts/stacks-install.sh)")
+needs_aiperf = pytest.mark.needs("aiperf")
 
 
 @needs_aiperf

@@ -13,12 +13,10 @@ import pytest
 
 from benchmarks.traffic import Traffic
 from helpers import wait_until
-from reconciler.shell.gateway.host import nginx_binary
 from test_e2e import scancel
 from test_stacks import copy_recipe, served, stack, stack_tools, tiny_model  # noqa: F401 - fixtures
 
-pytestmark = [pytest.mark.slurm,
-              pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")]
+pytestmark = [pytest.mark.slurm, pytest.mark.needs("nginx")]
 
 
 class Watch(threading.Thread):

@@ -15,10 +15,8 @@ from benchmarks.traffic import Traffic
 from harness import Harness
 from helpers import wait_until
 from private_slurm import running
-from reconciler.shell.gateway.host import nginx_binary
 
-pytestmark = [pytest.mark.slurm,
-              pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")]
+pytestmark = [pytest.mark.slurm, pytest.mark.needs("nginx")]
 
 RECIPE = """\
 schema: 2

@@ -11,10 +11,8 @@ import pytest
 from benchmarks.traffic import Traffic
 from harness import Harness, scancel
 from helpers import wait_until
-from reconciler.shell.gateway.host import nginx_binary
 
-pytestmark = [pytest.mark.slurm,
-              pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")]
+pytestmark = [pytest.mark.slurm, pytest.mark.needs("nginx")]
 
 RECIPE = """\
 schema: 2

@@ -16,7 +16,7 @@ import pytest
 
 from reconciler.gateway import GatewayConfig, render
 from reconciler.core.ports import NodePortAllocator
-from reconciler.shell.gateway.host import Gateways, nginx_binary, stop_orphans
+from reconciler.shell.gateway.host import Gateways, stop_orphans
 from reconciler.shell.gateway.record import delay_after, facts, prefix_of, record_path
 from reconciler.shell.gateway.sweep import master_pid
 from reconciler.drivers.state import StateDir
@@ -67,7 +67,7 @@ def test_restart_delay_first_immediate_then_doubling_capped():
 
 
 # ---------------------------------------------------------------- a real nginx
-needs_nginx = pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")
+needs_nginx = pytest.mark.needs("nginx")
 
 
 def _ports() -> NodePortAllocator:

@@ -13,11 +13,9 @@ import pytest
 from harness import Harness, scancel
 from helpers import post, wait_until
 from reconciler.shell.gateway.sweep import master_pid
-from reconciler.shell.gateway.host import nginx_binary
 from reconciler.shell.gateway.record import prefix_of
 
-pytestmark = [pytest.mark.slurm,
-              pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")]
+pytestmark = [pytest.mark.slurm, pytest.mark.needs("nginx")]
 
 RECIPE = """\
 schema: 2

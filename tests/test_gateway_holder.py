@@ -16,11 +16,10 @@ import pytest
 from reconciler.gateway import GatewayConfig, render
 from reconciler.shell.gateway import holder_supervisor
 from reconciler.shell.gateway.record import facts, prefix_of
-from reconciler.shell.gateway.host import nginx_binary
 from tests.helpers import post, start_mocker, wait_until
 from tests.test_gateway import CHAT, _hp, _ports, gw  # noqa: F401 - gw: the fixture
 
-needs_nginx = pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")
+needs_nginx = pytest.mark.needs("nginx")
 
 
 def test_render_holds_with_no_frontend_and_backs_the_frontends_up():

@@ -129,7 +129,7 @@ def _health(port: int) -> dict | None:
         return None
 
 
-@pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")
+@pytest.mark.needs("nginx")
 def test_the_agent_reloads_on_hup_restarts_a_dead_nginx_and_quits_gracefully(tmp_path):
     prefix = tmp_path / "gateway"
     prefix.mkdir()
@@ -481,7 +481,7 @@ def test_under_the_local_driver_an_allocation_is_said_and_nothing_else_is_touche
     assert "mode" not in jobs._record("r")  # not taken for a job's record (a later local gateway is not)
 
 
-@pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")
+@pytest.mark.needs("nginx")
 def test_an_agent_killed_takes_its_nginx_along(tmp_path):
     """SIGKILL (the OOM killer) gives the agent no chance to stop its children: they are told by
     the kernel (PR_SET_PDEATHSIG), so no nginx keeps serving outside the job, holding the port."""
@@ -504,7 +504,7 @@ def test_an_agent_killed_takes_its_nginx_along(tmp_path):
             agent.wait()
 
 
-@pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")
+@pytest.mark.needs("nginx")
 def test_the_agent_says_when_its_port_is_held_and_when_it_got_it(tmp_path):
     """nginx tries to bind 5 times, 0.5 s apart, then exits with "still could not bind()": the
     agent reads its own run's lines of error.log and says bindFailed in agent.json; once the port

@@ -18,11 +18,10 @@ from helpers import get, wait_until
 from reconciler import labels
 from reconciler.gateway import GatewayConfig, version
 from reconciler.shell.gateway.record import facts, prefix_of
-from reconciler.shell.gateway.host import nginx_binary
 from test_gateway_e2e import _events, _only_frontend_killed, _serves
 from test_multinode import mn  # noqa: F401 - the fixture
 
-pytestmark = pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")
+pytestmark = pytest.mark.needs("nginx")
 
 NODE = socket.gethostname()  # the local Slurm's one node (scripts/slurm-dev.sh names it so)
 RECIPE = """\

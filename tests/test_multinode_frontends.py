@@ -15,13 +15,12 @@ from benchmarks.traffic import Traffic
 from harness import scancel
 from helpers import wait_until
 from reconciler.shell.gateway.record import facts
-from reconciler.shell.gateway.host import nginx_binary
 from test_multinode import mn, ranks  # noqa: F401 - mn is the fixture
 from test_multinode_dynamo import host_runtime_config
 from test_stacks import served, stack_tools, tiny_model  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.multinode,
-              pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")]
+              pytest.mark.needs("nginx")]
 
 RECIPE = """\
 schema: 2

@@ -33,7 +33,7 @@ def test_a_worker_whose_own_gpus_grow_past_its_job_keeps_serving_until_its_succe
 import json as _json
 import signal as _signal
 
-from reconciler.shell.gateway.host import Gateways, nginx_binary
+from reconciler.shell.gateway.host import Gateways
 from reconciler.shell.gateway.record import facts, prefix_of
 from reconciler.shell.gateway.sweep import master_pid
 from reconciler.drivers.state import StateDir
@@ -54,7 +54,7 @@ def _listening_on(port: int) -> set[str]:
     return out
 
 
-@pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed")
+@pytest.mark.needs("nginx")
 def test_changing_listen_on_a_running_gateway_is_applied_or_said(tmp_path):
     """be2f0da: an edit of reconcile.gateway.listen on a running gateway (0.0.0.0 -> 127.0.0.1) is
     a SIGHUP reload; `nginx -t` passes, but the master cannot bind 127.0.0.1:P while it holds
@@ -82,7 +82,7 @@ def test_changing_listen_on_a_running_gateway_is_applied_or_said(tmp_path):
             wait_until(lambda: master_pid(prefix_of(g.state.root, "r")) is None, what="nginx gone")
 
 
-@pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed")
+@pytest.mark.needs("nginx")
 def test_listen_on_every_ipv6_address_still_answers_ipv4_clients(tmp_path):
     """be2f0da: `listen: '::'` is accepted and facts() treats '[::]' like 0.0.0.0 (the endpoint is
     the host's name), but nginx binds `[::]:P` with ipv6only=on (its default): IPv4 clients of the
@@ -115,7 +115,7 @@ import http.client
 import threading
 
 
-@pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed")
+@pytest.mark.needs("nginx")
 def test_a_hold_edit_does_not_cut_the_streams_the_holder_relays(gw, tmp_path):  # noqa: F811
     """be2f0da: every deployment's held requests are relayed by the holder for their whole life (a
     stream of minutes). An edit of reconcile.gateway.hold_seconds (or the reconciler's python path

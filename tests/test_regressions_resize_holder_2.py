@@ -114,7 +114,7 @@ import pytest
 
 from reconciler.core.ports import NodePortAllocator
 from reconciler.drivers.state import StateDir
-from reconciler.shell.gateway.host import Gateways, nginx_binary
+from reconciler.shell.gateway.host import Gateways
 from reconciler.shell.gateway.record import facts, prefix_of
 from reconciler.shell.gateway.sweep import master_pid
 from harness import _ranges
@@ -142,7 +142,7 @@ class _Slow(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed")
+@pytest.mark.needs("nginx")
 def test_a_listen_change_neither_cuts_a_stream_in_flight_nor_stalls_the_tick(tmp_path):
     """2160516: a listen change ends the master (shell/gateway/sweep.py:end_master: QUIT, 10 s, then
     TERM, then KILL) inside Gateways.sync, i.e. inside the reconcile tick that serves every

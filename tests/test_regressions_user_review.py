@@ -13,7 +13,7 @@ from reconciler.core.ports import NodePortAllocator
 from reconciler.desired.admission import load_text
 from reconciler.drivers.state import StateDir
 from reconciler.errors import RecipeError
-from reconciler.shell.gateway.host import Gateways, nginx_binary
+from reconciler.shell.gateway.host import Gateways
 from reconciler.shell.gateway.record import facts, prefix_of
 from reconciler.shell.gateway.sweep import master_pid
 from test_gateway_settings import BASE as RECIPE  # one mocker worker behind the built-in router
@@ -46,7 +46,7 @@ class _Ok(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed")
+@pytest.mark.needs("nginx")
 def test_a_listen_change_to_an_address_of_another_host_keeps_the_running_gateway(tmp_path):
     """The shell's own guard (a last applied spec is loaded without the host check): the master
     serving now is not ended for an address nginx could never bind; GatewayFailed says why."""

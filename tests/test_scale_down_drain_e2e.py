@@ -14,10 +14,8 @@ import pytest
 from benchmarks.traffic import Traffic
 from harness import Harness
 from helpers import wait_until
-from reconciler.shell.gateway.host import nginx_binary
 
-pytestmark = [pytest.mark.slurm,
-              pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (scripts/stacks-install.sh)")]
+pytestmark = [pytest.mark.slurm, pytest.mark.needs("nginx")]
 
 # a slow mocker: each request takes a few hundred ms, so eight clients always have some under way
 RECIPE = """\

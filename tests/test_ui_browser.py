@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -13,12 +12,11 @@ from pathlib import Path
 import pytest
 
 from helpers import free_port, post, wait_until
+from programs import require_program
 from test_e2e import Harness, scancel
 
 pytestmark = pytest.mark.slurm
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 RECIPE = """\
 schema: 2
 name: {name}
@@ -32,19 +30,16 @@ frontend: {{type: builtin}}
 
 @pytest.fixture
 def browser():
-    if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
-        msg = "chromium and chromium-driver are not installed (scripts/browser-install.sh)"
-        if os.environ.get("RECONCILER_REQUIRE_SLURM") == "1":
-            pytest.fail(msg)  # CI installs them: missing there is a failure, never a skip
-        pytest.skip(msg)
-    webdriver = pytest.importorskip("selenium.webdriver")
+    chromium, chromedriver = require_program("chromium"), require_program("chromedriver")
+    require_program("selenium")  # CI installs all three: missing there is a failure, never a skip
+    from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     opts = webdriver.ChromeOptions()
     for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1700"):
         opts.add_argument(a)
-    opts.binary_location = CHROMIUM
-    drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    opts.binary_location = chromium
+    drv = webdriver.Chrome(service=Service(chromedriver), options=opts)
     drv.set_page_load_timeout(30)
     yield drv
     drv.quit()
