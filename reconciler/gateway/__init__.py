@@ -79,7 +79,9 @@ def _check(cfg: GatewayConfig) -> None:
         host, _, port = up.rpartition(":")
         if not host or not port.isdigit() or not all(c.isalnum() or c in ".-_[]:" for c in host):
             raise ValueError(f"gateway upstream {up!r} is not host:port")
-    if not all(c.isalnum() or c in "._-" for c in cfg.recipe):
+    # a namespaced recipe's key joins its folder and name with '@' (recipe/namespaces.py); '@' and
+    # '/' only ever appear here in a comment and inside single-quoted JSON, where nginx reads no syntax
+    if not all(c.isalnum() or c in "._-@/" for c in cfg.recipe):
         raise ValueError(f"gateway of {cfg.recipe!r}: a recipe name with characters nginx would read as syntax")
     # the prefix never appears in the text: every path is relative to nginx's -p (an argv item), so
     # a state directory with a space, a quote or a $ in its path needs no quoting here
