@@ -107,3 +107,46 @@ def test_a_block_whose_base_alone_was_relearnt_keeps_its_place():
     assert fresh.claim("n", "r/agg_0", "nixl", base)
     assert fresh.allocate_block("n", "r/agg_0", "nixl", 4) == base
     assert fresh.allocate("n", "x/agg_0", "http") not in range(base, base + 4)
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["allocate", "block", "claim", "release", "release_recipe", "release_key",
+                                          "release_node_owner", "copy", "roundtrip"]),
+                         st.sampled_from(["r1", "r2", "r1@ns"]), st.sampled_from(["n1", "n2"]),
+                         st.integers(0, 3), st.integers(1, 4)), max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(OPS)
+def test_a_recipes_ports_by_its_index_are_what_a_scan_of_every_port_finds(ops):
+    """``owned_by_recipe``, ``owned_index`` and ``owners(recipe)`` read a per-recipe index (one recipe's
+    ports without a scan of all): after any sequence of changes they say what a scan of the registry says."""
+    ports = NodePortAllocator(20000, 20040)
+    for op, recipe, node, unit, size in ops:
+        owner = f"{recipe}/agg_{unit}"
+        try:
+            if op == "allocate":
+                ports.allocate(node, owner, "http")
+            elif op == "block":
+                ports.allocate_block(node, owner, "dist", size)
+            elif op == "claim":
+                ports.claim(node, owner, "http", 20000 + unit * 7 + size)
+            elif op == "release":
+                ports.release(owner)
+            elif op == "release_recipe":
+                ports.release(f"{recipe}/")
+            elif op == "release_key":
+                ports.release_key(node, owner, "http")
+            elif op == "release_node_owner":
+                ports.release_node_owner(node, owner)
+            elif op == "copy":
+                ports = ports.copy()
+            else:
+                ports = NodePortAllocator.from_dict(ports.to_dict())
+        except PortsExhausted:
+            pass
+        scan = {r: tuple(sorted((n, k, p) for n, keys in ports.to_dict()["nodes"].items() for k, p in keys.items()
+                                if k.startswith(f"{r}/"))) for r in ("r1", "r2", "r1@ns")}
+        for r, want in scan.items():
+            assert ports.owned_by_recipe(r) == want
+            assert ports.owners(r) == {k.split("#")[0] for _, k, _ in want}
+        assert ports.owned_index() == {r: v for r, v in scan.items() if v}

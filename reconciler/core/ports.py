@@ -33,6 +33,9 @@ class NodePortAllocator:
         self._by_node: dict[str, dict[int, str]] = {}
         # node -> {"owner#name": port}
         self._by_key: dict[str, dict[str, int]] = {}
+        # recipe -> {(node, "owner#name"): port}: the same entries by recipe, so that one recipe's
+        # ports are found without a scan of every recipe's (a build asks per recipe: quadratic)
+        self._by_recipe: dict[str, dict[tuple[str, str], int]] = {}
         self._cursor: dict[str, int] = {}
         # node -> {port: until}: ports something else turned out to hold; skipped until then
         self._blocked: dict[str, dict[int, float]] = {}
@@ -43,6 +46,7 @@ class NodePortAllocator:
         other = copy.copy(self)  # the maps are copied a level down: plain str/int/float inside
         other._by_node = {n: dict(m) for n, m in self._by_node.items()}
         other._by_key = {n: dict(m) for n, m in self._by_key.items()}
+        other._by_recipe = {r: dict(m) for r, m in self._by_recipe.items()}
         other._cursor = dict(self._cursor)
         other._blocked = {n: dict(m) for n, m in self._blocked.items()}
         if now is not None:
@@ -51,17 +55,11 @@ class NodePortAllocator:
 
     def owned_by_recipe(self, recipe: str) -> tuple[tuple[str, str, int], ...]:
         """(node, owner#name, port) of every port a recipe's units hold: part of its build cache key."""
-        prefix = f"{recipe}/"
-        return tuple(sorted((node, key, port) for node, keys in self._by_key.items()
-                            for key, port in keys.items() if key.startswith(prefix)))
+        return tuple(sorted((node, key, port) for (node, key), port in self._by_recipe.get(recipe, {}).items()))
 
     def owned_index(self) -> dict[str, tuple[tuple[str, str, int], ...]]:
         """``owned_by_recipe`` for every recipe at once (one pass, not one per recipe)."""
-        out: dict[str, list[tuple[str, str, int]]] = {}
-        for node, keys in self._by_key.items():
-            for key, port in keys.items():
-                out.setdefault(key.split("/", 1)[0], []).append((node, key, port))
-        return {r: tuple(sorted(v)) for r, v in out.items()}
+        return {r: self.owned_by_recipe(r) for r, held in self._by_recipe.items() if held}
 
     def set_range(self, base: int, limit: int) -> None:
         """New ports come from [base, limit); ports already handed out stay where they are."""
@@ -83,8 +81,7 @@ class NodePortAllocator:
         for i in range(span):
             port = self.base + (start - self.base + i) % span
             if port not in ports and port not in blocked:
-                ports[port] = key
-                keys[key] = port
+                self._put(node, key, port)
                 self._cursor[node] = port + 1 if port + 1 < self.limit else self.base
                 return port
         raise PortsExhausted(f"no free port left on {node} in {self.base}..{self.limit}")
@@ -109,18 +106,16 @@ class NodePortAllocator:
                 for i, n in enumerate(names)):
             # the base survived (a registry relearnt from status keeps only it): the rest is still free
             for i, n in enumerate(names):
-                ports[base0 + i] = f"{owner}#{n}"
-                keys[f"{owner}#{n}"] = base0 + i
+                self._put(node, f"{owner}#{n}", base0 + i)
             return base0
         for n, p in zip(names, held):  # a block of another size, or broken up: start afresh
             if p is not None:
-                self._by_node[node].pop(keys.pop(f"{owner}#{n}"), None)
+                self._drop(node, f"{owner}#{n}")
         start = self._cursor.get(node, self.base)
         for base in [*range(start, self.limit - size + 1), *range(self.base, min(start, self.limit - size + 1))]:
             if all(p not in ports and p not in blocked for p in range(base, base + size)):
                 for i, n in enumerate(names):
-                    ports[base + i] = f"{owner}#{n}"
-                    keys[f"{owner}#{n}"] = base + i
+                    self._put(node, f"{owner}#{n}", base + i)
                 self._cursor[node] = base + size if base + size < self.limit else self.base
                 return base
         raise PortsExhausted(f"no {size} consecutive free ports left on {node} in {self.base}..{self.limit}")
@@ -131,8 +126,7 @@ class NodePortAllocator:
         ports = self._by_node.setdefault(node, {})
         if ports.get(port, key) != key:
             return False
-        ports[port] = key
-        self._by_key.setdefault(node, {})[key] = port
+        self._put(node, key, port)
         return True
 
     def block(self, node: str, port: int, until: float) -> None:
@@ -152,7 +146,10 @@ class NodePortAllocator:
     def lookup(self, node: str, owner: str, name: str) -> int | None:
         return self._by_key.get(node, {}).get(f"{owner}#{name}")
 
-    def owners(self) -> set[str]:
+    def owners(self, recipe: str | None = None) -> set[str]:
+        """Every owner holding a port; with ``recipe``, that recipe's only (no scan of the others)."""
+        if recipe is not None:
+            return {k.split("#", 1)[0] for _, k in self._by_recipe.get(recipe, {})}
         return {k.split("#", 1)[0] for keys in self._by_key.values() for k in keys}
 
     def release(self, owner: str) -> int:
@@ -160,8 +157,7 @@ class NodePortAllocator:
         freed = 0
         for node, keys in self._by_key.items():
             for key in [k for k in keys if _owned(k, owner)]:
-                port = keys.pop(key)
-                self._by_node[node].pop(port, None)
+                self._drop(node, key)
                 freed += 1
         return freed
 
@@ -172,21 +168,32 @@ class NodePortAllocator:
         freed = 0
         for node, key, port in self.owned_by_recipe(recipe):
             if (node, key, port) not in keep:
-                self._by_key[node].pop(key, None)
-                self._by_node[node].pop(port, None)
+                self._drop(node, key)
                 freed += 1
         return freed
 
     def release_node_owner(self, node: str, owner: str) -> None:
         keys = self._by_key.get(node, {})
         for key in [k for k in keys if _owned(k, owner)]:
-            self._by_node[node].pop(keys.pop(key), None)
+            self._drop(node, key)
 
     def release_key(self, node: str, owner: str, name: str) -> None:
         """Free one named port of ``owner`` on ``node`` (its other ports stay)."""
-        port = self._by_key.get(node, {}).pop(f"{owner}#{name}", None)
-        if port is not None:
-            self._by_node[node].pop(port, None)
+        if f"{owner}#{name}" in self._by_key.get(node, {}):
+            self._drop(node, f"{owner}#{name}")
+
+    def _put(self, node: str, key: str, port: int) -> None:
+        """Hand ``port`` on ``node`` to ``key`` (owner#name), in every index."""
+        self._by_node.setdefault(node, {})[port] = key
+        self._by_key.setdefault(node, {})[key] = port
+        self._by_recipe.setdefault(_recipe_of(key), {})[(node, key)] = port
+
+    def _drop(self, node: str, key: str) -> None:
+        """Free what ``key`` holds on ``node``, in every index."""
+        port = self._by_key[node].pop(key)
+        self._by_node[node].pop(port, None)
+        held = self._by_recipe.get(_recipe_of(key), {})
+        held.pop((node, key), None)
 
     def used_on(self, node: str) -> dict[int, str]:
         return dict(self._by_node.get(node, {}))
@@ -206,8 +213,7 @@ class NodePortAllocator:
         alloc = cls(int(data.get("base", DEFAULT_BASE)), int(data.get("limit", DEFAULT_LIMIT)))
         for node, keys in (data.get("nodes") or {}).items():
             for key, port in keys.items():
-                alloc._by_key.setdefault(node, {})[key] = int(port)
-                alloc._by_node.setdefault(node, {})[int(port)] = key
+                alloc._put(node, key, int(port))
         for node, ports in (data.get("blocked") or {}).items():
             alloc._blocked[node] = {int(p): float(u) for p, u in ports.items()}
         return alloc
@@ -228,6 +234,11 @@ class NodePortAllocator:
 
     def save(self, path: Path) -> None:
         atomic_write_text(path, self.dumps())
+
+
+def _recipe_of(key: str) -> str:
+    """The recipe of an ``owner#name`` key: owners are ``<recipe>/<unit>`` (a recipe key holds no '/')."""
+    return key.split("/", 1)[0]
 
 
 def _owned(key: str, owner: str) -> bool:

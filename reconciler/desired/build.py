@@ -70,17 +70,17 @@ def build(
     ``scale``: the autoscaler's counts and draining workers per recipe (desired/scale.py)."""
     out = {}
     held: dict[str, str] = {n: why for n, why in (hold or {}).items() if n not in recipes}
-    owned = ports.owned_index() if cache is not None else {}
+    owned = ports.owned_index()  # each recipe's ports before any is built (a build takes only its own)
     for name, r in recipes.items():
         allocs = observed.allocs_of(name)
-        before = owned.get(name, ()) if cache is not None else ports.owned_by_recipe(name)
+        before = owned.get(name, ())
         sc = (scale or {}).get(name)
         try:
             steps = observed.steps_of(name)
             if cache is None:
                 out[name] = build_recipe(r, allocs, ports, state_dir, python, steps, sc)
             else:
-                out[name] = _cached(cache, r, allocs, steps, ports, state_dir, python, owned.get(name, ()), sc)
+                out[name] = _cached(cache, r, allocs, steps, ports, state_dir, python, before, sc)
             if sc is not None and sc.draining:
                 out[name] = replace(out[name], draining=sc.draining)  # out of the routers, still running
             if name in suspended or r.reconcile.suspend:
@@ -164,7 +164,7 @@ def assemble(ctx: Context) -> DesiredRecipe:
         surge_allocs=_surge_allocs(where, no_room) if rollout.max_unavailable == 0 else {},
         resize_allocs=where.resize, undersized_allocs=where.undersized, resizing=_resizing(ctx),
         handover_seconds=recipe.reconcile.handover_seconds, time_limit_seconds=slurm_seconds(recipe.slurm.time_limit),
-        analysis=analysis_spec(ctx),
+        analysis=analysis_spec(ctx), served_model=ctx.runtime.served_model_name,
     )
 
 

@@ -78,7 +78,7 @@ def service_slots(top: Topology, where: Placement, steps: list[Step], ports: Nod
     job = lambda s: where.jobs.get(top.dedicated if s.placement == "dedicated" else 0, where.head_job or "")  # noqa: E731
     keys = [(s.role, 0) for s in moving]
     stepped = {(st.role, st.index) for st in steps}
-    owners = ports.owners() if any(k not in stepped for k in keys) else set()
+    owners = ports.owners(top.recipe.name) if any(k not in stepped for k in keys) else set()
     name = top.recipe.name
     held = {k: (f"{name}/{k[0]}_0" in owners, f"{name}/{k[0]}_0@b" in owners) for k in keys}
     chosen = choose_slots(keys, steps, {(s.role, 0): job(s) for s in moving}, held)

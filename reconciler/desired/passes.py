@@ -84,7 +84,7 @@ def _slots(lives: tuple[Life, ...], recipe: str, steps: list[Step], job_of: Mapp
     """Each slotted unit's slot; the others live in slot 0."""
     slotted = [life for life in lives if life.slotted]
     stepped = {(s.role, s.index) for s in steps}
-    owners = ports.owners() if any(life.key not in stepped for life in slotted) else set()
+    owners = ports.owners(recipe) if any(life.key not in stepped for life in slotted) else set()
 
     def owner(life: Life, s: int) -> str:
         name = f"{life.key[0]}_{life.key[1]}"
