@@ -8,9 +8,9 @@ loop, so thousands of "workers" cost one process and a few MB.
 
 Any path answers 200 "ok", as an engine's /health does, except the built-in router's life
 probe ``/health?life=a|b``: the reconciler reads a router as Ready only when the JSON body
-names the life it asked for (``reconciler.shell.probe.probe_life``), so that is answered as
+names the life it asked for (``reconciler.shell.readiness.probe.probe_life``), so that is answered as
 ``reconciler.router`` answers it (``{"status": "ok", "life": "<life>"}``), and a frontend's
-canary (``reconciler.shell.canary.canary``): ``GET /v1/models`` lists tick.py's model ``m`` and
+canary (``reconciler.shell.readiness.canary.canary``): ``GET /v1/models`` lists tick.py's model ``m`` and
 ``POST /v1/completions`` answers one token.
 
 Its figures belong to docs/performance.md, section "One tick (benchmarks/tick.py)": it is

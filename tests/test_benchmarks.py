@@ -139,7 +139,7 @@ def listening(lo: int, hi: int) -> list[str]:
 def test_health_farm_answers_as_engine_and_router():
     """tick.py's stand-in: 200 "ok" for an engine's /health, and the router's life probe answered
     with the life it names, which is what the reconciler's probe requires of a router."""
-    from reconciler.shell.probe import probe_life, probe_one
+    from reconciler.shell.readiness.probe import probe_life, probe_one
 
     p = subprocess.Popen([sys.executable, str(BENCH / "health_farm.py")], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True, bufsize=1)
@@ -153,7 +153,7 @@ def test_health_farm_answers_as_engine_and_router():
         assert probe_life("127.0.0.1", port, "/health?life=a", "a")
         assert probe_life("127.0.0.1", port, "/health?life=b", "b")
         assert not probe_life("127.0.0.1", port, "/health", "a")  # no life asked: not a router's answer
-        from reconciler.shell.canary import canary
+        from reconciler.shell.readiness.canary import canary
 
         assert canary("127.0.0.1", port, "m") is None  # a frontend's canary: listed, and one token
         assert "not listed" in (canary("127.0.0.1", port, "other") or "")

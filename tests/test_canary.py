@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from reconciler.shell.canary import canary
+from reconciler.shell.readiness.canary import canary
 from tests.helpers import start_mocker
 
 
@@ -32,7 +32,7 @@ def _unit(port: int = 1, node: str = "a", slot: int = 0):
 
 def test_a_new_life_does_not_borrow_its_old_lifes_canary(monkeypatch):
     """A hand-over probes the old and the new frontend life in one pass: each is asked itself."""
-    from reconciler.shell import canary as c
+    from reconciler.shell.readiness import canary as c
 
     asked: list[int] = []
 
@@ -56,7 +56,7 @@ def test_a_canary_stuck_in_a_busy_queue_does_not_hold_the_probe(monkeypatch):
     import threading
     import time
 
-    from reconciler.shell import canary as c
+    from reconciler.shell.readiness import canary as c
 
     gate = threading.Event()
     fail = threading.Event()
@@ -89,7 +89,7 @@ def test_a_relaunch_on_the_same_port_answers_its_own_canary(monkeypatch):
     """A relaunched frontend keeps its port: the last life's pass must not make the new one Ready."""
     import threading
 
-    from reconciler.shell import canary as c
+    from reconciler.shell.readiness import canary as c
 
     gate = threading.Event()
     gate.set()
@@ -114,7 +114,7 @@ def test_a_canary_that_never_ends_is_a_failure_after_its_timeout(monkeypatch):
     past CANARY_TIMEOUT as a whole it fails, and no second canary of the life starts meanwhile."""
     import threading
 
-    from reconciler.shell import canary as c
+    from reconciler.shell.readiness import canary as c
 
     gate = threading.Event()
     started: list[int] = []
@@ -144,7 +144,7 @@ def test_a_one_shot_pass_waits_for_the_whole_canary(monkeypatch, tmp_path):
     import time
 
     from reconciler.drivers.memory import MemoryDriver
-    from reconciler.shell import canary as c
+    from reconciler.shell.readiness import canary as c
     from reconciler.shell.loop import ONE_SHOT_CANARY_WAIT, Controller
 
     def slow(host, port, model, timeout=c.CANARY_TIMEOUT):

@@ -427,7 +427,7 @@ def test_a_settled_gateways_missed_look_is_the_probes_not_a_reload(gw):
 
 
 def test_a_new_job_is_probed_once_it_served_not_while_it_starts(gw, monkeypatch):
-    from reconciler.shell import probe
+    from reconciler.shell.readiness import probe
     from reconciler.shell.gateway import answering
     jobs, slurm, answer, ports = gw
     monkeypatch.setattr(probe, "fetch_all", lambda urls: {u: answer.get("page") for u in urls})

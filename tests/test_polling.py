@@ -16,7 +16,7 @@ import pytest
 
 import reconciler.shell.gateway.holder_supervisor as holder
 import reconciler.shell.observe as observe
-import reconciler.shell.probe as probe
+import reconciler.shell.readiness.probe as probe
 from reconciler.drivers.memory import MemoryDriver
 from reconciler.shell.loop import Controller
 from slurm_world import RecordingSlurm

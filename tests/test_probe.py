@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from reconciler.shell import probe
+from reconciler.shell.readiness import probe
 from reconciler.world import Unit
 
 

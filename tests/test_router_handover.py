@@ -9,7 +9,7 @@ import socket
 from pathlib import Path
 
 from helpers import Proc, free_port, get, post, start_mocker, wait_until
-from reconciler.shell.probe import probe_life, probe_one
+from reconciler.shell.readiness.probe import probe_life, probe_one
 from reconciler.router.listen import shared_listener
 
 

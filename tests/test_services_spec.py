@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from reconciler.errors import RecipeError
-from reconciler.shell.probe import probe_dynamo, probe_file, probe_tcp
+from reconciler.shell.readiness.probe import probe_dynamo, probe_file, probe_tcp
 from reconciler.desired.admission import load_text
 from reconciler.desired.render import as_rows, render_units
 from reconciler.core.ports import NodePortAllocator

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers import get, post, wait_until
-from reconciler.shell import canary
+from reconciler.shell.readiness import canary
 from test_e2e import Harness, sh, scancel
 
 ROOT = Path(__file__).resolve().parents[1]

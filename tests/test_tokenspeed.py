@@ -69,7 +69,7 @@ def test_a_router_that_cannot_speak_grpc_is_refused():
 
 
 def test_the_sglang_router_is_given_grpc_urls():
-    from reconciler.shell.router_sync import wanted
+    from reconciler.shell.readiness.router_sync import wanted
     from reconciler.world import DesiredRecipe, Observed
 
     u = units("sglang-router", "  agg: {workers: 1, gpus: 8}\n")

@@ -51,7 +51,7 @@ def frontend_unit(recipe: Recipe, head: str, ports: NodePortAllocator, runtime: 
     else:
         build = BUILDERS.get(recipe.frontend.type)
         unit = build(recipe, head, ports, runtime, state_dir, disc_env or {}, index) if build else None
-    # Ready means it answers: the model listed and a one-token completion through it (shell/probe.py)
+    # Ready means it answers: the model listed and a one-token completion through it (shell/readiness/probe.py)
     return replace(unit, canary=runtime.served_model_name) if unit is not None else None
 
 
@@ -125,7 +125,7 @@ def vllm_router(recipe, head, ports, runtime, state_dir, disc_env, index: int = 
 
 def _managed_router(recipe, head, ports, runtime, module: str, pre: list[str], worker_api: str,
                     index: int = 0) -> Unit:
-    """A router started empty whose worker set the shell keeps (shell/router_sync.py)."""
+    """A router started empty whose worker set the shell keeps (shell/readiness/router_sync.py)."""
     port = _port(recipe, head, ports, index)
     metrics = ports.allocate(head, _owner(recipe, index), "prometheus")
     argv = [runtime.engine_python, "-m", module, *pre, "--host", "0.0.0.0", "--port", str(port)]

@@ -25,7 +25,8 @@ from reconciler.drivers.state import StateDir
 from reconciler.recipe.autoscale import AutoscaleConfig
 from reconciler.recipe.model import Recipe
 from reconciler.shell import engine_metrics as em
-from reconciler.shell import canary, probe
+from reconciler.shell.readiness import canary
+from reconciler.shell.readiness import probe
 from reconciler.shell.gateway import holder_supervisor
 from reconciler.shell.gateway import wake_eta
 from reconciler.shell.snapshot import Snapshot

@@ -22,7 +22,7 @@ from reconciler.core.plan import Action, CancelAlloc, CancelStep, LaunchStep, Pl
 from reconciler.drivers import Driver, DriverError
 from reconciler.fsutil import write_if_changed
 from reconciler.timefmt import span
-from reconciler.shell import canary
+from reconciler.shell.readiness import canary
 from reconciler.shell.observe import Observer
 from reconciler.drivers.state import StateDir
 from reconciler.world import ActionFailures, AllocSpec, Step

@@ -29,7 +29,7 @@ from reconciler.fsutil import atomic_write_text
 from reconciler.core.ports import NodePortAllocator
 from reconciler.shell.autoscale import Autoscaler
 from reconciler.shell.execute import Executor
-from reconciler.shell import canary
+from reconciler.shell.readiness import canary
 from reconciler.shell.gateway import holder_supervisor
 from reconciler.shell.gateway.record import OWNER_NAME, record_path
 from reconciler.shell.gateway.host import Gateways

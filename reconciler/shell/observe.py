@@ -17,10 +17,10 @@ from reconciler.core.grace import apply_grace
 from reconciler.core.pace import split_due
 from reconciler.core.plan.results import StopReason
 from reconciler.drivers import Driver
-from reconciler.shell.health import HealthTracker
+from reconciler.shell.readiness.health import HealthTracker
 from reconciler.core.ports import NodePortAllocator
-from reconciler.shell import canary
-from reconciler.shell.probe import probe_units
+from reconciler.shell.readiness import canary
+from reconciler.shell.readiness.probe import probe_units
 from reconciler.drivers.state import StateDir
 from reconciler.world import Alloc, Desired, InFlight, Step, UnitHealth
 

@@ -13,7 +13,7 @@ from reconciler.core.plan import CancelStep, LaunchStep, PlaceReason, StopReason
 from reconciler.core.plan.analysis import NEW, OLD
 from reconciler.desired.admission import load_text
 from reconciler.errors import RecipeError
-from reconciler.shell import router_sync
+from reconciler.shell.readiness import router_sync
 from reconciler.world import UnitHealth
 
 TEXT = """\

@@ -6,7 +6,7 @@ import pytest
 
 from builders import desired, desired_recipe, life, observed, step, unit
 from reconciler.core.plan import plan
-from reconciler.shell.health import HealthTracker
+from reconciler.shell.readiness.health import HealthTracker
 from reconciler.shell.status import build_status
 from reconciler.world import RestartPolicy
 
@@ -134,7 +134,7 @@ def test_router_sync_adds_ready_workers_and_removes_the_rest():
     from dataclasses import replace
 
     from builders import desired_recipe, frontend, observed, step
-    from reconciler.shell.router_sync import diff, wanted
+    from reconciler.shell.readiness.router_sync import diff, wanted
 
     fe = replace(frontend(), worker_api="sglang-router")
     a0, a1, a2 = unit(index=0), unit(index=1), unit(index=2)

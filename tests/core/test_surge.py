@@ -86,7 +86,7 @@ def _handed_over(c, new_key, now, **health):
 ])
 def test_a_flapping_new_life_neither_starts_the_hand_over_over_nor_brings_the_old_life_back(now, health, want):
     from reconciler.world import Observed
-    from reconciler.shell import router_sync
+    from reconciler.shell.readiness import router_sync
 
     c = FakeCluster()
     c.converge(spec(1))
@@ -397,7 +397,7 @@ def test_one_failed_probe_of_a_surging_workers_old_life_does_not_unroute_it(fail
     routers (previous_ready is this probe alone), so every request was a 503 until the next pass.
     An old life that was Ready stays routed below the liveness threshold, like a current one."""
     from reconciler.world import Observed
-    from reconciler.shell import router_sync
+    from reconciler.shell.readiness import router_sync
 
     c = FakeCluster()
     c.converge(spec(1))

@@ -10,7 +10,7 @@ Decisions out, per surging worker:
 - the baseline: the old spec's last run (any index; a passing run of an earlier rollout's new life
   counts). None: the old life is measured first, the same way, while the new one starts;
 - then the new life, once Ready, at its own address — held out of every router until it passes
-  (``held``, read by shell/router_sync.py and the endpoints file);
+  (``held``, read by shell/readiness/router_sync.py and the endpoints file);
 - the verdict (``judge``): its run valid (benchrun's checks: output tokens, errors, lengths), TTFT p90
   at most ``max_ttft_p90_ms``, output tokens/s at least ``min_throughput_ratio`` of the old life's.
   Passed: the hand-over clock (pick-up, drain) starts when the run ended (``handover_start``).

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from reconciler.drivers.state import StateDir
-from reconciler.shell import probe
+from reconciler.shell.readiness import probe
 from reconciler.shell.gateway.record import Change, in_job, prefix_of, record_path
 from reconciler.shell.gateway.sweep import master_pid
 from reconciler.shell.gateway.record import ours, serving_job

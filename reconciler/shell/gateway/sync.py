@@ -7,7 +7,7 @@ from __future__ import annotations
 import structlog
 
 from reconciler.drivers.state import StateDir
-from reconciler.shell import router_sync
+from reconciler.shell.readiness import router_sync
 from reconciler.shell.gateway import holder_supervisor
 from reconciler.shell.gateway.answering import probe_gateways
 from reconciler.shell.gateway.host import Gateways
