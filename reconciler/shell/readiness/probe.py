@@ -28,7 +28,7 @@ from collections.abc import Iterable
 
 import httptools
 
-from reconciler.shell import canary
+from reconciler.shell.readiness import canary
 from reconciler.world import Unit
 
 TIMEOUT = 1.0  # per probe, connect to last byte
