@@ -373,6 +373,7 @@ class DesiredRecipe:
     time_limit_seconds: float | None = None  # the allocations' Slurm time limit, when there is one
     draining: frozenset[str] = frozenset()  # scale-down victims: out of the routers until drained (desired/scale.py)
     analysis: Analysis | None = None  # a surge life is measured before it is routed (core/plan/analysis.py)
+    served_model: str = ""  # the name clients send in a request's "model" (desired/runtime.py): get, describe, the page
 
     def policy(self, role: str) -> RestartPolicy:
         return self.restart.get(role, RestartPolicy())
