@@ -4,7 +4,10 @@ asks, adopted across a restart (running.json), and stopped when no longer asked 
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
+
+import pytest
 
 from helpers import wait_until
 from reconciler.core.plan.results import Measure, Plan, RecipePlan
@@ -36,9 +39,22 @@ def test_runs_are_read_back_with_their_index_old_spec_and_generation(tmp_path):
     assert read_runs(tmp_path, "r", {"specnew"}) and read_runs(tmp_path, "r", {"specother"}) == {}
 
 
-def test_one_runner_per_recipe_adopted_by_a_new_process_and_stopped_when_not_asked_for(tmp_path):
+@pytest.fixture
+def silent_url():
+    """An endpoint that takes connections and never answers (the kernel accepts them into the
+    backlog): aiperf's requests wait there until the runner is stopped, so the run cannot end on
+    its own before the test stops it (against a closed port aiperf failed at once, and the test
+    passed only while that took longer than the next tick's SIGTERM)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(64)
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.mark.needs("aiperf")  # the runner is the real one: aiperf against the endpoint
+def test_one_runner_per_recipe_adopted_by_a_new_process_and_stopped_when_not_asked_for(tmp_path, silent_url):
     state = StateDir(tmp_path)
-    m = Measure("r", "agg", 0, "specnew", "specold", "http://127.0.0.1:9", "new", "gen1")  # nothing listens
+    m = Measure("r", "agg", 0, "specnew", "specold", silent_url, "new", "gen1")
     asked = Plan({"r": RecipePlan("r", measure=(m,))})
     a = Analyzer(state, 0.0)
     a.tick(asked, _desired("r"))
@@ -51,7 +67,7 @@ def test_one_runner_per_recipe_adopted_by_a_new_process_and_stopped_when_not_ask
     # no longer asked for (the new life was judged dead, say): stopped, and its run recorded as Cancelled
     # (once it runs: its first line comes after its SIGTERM handler is set)
     out = run_dir(tmp_path, m)
-    wait_until(lambda: "against http://127.0.0.1:9" in (out / "runner.log").read_text(), timeout=30,
+    wait_until(lambda: f"against {silent_url}" in (out / "runner.log").read_text(), timeout=30,
                what="the runner started")
     a.tick(Plan({"r": RecipePlan("r")}), _desired("r"))
     summary = wait_until(lambda: [json.loads(p.read_text()) for p in out.glob("*.json")], timeout=30,
