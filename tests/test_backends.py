@@ -329,7 +329,9 @@ def test_mocker_builtin_renders_our_engine_and_router():
     a = one(rs, "agg", 1)
     argv = a["argv"]
     assert argv[:3] == ["py", "-m", "reconciler.mocker"]
-    assert argv[argv.index("--model-name") + 1] == "Model"  # srtctl: the last component of the id
+    # srtctl names no mocker model: served as the recipe writes it (hf: is the source), the name
+    # the router and a client ask for (desired/runtime.py default_served_name)
+    assert argv[argv.index("--model-name") + 1] == "Org/Model"
     assert argv[argv.index("--speedup-ratio") + 1] == "50.0"
     assert argv[argv.index("--num-gpu-blocks") + 1] == "512"  # role args override engine knobs
     assert argv[argv.index("--max-num-seqs") + 1] == "8"

@@ -114,8 +114,12 @@ class MockerBackend(MockerEngine, Backend):
     def _dynamo_argv(self, process: Process, runtime: Runtime, s: dict[str, Any], extra: dict[str, Any]) -> list[str]:
         argv = [runtime.engine_python, "-m", "dynamo.mocker", "--model-path", runtime.model_path]
         given = get_key(self.get_config_for_mode(process.mode), "model-name")
-        if given:  # srtctl passes no name (Dynamo derives it); a role that names one keeps it
-            argv += ["--model-name", str(given)]
+        name = str(given) if given else self.get_served_model_name(runtime.served_model_name)
+        # srtctl passes no name: Dynamo then serves the model path it was given, which is the
+        # served name for a Hugging Face id; a local directory's path (or /model in a container)
+        # is not, and the router, the canary and clients must all ask for one name
+        if name != runtime.model_path:
+            argv += ["--model-name", name]
         if process.mode != "agg":
             argv += ["--disaggregation-mode", process.mode]
             if process.mode == "prefill":

@@ -129,8 +129,8 @@ class TRTLLMBackend(TRTLLMEngine, Backend):
         else:
             argv += ["trtllm-serve", runtime.model_path, "--host", "0.0.0.0", "--port", str(process.ports["http"]),
                      "--config", cfg]
-            if self.served_model_name:
-                argv += ["--served_model_name", self.served_model_name]
+            if name != runtime.model_path:  # trtllm-serve serves its model argument unless told
+                argv += ["--served_model_name", name]
             argv += list(role.extra_args)
         return self._cpu_bind(argv)
 

@@ -91,7 +91,8 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
             **_identity(name), "status": st["phase"] if not invalid else (
                 "Invalid" if name in snap.manifests.invalid else "Error"),
             "roles": {r: c for r, c in st["roles"].items() if r != "frontend"},
-            "endpoint": st["endpoint"], "restarts": sum(w["restarts"] for w in st["workers"]),
+            "endpoint": st["endpoint"], "servedModel": st.get("servedModel"),
+            "restarts": sum(w["restarts"] for w in st["workers"]),
             "age_seconds": int(now - created) if created else None, "conditions": st["conditions"],
             "error": invalid, "waitingForAllocation": queued.get(name),
             "reason": reason or ("InvalidSpec" if invalid else None), "reasonMessage": why,
@@ -114,7 +115,7 @@ def _gone_row(name: str, rp, observed, prev: dict, now: float) -> dict:
     created = _parse_iso(prev.get("createdAt"))
     return {
         **_identity(name), "status": "ManifestMissing" if refused else "Terminating", "roles": roles,
-        "endpoint": prev.get("endpoint"), "restarts": sum(w.get("restarts", 0) for w in prev.get("workers", [])),
+        "endpoint": prev.get("endpoint"), "servedModel": prev.get("servedModel"), "restarts": sum(w.get("restarts", 0) for w in prev.get("workers", [])),
         "age_seconds": int(now - created) if created else None, "conditions": [],
         "error": ("manifest missing: kept running by the prune guard (" + rp.detail + ")") if refused else None,
         "waitingForAllocation": None, "reason": None, "reasonMessage": None,
@@ -123,7 +124,7 @@ def _gone_row(name: str, rp, observed, prev: dict, now: float) -> dict:
 
 
 HEADER = ("NAME", "READY", "STATUS", "REASON", "RESTARTS", "AGE", "ENDPOINT")
-WIDE = ("NODES", "MESSAGE")
+WIDE = ("MODEL", "NODES", "MESSAGE")  # MODEL: what clients send as "model"
 
 
 def _identity(key: str) -> dict:
@@ -148,7 +149,7 @@ def table_rows(rows: list[dict], wide: bool = False, spaced: bool | None = None)
             r["name"], _ready_text(r), r["status"], r.get("reason") or "-", str(r["restarts"]),
             _age(r["age_seconds"]), r["endpoint"] or "-")
         if wide:
-            cells += (",".join(r.get("nodes") or []) or "-", r.get("reasonMessage") or "-")
+            cells += (r.get("servedModel") or "-", ",".join(r.get("nodes") or []) or "-", r.get("reasonMessage") or "-")
         out.append(cells)
     return out
 

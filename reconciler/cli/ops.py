@@ -59,6 +59,7 @@ def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: st
     bench = {"state": benchmarks.now_state(snap.desired.recipes.get(name), o, rp),
              "last": benchmarks.last(sd.root, name)}
     return {"name": name, "phase": st.get("phase", "Unknown"), "endpoint": st.get("endpoint"),
+            "servedModel": st.get("servedModel") or sd.status(name).get("servedModel"),
             "benchmark": bench if bench["state"] or bench["last"] else None,
             "suspended": bool((d := snap.desired.recipes.get(name)) and d.suspended),
             "error": snap.manifests.invalid.get(name) or snap.desired.held.get(name),
@@ -89,7 +90,8 @@ def describe(name: str, manifests: str, state: str, driver: str | None, port_ran
         click.echo(json.dumps(doc, indent=2))
         return
     click.echo(click.style(f"Name: {namespaces.display(doc['name'])}", bold=True) + f"   Phase: {doc['phase']}"
-               + (f"   Endpoint: {doc['endpoint']}" if doc["endpoint"] else ""))
+               + (f"   Endpoint: {doc['endpoint']}" if doc["endpoint"] else "")
+               + (f"   Model: {doc['servedModel']}" if doc.get("servedModel") else ""))
     if doc["error"]:
         click.echo(click.style("Error: ", fg="red") + doc["error"])
     click.echo("Conditions:")

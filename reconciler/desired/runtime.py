@@ -23,16 +23,30 @@ def runtime_for(recipe: Recipe, state_dir: Path, python: str = "python3") -> Run
     if path.startswith("hf:"):
         # srtctl: the engine gets the bare Hugging Face id and downloads it itself
         path = path[3:]
-    # srtctl serves a model under its last path component (hf:Qwen/Qwen3-0.6B -> Qwen3-0.6B)
-    default_name = path.rstrip("/").split("/")[-1] or recipe.name
     return Runtime(
         model_path=MODEL_MOUNT if _model_mount(recipe) else path,
-        served_model_name=backend.get_served_model_name(default_name),
+        served_model_name=backend.get_served_model_name(default_served_name(recipe, backend.type)),
         frontend_type=recipe.frontend.type,
         config_dir=str(Path(state_dir).absolute() / recipe.name / "configs"),
         python=python,
         engine_python=recipe.reconcile.engine_python,
     )
+
+
+def default_served_name(recipe: Recipe, engine: str) -> str:
+    """The name clients send in a request's "model" when the recipe names none (an engine's
+    ``served_model_name`` or a role's ``served-model-name`` win): the model as the recipe writes it,
+    so the README's ``model: {path: "Qwen/Qwen3-0.6B"}`` answers the OpenAI client's
+    ``model="Qwen/Qwen3-0.6B"``. Where srtctl has a rule, its rule: it names the real engines'
+    ``hf:ORG/NAME`` models by the last component (the golden renders); a local directory (an
+    absolute path, which a cluster config's alias also becomes) is served under its directory name
+    for every engine, never the path, which differs between the login node and a container. srtctl
+    names no model for the mocker (Dynamo serves the path it is given): ``hf:`` is then only where
+    the id comes from."""
+    path = recipe.model.path.rstrip("/")
+    if path.startswith("/") or (path.startswith("hf:") and engine != "mocker"):
+        return path.removeprefix("hf:").split("/")[-1] or recipe.name
+    return path.removeprefix("hf:") or recipe.name
 
 
 def _model_mount(recipe: Recipe) -> str | None:

@@ -118,6 +118,8 @@ def build_status(
         "conditions": conds,
         "roles": role_counts(rp, rows),
         "endpoint": gateway["url"] if gateway and (fe or zero) else (fe["url"] if fe else None),
+        # what clients send as "model": kept from the last spec while the file is invalid or missing
+        "servedModel": d.served_model if d else prev.get("servedModel"),
         "workers": rows,
         "pendingAllocations": [p.doc(now) for p in pending],
     }

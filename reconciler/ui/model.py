@@ -56,7 +56,7 @@ def deployment(name: str, st: dict, launches: dict[str, dict], benchmark: dict |
     return {
         # name: the key (state/ paths, the page's anchors); shown: as users write it, FOLDER/NAME
         "name": name, "shown": namespaces.display(name), "phase": st.get("phase", "Unknown"),
-        "endpoint": st.get("endpoint"),
+        "endpoint": st.get("endpoint"), "servedModel": st.get("servedModel"),
         "roles": st.get("roles") or {}, "reason": st.get("reason"), "reasonMessage": st.get("reasonMessage"),
         "createdAt": st.get("createdAt"), "readySince": ready_cond.get("lastTransitionTime")
         if ready_cond.get("status") == "True" else None,

@@ -32,7 +32,7 @@ svg .lg{font-size:10px;font-weight:600}svg .empty{font-size:12px;fill:#9ca3af}
 <header><h1>reconciler</h1><span class="meta" id="meta">loading…</span><span class="meta" id="stale">not updating: the reconciler does not answer</span></header>
 <main>
 <section class="card" id="overview"><h2>Deployments</h2><table id="deployments"><thead><tr>
-<th>NAME</th><th>READY</th><th>STATUS</th><th>REASON</th><th>RESTARTS</th><th>ENDPOINT</th></tr></thead><tbody></tbody></table></section>
+<th>NAME</th><th>READY</th><th>STATUS</th><th>REASON</th><th>RESTARTS</th><th>ENDPOINT</th><th>MODEL</th></tr></thead><tbody></tbody></table></section>
 <div id="details"></div>
 <section class="card"><h2>Autoscaler decisions</h2><div id="autoscaler" class="empty-section"></div></section>
 <section class="card"><h2>Recent events</h2><table id="events"><thead><tr><th>TIME</th><th>KIND</th><th>RECIPE</th><th>MESSAGE</th></tr></thead><tbody></tbody></table></section>
@@ -56,7 +56,7 @@ function detail(d){
   const bench = d.benchmark ? `<pre class="mono">${esc(JSON.stringify(d.benchmark, null, 2))}</pre>`
     : `<div class="empty-section">no benchmark runs for this deployment (reconcile.benchmark; state/${esc(d.name)}/benchmarks/)</div>`;
   return `<section class="card" data-deployment="${esc(d.name)}"><h2>${esc(d.shown||d.name)} ${pill(d.phase)}
-  <span class="roles">${ready(d.roles)}</span>${d.endpoint ? `<span class="mono">${esc(d.endpoint)}</span>` : ""}</h2>
+  <span class="roles">${ready(d.roles)}</span>${d.endpoint ? `<span class="mono">${esc(d.endpoint)}</span>` : ""}${d.servedModel ? `<span class="msg">model <span class="mono">${esc(d.servedModel)}</span></span>` : ""}</h2>
   ${d.reason ? `<div><span class="reason">${esc(d.reason)}</span> <span class="msg">${esc(d.reasonMessage)}</span></div>` : ""}
   ${d.progress ? `<div class="msg">${esc(d.progress)}</div>` : ""}${d.error ? `<div class="reason">${esc(d.error)}</div>` : ""}
   <div class="charts">${p.requests||""}${p.ttft||""}${p.itl||""}${p.workers||""}</div>
@@ -69,8 +69,9 @@ function draw(s){
   $("#deployments tbody").innerHTML = s.deployments.map(d => `<tr data-recipe="${esc(d.name)}">
     <td><a href="#${esc(d.name)}">${esc(d.shown||d.name)}</a></td><td class="roles">${ready(d.roles)}</td><td class="status">${pill(d.phase)}</td>
     <td>${d.reason ? `<span class="reason">${esc(d.reason)}</span>` : "-"}</td>
-    <td>${d.workers.concat(d.services).reduce((a,u) => a + u.restarts, 0)}</td><td class="mono">${esc(d.endpoint||"-")}</td></tr>`).join("")
-    || `<tr><td colspan="6" class="empty-section">no deployments: drop a recipe into ${esc(s.settings.manifests)}</td></tr>`;
+    <td>${d.workers.concat(d.services).reduce((a,u) => a + u.restarts, 0)}</td><td class="mono">${esc(d.endpoint||"-")}</td>
+    <td class="mono model">${esc(d.servedModel||"-")}</td></tr>`).join("")
+    || `<tr><td colspan="7" class="empty-section">no deployments: drop a recipe into ${esc(s.settings.manifests)}</td></tr>`;
   $("#details").innerHTML = s.deployments.map(detail).join("");
   $("#autoscaler").textContent = s.autoscaler.available ? "" : "no autoscaler is configured: no decisions to show";
   $("#events tbody").innerHTML = s.events.map(e => `<tr><td class="mono">${esc(e.time)}</td><td>${esc(e.kind)}</td><td>${esc(e.recipe||"-")}</td><td>${esc(e.message)}</td></tr>`).join("");
