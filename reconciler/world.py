@@ -256,7 +256,7 @@ class Observed:
     action_failures: Mapping[str, ActionFailures] = field(default_factory=dict)  # recipe -> its failed actions
     previous_ready: Mapping[tuple[str, str, int], bool] = field(default_factory=dict)  # unit key -> its old life's probe
     # job id -> (when the job must be gone, why) before its time limit: a reservation over its nodes,
-    # its node quarantined (shell/slurm_watch.py); the hand-over counts it as the job's end
+    # its node quarantined (shell/cluster/slurm_watch.py); the hand-over counts it as the job's end
     deadlines: Mapping[str, tuple[float, str]] = field(default_factory=dict)
     # job id -> core.plan.pending.PendingInfo: Slurm's reason and expected start of a pending allocation
     pending: Mapping[str, Any] = field(default_factory=dict)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from reconciler.core.plan.nodes import SUBMIT_HOLD_S
 from reconciler.drivers.state import StateDir
-from reconciler.shell.nodes import NodeWatch
+from reconciler.shell.cluster.nodes import NodeWatch
 from reconciler.world import Alloc, AllocSpec
 
 
@@ -57,7 +57,7 @@ def test_a_lost_allocations_workers_lose_their_backoff_those_still_running_keep_
     restart, and the launch on the replacement waited 10 s of a backoff no exit of its own earned."""
     from types import SimpleNamespace as NS
 
-    from reconciler.shell.losses import Losses
+    from reconciler.shell.cluster.lost_allocs import LostAllocations
     from reconciler.world import Observed, Step
 
     state = StateDir(tmp_path / "state")
@@ -76,7 +76,7 @@ def test_a_lost_allocations_workers_lose_their_backoff_those_still_running_keep_
             return ("n1", "n2")
 
     d = Driver()
-    losses = Losses(state, d, NodeWatch(state, d))  # type: ignore[arg-type]
+    losses = LostAllocations(state, d, NodeWatch(state, d))  # type: ignore[arg-type]
     gone = Alloc("7", "r", 0, 0, 1, "RUNNING", nodes=("n1",))
     kept = Alloc("8", "r", 1, 1, 1, "RUNNING", nodes=("n2",))
     losses.note(NS(observed=Observed((gone, kept), ()), now=10.0))  # type: ignore[arg-type]

@@ -94,7 +94,7 @@ class _Squeue:
 
 
 def test_slurms_expected_start_of_a_pending_job_reaches_the_core(tmp_path):
-    from reconciler.shell.slurm_watch import SlurmWatch
+    from reconciler.shell.cluster.slurm_watch import SlurmWatch
 
     pending = Alloc("7", "r", 0, 0, 1, "PENDING", reason="Priority", submitted=990.0)
     running = Alloc("8", "r", 1, 1, 1, "RUNNING", nodes=("n1",), submitted=980.0)

@@ -125,7 +125,7 @@ class SlurmDriver:
         r = self._run(["scontrol", "-o", "show", "partition", *([partition] if partition else [])], check=False)
         return parse_partition_nodes(r.stdout, partition) if r.returncode == 0 else None
     def reservations(self) -> list[Reservation]:
-        """Every reservation slurmctld knows (asked at a slow pace: shell/slurm_watch.py)."""
+        """Every reservation slurmctld knows (asked at a slow pace: shell/cluster/slurm_watch.py)."""
         r = self._run(queue.reservations_argv(), check=False, verb="scontrol-reservations")
         return queue.parse_reservations(r.stdout) if r.returncode == 0 else []
 

@@ -1,7 +1,7 @@
 """The slow Slurm queries: reservations and the expected start of pending jobs.
 
 argv builders and parsers, pure (golden-tested). They are asked at a slow pace
-(shell/slurm_watch.py), never every tick: Slurm asks tools not to poll it fast.
+(shell/cluster/slurm_watch.py), never every tick: Slurm asks tools not to poll it fast.
 """
 
 from __future__ import annotations

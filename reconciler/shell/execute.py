@@ -54,10 +54,10 @@ class Executor:
         self.observer = observer
         self.failures: dict[str, ActionFailures] = {}  # recipe -> its actions' failures in a row
         self.on_action: Callable[[str, bool], None] | None = None  # (kind, succeeded): the metrics
-        # suspect nodes (shell/nodes.py) a new allocation avoids, as many as leave it placeable
+        # suspect nodes (shell/cluster/nodes.py) a new allocation avoids, as many as leave it placeable
         self.exclusion: Callable[[AllocSpec], tuple[str, ...]] = lambda spec: ()
         self.submitted_excluding: dict[str, tuple[str, ...]] = {}  # job id -> what it was submitted excluding
-        # why a new allocation waits a moment (no node of its partition back yet: shell/nodes.py)
+        # why a new allocation waits a moment (no node of its partition back yet: shell/cluster/nodes.py)
         self.hold: Callable[[AllocSpec], str | None] = lambda spec: None
         self._held: dict[tuple[str, int], str] = {}  # (recipe, index) -> what was said, said once
 

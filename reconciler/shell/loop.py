@@ -40,9 +40,9 @@ from reconciler.shell.observe import Observer
 from reconciler.shell.record import record
 from reconciler.shell.snapshot import Snapshot
 from reconciler.shell.metrics import Metrics
-from reconciler.shell.nodes import NodeWatch
-from reconciler.shell.losses import Losses
-from reconciler.shell.slurm_watch import SlurmWatch
+from reconciler.shell.cluster.nodes import NodeWatch
+from reconciler.shell.cluster.lost_allocs import LostAllocations
+from reconciler.shell.cluster.slurm_watch import SlurmWatch
 from reconciler.drivers.state import StateDir, suspended_names
 from reconciler.shell.tickfail import TickHealth
 from reconciler.shell.lease import wait_for_lease
@@ -75,7 +75,7 @@ class Controller:
             self.observer.canary_wait = ONE_SHOT_CANARY_WAIT
         self.executor = Executor(self.state, driver, self.observer)
         self.nodes = NodeWatch(self.state, driver)  # suspect nodes after a node failure
-        self.losses = Losses(self.state, driver, self.nodes)  # allocations lost without our scancel
+        self.lost = LostAllocations(self.state, driver, self.nodes)  # allocations lost without our scancel
         self.slurm = SlurmWatch(self.state, driver)  # reservations, pending explanations, quarantine
         self.autoscaler = Autoscaler(self.state)  # reconcile.autoscale: counts per role, kept in state/
         # the deployments' gateways (nginx on this host); a master that exits wakes the loop
@@ -190,15 +190,15 @@ class Controller:
         snap = self.snapshot()
         self.ports = snap.ports  # this tick's assignment is the registry from now on
         self._report_skipped(snap.manifests.skipped)
-        self.losses.cancelled |= self.nodes.release_requeued(self.losses.live, snap.observed.allocs, snap.now)
-        self.losses.note(snap)
+        self.lost.cancelled |= self.nodes.release_requeued(self.lost.live, snap.observed.allocs, snap.now)
+        self.lost.note(snap)
         self.nodes.tick(snap.now)
         self.executor.exclusion = lambda spec: self.slurm.exclude_for(spec, self.nodes.exclusion_for(spec), snap.now)
         self.executor.hold = lambda spec: self.nodes.hold_submission(spec, snap.now)
         wished = {*self.nodes.excluded(), *self.slurm.quarantined, *(n for r in self.slurm.reservations for n in r.nodes)}
-        self.losses.cancelled |= self.nodes.release_stale(snap.observed.allocs, self.executor.submitted_excluding, wished)
+        self.lost.cancelled |= self.nodes.release_stale(snap.observed.allocs, self.executor.submitted_excluding, wished)
         done = self.executor.execute(snap.plan)
-        self.losses.cancelled |= {a.job_id for a in done if isinstance(a, CancelAlloc)}
+        self.lost.cancelled |= {a.job_id for a in done if isinstance(a, CancelAlloc)}
         self.slurm.failures(done, snap.observed, [f.step for f in snap.failed_launches], snap.desired, snap.now,
                             snap.bind_failed)
         self.slurm.note(snap.observed.pending, snap.observed.deadlines, snap.observed.allocs, snap.now)

@@ -9,7 +9,7 @@ import structlog
 
 from reconciler.drivers import Driver
 from reconciler.drivers.state import StateDir
-from reconciler.shell.nodes import NodeWatch
+from reconciler.shell.cluster.nodes import NodeWatch
 from reconciler.shell.snapshot import Snapshot
 from reconciler.timefmt import iso
 from reconciler.world import Alloc
@@ -18,7 +18,7 @@ log = structlog.get_logger("reconciler")
 LOSS_WAIT = 30.0  # seconds to wait for a lost job's end state before reporting what is known
 
 
-class Losses:
+class LostAllocations:
     def __init__(self, state: StateDir, driver: Driver, nodes: NodeWatch):
         self.state, self.driver, self.nodes = state, driver, nodes
         self.live: dict[str, Alloc] = {}  # last tick's live allocations (to notice one lost)
