@@ -85,7 +85,7 @@ def test_status_page_shows_the_deployment_and_a_killed_worker(h, browser, tmp_pa
         assert f"step {steps[unit][0]}" in cell(browser, name, unit, "life")
     row = browser.find_element("css selector", f'#deployments tr[data-recipe="{name}"]')
     assert "agg 2/2" in row.text and "Ready" in row.text, row.text
-    assert "no autoscaler is configured" in browser.find_element("css selector", "#autoscaler").text
+    assert "no deployment is autoscaled" in browser.find_element("css selector", "#autoscaler").text
     assert browser.find_elements("css selector", f'section[data-deployment="{name}"] svg.chart')
 
     # the page is read-only

@@ -69,3 +69,28 @@ def test_charts_are_self_contained_svg():
     assert out["requests"].startswith("<svg") and "<polyline" in out["requests"]
     assert "no data yet" in out["ttft"] and "http" not in out["ttft"].replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "&lt;b&gt;" in svg.line_chart("<b>", {}, 0, 10)  # titles are escaped
+
+
+def _engines(at: float, **counts: float) -> Reading:
+    r = Reading(at)
+    for url, n in counts.items():
+        parse(PAGE.format(n=n, a=n, b=n), r, url)
+    return r
+
+
+def test_a_worker_that_exits_a_restart_or_a_new_worker_is_never_a_spike():
+    """Issue 46: ~155 req/s plotted during a scale-down with no traffic. Per engine: one leaving
+    adds nothing, one restarting counts its new life, one first seen is a baseline."""
+    h = History(window=1e9)
+    h.add("d", _engines(0, a=1000, b=1000), {})
+    h.add("d", _engines(10, a=1010), {})  # b exited (scale-down): the sum fell by 990
+    assert h.series("d")[-1]["rps"] == 1.0
+    h.add("d", _engines(20, a=3), {})  # a restarted: 3 requests in its new life
+    assert h.series("d")[-1]["rps"] == 0.3
+    h.add("d", _engines(30, a=13, c=5000), {})  # c added (or a scrape had missed it): its past is not now
+    assert h.series("d")[-1]["rps"] == 1.0
+    h.add("d", _engines(40, a=13, c=5000), {})  # no traffic, no rate
+    assert h.series("d")[-1]["rps"] == 0.0
+    h.add("d", _engines(50, a=13, c=5020), {})
+    s = h.series("d")[-1]
+    assert s["rps"] == 2.0 and s["ttft_p50"] is not None

@@ -3,7 +3,9 @@ and worker counts per deployment, one sample per scrape, the last hour only.
 
 The numbers come from the engines' own Prometheus endpoints (the units' ``metrics_path`` on
 their health port, the same address the reconciler probes): counters become rates and
-histogram buckets become percentiles over the interval between two scrapes.
+histogram buckets become percentiles over the interval between two scrapes, engine by engine, so
+that an engine that exits (its count leaves the sum), restarts (its count starts over) or is first
+seen (a new worker, or one a scrape missed) never shows as a spike.
 """
 
 from __future__ import annotations
@@ -27,26 +29,53 @@ ITL = ("vllm:inter_token_latency_seconds", "sglang:inter_token_latency_seconds",
 
 
 @dataclass
-class Reading:
-    """Cumulative values read from one deployment's engines at one time."""
-    at: float
+class Counts:
+    """One engine's cumulative values."""
     requests: float = 0.0
     ttft: dict[float, float] = field(default_factory=dict)  # bucket upper bound -> cumulative count
     itl: dict[float, float] = field(default_factory=dict)
 
 
-def parse(text: str, into: Reading) -> None:
-    """Add one /metrics page's counters and buckets to ``into``."""
+@dataclass
+class Reading:
+    """Cumulative values read from one deployment's engines at one time, per engine (its URL)."""
+    at: float
+    engines: dict[str, Counts] = field(default_factory=dict)
+
+    @property
+    def requests(self) -> float:
+        return sum(c.requests for c in self.engines.values())
+
+    @property
+    def ttft(self) -> dict[float, float]:
+        return _sum(c.ttft for c in self.engines.values())
+
+    @property
+    def itl(self) -> dict[float, float]:
+        return _sum(c.itl for c in self.engines.values())
+
+
+def _sum(parts) -> dict[float, float]:
+    out: dict[float, float] = {}
+    for p in parts:
+        for b, v in p.items():
+            out[b] = out.get(b, 0.0) + v
+    return out
+
+
+def parse(text: str, into: Reading, source: str = "") -> None:
+    """Add one /metrics page's counters and buckets to ``into``, as engine ``source``'s."""
+    c = into.engines.setdefault(source, Counts())
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             base = s.name.removesuffix("_total").removesuffix("_bucket")
             if s.name.endswith("_bucket"):
-                target = into.ttft if base in TTFT else into.itl if base in ITL else None
+                target = c.ttft if base in TTFT else c.itl if base in ITL else None
                 if target is not None:
                     le = float(s.labels.get("le", "inf"))
                     target[le] = target.get(le, 0.0) + s.value
             elif base in REQUESTS and not s.name.endswith("_created"):
-                into.requests += s.value
+                c.requests += s.value
 
 
 def quantile(buckets: dict[float, float], q: float) -> float | None:
@@ -73,6 +102,24 @@ def _delta(new: dict[float, float], old: dict[float, float]) -> dict[float, floa
     return new if any(v < 0 for v in d.values()) else d  # a restarted engine starts its counts over
 
 
+def interval(new: Reading, old: Reading) -> tuple[float, dict[float, float], dict[float, float]]:
+    """Requests, TTFT and ITL bucket counts between two readings, summed over the engines read both
+    times. An engine read only now (added, relaunched on a new port, or missed by the last scrape) is
+    a baseline: counting its whole count as this interval's was the spike. One that is gone (it
+    exited, or this scrape missed it) adds nothing: the sum going down is not a reset of the others.
+    A count that went back is the engine's new life: what it counted since it started."""
+    requests, ttft, itl = 0.0, [], []
+    for src, c in new.engines.items():
+        p = old.engines.get(src)
+        if p is None:
+            continue
+        dr = c.requests - p.requests
+        requests += dr if dr >= 0 else c.requests
+        ttft.append(_delta(c.ttft, p.ttft))
+        itl.append(_delta(c.itl, p.itl))
+    return requests, _sum(ttft), _sum(itl)
+
+
 class History:
     def __init__(self, window: float = WINDOW) -> None:
         self.window = window
@@ -87,10 +134,9 @@ class History:
         prev = self._last.get(name)
         if reading is not None and prev is not None and reading.at > prev.at:
             dt = reading.at - prev.at
-            dr = reading.requests - prev.requests
-            sample["rps"] = round((dr if dr >= 0 else reading.requests) / dt, 3)
-            for key, new, old in (("ttft", reading.ttft, prev.ttft), ("itl", reading.itl, prev.itl)):
-                d = _delta(new, old)
+            dr, ttft, itl = interval(reading, prev)
+            sample["rps"] = round(dr / dt, 3)
+            for key, d in (("ttft", ttft), ("itl", itl)):
                 for q in (0.5, 0.9, 0.99):
                     v = quantile(d, q)
                     sample[f"{key}_p{int(q * 100)}"] = round(v * 1000, 3) if v is not None else None
@@ -119,7 +165,7 @@ def scrape(urls: list[str], timeout: float = 2.0) -> Reading | None:
     for url in urls:
         try:
             with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - our own units' URLs
-                parse(resp.read(4 << 20).decode(errors="replace"), r)
+                parse(resp.read(4 << 20).decode(errors="replace"), r, url)
                 ok = True
         except (OSError, ValueError):
             continue

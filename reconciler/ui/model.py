@@ -11,6 +11,9 @@ from pathlib import Path
 from reconciler.recipe import namespaces
 from reconciler.timefmt import iso
 from reconciler.shell import benchmarks
+from reconciler.shell.autoscale import FILE as AUTOSCALE_FILE
+
+DECISIONS_SHOWN = 50  # the newest autoscaler decisions across deployments
 
 EVENTS_TAIL = 64 << 10  # bytes of events.jsonl read for "recent events"
 ROLES = ("prefill", "decode", "agg")
@@ -82,6 +85,29 @@ def build(ctl, names: list[str], settings: dict) -> dict:
         "generatedAt": iso(time.time()), "settings": settings,
         "controller": {"ticks": ctl.ticks, "actions": ctl.actions_done, "tickFailures": ctl.tick_failures},
         "deployments": deps, "events": recent_events(sd.root),
-        # no autoscaler exists yet: the section says so rather than showing nothing
-        "autoscaler": {"available": False, "decisions": []},
+        "autoscaler": autoscaler(sd, [d["name"] for d in deps]),
     }
+
+
+def autoscaler(sd, names: list[str]) -> dict:
+    """What the autoscaler (shell/autoscale.py) last decided per autoscaled deployment and role, with
+    what it measured, and its recent count changes, newest first. ``available``: some deployment is
+    autoscaled and has been looked at (reconcile.autoscale); the page says so otherwise."""
+    roles: dict[str, dict] = {}
+    decisions: list[dict] = []
+    for name in names:
+        doc = sd.read_json(sd.path_of(name, AUTOSCALE_FILE), None, lambda d: isinstance(d, dict))
+        last = doc.get("last") if doc else None
+        if not isinstance(last, dict):
+            continue
+        roles[name] = {role: {"desired": v.get("target"), "built": v.get("built"), "ready": v.get("ready"),
+                              "min": v.get("min"), "max": v.get("max"), "reason": v.get("reason"),
+                              "at": v.get("at"), "inputs": v.get("inputs") or {}, "draining": v.get("draining") or [],
+                              "held": v.get("held", 0)}
+                       for role, v in last.items() if isinstance(v, dict)}
+        for d in doc.get("decisions") or []:
+            if isinstance(d, dict):
+                decisions.append({"recipe": name, "shown": namespaces.display(name),
+                                  **{k: d.get(k) for k in ("at", "role", "from", "to", "reason", "inputs")}})
+    decisions.sort(key=lambda d: str(d.get("at") or ""), reverse=True)
+    return {"available": bool(roles), "deployments": roles, "decisions": decisions[:DECISIONS_SHOWN]}

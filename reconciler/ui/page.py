@@ -64,6 +64,20 @@ function detail(d){
   ${d.services.length ? `<h3>Services and frontend</h3><table class="units">${UNIT_HEAD}${unitRows(d, d.services)}</table>` : ""}
   <h3>Benchmark results</h3>${bench}</section>`;
 }
+function inputs(i){return Object.entries(i||{}).map(([k,v]) => `${esc(k)}=${esc(v)}`).join(" ");}
+function drawAutoscaler(a){
+  const el = $("#autoscaler");
+  if (!a.available) { el.className = "empty-section"; el.textContent = "no deployment is autoscaled (reconcile.autoscale): no decisions to show"; return; }
+  el.className = "";
+  const roles = Object.entries(a.deployments).flatMap(([n, rs]) => Object.entries(rs).map(([r, v]) => `<tr data-recipe="${esc(n)}" data-role="${esc(r)}">
+    <td>${esc(n)}</td><td>${esc(r)}</td><td class="desired">${esc(v.desired)}</td><td>${esc(v.ready)}</td><td>${esc(v.min)}-${esc(v.max)}</td>
+    <td>${esc(v.reason)}<div class="msg mono">${inputs(v.inputs)}</div></td><td class="mono">${esc(v.at)}</td></tr>`)).join("");
+  const decs = a.decisions.map(d => `<tr><td class="mono">${esc(d.at)}</td><td>${esc(d.shown||d.recipe)}</td><td>${esc(d.role)}</td>
+    <td class="change">${esc(d.from)} &rarr; ${esc(d.to)}</td><td>${esc(d.reason)}<div class="msg mono">${inputs(d.inputs)}</div></td></tr>`).join("");
+  el.innerHTML = `<table id="autoscale-roles"><thead><tr><th>DEPLOYMENT</th><th>ROLE</th><th>DESIRED</th><th>READY</th><th>MIN-MAX</th><th>LAST LOOK</th><th>AT</th></tr></thead><tbody>${roles}</tbody></table>
+    <h3>Decisions</h3>` + (decs ? `<table id="autoscale-decisions"><thead><tr><th>TIME</th><th>DEPLOYMENT</th><th>ROLE</th><th>COUNT</th><th>WHY</th></tr></thead><tbody>${decs}</tbody></table>`
+    : `<div class="empty-section">no count changed yet</div>`);
+}
 function draw(s){
   $("#meta").textContent = `instance ${s.settings.instance} · ${s.settings.driver} · tick ${s.controller.ticks} · ${s.generatedAt}`;
   $("#deployments tbody").innerHTML = s.deployments.map(d => `<tr data-recipe="${esc(d.name)}">
@@ -73,7 +87,7 @@ function draw(s){
     <td class="mono model">${esc(d.servedModel||"-")}</td></tr>`).join("")
     || `<tr><td colspan="7" class="empty-section">no deployments: drop a recipe into ${esc(s.settings.manifests)}</td></tr>`;
   $("#details").innerHTML = s.deployments.map(detail).join("");
-  $("#autoscaler").textContent = s.autoscaler.available ? "" : "no autoscaler is configured: no decisions to show";
+  drawAutoscaler(s.autoscaler);
   $("#events tbody").innerHTML = s.events.map(e => `<tr><td class="mono">${esc(e.time)}</td><td>${esc(e.kind)}</td><td>${esc(e.recipe||"-")}</td><td>${esc(e.message)}</td></tr>`).join("");
 }
 async function refresh(){

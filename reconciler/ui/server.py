@@ -35,7 +35,7 @@ class StatusUI:
         self.settings = settings
         self.history = history.History()
         self._doc: dict = {"deployments": [], "events": [], "settings": settings, "controller": {},
-                           "autoscaler": {"available": False, "decisions": []}, "generatedAt": None}
+                           "autoscaler": {"available": False, "deployments": {}, "decisions": []}, "generatedAt": None}
         self._targets: dict[str, tuple[list[str], dict[str, int]]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
