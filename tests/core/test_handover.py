@@ -97,14 +97,24 @@ def test_the_hand_over_time_is_at_most_half_the_time_limit():
 def test_the_default_hand_over_time_is_the_launch_to_ready_time_plus_a_minute_at_least_two():
     c = FakeCluster()
     c.converge(spec(handover=""))
-    left(c, "1:59")
-    assert submits(c.plan(spec(handover="")))  # nothing measured: 120 s
+    # nothing measured: a start may take the health-check budget (the default 180 x 10 s), capped at
+    # half the 10-minute limit: 300 s
+    left(c, "4:59")
+    assert submits(c.plan(spec(handover="")))
+    left(c, "5:01")
+    assert not submits(c.plan(spec(handover="")))
+    for i in (0, 1):
+        c.health[("r", "agg", i)] = UnitHealth(launches=1, last_launch=0.0, ready_since=1.0, was_ready=True,
+                                               watched_since=0.0, took=1.0)
+    # measured: a one-second start; two workers moved one at a time (+ pick-up and drain), + 60 s: 120 s
     left(c, "3:00")
     assert not submits(c.plan(spec(handover="")))
+    left(c, "1:59")
+    assert submits(c.plan(spec(handover="")))
     c.health[("r", "agg", 0)] = UnitHealth(launches=1, last_launch=0.0, ready_since=150.0, was_ready=True,
                                            watched_since=1.0, took=150.0)
-    # two workers moved one at a time, 150 s to Ready each (+ pick-up and drain), + 60 s: capped at
-    # half the 10-minute limit, 300 s > 180 s left
+    left(c, "3:00")
+    # the longest start seen, 150 s: two moves of 155 s + 60 s, capped at half the limit, 300 s > 180 s left
     assert submits(c.plan(spec(handover="")))
 
 

@@ -10,9 +10,11 @@ the workers move onto it with the rollout's surge rules (``core/succession.py``)
 job is released when its last step is gone — before Slurm ends it. The hand-over time is
 ``reconcile.handover_seconds``, else the moves it takes (workers per role / max_surge) times
 the longest launch-to-Ready seen for the recipe's workers (kept in state/launches.json) plus
-pick-up and drain, + 60 s, at least 120 s; either way at most half the time limit (the one the
-recipe asks for, and the one Slurm granted: ``--time-min`` lets it grant less), so that a
-successor is never due the moment it starts.
+pick-up and drain, + 60 s, at least 120 s — with no launch-to-Ready seen yet, the recipe's
+health-check budget (``health_check.max_attempts × interval_seconds``, the longest a start may
+take before it is judged failed) stands in for it: a real engine loads for minutes; either way
+at most half the time limit (the one the recipe asks for, and the one Slurm granted:
+``--time-min`` lets it grant less), so that a successor is never due the moment it starts.
 """
 
 from __future__ import annotations
@@ -49,7 +51,10 @@ def handover_seconds(d: DesiredRecipe, observed: Observed) -> float:
         for u in d.units:
             per_role[u.role] = per_role.get(u.role, 0) + 1
         waves = max((-(-n // max(1, d.max_surge)) for n in per_role.values()), default=1)
-        each = max(took, default=0.0) + d.surge_pickup_seconds + d.surge_drain_seconds
+        # nothing measured yet: a start may take the whole startup budget, and a successor submitted
+        # for a one-second start would leave the old job ending under a worker still loading
+        start = max(took) if took else d.startup_grace
+        each = start + d.surge_pickup_seconds + d.surge_drain_seconds
         want = max(HANDOVER_FLOOR, waves * each + HANDOVER_MARGIN)
     return min(want, d.time_limit_seconds / 2) if d.time_limit_seconds else want
 

@@ -1,0 +1,135 @@
+"""Engines that load for minutes (a real vLLM: 96-300 s here), one expectation table per decision.
+
+Nothing may stop, relaunch or mark failed a life that is still loading within its recipe's
+health-check budget (``health_check.max_attempts × interval_seconds``, srtctl's meaning: here
+12 × 10 = 120 s); past it, the life is judged failed. Timers that must cover a start (the
+hand-over lead time) follow the measured launch-to-Ready, with the budget as the bound when
+nothing has been measured yet. docs/operations.md, "Slow starts", lists every timer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fakes import FakeCluster, recipe
+from reconciler.core.plan import CancelStep, LaunchStep, StopReason, WaitReason
+from reconciler.core.plan.allocations import handover_seconds
+from reconciler.world import Observed, UnitHealth
+
+TEXT = """\
+name: r
+model: {path: /m}
+resources: {gpus_per_node: 8}
+engine: {type: mocker, speedup_ratio: %(speed)d}
+frontend: {type: none}
+roles:
+  agg: {workers: %(workers)d, gpus: 1}
+health_check: {max_attempts: 12, interval_seconds: 10}
+reconcile: {rollout: {max_surge: 1, max_unavailable: 0}}
+"""
+BUDGET = 120.0
+KEY = ("r", "agg", 0)
+
+
+def spec(workers: int = 1, speed: int = 10) -> dict:
+    return {"r": recipe(TEXT % {"workers": workers, "speed": speed})}
+
+
+def cancels(p) -> list[tuple[str, StopReason]]:
+    return sorted((a.unit, a.reason) for a in p.actions if isinstance(a, CancelStep))
+
+
+def launches(p) -> list[str]:
+    return sorted(a.unit.name for a in p.actions if isinstance(a, LaunchStep))
+
+
+def loading(launched: float, **kw) -> UnitHealth:
+    """A life launched at ``launched`` that has never answered its probe."""
+    return UnitHealth(**{"launches": 1, "last_launch": launched, "watched_since": launched, **kw})
+
+
+# (case, the loading life's health, now, expected cancels, expected wait reason of agg_0 or None)
+LOADING_CASES = [
+    ("a first life 60 s into its load", loading(0.0), 60.0, [], None),
+    ("a first life a second before its budget ends", loading(0.0), BUDGET - 1, [], None),
+    ("a first life past its budget", loading(0.0), BUDGET + 1, [("agg_0", StopReason.STARTUP_TIMEOUT)], None),
+    # the budget is each life's own: a relaunch is not charged the first life's load
+    ("a relaunched life 100 s into its load, 400 s after the first launch",
+     loading(300.0, launches=2, restarts=1), 400.0, [], None),
+    # a reconciler started mid-load (or restarted) gives the life a whole budget from when it first looked
+    ("an adopted life loading since before this reconciler started",
+     loading(0.0, watched_since=90.0), 200.0, [], None),
+    ("an adopted life past its budget from the adoption",
+     loading(0.0, watched_since=90.0), 90.0 + BUDGET + 1, [("agg_0", StopReason.STARTUP_TIMEOUT)], None),
+]
+
+
+@pytest.mark.parametrize("case, health, now, stops, _wait", LOADING_CASES, ids=[c[0] for c in LOADING_CASES])
+def test_a_loading_life_is_left_alone_within_its_health_check_budget(case, health, now, stops, _wait):
+    c = FakeCluster()
+    c.converge(spec())
+    c.unready.add(KEY)
+    c.health[KEY] = health
+    p = c.plan(spec(), now=now)
+    assert cancels(p) == stops, case
+    assert launches(p) == [], case  # nothing is launched beside or instead of it
+    if not stops:
+        # the loop looks again no later than when the budget would run out
+        assert p.requeue_after is not None and p.requeue_after <= health.grace_from + BUDGET - now + 1e-6
+
+
+# a rollout (an engine flag change): the new life loads beside the old one, which keeps serving
+SURGE_CASES = [
+    ("the new life 60 s into its load", 60.0, [], WaitReason.SURGE_STARTING),
+    ("the new life a second before its budget ends", BUDGET - 1, [], WaitReason.SURGE_STARTING),
+    ("the new life past its budget: it goes, the old one serves on", BUDGET + 1,
+     [("agg_0", StopReason.STARTUP_TIMEOUT)], None),
+]
+
+
+@pytest.mark.parametrize("case, now, stops, wait", SURGE_CASES, ids=[c[0] for c in SURGE_CASES])
+def test_a_rollouts_new_life_loads_beside_the_old_one_for_its_whole_budget(case, now, stops, wait):
+    c = FakeCluster()
+    c.converge(spec())
+    (old,) = c.steps.values()
+    c.apply(c.plan(spec(speed=7)))  # the new life, launched at t=0 in the other slot
+    c.unready.add((KEY, 1))
+    c.health[KEY] = loading(0.0, launches=2)
+    p = c.plan(spec(speed=7), now=now)
+    assert cancels(p) == stops, case
+    assert old.step_id not in {a.step_id for a in p.actions if isinstance(a, CancelStep)}  # the old life stays
+    if wait is not None:
+        assert p.recipes["r"].waiting["agg_0"].reason is wait
+
+
+# the hand-over's lead time before a time limit of 60 minutes (half of it: 1800 s at most)
+HANDOVER_CASES = [
+    ("nothing measured: the health-check budget stands for a start", 1, [], 1 * (BUDGET + 5) + 60),
+    ("nothing measured, two workers moved one at a time", 2, [], 2 * (BUDGET + 5) + 60),
+    ("a measured 96 s start (real vLLM, loaded machine)", 1, [96.0], max(120.0, 96 + 5 + 60)),
+    ("a measured 300 s start, two workers", 2, [300.0, 250.0], 2 * (300 + 5) + 60),
+    ("a one-second start: the floor", 1, [1.0], 120.0),
+]
+
+
+@pytest.mark.parametrize("case, workers, took, want", HANDOVER_CASES, ids=[c[0] for c in HANDOVER_CASES])
+def test_the_hand_over_lead_time_follows_the_measured_start_else_the_budget(case, workers, took, want):
+    text = TEXT.replace("health_check:", 'slurm: {time_limit: "60"}\nhealth_check:')
+    c = FakeCluster()
+    s = {"r": recipe(text % {"workers": workers, "speed": 10})}
+    c.converge(s)
+    d = c.desired(s).recipes["r"]
+    d = dataclasses.replace(d, surge_pickup_seconds=2.0, surge_drain_seconds=3.0)
+    health = {("r", "agg", i): UnitHealth(launches=1, was_ready=True, took=t) for i, t in enumerate(took)}
+    assert handover_seconds(d, Observed(health=health)) == pytest.approx(want), case
+
+
+def test_the_hand_over_lead_time_is_still_at_most_half_the_time_limit():
+    text = TEXT.replace("health_check: {max_attempts: 12", 'slurm: {time_limit: "10"}\nhealth_check: {max_attempts: 180')
+    c = FakeCluster()
+    s = {"r": recipe(text % {"workers": 1, "speed": 10})}
+    c.converge(s)
+    # nothing measured, a 1800 s budget: capped at 300 s, half the 10-minute limit
+    assert handover_seconds(c.desired(s).recipes["r"], Observed()) == pytest.approx(300.0)
