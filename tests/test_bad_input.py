@@ -50,6 +50,10 @@ PROBES = [
     ("huge count", GOOD.format(name="h").replace("workers: 1", "workers: 1000000000"), "roles.agg.workers", 1),
     ("huge nodes", GOOD.format(name="h").replace("workers: 1", "workers: 1, nodes: 99999999"), "roles.agg.nodes", 1),
     ("reserved name", GOOD.format(name="ports.json"), "'ports.json' is reserved", 1),
+    # every entry at the top of state/ (recipe/bounds.py), and a variant of one (a file set aside)
+    *((f"reserved {n}", GOOD.format(name=n), f"probe.yaml:1: name: '{n}' is reserved", 1) for n in (
+        "quarantine.json", "run.json", "nodes.json", "standby.json", "suspended", "events.jsonl.1",
+        "files.json.corrupt-20260101T000000")),
     ("NUL in a value", GOOD.format(name="n") + 'environment: {X: "a\\0b"}\n', "environment.X: a NUL byte", 1),
     ("NUL in the file", GOOD.format(name="n").encode() + b"#\x00\n", "NUL byte", 1),
     ("NaN", GOOD.format(name="nan").replace("engine: mocker", "engine: {type: mocker, speedup_ratio: .nan}"),
@@ -184,6 +188,22 @@ def test_two_files_with_one_name_the_first_wins_and_both_are_named(tmp_path):
     assert r.returncode == 0  # a warning: run keeps a.yaml and reports b.yaml
     assert f"ignored {m / 'b.yaml'}: recipe name 'same' is also used by {m / 'a.yaml'}" in r.stdout
     assert "1 valid, 0 invalid, 1 ignored" in r.stderr  # shadowed, not wrong in itself (docs/recipes.md)
+
+
+def test_a_file_named_after_a_state_file_and_a_key_too_long_for_state_are_refused_located(tmp_path):
+    """Issue 48: quarantine.json.yaml (a name taken from the file) and a 200-character name in a
+    64-character folder both validated, then failed every pass of run."""
+    m = tmp_path / "m"
+    (m / ("f" * 64)).mkdir(parents=True)
+    (m / "quarantine.json.yaml").write_text(GOOD.format(name="x").split("\n", 1)[1])
+    (m / ("f" * 64) / "long.yaml").write_text(GOOD.format(name="n" * 200))
+    (m / ("f" * 64) / "short.yaml").write_text(GOOD.format(name="n" * 100))  # 165 bytes: fits
+    r = validate(str(m))
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert f"invalid {m / 'quarantine.json.yaml'}: name: 'quarantine.json' is reserved" in r.stdout
+    assert f"invalid {m / ('f' * 64) / 'long.yaml'}:1: name: folder and name make the key" in r.stdout
+    assert "265 bytes; folder + '@' + name may be at most 200" in r.stdout
+    assert "1 valid, 2 invalid" in r.stderr
 
 
 def test_run_with_every_probe_beside_a_good_recipe_within_the_memory_budget(tmp_path):

@@ -33,7 +33,7 @@ def cli(ctx: click.Context, cluster_config: str | None) -> None:
 def validate(paths: tuple[str, ...], output: str, verbose: bool, strict: bool) -> None:
     """Validate recipe files (or every *.yaml under directories)."""
     from reconciler.recipe import namespaces
-    from reconciler.recipe.load import iter_recipe_files, name_clashes, outside_link
+    from reconciler.recipe.load import iter_recipe_files, keyed_name, name_clashes, outside_link
     from reconciler.desired.admission import load_file
 
     cluster = _cluster()
@@ -54,6 +54,7 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool, strict: bool) -
             except namespaces.NamespaceError as e:
                 raise RecipeError(str(f), str(e)) from None
             for lr in load_file(f, cluster):  # a sweep / override file: one result per deployment
+                keyed_name(lr, ns)  # run refuses a key too long to name its state/ directory: so does validate
                 layouts = lr.recipe.role_layouts()
                 results.append({
                     "path": str(f), "valid": True, "error": None, "name": lr.recipe.name, "namespace": ns,

@@ -25,8 +25,16 @@ MAX_WORKERS = 10_000  # per role
 MAX_NODES_PER_WORKER = 1024
 MAX_GPUS_PER_WORKER = 8192
 MAX_VARIANTS = 256  # deployments one sweep/override file may expand into (a grid multiplies fast)
-# names state/ uses for its own files: a recipe so named would collide with them
-RESERVED_NAMES = frozenset({"ports.json", "files.json", "events.jsonl", "controller.json", "run.lock", "local"})
+# What lives at the top of state/ beside the recipes' directories (state/<recipe>/): a recipe so
+# named would have its directory where the file is (every pass failed on
+# state/quarantine.json/last-applied.yaml). Each is written by: drivers/state.py (files.json,
+# events.jsonl, suspended/), shell/record.py (ports.json), shell/loop.py (controller.json,
+# run.lock), cli/run_settings.py (run.json), shell/lease.py (standby.json), shell/slurm_watch.py
+# (quarantine.json), shell/nodes.py (nodes.json), drivers/local.py (local/). A new one goes here.
+RESERVED_NAMES = frozenset({
+    "ports.json", "files.json", "events.jsonl", "controller.json", "run.lock", "run.json", "standby.json",
+    "quarantine.json", "nodes.json", "suspended", "local",
+})
 # engine arguments that only make sense as positive numbers (either spelling)
 POSITIVE_ARGS = frozenset({
     "max-num-seqs", "block-size", "speedup-ratio", "max-model-len", "context-length", "num-gpu-blocks",
@@ -104,9 +112,16 @@ def check_values(data: Any, path: str, lines: dict[tuple, int]) -> None:
             _fail(path, where, lines, f"expected a number > 0, found {v}")
 
 
+def reserved(name: str) -> str | None:
+    """The state/ entry ``name`` would collide with: itself, or one it is a variant of (a file
+    set aside as ``<file>.corrupt-<time>``, a rotated ``events.jsonl.1``)."""
+    return next((r for r in RESERVED_NAMES if name == r or name.startswith(r + ".")), None)
+
+
 def check_name(name: Any, path: str, lines: dict[tuple, int]) -> None:
-    if isinstance(name, str) and name in RESERVED_NAMES:
-        _fail(path, ("name",), lines, f"{name!r} is reserved (state/ keeps its own {name} there); "
+    taken = reserved(name) if isinstance(name, str) else None
+    if taken is not None:
+        _fail(path, ("name",), lines, f"{name!r} is reserved (state/ keeps its own {taken} there); "
                                       "pick another recipe name")
 
 

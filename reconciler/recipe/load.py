@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from reconciler.recipe.cluster import Cluster
 from reconciler.recipe.cluster import apply as apply_cluster
 from reconciler.errors import KeyedError, RecipeError
-from reconciler.recipe import bounds, v1, variants
+from reconciler.recipe import bounds, namespaces, v1, variants
 from reconciler.recipe.entries import RECIPE_SUFFIXES, not_regular
 from reconciler.recipe.gateway import bind_error
 from reconciler.recipe.locate import _kind, _line, _located, _split
@@ -251,6 +251,17 @@ def _load_data(data: dict, path: str, lines: dict[tuple, int], cluster: Cluster 
         raise _keyed(e, path, where, lines) from None
     carried = {v1.v1_path(tuple(k.split(".")), where): why for k, why in carried.items()}
     return LoadedRecipe(path, recipe, layout, notes, carried)
+
+
+def keyed_name(lr: LoadedRecipe, namespace: str) -> str:
+    """The deployment's key in ``namespace`` (recipe/namespaces.py), refused at its ``name:`` when
+    too long to name its directory under state/."""
+    why = namespaces.key_error(namespace, lr.recipe.name)
+    if why is not None:
+        # a variant's name is made from its sweep values, not written on a line of the file
+        line = None if lr.variant_of else key_lines(lr.text).get(("name",))
+        raise RecipeError(lr.path, why, key="name", line=line)
+    return namespaces.key(namespace, lr.recipe.name)
 
 
 def _keyed(e: KeyedError, path: str, where: dict, lines: dict) -> RecipeError:

@@ -17,7 +17,9 @@ from pathlib import Path
 
 SEP = "@"  # never in a recipe name (recipe.model.NAME_RE) nor in a namespace part
 _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-MAX_KEY = 400  # labels abbreviate long keys (labels.recipe_tag); this only bounds paths
+# state/<key>/ is one path component (at most 255 bytes on Linux): a longer key failed every pass
+# with "File name too long". Labels abbreviate long keys (labels.recipe_tag).
+MAX_KEY = 200
 
 
 class NamespaceError(ValueError):
@@ -45,6 +47,15 @@ def key(namespace: str, name: str) -> str:
     return SEP.join([*namespace.split("/"), name]) if namespace else name
 
 
+def key_error(namespace: str, name: str) -> str | None:
+    """Why ``name`` in ``namespace`` cannot be a deployment: a key too long for a directory name."""
+    k = key(namespace, name)
+    if len(k.encode()) <= MAX_KEY:
+        return None
+    return (f"folder and name make the key {k[:40]}... of {len(k.encode())} bytes; folder + '@' + name may "
+            f"be at most {MAX_KEY} (it names the deployment's directory under state/): shorten the name or the folder")
+
+
 def split(k: str) -> tuple[str, str]:
     """(namespace, name) of a key."""
     ns, _, name = k.rpartition(SEP)
@@ -69,8 +80,17 @@ def is_key(k: str) -> bool:
     """Whether ``k`` is a well-formed key (names: recipe.model.NAME_RE; parts as folders)."""
     from reconciler.recipe.model import NAME_RE
 
-    if len(k) > MAX_KEY:
+    if len(k.encode()) > MAX_KEY:
         return False
     ns, name = split(k)
     return bool(NAME_RE.fullmatch(name)) and ".." not in name and all(
         _PART.fullmatch(p) and ".." not in p for p in ns.split("/") if ns)
+
+
+def fits_state(k: str) -> bool:
+    """Whether ``state/<k>/`` may be written as a deployment's directory: a well-formed key that
+    is no entry state/ keeps for itself. A file refused for its name is still listed (Invalid) by
+    ``get``; nothing is written under a name like ``quarantine.json``."""
+    from reconciler.recipe.bounds import reserved
+
+    return is_key(k) and reserved(k) is None

@@ -9,7 +9,7 @@ from reconciler.recipe import namespaces
 from reconciler.recipe.cluster import Cluster
 from reconciler.errors import RecipeError
 from reconciler.recipe.entries import skipped_entries
-from reconciler.recipe.load import LoadedRecipe, iter_recipe_files, outside_link
+from reconciler.recipe.load import LoadedRecipe, iter_recipe_files, keyed_name, outside_link
 from reconciler.desired.admission import load_file, load_text
 from reconciler.recipe.model import Recipe
 from reconciler.drivers.state import StateDir
@@ -78,6 +78,7 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
             if escape:
                 raise RecipeError(path, escape.split(": ", 1)[1])
             loaded: list[LoadedRecipe] = _load_cached(f, cluster, cache)
+            keys = [keyed_name(lr, ns) for lr in loaded]  # a key too long for state/ is refused at its name
         except Exception as e:  # noqa: BLE001 - one unreadable file must not stop the others
             # what this file declared when last read (or, files.json lost, what its variants say)
             applied = known.get(path) or _expanded_from(state, path)
@@ -88,8 +89,7 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
             _keep_last_applied(m, state, path, applied, False, cluster)
             m.paths[path] = names
             continue
-        for lr in loaded:
-            name = namespaces.key(ns, lr.recipe.name)
+        for lr, name in zip(loaded, keys):
             if name in m.recipes:  # claimed by an earlier file (a broken one keeps its claim)
                 other = next(p for p, ns in m.paths.items() if name in ns)
                 if name not in known.get(path, ()) or name in known.get(other, ()):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import structlog
 
 from reconciler.drivers.base import step_log_paths
+from reconciler.recipe import namespaces
 from reconciler.shell.observe import tail
 from reconciler.shell.snapshot import Snapshot
 from reconciler.drivers.state import StateDir, set_suspended, suspended_names
@@ -60,6 +61,8 @@ def record(state: StateDir, snap: Snapshot) -> None:
             set_suspended(state.root, name, False)  # deleted: a recipe made again later starts unsuspended
             state.event("Resumed", name, "its recipe is gone: the suspension is cleared")
     for name, why in d.held.items():
+        if not namespaces.fits_state(name):
+            continue  # a file refused for its name (quarantine.json.yaml): `get` lists it, state/ holds nothing
         prev = state.status(name)
         if prev.get("error") != why:
             log.error("recipe held", recipe=name, error=why)
@@ -67,6 +70,8 @@ def record(state: StateDir, snap: Snapshot) -> None:
         write_status(state, name, {**prev, "name": name, "phase": "Error", "error": why, "updatedAt": iso(now)}, prev)
     names = set(d.recipes) | set(m.invalid)
     for name in sorted(names):
+        if not namespaces.fits_state(name):
+            continue  # its directory would be a file of state/'s own, or too long a name
         try:
             _recipe_status(state, snap, name, now)
         except Exception as e:  # noqa: BLE001 - one recipe's bookkeeping must not stop the others'
