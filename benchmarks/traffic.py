@@ -28,6 +28,7 @@ class Outcome:
     ok: bool
     code: int
     detail: str = ""
+    sent: float = 0.0  # monotonic time the request was sent
 
 
 @dataclass
@@ -75,7 +76,7 @@ class Traffic:
             except (OSError, http.client.HTTPException) as e:
                 detail = f"{type(e).__name__}: {e}"
             with self._lock:
-                self.outcomes.append(Outcome(time.monotonic(), code == 200, code, detail))
+                self.outcomes.append(Outcome(time.monotonic(), code == 200, code, detail, t0))
             if self.rate > 0:
                 self._stop.wait(max(0.0, 1.0 / self.rate - (time.monotonic() - t0)))
 

@@ -50,6 +50,7 @@ def test_a_frontend_killed_under_traffic_fails_at_most_what_it_held(h):
         scancel(steps["frontend_0"][0])
         wait_until(lambda: h.steps(name).get("frontend_0", steps["frontend_0"]) != steps["frontend_0"], timeout=60,
                    what="frontend_0 relaunched")
+        relaunched = time.monotonic()  # its old life had died by then
         wait_until(lambda: len(_gateway(h, name).get("upstreams", [])) == 2, timeout=30,
                    what="frontend_0 back among the upstreams")
         after = time.monotonic()
@@ -62,7 +63,10 @@ def test_a_frontend_killed_under_traffic_fails_at_most_what_it_held(h):
     # (never run twice: no non_idempotent), so it may fail with 502
     failed = traffic.failed()
     assert len(during) > 0 and len(failed) <= 1, [(round(f.at - killed, 2), f.code, f.detail[:60]) for f in failed]
-    assert all(f.code == 502 and abs(f.at - killed) < 2 for f in failed), failed
+    # held when it was killed: sent before the old life was gone (its relaunch seen), answered after the
+    # kill (however long the kill takes on a busy host)
+    assert all(f.code == 502 and f.sent <= relaunched and f.at >= killed for f in failed), \
+        [(round(f.sent - killed, 2), round(f.at - killed, 2), f.code) for f in failed]
     assert h.steps(name)["frontend_1"] == steps["frontend_1"]  # the other frontend was not touched
     st = h.get(name)
     assert st["endpoint"] == endpoint and st["status"] == "Ready"
