@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import load
 from programs import require_program, strict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +76,7 @@ SLOW_FIRST = ("test_analysis_e2e", "test_chaos", "test_handover_e2e", "test_slur
 
 
 def pytest_configure(config):
+    load.factor()  # measured here, before xdist starts its workers: they inherit it ($RECONCILER_LOAD_FACTOR)
     # xdist's load scheduling sends each worker a block of consecutive tests (a quarter of its
     # share) at the start: the slow modules, first in the order, would all go to one worker
     if getattr(config.option, "maxschedchunk", 0) is None:
@@ -136,6 +138,8 @@ def pytest_terminal_summary(terminalreporter):
                 if outcome == "passed" and rep.when != "call":
                     continue
                 counts[outcome] = counts.get(outcome, 0) + 1
+    terminalreporter.write_line(f"load factor {load.factor():.2f} (tests/load.py: the waits for what a test "
+                                "caused were stretched by it)")
     skipped = len(terminalreporter.stats.get("skipped", []))
     if strict() and skipped:
         terminalreporter.write_sep("!", f"{skipped} skipped under RECONCILER_REQUIRE_SLURM=1: the run fails")

@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 from helpers import NotYet, wait_until
+from load import scaled
 from reconciler import labels
 
 def sh(*argv: str) -> str:
@@ -103,13 +104,13 @@ class Harness:
     def stop(self) -> int:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            return self.proc.wait(20)
+            return self.proc.wait(scaled(20))
         return self.proc.returncode if self.proc else 0
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "reconciler.cli", *args, "--manifests", str(self.manifests),
                                "--state", str(self.state), "--driver", self.driver],
-                              capture_output=True, text=True, timeout=60, cwd=self.tmp, env=self.env)
+                              capture_output=True, text=True, timeout=scaled(60), cwd=self.tmp, env=self.env)
 
     def get(self, name: str) -> dict:
         r = self.cli("get", name, "-o", "json")
@@ -121,11 +122,17 @@ class Harness:
         return (self.tmp / "reconciler.log").read_text()
 
     def ticks(self) -> int:
-        """Ticks the running reconciler has completed (state/controller.json)."""
+        """Ticks the running reconciler has completed (state/controller.json). Each process counts
+        from 1: the file of one that is gone (killed, restarted) counts 0, not its last count (a
+        wait for "one more tick" after a restart then waited for the new process to pass the old
+        one's count, 30 s for 30 passes: the gateway job e2e's idle after kill9 and start)."""
         try:
-            return json.loads((self.state / "controller.json").read_text())["ticks"]
+            data = json.loads((self.state / "controller.json").read_text())
         except (FileNotFoundError, ValueError):
             return 0
+        if self.proc is not None and data.get("pid") != self.proc.pid:
+            return 0
+        return data["ticks"]
 
     def actions(self, recipe: str) -> list[dict]:
         """Actions the reconciler took for ``recipe`` (from its events)."""
@@ -140,9 +147,9 @@ class Harness:
         """Wait for ``ticks`` more ticks of the running reconciler; none of them may act on ``recipe``."""
         # from a tick boundary: whatever the tick in progress does is its own, not ours to count
         first = self.ticks()
-        wait_until(lambda: self.ticks() > first, timeout=30, what="the tick in progress to end")
+        wait_until(lambda: self.ticks() > first, timeout=scaled(30), what="the tick in progress to end")
         before, start = len(self.actions(recipe)), self.ticks()
-        wait_until(lambda: self.ticks() >= start + ticks, timeout=30, what=f"{ticks} more ticks")
+        wait_until(lambda: self.ticks() >= start + ticks, timeout=scaled(30), what=f"{ticks} more ticks")
         assert self.actions(recipe)[before:] == [], f"{ticks} ticks should have changed nothing for {recipe}"
 
     # ---------------------------------------------------------------- the cluster, read directly
@@ -201,11 +208,11 @@ class Harness:
         return [j for j, r in data.items() if r["name"].startswith(f"rcl:{self.owner}:{labels.recipe_tag(recipe)}:")]
 
     def wait_steps(self, recipe: str, units: set[str], timeout: float = 60) -> dict:
-        return wait_until(lambda: (s := self.steps(recipe)) and set(s) == units and s, timeout=timeout,
+        return wait_until(lambda: (s := self.steps(recipe)) and set(s) == units and s, timeout=scaled(timeout),
                           what=lambda: f"steps {sorted(units)} (reconciler log:\n{self.log()[-3000:]})")
 
     def wait_ready(self, recipe: str, timeout: float = 60) -> dict:
-        return wait_until(lambda: (g := self.get(recipe))["status"] == "Ready" and g, timeout=timeout,
+        return wait_until(lambda: (g := self.get(recipe))["status"] == "Ready" and g, timeout=scaled(timeout),
                           what=lambda: f"{recipe} Ready (reconciler log:\n{self.log()[-3000:]})")
 
     def cleanup(self) -> None:
@@ -218,7 +225,7 @@ class Harness:
             f.unlink()
         r = subprocess.run([sys.executable, "-m", "reconciler.cli", "run", "--once", "--allow-empty", "--manifests",
                             str(self.manifests), "--state", str(self.state), "--driver", self.driver],
-                           capture_output=True, text=True, timeout=60, cwd=self.tmp, env=self.env)
+                           capture_output=True, text=True, timeout=scaled(60), cwd=self.tmp, env=self.env)
         problems = [] if r.returncode == 0 else [f"the teardown run exited {r.returncode}: {r.stderr.strip()[-2000:]}"]
         if self.driver == "slurm":
             for n in self.names:
@@ -237,13 +244,13 @@ class Harness:
             except (OSError, ValueError):
                 pass
         # leave nothing behind for the next test
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + scaled(30)
         left = self._left()
         while time.monotonic() < deadline and left:
             time.sleep(0.2)
             left = self._left()
         if left:
-            problems.append(f"steps still running 30 s after the teardown: {left}")
+            problems.append(f"steps still running {scaled(30):.0f} s after the teardown: {left}")
             for name, steps in left.items():
                 for sid, _node in steps.values() if name in self.names else ():
                     if self.driver == "local":
