@@ -111,3 +111,9 @@ def start_mocker(tmp_path: Path, *args: str, name: str = "mocker") -> tuple[Proc
     wait_until(lambda: proc.p.poll() is not None or get(url + "/metrics")[0] == 200, what=f"{name} up")
     assert proc.p.poll() is None, proc.output()
     return proc, url
+
+
+def write_endpoints(path, workers):
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"workers": workers}))
+    tmp.replace(path)

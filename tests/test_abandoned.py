@@ -9,7 +9,7 @@ import time
 import pytest
 
 from helpers import Proc, free_port, get, metric, post, start_mocker, wait_until
-from test_router import write_endpoints
+from helpers import write_endpoints
 
 LONG = {"model": "m", "messages": [{"role": "user", "content": "tell me everything"}], "max_tokens": 200000}
 

@@ -16,7 +16,7 @@ import pytest
 from harness import Harness
 from helpers import wait_until
 from reconciler.mocker.model_dir import make_model_dir
-from test_surge_e2e import Client
+from support.clients import Client
 
 pytestmark = [pytest.mark.slurm, pytest.mark.needs("aiperf")]
 

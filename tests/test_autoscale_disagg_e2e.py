@@ -10,10 +10,11 @@ import json
 
 import pytest
 
-from harness import Harness
 from helpers import wait_until
-from test_autoscale_e2e import Heavy, events, routed
-from test_surge_e2e import Client
+from support.autoscale import Load
+from support.clients import stop
+from support.clusters import deployed
+from support.record import events, routed
 
 pytestmark = pytest.mark.slurm
 
@@ -36,44 +37,23 @@ reconcile:
 
 
 def test_decode_is_sized_apart_from_prefill(tmp_path):
-    h = Harness(tmp_path, "slurm")
-    clients: list[Client] = []
-    try:
-        name = h.name("elastic-pd")
-        (h.manifests / f"{name}.yaml").write_text(TEXT.format(name=name))
-        h.start()
-        endpoint = h.wait_ready(name, timeout=90)["endpoint"]
+    with deployed(tmp_path, TEXT, "elastic-pd", timeout=90) as (h, name, endpoint):
         prefill = h.steps(name)["prefill_0"]
-        light = Client(endpoint, limit=20000)
-        light.start()
-        clients.append(light)
-        heavy = [Heavy(endpoint, limit=2000) for _ in range(8)]
-        for c in heavy:
-            c.start()
-        clients += heavy
-        wait_until(lambda: "decode_1" in routed(h, name), timeout=90, interval=0.5,
-                   what=f"a decode worker added and routed (events: {[e['message'] for e in events(h, name)][-5:]})")
-        scaled = [e for e in events(h, name) if e["kind"] == "Scaled"]
-        assert scaled and all(e["role"] == "decode" for e in scaled), [e["message"] for e in scaled]
-        assert h.steps(name)["prefill_0"] == prefill, "the prefill worker is not moved by decode's count"
-        for c in heavy:
-            c.halt.set()
-        for c in heavy:
-            c.join(40)
-        n = light.ok
-        wait_until(lambda: set(h.steps(name)) == {"prefill_0", "decode_0", "frontend_0"}, timeout=120,
-                   interval=0.5, what="decode scaled back down to one worker")
-        wait_until(lambda: light.ok >= n + 10, timeout=60, what="requests through the scale-down")
-        light.halt.set()
-        light.join(40)
-        assert light.failed == [] and all(c.failed == [] for c in heavy), \
-            [light.failed[:3]] + [c.failed[:3] for c in heavy]
-        doc = json.loads((h.state / name / "autoscale.json").read_text())
-        assert doc["last"]["decode"]["target"] == 1 and "prefill" not in doc["last"]
-        assert h.steps(name)["prefill_0"] == prefill
-    finally:
-        for c in clients:
-            c.halt.set()
-        for c in clients:
-            c.join(40)
-        h.cleanup()
+        with Load(endpoint, heavy=8) as load:
+            light, heavy = load.light, load.heavy
+            wait_until(lambda: "decode_1" in routed(h, name), timeout=90, interval=0.5,
+                       what=f"a decode worker added and routed (events: {[e['message'] for e in events(h, name)][-5:]})")
+            scaled = [e for e in events(h, name) if e["kind"] == "Scaled"]
+            assert scaled and all(e["role"] == "decode" for e in scaled), [e["message"] for e in scaled]
+            assert h.steps(name)["prefill_0"] == prefill, "the prefill worker is not moved by decode's count"
+            load.end()
+            n = light.ok
+            wait_until(lambda: set(h.steps(name)) == {"prefill_0", "decode_0", "frontend_0"}, timeout=120,
+                       interval=0.5, what="decode scaled back down to one worker")
+            wait_until(lambda: light.ok >= n + 10, timeout=60, what="requests through the scale-down")
+            stop(light)
+            assert light.failed == [] and all(c.failed == [] for c in heavy), \
+                [light.failed[:3]] + [c.failed[:3] for c in heavy]
+            doc = json.loads((h.state / name / "autoscale.json").read_text())
+            assert doc["last"]["decode"]["target"] == 1 and "prefill" not in doc["last"]
+            assert h.steps(name)["prefill_0"] == prefill

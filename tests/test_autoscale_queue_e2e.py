@@ -10,11 +10,12 @@ import json
 
 import pytest
 
-from harness import Harness
 from helpers import wait_until
-from test_autoscale_e2e import Heavy, events
 from private_slurm import running
-from test_surge_e2e import Client
+from support.autoscale import Load
+from support.clients import stop
+from support.clusters import deployed
+from support.record import events
 
 pytestmark = pytest.mark.slurm
 
@@ -47,54 +48,35 @@ def pending(private) -> list[str]:
 
 
 def test_a_worker_whose_allocation_pends_is_coming_capacity_and_is_cancelled_when_the_load_goes(private, tmp_path):
-    h = Harness(tmp_path, "slurm")
-    clients: list[Client] = []
-    try:
-        name = h.name("queue")
-        (h.manifests / f"{name}.yaml").write_text(TEXT.format(name=name))
-        h.start()
-        endpoint = h.wait_ready(name, timeout=90)["endpoint"]
-        light = Client(endpoint, limit=20000)
-        heavy = [Heavy(endpoint, limit=2000) for _ in range(10)]
-        clients += [light, *heavy]
-        for c in clients:
-            c.start()
-        # 2 asked; the node's one GPU is the first worker's: the second worker's allocation pends
-        status = lambda: json.loads((h.state / name / "autoscale.json").read_text())["last"]["agg"]  # noqa: E731
-        try:
-            wait_until(lambda: pending(private), timeout=120, interval=0.5, what="an allocation pending")
-        except AssertionError as e:
-            raise AssertionError(f"{e}; autoscale: {status()}; heavy answered {[c.ok for c in heavy]}, "
-                                 f"failed {[c.failed[:1] for c in heavy]}") from None
-        try:
-            # with Slurm's own reason (squeue --start, asked at the pending-recheck pace)
-            wait_until(lambda: any("agg_1 wait for" in c and "Resources" in c for c in status().get("coming", [])),
-                       timeout=90, what="the pending capacity reported with Slurm's reason")
-        except AssertionError as e:
-            raise AssertionError(f"{e}; autoscale: {status()}; ticks {h.ticks()}; log:\n{h.log()[-4000:]}") from None
-        # never a second allocation for the same need, however long the load stays (10 more ticks)
-        seen = set(pending(private))
-        for _ in range(10):
-            n = h.ticks()
-            wait_until(lambda: h.ticks() > n, timeout=30, what="a tick")
-            seen |= set(pending(private))
-        assert len(seen) == 1 and len(h.jobs(name)) == 2, (seen, h.jobs(name))
-        # the load goes: the pending allocation is cancelled (and the extra worker drained)
-        for c in heavy:
-            c.halt.set()
-        for c in heavy:
-            c.join(40)
-        wait_until(lambda: not pending(private), timeout=90, interval=0.5,
-                   what=f"the pending allocation cancelled (events: {[e['message'] for e in events(h, name)][-6:]})")
-        wait_until(lambda: set(h.steps(name)) == {"agg_0", "frontend_0"}, timeout=120, interval=0.5,
-                   what="back to one worker")
-        light.halt.set()
-        light.join(40)
-        assert light.failed == [], light.failed[:5]
-        assert all(c.failed == [] for c in heavy), [c.failed[:3] for c in heavy]
-    finally:
-        for c in clients:
-            c.halt.set()
-        for c in clients:
-            c.join(40)
-        h.cleanup()
+    with deployed(tmp_path, TEXT, "queue", timeout=90) as (h, name, endpoint):
+        with Load(endpoint, heavy=10) as load:
+            light, heavy = load.light, load.heavy
+            # 2 asked; the node's one GPU is the first worker's: the second worker's allocation pends
+            status = lambda: json.loads((h.state / name / "autoscale.json").read_text())["last"]["agg"]  # noqa: E731
+            try:
+                wait_until(lambda: pending(private), timeout=120, interval=0.5, what="an allocation pending")
+            except AssertionError as e:
+                raise AssertionError(f"{e}; autoscale: {status()}; heavy answered {[c.ok for c in heavy]}, "
+                                     f"failed {[c.failed[:1] for c in heavy]}") from None
+            try:
+                # with Slurm's own reason (squeue --start, asked at the pending-recheck pace)
+                wait_until(lambda: any("agg_1 wait for" in c and "Resources" in c for c in status().get("coming", [])),
+                           timeout=90, what="the pending capacity reported with Slurm's reason")
+            except AssertionError as e:
+                raise AssertionError(f"{e}; autoscale: {status()}; ticks {h.ticks()}; log:\n{h.log()[-4000:]}") from None
+            # never a second allocation for the same need, however long the load stays (10 more ticks)
+            seen = set(pending(private))
+            for _ in range(10):
+                n = h.ticks()
+                wait_until(lambda: h.ticks() > n, timeout=30, what="a tick")
+                seen |= set(pending(private))
+            assert len(seen) == 1 and len(h.jobs(name)) == 2, (seen, h.jobs(name))
+            # the load goes: the pending allocation is cancelled (and the extra worker drained)
+            load.end()
+            wait_until(lambda: not pending(private), timeout=90, interval=0.5,
+                       what=f"the pending allocation cancelled (events: {[e['message'] for e in events(h, name)][-6:]})")
+            wait_until(lambda: set(h.steps(name)) == {"agg_0", "frontend_0"}, timeout=120, interval=0.5,
+                       what="back to one worker")
+            stop(light)
+            assert light.failed == [], light.failed[:5]
+            assert all(c.failed == [] for c in heavy), [c.failed[:3] for c in heavy]

@@ -19,6 +19,7 @@ from reconciler.shell.readiness import router_sync
 from reconciler.shell.autoscale import Autoscaler
 from reconciler.shell.record import write_endpoints
 from reconciler.world import Observed
+from support.autoscale import converge
 
 TEXT = """\
 name: r
@@ -38,19 +39,6 @@ reconcile:
 
 def desired(c: FakeCluster, r, scale=None):
     return build({"r": r}, c.observed(), c.ports, Path("/state"), "py", 1, scale=scale).recipes["r"]
-
-
-def converge(c: FakeCluster, r, scale):
-    for _ in range(40):
-        d = build({"r": r}, Observed(tuple(c.allocs.values()), tuple(c.steps.values())), c.ports, Path("/state"),
-                  "py", 1, scale=scale)
-        from reconciler.core.plan import plan
-
-        p = plan(d, c.observed(d), 0.0)
-        if not p.actions:
-            return d.recipes["r"]
-        c.apply(p)
-    raise AssertionError("no fixpoint")
 
 
 def test_counts_go_down_the_one_pipeline_and_keep_the_generation():

@@ -14,7 +14,7 @@ import pytest
 from harness import Harness
 from helpers import wait_until
 from reconciler.mocker.model_dir import make_model_dir
-from test_stacks import copy_recipe, stack, stack_tools, tiny_model  # noqa: F401 - the Dynamo stack's fixtures
+from support.stacks import copy_recipe, stack, stack_tools, tiny_model  # noqa: F401 - fixtures among them
 
 pytestmark = pytest.mark.needs("aiperf")
 

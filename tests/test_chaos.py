@@ -22,8 +22,9 @@ import time
 import pytest
 
 from helpers import wait_until
-from test_e2e import KEEP, Harness, sh, scancel
-from test_multinode import mn  # noqa: F401 - the 3-node cluster's fixture
+from harness import Harness, sh, scancel
+from support.recipes import KEEP
+from support.clusters import mn, slurm_h  # noqa: F401 - fixtures among them
 
 pytestmark = pytest.mark.slurm
 
@@ -31,13 +32,6 @@ FAULTS = int(os.environ.get("RECONCILER_CHAOS_FAULTS", "12"))
 SEED = int(os.environ.get("RECONCILER_CHAOS_SEED", "20261203"))
 BOUND = 60.0  # crash-loop backoff is capped at 2 s in the recipe: convergence is not waiting on it
 FREEZE = float(os.environ.get("RECONCILER_CHAOS_FREEZE", "60"))
-
-
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path, "slurm")
-    yield harness
-    harness.cleanup()
 
 
 def test_chaos(h, summary):

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from helpers import wait_until
-from test_e2e import Harness
+from harness import Harness
 
 pytestmark = pytest.mark.slurm
 

@@ -15,20 +15,11 @@ import pytest
 
 from harness import Harness, scancel, sh  # noqa: F401 - other test files import them from here
 from helpers import get, post, wait_until
+from support.clusters import h  # noqa: F401 - fixtures among them
+from support.recipes import DISAGG, KEEP
 
 ROOT = Path(__file__).resolve().parents[1]
 
-DISAGG = """\
-schema: 2
-name: {name}
-model: {{path: "Qwen/Qwen3-0.6B"}}
-resources: {{gpus_per_node: 8}}
-engine: {{type: mocker, speedup_ratio: 100}}
-roles:
-  prefill: {{nodes: 1, workers: 1, gpus: 1}}
-  decode: {{nodes: colocate, workers: {decode}, gpus: 1, restart: {{backoff_seconds: 0.5}}}}
-frontend: {{type: builtin}}
-"""
 
 TWO_ALLOCS = """\
 schema: 2
@@ -40,26 +31,6 @@ roles:
   agg: {{workers: 2, gpus: 4}}
 frontend: {{type: none}}
 reconcile: {{nodes_per_allocation: 1}}
-"""
-
-
-DRIVERS = [pytest.param("slurm", marks=pytest.mark.slurm), "local"]
-
-
-@pytest.fixture(params=DRIVERS)
-def h(request, tmp_path):
-    harness = Harness(tmp_path, request.param)
-    yield harness
-    harness.cleanup()
-
-
-KEEP = """\
-name: {name}
-model: {{path: m}}
-resources: {{gpus_per_node: 8}}
-engine: {{type: mocker, speedup_ratio: 100}}
-roles: {{agg: {{workers: 1, gpus: 1}}}}
-frontend: {{type: none}}
 """
 
 

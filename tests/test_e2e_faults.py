@@ -11,7 +11,8 @@ import pytest
 
 from harness import Harness
 from helpers import wait_until
-from test_e2e import KEEP, h  # noqa: F401 - h is the fixture (both drivers)
+from support.clusters import h  # noqa: F401 - fixtures among them
+from support.recipes import KEEP
 
 
 def test_exit_status_of_a_dead_worker_is_recorded(h):

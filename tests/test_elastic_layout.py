@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fakes import FakeCluster, recipe
-from test_autoscale_wiring import converge  # build + plan + apply to a fixpoint, at a Scale
+from support.autoscale import converge
 from reconciler.core.plan import CancelAlloc, SubmitAlloc, plan
 from reconciler.desired.build import build
 from reconciler.desired.elastic import EXTRA_BASE as X

@@ -10,7 +10,8 @@ import threading
 
 from harness import scancel
 from helpers import wait_until
-from test_e2e import KEEP, h  # noqa: F401 - h is the fixture (both drivers)
+from support.clusters import h  # noqa: F401 - fixtures among them
+from support.recipes import KEEP
 
 from reconciler.drivers import exits
 from reconciler.drivers.exits import ExitWatch

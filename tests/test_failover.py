@@ -20,24 +20,9 @@ from reconciler.desired.render import render_units
 from reconciler.world import Alloc
 
 from conftest import CORPUS  # noqa: E402 - ../shared/corpus beside the checkout, or $RECONCILER_CORPUS
+from support.recipes import failover_recipe as load, failover_text as text
 EXAMPLE = CORPUS / "srt-slurm-v2" / "features" / "vllm-failover.yaml"
 
-BASE = """\
-name: fo
-model: {{path: /m}}
-resources: {{gpus_per_node: 8}}
-frontend: {{type: {frontend}}}
-engine: {{type: vllm, failover: {failover}{engine}}}
-roles: {{agg: {{workers: 2, gpus: {gpus}{role}}}}}
-{extra}"""
-
-
-def text(frontend="dynamo", failover="{}", engine="", gpus=1, role="", extra="") -> str:
-    return BASE.format(frontend=frontend, failover=failover, engine=engine, gpus=gpus, role=role, extra=extra)
-
-
-def load(**kw):
-    return load_text(text(**kw), "fo.yaml", preflight=False).recipe
 
 
 REFUSED = [

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from helpers import wait_until
-from test_e2e import scancel
-from test_mooncake_stack import environ, started
-from test_stacks import PARKED, stack, stack_tools, start_times, tiny_model  # noqa: F401 (fixtures)
+from harness import scancel
+from support.stacks import environ, stack, stack_tools, start_times, started, tiny_model  # noqa: F401 - fixtures among them
+from support.recipes import PARKED
 
 STANDIN = Path(__file__).resolve().parent / "standins" / "gms_server.py"
 pytestmark = pytest.mark.slurm

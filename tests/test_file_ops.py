@@ -17,7 +17,7 @@ from helpers import wait_until
 from reconciler.drivers.local import LocalDriver
 from reconciler.shell.loop import Controller
 from reconciler.shell.manifests import DELETE_GRACE, load_manifests
-from test_e2e import KEEP
+from support.recipes import KEEP, ROUTED
 
 GOOD = "name: r\nmodel: {path: m}\nengine: mocker\nroles: {agg: {workers: 1, gpus: 1}}\n"
 
@@ -111,16 +111,6 @@ def test_saving_by_delete_and_recreate_tears_nothing_down(tmp_path, save):
         h.cleanup()
 
 
-ROUTED = """\
-name: {name}
-model: {{path: m}}
-resources: {{gpus_per_node: 8}}
-engine: {{type: mocker, speedup_ratio: 100}}
-roles: {{agg: {{workers: 1, gpus: 1}}}}
-frontend: {{type: builtin, args: {{poll-interval: 0.1}}}}
-"""
-
-
 @pytest.mark.slurm
 def test_wiping_state_under_a_running_reconciler_fails_no_request_and_keeps_the_lock(tmp_path):
     """`rm -rf state/*` while running: the router keeps its last list until the endpoints file is
@@ -128,7 +118,7 @@ def test_wiping_state_under_a_running_reconciler_fails_no_request_and_keeps_the_
     import subprocess
     import sys
 
-    from test_surge_e2e import Client
+    from support.clients import Client
 
     h = Harness(tmp_path, "slurm")
     client = None

@@ -11,6 +11,7 @@ import pytest
 from benchmarks.traffic import Traffic
 from harness import Harness, scancel
 from helpers import wait_until
+from support.clusters import slurm_h  # noqa: F401 - the fixture h: a harness on the real Slurm
 
 pytestmark = [pytest.mark.slurm, pytest.mark.needs("nginx")]
 
@@ -23,13 +24,6 @@ engine: {{type: mocker, speedup_ratio: 100}}
 roles: {{agg: {{workers: 1, gpus: 1}}}}
 frontend: {{type: builtin, enable_multiple_frontends: true, num_additional_frontends: 1, args: {{poll-interval: 0.25}}}}
 """
-
-
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path, "slurm")
-    yield harness
-    harness.cleanup()
 
 
 def _gateway(h: Harness, name: str) -> dict:

@@ -15,15 +15,13 @@ from pathlib import Path
 import pytest
 
 from reconciler.gateway import GatewayConfig, render
-from reconciler.core.ports import NodePortAllocator
 from reconciler.shell.gateway.host import Gateways, stop_orphans
 from reconciler.shell.gateway.record import delay_after, facts, prefix_of, record_path
 from reconciler.shell.gateway.sweep import master_pid
 from reconciler.drivers.state import StateDir
-from harness import _ranges
 from tests.helpers import get, post, start_mocker, wait_until
+from support.gateways import CHAT, _ports, _hp, gw, _Drops  # noqa: F401 - fixtures among them
 
-CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
 
 # ---------------------------------------------------------------- the config (pure)
@@ -70,27 +68,6 @@ def test_restart_delay_first_immediate_then_doubling_capped():
 needs_nginx = pytest.mark.needs("nginx")
 
 
-def _ports() -> NodePortAllocator:
-    lo = next(_ranges)
-    return NodePortAllocator(lo, lo + 100)
-
-
-def _hp(url: str) -> str:
-    return url.removeprefix("http://")
-
-
-@pytest.fixture
-def gw(tmp_path):
-    state = StateDir(tmp_path / "state")
-    g = Gateways(state, host="127.0.0.1")
-    yield g
-    for name in g.known():
-        pid = master_pid(prefix_of(state.root, name))
-        if pid:
-            os.kill(pid, signal.SIGQUIT)
-            wait_until(lambda: master_pid(prefix_of(state.root, name)) is None, what="nginx gone")
-
-
 @needs_nginx
 def test_gateway_serves_ready_frontends_reloads_and_keeps_its_address(gw, tmp_path):
     a, a_url = start_mocker(tmp_path, "--speedup-ratio", "100", name="a")
@@ -128,36 +105,6 @@ def test_gateway_serves_ready_frontends_reloads_and_keeps_its_address(gw, tmp_pa
     finally:
         a.stop()
         b.stop()
-
-
-class _Drops(threading.Thread):
-    """An upstream that reads a request and closes without answering: it *started* the request.
-    ``answer``: it answers that instead (a frontend with no worker answers 503)."""
-
-    def __init__(self, answer: bytes | None = None, sock: socket.socket | None = None):
-        super().__init__(daemon=True)
-        self.sock = sock or socket.socket()
-        if sock is None:
-            self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.seen = 0
-        self.answer = answer
-
-    @property
-    def addr(self) -> str:
-        return "127.0.0.1:%d" % self.sock.getsockname()[1]
-
-    def run(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            c.recv(65536)
-            self.seen += 1
-            if self.answer:
-                c.sendall(self.answer)
-            c.close()
 
 
 @needs_nginx

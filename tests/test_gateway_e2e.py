@@ -10,10 +10,13 @@ import signal
 
 import pytest
 
-from harness import Harness, scancel
-from helpers import post, wait_until
+from harness import scancel
+from helpers import wait_until
 from reconciler.shell.gateway.sweep import master_pid
 from reconciler.shell.gateway.record import prefix_of
+from support.gateways import _serves, _only_frontend_killed
+from support.record import events
+from support.clusters import slurm_h  # noqa: F401 - the fixture h: a harness on the real Slurm
 
 pytestmark = [pytest.mark.slurm, pytest.mark.needs("nginx")]
 
@@ -26,23 +29,6 @@ engine: {{type: mocker, speedup_ratio: 100}}
 roles: {{agg: {{workers: 1, gpus: 1}}}}
 frontend: {{type: builtin, args: {{poll-interval: 0.25}}}}
 """
-CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-
-
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path, "slurm")
-    yield harness
-    harness.cleanup()
-
-
-def _events(h: Harness, name: str, kind: str) -> list[dict]:
-    lines = (h.state / "events.jsonl").read_text().splitlines()
-    return [e for e in map(json.loads, lines) if e["recipe"] == name and e["kind"] == kind]
-
-
-def _serves(url: str) -> bool:
-    return post(url + "/v1/chat/completions", CHAT, timeout=10)[0] == 200
 
 
 def test_the_gateway_is_the_stable_endpoint(h):
@@ -74,7 +60,7 @@ def test_the_gateway_is_the_stable_endpoint(h):
     pid = master_pid(prefix_of(h.state, name))
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: _events(h, name, "GatewayRestarted"), timeout=30, what="GatewayRestarted event")
+    wait_until(lambda: events(h, name, "GatewayRestarted"), timeout=30, what="GatewayRestarted event")
     assert master_pid(prefix_of(h.state, name)) not in (None, pid)
     wait_until(lambda: _serves(endpoint), timeout=20, what="the gateway serves after its restart")
 
@@ -85,7 +71,7 @@ def test_the_gateway_is_the_stable_endpoint(h):
     h.start()
     h.idle(name)
     assert master_pid(prefix_of(h.state, name)) == pid and h.get(name)["endpoint"] == endpoint
-    assert len(_events(h, name, "GatewayStarted")) == 1
+    assert len(events(h, name, "GatewayStarted")) == 1
 
     # the recipe is deleted: its gateway stops
     (h.manifests / f"{name}.yaml").unlink()
@@ -93,41 +79,7 @@ def test_the_gateway_is_the_stable_endpoint(h):
     h.start("--allow-empty")
     wait_until(lambda: master_pid(prefix_of(h.state, name)) is None, timeout=60, what="the gateway stopped")
     # the master may be gone (SIGQUIT, nothing in flight) before the pass that told it writes its event
-    wait_until(lambda: _events(h, name, "GatewayStopped"), timeout=10, what="the GatewayStopped event")
-
-
-def _only_frontend_killed(h: Harness, name: str) -> tuple[int, int]:
-    """A client loop through the gateway while the recipe's only frontend is killed: (sent after
-    the kill, failed but for answers cut mid-way). A request whose answer had begun when its
-    frontend was killed is not the gateway's to save: nginx retries, and the holder takes, only
-    what no frontend began to answer (its client sees the body end early: IncompleteRead)."""
-    import time
-
-    from benchmarks.traffic import Traffic
-
-    steps = h.wait_steps(name, {"agg_0", "frontend_0"})
-    endpoint = h.wait_ready(name)["endpoint"]
-    wait_until(lambda: _serves(endpoint), timeout=20, what="a completion through the gateway")
-    traffic = Traffic(endpoint, timeout=90).start()  # a held request waits out the relaunch
-    try:
-        assert traffic.wait_ok(time.monotonic(), 20)
-        killed = time.monotonic()
-        scancel(steps["frontend_0"][0])
-        wait_until(lambda: h.steps(name).get("frontend_0", steps["frontend_0"]) != steps["frontend_0"], timeout=60,
-                   what="frontend relaunched")
-        back = traffic.wait_ok(time.monotonic(), 30)
-        assert back is not None, traffic.failed()[-3:]
-        wait_until(lambda: len([o for o in traffic.between(back, time.monotonic()) if o.ok]) >= 20, timeout=30,
-                   what="20 answers after the relaunch")
-    finally:
-        traffic.stop()
-    after = [o for o in traffic.outcomes if o.at >= killed]
-    failed = [o for o in after if not o.ok]
-    cut = [o for o in failed if o.code == 0 and o.detail.startswith("IncompleteRead")]
-    if failed:
-        print(f"\n{name}: {len(cut)} answer(s) cut mid-way by the kill; the failures: "
-              f"{[(o.code, o.detail[:120]) for o in failed[:3]]}")
-    return len(after), len(failed) - len(cut)
+    wait_until(lambda: events(h, name, "GatewayStopped"), timeout=10, what="the GatewayStopped event")
 
 
 def test_the_only_frontends_relaunch_gap_is_held_not_failed(h):
@@ -150,3 +102,4 @@ def test_the_only_frontends_relaunch_gap_is_held_not_failed(h):
     sent_fast, failed_fast = _only_frontend_killed(h, fast)
     assert failed_fast > 0, (sent_fast, failed_fast)  # the same gap, not held
     print(f"\nthe only frontend killed: held {failed} failed of {sent}; not held {failed_fast} of {sent_fast}")
+

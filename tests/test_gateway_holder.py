@@ -5,9 +5,7 @@ with the expected wait and Retry-After; the holder goes with its recipe's opt-ou
 
 from __future__ import annotations
 
-import http.client
 import json
-import threading
 import time
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from reconciler.gateway import GatewayConfig, render
 from reconciler.shell.gateway import holder_supervisor
 from reconciler.shell.gateway.record import facts, prefix_of
 from tests.helpers import post, start_mocker, wait_until
-from tests.test_gateway import CHAT, _hp, _ports, gw  # noqa: F401 - gw: the fixture
+from support.gateways import _hp, _ports, Call, CHAT, gw  # noqa: F401 - fixtures among them
 
 needs_nginx = pytest.mark.needs("nginx")
 
@@ -31,25 +29,6 @@ def test_render_holds_with_no_frontend_and_backs_the_frontends_up():
     assert "server 127.0.0.1:20002" not in render(GatewayConfig("r1", 20001, Path("/s/g"), ("a:1",)))
     with pytest.raises(ValueError, match="holder port"):
         render(GatewayConfig("r1", 20001, Path("/s/g"), (), holder=70000))
-
-
-class Call(threading.Thread):
-    """One streamed chat completion through the gateway, in the background."""
-
-    def __init__(self, url: str, max_tokens: int = 8):
-        super().__init__(daemon=True)
-        self.host, self.port = url.removeprefix("http://").split(":")
-        self.max_tokens = max_tokens
-        self.status: int | None = None
-        self.headers: dict = {}
-        self.body = b""
-
-    def run(self) -> None:
-        conn = http.client.HTTPConnection(self.host, int(self.port), timeout=120)
-        conn.request("POST", "/v1/chat/completions", body=json.dumps(
-            {**CHAT, "max_tokens": self.max_tokens, "stream": True}), headers={"Content-Type": "application/json"})
-        r = conn.getresponse()
-        self.status, self.headers, self.body = r.status, dict(r.getheaders()), r.read()
 
 
 @needs_nginx
@@ -166,7 +145,7 @@ def test_a_request_every_frontend_failed_is_held_by_the_backup_holder(gw, tmp_pa
     """The moment of a drain to zero: the one frontend left answers 503 (its router has no worker).
     nginx passes the request to the holder (backup), which keeps trying the listed frontend (a 503
     before any byte: nothing reached the client) until the gateway lists one that serves."""
-    from tests.test_gateway import _Drops
+    from support.gateways import _Drops
 
     busy = _Drops(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
     busy.start()

@@ -21,7 +21,7 @@ from reconciler.recipe.cluster import Cluster, ClusterConfig
 from reconciler.shell.gateway.bindcheck import bind_free
 from reconciler.shell.gateway.record import facts
 from reconciler.shell.gateway.host import nginx_binary
-from test_gateway_settings import recipe
+from support.recipes import builtin_one as recipe
 from reconciler.shell.gateway.job import GatewayJobs
 from reconciler.shell.gateway.job_slurm import (
     Job, Placement, batch_script, parse_jobs, placement, resubmit_delay, sbatch_argv,

@@ -13,13 +13,14 @@ import subprocess
 
 import pytest
 
-from harness import Harness, scancel
+from harness import scancel
 from helpers import get, wait_until
 from reconciler import labels
 from reconciler.gateway import GatewayConfig, version
 from reconciler.shell.gateway.record import facts, prefix_of
-from test_gateway_e2e import _events, _only_frontend_killed, _serves
-from test_multinode import mn  # noqa: F401 - the fixture
+from support.gateways import _only_frontend_killed, _serves
+from support.clusters import mn, slurm_h  # noqa: F401 - the fixtures mn (the 3-node Slurm) and h
+from support.record import events
 
 pytestmark = pytest.mark.needs("nginx")
 
@@ -42,13 +43,6 @@ def _gateway_jobs(h, name: str) -> list[tuple[str, str, str]]:
     out = subprocess.run(["squeue", "-h", f"--name={job}", "-o", "%i %T %N"], capture_output=True, text=True,
                          timeout=30, check=True).stdout
     return [tuple(line.split()) for line in out.splitlines() if line.strip()]
-
-
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path, "slurm")
-    yield harness
-    harness.cleanup()
 
 
 @pytest.mark.slurm
@@ -74,7 +68,7 @@ def test_a_gateway_in_its_own_job_keeps_its_address(h):
 
     # a config change (no holder any more) reaches the running nginx as a reload through Slurm
     # (scancel --batch --signal=HUP), confirmed by its page: the same job, not a new one
-    reloads = len(_events(h, name, "GatewayReloaded"))
+    reloads = len(events(h, name, "GatewayReloaded"))
     (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, node=NODE).replace("hold_seconds: 60",
                                                                                          "hold_seconds: 0"))
 
@@ -86,7 +80,7 @@ def test_a_gateway_in_its_own_job_keeps_its_address(h):
         return page["version"] == want == rec["confirmed"]
 
     wait_until(reloaded, timeout=30, what="the job's nginx reloaded without its holder")
-    assert len(_events(h, name, "GatewayReloaded")) > reloads
+    assert len(events(h, name, "GatewayReloaded")) > reloads
     assert _gateway_jobs(h, name) == [(job, "RUNNING", NODE)]  # reloaded, not resubmitted
     wait_until(lambda: _serves(endpoint), timeout=30, what="served after the reload")
 
@@ -95,11 +89,11 @@ def test_a_gateway_in_its_own_job_keeps_its_address(h):
     assert _serves(endpoint)  # no reconciler: the gateway keeps serving
     h.start()
     h.idle(name)
-    assert _gateway_jobs(h, name) == [(job, "RUNNING", NODE)] and len(_events(h, name, "GatewaySubmitted")) == 1
+    assert _gateway_jobs(h, name) == [(job, "RUNNING", NODE)] and len(events(h, name, "GatewaySubmitted")) == 1
 
     # the gateway's job cancelled: a new one on the same node serves the same address
     scancel(job)
-    wait_until(lambda: _events(h, name, "GatewayRestarted"), timeout=60, what="GatewayRestarted")
+    wait_until(lambda: events(h, name, "GatewayRestarted"), timeout=60, what="GatewayRestarted")
     jobs = _gateway_jobs(h, name)
     assert len(jobs) == 1 and jobs[0][0] != job and jobs[0][1:] == ("RUNNING", NODE), jobs
     wait_until(lambda: _serves(endpoint), timeout=30, what="the new gateway job serves")
@@ -110,7 +104,7 @@ def test_a_gateway_in_its_own_job_keeps_its_address(h):
     h.stop()
     h.start("--allow-empty")
     wait_until(lambda: not _gateway_jobs(h, name), timeout=60, what="the gateway job ended")
-    wait_until(lambda: _events(h, name, "GatewayStopped"), timeout=10, what="GatewayStopped")
+    wait_until(lambda: events(h, name, "GatewayStopped"), timeout=10, what="GatewayStopped")
 
 
 @pytest.mark.multinode
@@ -125,11 +119,11 @@ def test_a_gateway_job_moves_with_its_node(mn):  # noqa: F811 - the fixture
 
     # another node: the gateway moves there (a new address), the old job ends
     (h.manifests / f"{name}.yaml").write_text(RECIPE.format(name=name, node=other))
-    wait_until(lambda: _events(h, name, "GatewayMoved"), timeout=60, what="GatewayMoved")
+    wait_until(lambda: events(h, name, "GatewayMoved"), timeout=60, what="GatewayMoved")
     moved = wait_until(lambda: (g := h.get(name))["status"] == "Ready" and g["endpoint"] != endpoint and g["endpoint"],
                        timeout=60, what="Ready at the new address")
     assert moved.startswith(f"http://{other}:"), moved
-    started = [e["message"] for e in _events(h, name, "GatewayStarted")]
+    started = [e["message"] for e in events(h, name, "GatewayStarted")]
     assert f"on {other} serves http://{other}:" in started[-1], started  # not the old job, told to stop
     wait_until(lambda: [j[1:] for j in _gateway_jobs(h, name)] == [("RUNNING", other)], timeout=60,
                what=f"one gateway job, on {other}")

@@ -7,21 +7,9 @@ from types import SimpleNamespace as NS
 import pytest
 
 from reconciler.errors import RecipeError
-from reconciler.desired.admission import load_text
 from reconciler.shell.gateway.sync import hold_timeout
+from support.recipes import builtin_one as recipe
 
-BASE = """\
-name: r
-model: {path: m}
-resources: {gpus_per_node: 8}
-engine: {type: mocker}
-roles: {agg: {workers: 1, gpus: 1}}
-frontend: {type: builtin}
-"""
-
-
-def recipe(extra: str = "", cluster=None):
-    return load_text(BASE + extra, "r.yaml", cluster=cluster).recipe
 
 
 @pytest.mark.parametrize("extra, hold", [

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from helpers import get, wait_until
-from test_e2e import Harness, scancel
-from test_stacks import PARKED
+from harness import Harness, scancel
+from support.recipes import PARKED
+from support.stacks import environ, started
 
 ROOT = Path(__file__).resolve().parents[1]
 MOONCAKE_BIN = ROOT / ".stacks" / "mooncake" / "bin"
@@ -51,17 +52,6 @@ def procs(*needles: str) -> list[int]:
         if all(n in words for n in needles) and Path(argv[0]).name not in ("srun", "sh", "bash", "env"):
             out.append(int(pid))
     return out
-
-
-def environ(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
-    return dict(kv.split("=", 1) for kv in raw.split("\0") if "=" in kv)
-
-
-def started(pid: int) -> int:
-    """Start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def health(port: int) -> bool:

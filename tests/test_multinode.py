@@ -7,17 +7,14 @@ workers' own HTTP and metrics over the bridge.
 
 from __future__ import annotations
 
-import fcntl
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import MULTINODE_CONF
-from harness import Harness, scancel, sh
+from harness import scancel, sh
 from helpers import metric, post, wait_until
-from reconciler import hostlist, labels
+from reconciler import hostlist
+from support.clusters import mn, ranks, workers  # noqa: F401 - fixtures among them
 
 pytestmark = pytest.mark.multinode
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,54 +30,6 @@ roles:
 frontend: {{type: builtin}}
 reconcile: {{nodes_per_allocation: 2}}
 """
-
-
-@pytest.fixture
-def mn(tmp_path, monkeypatch):
-    """A harness whose reconciler, and whose own squeue/scancel, talk to the 3-node cluster. One
-    test at a time holds the cluster (a node failure in one must not hit another's workers, and
-    the tests size their allocations to its 12 GPUs); every node is back in service after it."""
-    monkeypatch.setenv("SLURM_CONF", str(MULTINODE_CONF))
-    with open(MULTINODE_CONF.parent / "tests.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        harness = Harness(tmp_path, "slurm")
-        try:
-            yield harness
-        finally:
-            harness.cleanup()
-            resume_all()
-
-
-def node_states() -> dict[str, str]:
-    return dict(line.split() for line in sh("sinfo", "-h", "-N", "-o", "%N %T").splitlines())
-
-
-def resume_all() -> None:
-    """Every node back: a killed slurmd restarted (the script starts only missing ones), DOWN resumed."""
-    subprocess.run(["bash", str(ROOT / "scripts" / "slurm-multinode.sh"), "up", "--nodes", "3"],
-                   capture_output=True, timeout=120)
-    for node, st in node_states().items():
-        if not st.rstrip("*").startswith(("idle", "mixed", "alloc")):
-            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
-    wait_until(lambda: all(st.rstrip("*") in ("idle", "mixed", "allocated") for st in node_states().values()),
-               timeout=60, what="every node back in service")
-
-
-def ranks(h: Harness, recipe: str) -> dict[tuple[str, int], tuple[str, str]]:
-    """(unit, rank) -> (step id, node) of the recipe's live steps: a multi-node worker is one
-    step per rank (srtctl's shape), each pinned to its node."""
-    out = {}
-    for line in sh("squeue", "-h", "-s", "-o", "%i|%j|%N").splitlines():
-        sid, name, node = line.split("|")
-        p = name.split(":")
-        if len(p) == 7 and p[0] == "rcl" and p[1] == h.owner and p[2] == labels.recipe_tag(recipe):
-            out[(f"{p[3]}_{p[4]}", int(p[5]))] = (sid, node)
-    return out
-
-
-def workers(h: Harness, recipe: str) -> dict[str, dict]:
-    """The recipe's worker rows from its recorded status (nodes, ports, steps, restarts)."""
-    return {w["name"]: w for w in json.loads((h.state / recipe / "status.json").read_text())["workers"]}
 
 
 def unit_steps(r: dict, unit: str) -> dict[int, str]:

@@ -4,13 +4,13 @@ on a directory every node sees, and sends them requests over the request plane b
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
 from helpers import get, wait_until
-from test_multinode import mn, ranks, workers  # noqa: F401 - mn is the fixture
-from test_stacks import chat, instances, served, serves, stack_tools, tiny_model  # noqa: F401 - fixtures
+from support.clusters import mn, ranks, workers  # noqa: F401 - fixtures among them
+from support.clients import instances, served, serves
+from support.stacks import host_runtime_config, stack_tools, tiny_model  # noqa: F401 - fixtures among them
 
 pytestmark = pytest.mark.multinode
 
@@ -23,19 +23,6 @@ frontend: {{type: dynamo}}
 backend: {{type: mocker, engine_type: vllm, speedup_ratio: 100}}
 reconcile: {{discovery: file, discovery_dir: "{shared}"}}
 """
-
-
-def host_runtime_config(tmp_path, stack_tools, tiny_model) -> None:
-    """The cluster config (tmp_path/srtslurm.yaml) that runs Dynamo from .stacks on the host: the
-    tiny tokenizer as the model, a scratch HOME and TMPDIR, no hub."""
-    scratch = tmp_path / "scratch"
-    (scratch / "home").mkdir(parents=True)
-    (scratch / "tmp").mkdir()
-    (tmp_path / "srtslurm.yaml").write_text(json.dumps({
-        "model_paths": {"qwen3-0.6b": str(tiny_model)}, "containers": {"sglang": "unused.sqsh"},
-        "host_runtime": {"python": str(stack_tools), "env": {
-            "HOME": str(scratch / "home"), "TMPDIR": str(scratch / "tmp"), "HF_HUB_OFFLINE": "1"}},
-    }))
 
 
 def test_dynamo_stack_with_workers_on_two_nodes(mn, stack_tools, tiny_model, tmp_path):

@@ -15,9 +15,9 @@ from benchmarks.traffic import Traffic
 from harness import scancel
 from helpers import wait_until
 from reconciler.shell.gateway.record import facts
-from test_multinode import mn, ranks  # noqa: F401 - mn is the fixture
-from test_multinode_dynamo import host_runtime_config
-from test_stacks import served, stack_tools, tiny_model  # noqa: F401 - fixtures
+from support.clusters import mn, ranks  # noqa: F401 - fixtures among them
+from support.stacks import host_runtime_config, stack_tools, tiny_model  # noqa: F401 - fixtures among them
+from support.clients import served
 
 pytestmark = [pytest.mark.multinode,
               pytest.mark.needs("nginx")]

@@ -16,7 +16,7 @@ import pytest
 from conftest import MULTINODE_CONF
 from harness import Harness, sh
 from helpers import post, wait_until
-from test_multinode import mn, ranks, workers  # noqa: F401 - mn is the fixture
+from support.clusters import mn, ranks, workers  # noqa: F401 - fixtures among them
 
 pytestmark = pytest.mark.multinode
 COOLDOWN = 6.0

@@ -19,8 +19,9 @@ import pytest
 from harness import Harness, sh
 from helpers import wait_until
 from reconciler import labels
-from test_multinode import mn  # noqa: F401 - the fixture: the 3-node cluster, one test at a time
-from test_surge_e2e import Client
+from support.clients import Client, sending, stop
+from support.clusters import mn  # noqa: F401 - the fixture: the 3-node cluster, one test at a time
+from support.record import events, routed
 
 pytestmark = pytest.mark.multinode
 
@@ -38,14 +39,6 @@ reconcile: {{nodes_per_allocation: 1, handover_seconds: 40, rollout: {{pickup_se
 """
 
 
-def events(h: Harness, kind: str) -> list[dict]:
-    try:
-        lines = (h.state / "events.jsonl").read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    return [e for e in map(json.loads, lines) if e["kind"] == kind]
-
-
 def allocs(h: Harness, recipe: str) -> dict[str, tuple[str, str, str]]:
     """job id -> (allocation index, state, node) of the recipe's jobs."""
     out = {}
@@ -61,42 +54,34 @@ def test_a_reservation_over_an_allocations_node_hands_it_over_before_it_starts(m
     h.env["RECONCILER_SLURM_SLOW_SECONDS"] = "5"  # the reservations are read every 5 s (default 60)
     name = h.name("resv")
     resv = f"slurmtime-{uuid.uuid4().hex[:6]}"
-    client = None
     try:
         (h.manifests / f"{name}.yaml").write_text(SPREAD.format(name=name))
         h.start()
         endpoint = h.wait_ready(name, timeout=120)["endpoint"]
-        routed = h.state / name / "endpoints.json"
-        wait_until(lambda: len(json.loads(routed.read_text())["workers"]) == 2, what="both workers routed")
+        wait_until(lambda: len(routed(h, name)) == 2, what="both workers routed")
         # the allocation that does not hold the router (its address must not change for the client)
         (job, (_, _, node)), = [(j, v) for j, v in allocs(h, name).items() if v[0] == "a1"]
-        client = Client(endpoint, limit=20000)
-        client.start()
-        wait_until(lambda: client.ok >= 5, what="requests before the reservation")
-        sh("scontrol", "create", "reservation", f"ReservationName={resv}", "StartTime=now+100", "Duration=5",
-           f"Nodes={node}", "Users=nobody", "Flags=MAINT,IGNORE_JOBS")
-        start = time.mktime(time.strptime(
-            dict(t.split("=", 1) for t in sh("scontrol", "-o", "show", "reservation", resv).split() if "=" in t)
-            ["StartTime"], "%Y-%m-%dT%H:%M:%S"))
-        wait_until(lambda: job not in allocs(h, name), timeout=start - time.time() + 60, interval=0.5,
-                   what=f"job {job} on the reserved node {node} released (jobs: {allocs(h, name)})")
-        assert time.time() < start  # gone before the reservation begins
-        now = allocs(h, name)
-        assert len(now) == 2 and all(state == "RUNNING" and n != node for _, state, n in now.values()), now
-        g = h.wait_ready(name)
-        assert g["endpoint"] == endpoint
-        n = client.ok
-        wait_until(lambda: client.ok >= n + 5, what="requests after the hand-over")
-        client.halt.set()
-        client.join(15)
-        early = [e for e in events(h, "AllocationEndsEarly") if e["job"] == job]
-        assert early and f"reservation {resv} takes {node}" in early[0]["message"]
-        assert events(h, "AllocationLost") == []
-        assert client.failed == [], (client.ok, client.failed[:5])
+        with sending(Client(endpoint, limit=20000), join=15) as (client,):
+            wait_until(lambda: client.ok >= 5, what="requests before the reservation")
+            sh("scontrol", "create", "reservation", f"ReservationName={resv}", "StartTime=now+100", "Duration=5",
+               f"Nodes={node}", "Users=nobody", "Flags=MAINT,IGNORE_JOBS")
+            start = time.mktime(time.strptime(
+                dict(t.split("=", 1) for t in sh("scontrol", "-o", "show", "reservation", resv).split() if "=" in t)
+                ["StartTime"], "%Y-%m-%dT%H:%M:%S"))
+            wait_until(lambda: job not in allocs(h, name), timeout=start - time.time() + 60, interval=0.5,
+                       what=f"job {job} on the reserved node {node} released (jobs: {allocs(h, name)})")
+            assert time.time() < start  # gone before the reservation begins
+            now = allocs(h, name)
+            assert len(now) == 2 and all(state == "RUNNING" and n != node for _, state, n in now.values()), now
+            g = h.wait_ready(name)
+            assert g["endpoint"] == endpoint
+            client.wait_more(5, what="requests after the hand-over")
+            stop(client, join=15)
+            early = [e for e in events(h, kind="AllocationEndsEarly") if e["job"] == job]
+            assert early and f"reservation {resv} takes {node}" in early[0]["message"]
+            assert events(h, kind="AllocationLost") == []
+            assert client.failed == [], (client.ok, client.failed[:5])
     finally:
-        if client is not None:
-            client.halt.set()
-            client.join(15)
         subprocess.run(["scontrol", "delete", f"ReservationName={resv}"], capture_output=True, timeout=60)
         h.cleanup()
 
@@ -130,7 +115,7 @@ def test_a_node_that_fails_a_worker_three_times_is_quarantined_and_the_worker_la
 
     wait_until(ready_on_good, timeout=240, interval=1,
                what=f"{name} Ready on {good} (jobs {allocs(h, name)}; log:\n{h.log()[-3000:]})")
-    q = events(h, "NodeQuarantined")
+    q = events(h, kind="NodeQuarantined")
     assert q and {e["node"] for e in q} <= set(bad)
     first = q[0]
     assert "3 worker failures" in first["message"]

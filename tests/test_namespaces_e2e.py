@@ -9,7 +9,7 @@ import json
 import pytest
 
 from harness import Harness
-from test_upgrade import old_checkout  # noqa: F401 - the release before, as a fixture
+from support.clusters import old_checkout  # noqa: F401 - fixtures among them
 from helpers import wait_until
 from reconciler.recipe import namespaces
 

@@ -12,7 +12,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from helpers import free_port, get, wait_until
-from test_e2e import Harness, scancel
+from harness import Harness, scancel
+from support.clients import labelled_metric as _metric
+from support.clusters import slurm_h  # noqa: F401 - the fixture h: a harness on the real Slurm
 
 pytestmark = pytest.mark.slurm
 TIME_LEFT = re.compile(r"UNLIMITED|(\d+-)?\d{1,2}:\d\d(:\d\d)?")  # squeue's TimeLeft
@@ -31,13 +33,6 @@ def ops(h: Harness, *args: str, manifests: bool = False) -> subprocess.Completed
     where = ["--state", str(h.state)] + (["--manifests", str(h.manifests)] if manifests else [])
     return subprocess.run([sys.executable, "-m", "reconciler.cli", *args, *where], capture_output=True, text=True,
                           timeout=60, cwd=h.tmp, env=h.env)
-
-
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path, "slurm")
-    yield harness
-    harness.cleanup()
 
 
 def test_describe_logs_events_and_a_suspend_that_leaves_everything_running(h):
@@ -108,15 +103,6 @@ class _Hook(BaseHTTPRequestHandler):
 
     def log_message(self, *args):  # quiet
         pass
-
-
-def _metric(text: str, name: str, **labels: str) -> float | None:
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            have = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0])) if "{" in line else {}
-            if all(have.get(k) == v for k, v in labels.items()):
-                return float(line.rsplit(" ", 1)[1])
-    return None
 
 
 def test_metrics_json_logs_and_condition_notifications(h):

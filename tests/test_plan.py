@@ -10,21 +10,6 @@ from reconciler.core.plan import (
     CancelAlloc, CancelStep, LaunchStep, PlaceReason, StopReason, SubmitAlloc, WaitReason,
 )
 
-AGG = """\
-name: r
-model: {path: /m}
-resources: {gpus_per_node: 8}
-engine: mocker
-frontend: {type: %(frontend)s}
-roles:
-  agg: {workers: %(workers)d, gpus: %(gpus)d}
-%(extra)s
-"""
-
-
-def agg(workers=2, gpus=1, frontend="none", extra="", name="r"):
-    text = AGG % {"workers": workers, "gpus": gpus, "frontend": frontend, "extra": extra}
-    return {name: recipe(text.replace("name: r", f"name: {name}"), name)}
 
 
 def launched_on(c):
@@ -324,6 +309,7 @@ import pytest  # noqa: E402
 
 from reconciler.core.plan.relaunch import Gate, restart_gate  # noqa: E402
 from reconciler.world import RestartPolicy, UnitHealth  # noqa: E402
+from support.recipes import AGG, agg
 
 
 def life(launches=1, restarts=0, launched=0.0, exit=None, missing=None, **kw) -> UnitHealth:

@@ -14,8 +14,8 @@ import pytest
 
 from helpers import free_port, get, wait_until
 from reconciler.shell.execute import NO_ESTIMATE_AFTER
-from test_e2e import Harness
-from test_operations import _metric
+from support.clients import labelled_metric as _metric
+from support.clusters import slurm_h  # noqa: F401 - the fixture h: a harness on the real Slurm
 
 pytestmark = pytest.mark.slurm
 
@@ -27,13 +27,6 @@ frontend: {{type: none}}
 sbatch_directives: {{begin: now+1hour}}
 roles: {{agg: {{workers: 1, gpus: 1}}}}
 """
-
-
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path, "slurm")
-    yield harness
-    harness.cleanup()
 
 
 def _events(h, name: str) -> list[dict]:

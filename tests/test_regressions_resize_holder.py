@@ -10,7 +10,7 @@ import pytest
 
 from fakes import FakeCluster
 from reconciler.core.plan import CancelStep, SubmitAlloc
-from test_plan import agg
+from support.recipes import agg
 
 
 @pytest.mark.parametrize("before,after", [((1, 1), (1, 2)), ((2, 2), (2, 4))])  # (workers, gpus each)
@@ -111,8 +111,7 @@ def test_listen_on_every_ipv6_address_still_answers_ipv4_clients(tmp_path, nic):
 
 from reconciler.shell.gateway import holder_supervisor as _holder
 from tests.helpers import start_mocker
-from tests.test_gateway import _hp, _ports, gw  # noqa: F401,E402 - gw: the fixture
-from tests.test_gateway import CHAT
+from support.gateways import _hp, _ports, CHAT, gw  # noqa: F401 - fixtures among them
 import http.client
 import threading
 
@@ -159,7 +158,7 @@ def test_a_hold_edit_does_not_cut_the_streams_the_holder_relays(gw, tmp_path):  
 
 # ---------------------------------------------------------------- cb02cf8: drivers/base.LAUNCHER
 
-from tests.test_gpu_mapping import launch, run_local
+from support.gpus import launch, run_local
 
 
 @pytest.mark.parametrize("mask,inherited,seen", [

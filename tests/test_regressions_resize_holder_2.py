@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fakes import FakeCluster, recipe
 from reconciler.core.plan import CancelStep, LaunchStep
-from test_plan import AGG, agg
+from support.recipes import AGG, agg
 
 
 def vllm(gpus: int, workers: int = 2) -> dict:
@@ -69,7 +69,7 @@ def test_a_frozen_failover_worker_keeps_its_engines_and_its_gms_until_the_succes
     engines share is cancelled under them, and its new life is launched on GPUs 2-3 in job 100,
     which holds 2 (Slurm refuses the step: the fake asserts). The frozen worker serves on a broken
     gms until Slurm grants the successor."""
-    from test_failover import load
+    from support.recipes import failover_recipe as load
 
     c = FakeCluster()
     c.converge({"fo": load()}, rounds=80)

@@ -16,7 +16,7 @@ from reconciler.errors import RecipeError
 from reconciler.shell.gateway.host import Gateways
 from reconciler.shell.gateway.record import facts, prefix_of
 from reconciler.shell.gateway.sweep import master_pid
-from test_gateway_settings import BASE as RECIPE  # one mocker worker behind the built-in router
+from support.recipes import BUILTIN_ONE as RECIPE
 from tests.helpers import get
 
 

@@ -8,12 +8,7 @@ import threading
 import pytest
 
 from helpers import Proc, free_port, get, metric, post, sse_events, start_mocker, wait_until
-
-
-def write_endpoints(path, workers):
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"workers": workers}))
-    tmp.replace(path)
+from helpers import write_endpoints
 
 
 @pytest.fixture

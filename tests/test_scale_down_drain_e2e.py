@@ -12,8 +12,8 @@ import time
 import pytest
 
 from benchmarks.traffic import Traffic
-from harness import Harness
 from helpers import wait_until
+from support.clusters import slurm_h  # noqa: F401 - the fixture h: a harness on the real Slurm
 
 pytestmark = [pytest.mark.slurm, pytest.mark.needs("nginx")]
 
@@ -27,13 +27,6 @@ roles: {{agg: {{workers: {workers}, gpus: 1}}}}
 frontend: {{type: builtin, args: {{poll-interval: 0.2}}}}
 reconcile: {{rollout: {{pickup_seconds: 1, drain_seconds: 3}}}}
 """
-
-
-@pytest.fixture
-def h(tmp_path):
-    harness = Harness(tmp_path, "slurm")
-    yield harness
-    harness.cleanup()
 
 
 def test_a_file_scale_down_drains_its_victims_and_no_request_fails(h):

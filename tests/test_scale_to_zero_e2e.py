@@ -13,8 +13,8 @@ import pytest
 from harness import Harness
 from helpers import wait_until
 from reconciler.shell.gateway import holder_supervisor
-from test_autoscale_e2e import events
-from test_gateway_holder import Call
+from support.record import events
+from support.gateways import Call
 
 pytestmark = pytest.mark.slurm
 

@@ -16,8 +16,9 @@ import pytest
 from harness import Harness, sh
 from private_slurm import running
 from helpers import free_port, get, wait_until
-from test_operations import _metric
-from test_surge_e2e import Client
+from support.clients import Client, labelled_metric as _metric, sending, stop
+from support.clusters import deployed
+from support.record import events, routed
 
 from reconciler.core.plan.pending import words
 
@@ -39,56 +40,33 @@ def job_fields(job: str) -> dict[str, str]:
     return dict(t.split("=", 1) for t in sh("scontrol", "-o", "show", "job", job).split() if "=" in t)
 
 
-def events(h: Harness, recipe: str | None = None) -> list[dict]:
-    try:
-        lines = (h.state / "events.jsonl").read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    return [e for e in map(json.loads, lines) if recipe is None or e["recipe"] == recipe]
-
-
 def test_a_job_whose_limit_slurm_lowered_is_handed_over_in_time_with_no_failed_request(tmp_path):
-    h = Harness(tmp_path, "slurm")
-    client = None
-    try:
-        name = h.name("lowered")
-        (h.manifests / f"{name}.yaml").write_text(TEXT.format(name=name))
-        h.start()
-        endpoint = h.wait_ready(name)["endpoint"]
+    with deployed(tmp_path, TEXT, "lowered") as (h, name, endpoint):
         (first,) = h.jobs(name)
         f = job_fields(first)
         assert (f["TimeLimit"], f["TimeMin"]) == ("00:10:00", "00:02:00")  # submitted with --time-min
-        routed = tmp_path / "state" / name / "endpoints.json"
-        wait_until(lambda: len(json.loads(routed.read_text())["workers"]) == 2, what="both workers routed")
-        client = Client(endpoint, limit=20000)
-        client.start()
-        wait_until(lambda: client.ok >= 5, what="requests before the limit is lowered")
-        # Slurm lowers the limit (as backfill with --time-min would grant less): 60-120 s left now,
-        # far less than the 10 minutes asked for; the plan reads the end from squeue each tick
-        elapsed = time.time() - time.mktime(time.strptime(job_fields(first)["StartTime"], "%Y-%m-%dT%H:%M:%S"))
-        minutes = math.ceil((elapsed + 60) / 60)
-        sh("scontrol", "update", f"jobid={first}", f"timelimit={minutes}")
-        end = time.mktime(time.strptime(job_fields(first)["EndTime"], "%Y-%m-%dT%H:%M:%S"))
-        wait_until(lambda: first not in h.jobs(name) and len(h.jobs(name)) == 1, timeout=end - time.time() + 30,
-                   interval=0.5, what=f"the hand-over away from job {first} (jobs: {h.jobs(name)})")
-        gone_at = time.time()
-        assert gone_at < end  # released by us before Slurm's lowered end
-        g = h.wait_ready(name)
-        assert g["endpoint"] == endpoint
-        n = client.ok
-        wait_until(lambda: client.ok >= n + 5, what="requests after the hand-over")
-        client.halt.set()
-        client.join(15)
-        evs = events(h, name)
-        assert [e for e in evs if e["kind"] == "AllocationLost"] == []
-        succ = [e for e in evs if e["kind"] == "SubmitAlloc" and f"successor of job {first}" in e["message"]]
-        assert len(succ) == 1, [e["message"] for e in evs if e["kind"] == "SubmitAlloc"]
-        assert client.failed == [], (client.ok, client.failed[:5])
-    finally:
-        if client is not None:
-            client.halt.set()
-            client.join(15)
-        h.cleanup()
+        wait_until(lambda: len(routed(h, name)) == 2, what="both workers routed")
+        with sending(Client(endpoint, limit=20000), join=15) as (client,):
+            wait_until(lambda: client.ok >= 5, what="requests before the limit is lowered")
+            # Slurm lowers the limit (as backfill with --time-min would grant less): 60-120 s left now,
+            # far less than the 10 minutes asked for; the plan reads the end from squeue each tick
+            elapsed = time.time() - time.mktime(time.strptime(job_fields(first)["StartTime"], "%Y-%m-%dT%H:%M:%S"))
+            minutes = math.ceil((elapsed + 60) / 60)
+            sh("scontrol", "update", f"jobid={first}", f"timelimit={minutes}")
+            end = time.mktime(time.strptime(job_fields(first)["EndTime"], "%Y-%m-%dT%H:%M:%S"))
+            wait_until(lambda: first not in h.jobs(name) and len(h.jobs(name)) == 1, timeout=end - time.time() + 30,
+                       interval=0.5, what=f"the hand-over away from job {first} (jobs: {h.jobs(name)})")
+            gone_at = time.time()
+            assert gone_at < end  # released by us before Slurm's lowered end
+            g = h.wait_ready(name)
+            assert g["endpoint"] == endpoint
+            client.wait_more(5, what="requests after the hand-over")
+            stop(client, join=15)
+            evs = events(h, name)
+            assert [e for e in evs if e["kind"] == "AllocationLost"] == []
+            succ = [e for e in evs if e["kind"] == "SubmitAlloc" and f"successor of job {first}" in e["message"]]
+            assert len(succ) == 1, [e["message"] for e in evs if e["kind"] == "SubmitAlloc"]
+            assert client.failed == [], (client.ok, client.failed[:5])
 
 
 QUEUED = """\

@@ -13,7 +13,8 @@ import pytest
 
 from benchmarks.traffic import Traffic
 from helpers import wait_until
-from test_stacks import copy_recipe, served, stack, stack_tools, tiny_model  # noqa: F401 - fixtures
+from support.clients import served
+from support.stacks import copy_recipe, stack, stack_tools, tiny_model  # noqa: F401 - fixtures among them
 
 pytestmark = [pytest.mark.slurm, pytest.mark.needs("nginx")]
 

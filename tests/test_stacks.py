@@ -9,7 +9,6 @@ Dynamo 1.6.1 from .stacks/dynamo, installed by scripts/stacks-install.sh).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,124 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from helpers import get, post, wait_until
+from helpers import get, wait_until
 from reconciler.shell.readiness import canary
-from test_e2e import Harness, sh, scancel
+from harness import Harness, scancel
+from support.clients import chat, served, instances, serves
+from support.recipes import PARKED
+from support.stacks import stack, copy_recipe, start_times, stack_tools, tiny_model  # noqa: F401 - fixtures among them
 
 ROOT = Path(__file__).resolve().parents[1]
-DYNAMO_PY = ROOT / ".stacks" / "dynamo" / "bin" / "python"
 pytestmark = pytest.mark.slurm
-
-
-@pytest.fixture(scope="session")
-def stack_tools():
-    missing = [p for p in ("etcd", "nats-server") if not shutil.which(p)]
-    if not DYNAMO_PY.exists():
-        missing.append(str(DYNAMO_PY))
-    if missing:
-        msg = f"missing {', '.join(missing)}: run scripts/stacks-install.sh"
-        if os.environ.get("RECONCILER_REQUIRE_SLURM") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return DYNAMO_PY
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory):
-    from reconciler.mocker.model_dir import make_model_dir
-
-    return make_model_dir(tmp_path_factory.mktemp("models") / "tiny")
-
-
-@pytest.fixture
-def stack(tmp_path, stack_tools, tiny_model):
-    harness = Harness(tmp_path, "slurm")
-    scratch = tmp_path / "scratch"
-    (scratch / "home").mkdir(parents=True)
-    (scratch / "tmp").mkdir()
-
-    def config(discovery: str | None = None, **extra) -> None:
-        doc = {
-            "model_paths": {"hf:Qwen/Qwen3-0.6B": str(tiny_model), "qwen3-0.6b": str(tiny_model)},
-            "containers": {"dynamo-sglang": "unused.sqsh", "sglang": "unused.sqsh"},
-            # Dynamo writes model cards under $HOME and a logging config per start under $TMPDIR
-            "host_runtime": {"python": str(stack_tools), "env": {
-                "HOME": str(scratch / "home"), "TMPDIR": str(scratch / "tmp"), "HF_HUB_OFFLINE": "1"}},
-        }
-        if discovery:
-            doc["discovery"] = {"backend": discovery}
-        doc |= extra
-        (tmp_path / "srtslurm.yaml").write_text(json.dumps(doc))  # JSON is YAML
-
-    harness.config = config
-    config()
-    yield harness
-    harness.cleanup()
-
-
-# the prune guard refuses to tear down when every manifest vanishes at once: a suspended
-# recipe (it runs nothing) keeps the directory non-empty while a test deletes its recipe
-PARKED = """\
-name: parked
-model: {path: m}
-engine: {type: mocker}
-roles: {agg: {workers: 1, gpus: 1}}
-frontend: {type: none}
-reconcile: {suspend: true}
-"""
-
-
-def copy_recipe(h: Harness, corpus: Path, rel: str) -> tuple[str, Path]:
-    (h.manifests / "parked.yaml").write_text(PARKED)
-    text = (corpus / rel).read_text()
-    name = next(l.split(":", 1)[1].strip().strip('"') for l in text.splitlines() if l.startswith("name:"))
-    h.names.append(name)
-    f = h.manifests / Path(rel).name
-    f.write_text(text)
-    return name, f
-
-
-def start_times(h: Harness, name: str) -> dict[str, str]:
-    """unit -> the step's start time, from squeue."""
-    steps = h.steps(name)
-    out = {}
-    for line in sh("squeue", "-h", "-s", "-o", "%i|%S").splitlines():
-        sid, start = line.split("|")
-        for unit, (s, _) in steps.items():
-            if s == sid:
-                out[unit] = start
-    return out
-
-
-def chat(endpoint: str, model: str) -> tuple[int, bytes]:
-    return post(endpoint + "/v1/chat/completions",
-                {"model": model, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 8},
-                timeout=20)
-
-
-def served(endpoint: str) -> str | None:
-    try:
-        status, body = get(endpoint + "/v1/models", timeout=3)
-    except OSError:
-        return None
-    data = json.loads(body).get("data", []) if status == 200 else []
-    return data[0]["id"] if data else None
-
-
-def instances(endpoint: str) -> int:
-    try:
-        status, body = get(endpoint + "/health", timeout=3)
-        doc = json.loads(body)
-    except (OSError, ValueError):
-        return -1
-    return sum(1 for i in doc.get("instances", []) if i.get("endpoint") == "generate")
-
-
-def serves(endpoint: str, model: str) -> bool:
-    try:
-        return chat(endpoint, model)[0] == 200
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("rel,services", [

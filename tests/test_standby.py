@@ -14,8 +14,8 @@ import pytest
 
 from harness import Harness
 from helpers import wait_until
-from test_file_ops import ROUTED
-from test_surge_e2e import Client
+from support.recipes import ROUTED
+from support.clients import Client
 
 pytestmark = pytest.mark.slurm
 

@@ -7,16 +7,14 @@ successor was Ready and routed. Nothing here depends on a poll of squeue landing
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
-import threading
-from urllib.parse import urlsplit
 
 import pytest
 
 from harness import Harness
 from helpers import wait_until
+from support.clients import Client
 
 pytestmark = pytest.mark.slurm
 
@@ -29,36 +27,6 @@ roles: {{agg: {{workers: {workers}, gpus: 1, restart: {{backoff_seconds: 1}}}}}}
 frontend: {{type: builtin, args: {{poll-interval: 0.2}}}}
 reconcile: {{rollout: {{max_surge: 1, max_unavailable: 0, pickup_seconds: 1, drain_seconds: 1}}}}
 """
-
-
-class Client(threading.Thread):
-    """Sequential chat completions through the router until stopped or ``limit`` sent (bounded)."""
-
-    def __init__(self, endpoint: str, limit: int = 5000, max_tokens: int = 4, timeout: float = 10):
-        super().__init__(daemon=True)
-        u = urlsplit(endpoint)
-        self.host, self.port = u.hostname, u.port
-        self.limit, self.max_tokens, self.timeout = limit, max_tokens, timeout
-        self.ok = 0
-        self.failed: list[str] = []
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": self.max_tokens}).encode()
-        while not self.halt.is_set() and self.ok + len(self.failed) < self.limit:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
-            try:
-                conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
-                r = conn.getresponse()
-                data = r.read()
-                if r.status == 200:
-                    self.ok += 1
-                else:
-                    self.failed.append(f"{r.status}: {data[:200]!r}")
-            except (OSError, http.client.HTTPException) as e:
-                self.failed.append(repr(e))
-            finally:
-                conn.close()
 
 
 def lives(h: Harness, name: str) -> list[int]:

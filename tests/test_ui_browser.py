@@ -13,7 +13,7 @@ import pytest
 
 from helpers import free_port, post, wait_until
 from programs import require_program
-from test_e2e import Harness, scancel
+from harness import Harness, scancel
 
 pytestmark = pytest.mark.slurm
 

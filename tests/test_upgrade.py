@@ -5,34 +5,16 @@ launch, no cancel — over several ticks."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from harness import Harness
 from helpers import wait_until
-from test_e2e import DISAGG
+from support.recipes import DISAGG
+from support.clusters import old_checkout  # noqa: F401 - fixtures among them
 
 ROOT = Path(__file__).resolve().parents[1]
-BEFORE = "a6d1ec6"  # the last commit before the package layout and the pipeline changed
-
-
-@pytest.fixture
-def old_checkout(tmp_path):
-    """The release before, checked out beside this one (its own reconciler package)."""
-    have = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{BEFORE}^{{commit}}"], capture_output=True)
-    if have.returncode != 0:
-        if os.environ.get("RECONCILER_REQUIRE_SLURM") == "1":
-            pytest.fail(f"commit {BEFORE} is not in this clone's history: the upgrade test needs it")
-        pytest.skip(f"commit {BEFORE} is not in this clone's history")
-    where = tmp_path / "before"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(where), BEFORE], check=True,
-                   capture_output=True, timeout=60)
-    yield where
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)], capture_output=True,
-                   timeout=60)
 
 
 @pytest.mark.slurm

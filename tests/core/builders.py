@@ -6,6 +6,7 @@ from reconciler.world import FRONTEND, Launch, Unit
 from reconciler.world import (
     Alloc, AllocSpec, Desired, DesiredRecipe, Observed, RestartPolicy, Step, UnitHealth,
 )
+from reconciler.core.plan import plan
 
 R = "r"
 JOB = "100"
@@ -77,3 +78,26 @@ def life(launches: int = 1, restarts: int = 0, launched: float = 0.0, exit=None,
 
 
 __all__ = ["RestartPolicy", "alloc", "service", "desired", "desired_recipe", "frontend", "life", "observed", "step", "unit"]
+
+
+def sets(rp) -> dict:
+    """The recipe plan as comparable named sets."""
+    return {
+        "submit": tuple(a.spec.index for a in rp.submit),
+        "release": tuple(a.job_id for a in rp.release),
+        "place": tuple((a.unit.name, a.launch.rank, a.reason.name, a.restart) for a in rp.place),
+        "stop": tuple((a.step_id, a.reason.name) for a in rp.stop),
+        "replace": tuple(a.step_id for a in rp.replace),
+        "later": dict(rp.relaunch_later),
+        "waiting": {u: w.reason.name for u, w in rp.waiting.items()},
+    }
+
+
+def expect(**kw) -> dict:
+    base = {"submit": (), "release": (), "place": (), "stop": (), "replace": (), "later": {}, "waiting": {}}
+    return {**base, **{k: (tuple(v) if isinstance(v, list) else v) for k, v in kw.items()}}
+
+
+def run(d, o, now: float = 100.0):
+    p = plan(desired(d), o, now)
+    return p, p.recipes[d.name]

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from builders import desired_recipe, life, observed, service, step, unit
-from test_policies import expect, run, sets
+from builders import expect, run, sets
 
 ETCD = service("etcd", "infra")
 GMS0 = replace(service("gms-agg", "before_workers"), index=0, probe="log")

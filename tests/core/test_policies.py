@@ -7,29 +7,7 @@ import pytest
 from builders import JOB, alloc, desired, desired_recipe, frontend, life, observed, step, unit
 from reconciler.core.plan import PlaceReason, RecipeState, RoleCounts, StopReason, WaitReason, plan
 from reconciler.world import ActionFailures, RestartPolicy
-
-
-def sets(rp) -> dict:
-    """The recipe plan as comparable named sets."""
-    return {
-        "submit": tuple(a.spec.index for a in rp.submit),
-        "release": tuple(a.job_id for a in rp.release),
-        "place": tuple((a.unit.name, a.launch.rank, a.reason.name, a.restart) for a in rp.place),
-        "stop": tuple((a.step_id, a.reason.name) for a in rp.stop),
-        "replace": tuple(a.step_id for a in rp.replace),
-        "later": dict(rp.relaunch_later),
-        "waiting": {u: w.reason.name for u, w in rp.waiting.items()},
-    }
-
-
-def expect(**kw) -> dict:
-    base = {"submit": (), "release": (), "place": (), "stop": (), "replace": (), "later": {}, "waiting": {}}
-    return {**base, **{k: (tuple(v) if isinstance(v, list) else v) for k, v in kw.items()}}
-
-
-def run(d, o, now: float = 100.0):
-    p = plan(desired(d), o, now)
-    return p, p.recipes[d.name]
+from builders import sets, expect, run
 
 
 A0, A1, A2 = unit(index=0), unit(index=1), unit(index=2)

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from builders import desired_recipe, frontend, life, observed, service, step, unit
-from test_policies import expect, run, sets
+from builders import expect, run, sets
 
 ETCD, NATS = service("etcd", "infra"), service("nats", "infra")
 MASTER = service("master", "before_workers")

@@ -1,0 +1,109 @@
+"""The real vLLM (its CPU build in .stacks/vllm, scripts/stacks-install.sh) on the real Slurm.
+
+One deployment is started per test module and shared by its tests (a cold start is 1-3
+minutes on two cores and ~3 GB of memory): the tiny random-weights Llama of
+``reconciler.mocker.tiny_llama``, ``vllm serve`` on the host through the cluster config's
+``host_runtime``, the built-in router and the gateway in front.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from load import scaled
+from programs import require_program
+from reconciler.backends.vllm import start_phases
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_BIN = ROOT / ".stacks" / "vllm" / "bin"
+# a cold start on a quiet 2-core machine: imports, then torch.compile's warm-up (96-150 s measured),
+# with room; stretched by the session's load factor (tests/load.py: 10 min were seen on a machine
+# running six other test sessions) and never past the recipe's own health-check budget (1,800 s)
+COLD_START = min(scaled(300.0), 1800.0)
+
+RECIPE = """\
+schema: 2
+name: {name}
+model: {{path: {model}}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: vllm}}
+roles:
+  agg:
+    workers: {workers}
+    gpus: 1
+    args: {{max-model-len: 256, dtype: float32{args}}}
+frontend: {{type: builtin}}
+{extra}"""
+
+
+def require_vllm() -> Path:
+    require_program("vllm", VLLM_BIN / "vllm")
+    return VLLM_BIN / "python"
+
+
+def write_cluster_config(tmp: Path) -> None:
+    """``vllm serve`` from .stacks/vllm on the host: its bin first on PATH, 1 GiB of KV cache,
+    a scratch HOME (torch.compile's cache), no hub."""
+    home = tmp / "home"
+    home.mkdir(exist_ok=True)
+    (tmp / "srtslurm.yaml").write_text(json.dumps({
+        "host_runtime": {"python": str(VLLM_BIN / "python"), "env": {
+            "PATH": f"{VLLM_BIN}:/usr/local/bin:/usr/bin:/bin", "VLLM_CPU_KVCACHE_SPACE": "1",
+            "HOME": str(home), "HF_HUB_OFFLINE": "1"}},
+    }))
+
+
+def recipe(name: str, model: Path, workers: int = 1, args: str = "", extra: str = "") -> str:
+    return RECIPE.format(name=name, model=model, workers=workers, args=args, extra=extra)
+
+
+@dataclass(frozen=True)
+class StartSplit:
+    """Where a cold start's time went, from the reconciler's launch to Ready."""
+
+    slurm: float     # launch (sbatch/srun issued) -> the step's process started
+    imports: float   # the process started -> vLLM's first log line
+    load: float      # the weights loaded (vLLM's own figure)
+    warmup: float    # profile, KV cache and warm-up (vLLM's own figure, torch.compile)
+    total: float     # launch -> Ready as the reconciler recorded it
+
+    def row(self) -> str:
+        rest = self.total - self.slurm - self.imports - self.load - self.warmup
+        return (f"slurm {self.slurm:.1f} s, import {self.imports:.1f} s, load {self.load:.2f} s, "
+                f"warm-up {self.warmup:.1f} s, the rest (engine core start, API server, probe) {rest:.1f} s; "
+                f"launch to Ready {self.total:.1f} s")
+
+
+def step_started(step_id: str) -> float:
+    """The step's start (squeue's START_TIME, whole seconds) as epoch seconds."""
+    out = subprocess.run(["squeue", "-h", "-s", "-j", step_id.split(".")[0], "-o", "%i|%S"],
+                         capture_output=True, text=True, timeout=30).stdout
+    for line in out.splitlines():
+        sid, _, start = line.partition("|")
+        if sid == step_id:
+            return datetime.strptime(start.strip(), "%Y-%m-%dT%H:%M:%S").timestamp()
+    raise AssertionError(f"step {step_id} not in squeue: {out!r}")
+
+
+def split(log: Path, launched: float, step_start: float, ready_after: float) -> StartSplit:
+    """The split of one life, from its log (the engine's own lines) and the reconciler's record."""
+    phases = start_phases(log.read_text(errors="replace"), datetime.fromtimestamp(launched).year)
+    missing = {"first_line", "load", "warmup"} - set(phases)
+    assert not missing, f"{log}: vLLM's log shows no {sorted(missing)} yet"
+    return StartSplit(slurm=max(0.0, step_start - launched), imports=max(0.0, phases["first_line"] - step_start),
+                      load=phases["load"], warmup=phases["warmup"], total=ready_after)
+
+
+def wait_log(log: Path, pattern: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and re.search(pattern, log.read_text(errors="replace")):
+            return
+        time.sleep(1)
+    raise AssertionError(f"{log}: no {pattern!r} within {timeout:.0f} s")
