@@ -14,9 +14,9 @@ from reconciler.desired.scale import Scale
 from reconciler.desired.topology import generation
 from reconciler.drivers.state import StateDir
 from reconciler.mocker.metrics import EngineMetrics
-from reconciler.shell import engine_metrics as em
+from reconciler.shell.elastic import engine_metrics as em
 from reconciler.shell.readiness import router_sync
-from reconciler.shell.autoscale import Autoscaler
+from reconciler.shell.elastic.autoscale import Autoscaler
 from reconciler.shell.record import write_endpoints
 from reconciler.world import Observed
 from support.autoscale import converge
@@ -181,7 +181,7 @@ def test_pending_capacity_is_asked_for_once_and_released_when_the_count_drops():
     assert [a.job_id for a in p.actions if isinstance(a, CancelAlloc)] == pending
     # what describe reports for it: Slurm's reason and expected start of the pending allocation
     from reconciler.core.plan.pending import PendingInfo
-    from reconciler.shell.autoscale import coming
+    from reconciler.shell.elastic.autoscale import coming
 
     c.pending = True
     sc = {"r": Scale({"agg": 2})}

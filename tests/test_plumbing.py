@@ -60,7 +60,7 @@ def _at_zero(tmp_path: Path):
 
 
 def _decide_with_held(tmp_path: Path, monkeypatch, held: int) -> dict:
-    from reconciler.shell import autoscale
+    from reconciler.shell.elastic import autoscale
     from reconciler.shell.gateway import holder_supervisor
     from reconciler.shell.readiness import probe
 

@@ -15,7 +15,7 @@ from reconciler.drivers.state import StateDir
 from reconciler.recipe.autoscale import AutoscaleConfig
 from reconciler.shell.gateway import holder_supervisor
 from reconciler.shell.gateway import wake_eta
-from reconciler.shell.autoscale import Autoscaler
+from reconciler.shell.elastic.autoscale import Autoscaler
 from harness import _ranges
 from tests.helpers import post, wait_until
 

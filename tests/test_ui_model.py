@@ -10,7 +10,7 @@ from reconciler.drivers.state import StateDir
 from reconciler.ui import model
 from reconciler.ui.page import PAGE
 
-# the shape shell/autoscale.py writes (its "last" per role and the decisions' history)
+# the shape shell/elastic/autoscale.py writes (its "last" per role and the decisions' history)
 AUTOSCALE = {
     "recipe": "r", "roles": {"agg": {"target": 1, "built": 1}},
     "last": {"agg": {"at": "2026-12-06T10:00:30Z", "ask": 1, "reason": "steady", "inputs": {"waiting": 0},

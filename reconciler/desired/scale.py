@@ -1,6 +1,6 @@
 """The autoscaler's counts, taken by the topology stage: the recipe with each role's ``workers``.
 
-The autoscaler (``core/plan/autoscale.py`` decides, ``shell/autoscale.py`` keeps its memory)
+The autoscaler (``core/plan/autoscale.py`` decides, ``shell/elastic/autoscale.py`` keeps its memory)
 hands the pipeline one ``Scale`` per recipe: a count per role and the workers that drain (out of
 the routers, still running). The topology stage builds the recipe at those counts, so every stage
 after it (placement, the sources, the frontend's worker list) sees one consistent recipe: there is

@@ -27,7 +27,7 @@ from reconciler.drivers import Driver
 from reconciler.errors import ReconcilerError
 from reconciler.fsutil import atomic_write_text
 from reconciler.core.ports import NodePortAllocator
-from reconciler.shell.autoscale import Autoscaler
+from reconciler.shell.elastic.autoscale import Autoscaler
 from reconciler.shell.execute import Executor
 from reconciler.shell.readiness import canary
 from reconciler.shell.gateway import holder_supervisor

@@ -17,7 +17,7 @@ from reconciler.shell.status import build_status
 from reconciler.timefmt import iso
 from reconciler.shell import reasons
 from reconciler.shell.readiness import router_sync
-from reconciler.shell.autoscale import Autoscaler
+from reconciler.shell.elastic.autoscale import Autoscaler
 from reconciler.desired.runtime import endpoints_path
 from reconciler.shell.gateway.record import facts as gateway_facts
 from reconciler.world import FRONTEND

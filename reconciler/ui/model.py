@@ -11,7 +11,7 @@ from pathlib import Path
 from reconciler.recipe import namespaces
 from reconciler.timefmt import iso
 from reconciler.shell import benchmarks
-from reconciler.shell.autoscale import FILE as AUTOSCALE_FILE
+from reconciler.shell.elastic.autoscale import FILE as AUTOSCALE_FILE
 
 DECISIONS_SHOWN = 50  # the newest autoscaler decisions across deployments
 
@@ -90,7 +90,7 @@ def build(ctl, names: list[str], settings: dict) -> dict:
 
 
 def autoscaler(sd, names: list[str]) -> dict:
-    """What the autoscaler (shell/autoscale.py) last decided per autoscaled deployment and role, with
+    """What the autoscaler (shell/elastic/autoscale.py) last decided per autoscaled deployment and role, with
     what it measured, and its recent count changes, newest first. ``available``: some deployment is
     autoscaled and has been looked at (reconcile.autoscale); the page says so otherwise."""
     roles: dict[str, dict] = {}

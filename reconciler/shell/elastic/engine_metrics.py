@@ -4,7 +4,7 @@ The mocker exports vLLM's names. Each quantity is looked up under every stack's 
 carries one stack's, so the first found counts. TRT-LLM (1.1, through Dynamo's ``trtllm_``
 prefix) exports no queue, running or KV gauge: only its latency histograms and request counter
 are read, and a role sized on ``waiting_per_worker`` there sees no queue (docs/operations.md).
-Parsing and the arithmetic are pure; the scrape itself is ``shell/autoscale.py``'s.
+Parsing and the arithmetic are pure; the scrape itself is ``shell/elastic/autoscale.py``'s.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from reconciler.desired.scale import Scale
 from reconciler.drivers.state import StateDir
 from reconciler.recipe.autoscale import AutoscaleConfig
 from reconciler.recipe.model import Recipe
-from reconciler.shell import engine_metrics as em
+from reconciler.shell.elastic import engine_metrics as em
 from reconciler.shell.readiness import canary
 from reconciler.shell.readiness import probe
 from reconciler.shell.gateway import holder_supervisor
