@@ -265,7 +265,7 @@ class Observed:
     # unit key -> failed probes in a row of its old life (a surging worker's) since that life was
     # Ready: one slow /health answer must not take the old life out of the routers (0: Ready now, or never)
     previous_failures: Mapping[tuple[str, str, int], int] = field(default_factory=dict)
-    # (recipe, role, spec hash) -> the finished rollout-analysis runs of lives of that spec (shell/analysis.py)
+    # (recipe, role, spec hash) -> the finished rollout-analysis runs of lives of that spec (shell/gates/analysis_runs.py)
     analysis: Mapping[tuple[str, str, str], tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
 
     @cached_property

@@ -1,4 +1,4 @@
-"""shell/analysis.py: the runs read back as facts, one real runner per recipe started from the plan's
+"""shell/gates/analysis_runs.py: the runs read back as facts, one real runner per recipe started from the plan's
 asks, adopted across a restart (running.json), and stopped when no longer asked for."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from helpers import wait_until
 from reconciler.core.plan.results import Measure, Plan, RecipePlan
 from reconciler.drivers.state import StateDir
-from reconciler.shell.analysis import Analyzer, read_runs, run_dir
+from reconciler.shell.gates.analysis_runs import Analyzer, read_runs, run_dir
 from reconciler.world import Analysis, Desired, DesiredRecipe
 
 PLAN = json.dumps({"type": "rollout-analysis", "isl": 8, "osl": 4, "max_error_rate": 0.0, "timeout": 60,

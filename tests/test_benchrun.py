@@ -128,7 +128,7 @@ def test_the_last_run_as_prometheus_gauges_and_a_deleted_recipes_go():
 
 
 def test_history_reads_summaries_oldest_first_and_skips_strangers(tmp_path):
-    from reconciler.shell.benchmarks import brief, history, last, line
+    from reconciler.shell.gates.bench_results import brief, history, last, line
 
     d = tmp_path / "r" / "benchmarks"
     d.mkdir(parents=True)

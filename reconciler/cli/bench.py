@@ -18,7 +18,7 @@ from reconciler.recipe import namespaces
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 def benchmarks(name: str, state: str, output: str) -> None:
     """NAME's benchmark runs: status, req/s, output tok/s, TTFT and ITL p50/p99, errors, the spec measured."""
-    from reconciler.shell.benchmarks import bench_dir, history
+    from reconciler.shell.gates.bench_results import bench_dir, history
 
     key = namespaces.from_ref(name)
     runs = history(Path(state), key)

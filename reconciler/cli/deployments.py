@@ -68,7 +68,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
             raise ReconcilerError(f"no recipe named {', '.join(missing)} in {manifests}")
         all_names = [n for n in all_names if n in names]
     from reconciler.cli.waits import allocation_waits
-    from reconciler.shell import benchmarks
+    from reconciler.shell.gates import bench_results
 
     queued = allocation_waits(snap.plan, snap.observed)
     rows = []
@@ -99,7 +99,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
             "nodes": sorted({n for w in st["workers"] for n in w["nodes"]}),
             "pendingAllocations": st.get("pendingAllocations", []),
             "autoscale": autoscale_view.summary(sd, name, st["roles"]),
-            "benchmark": benchmarks.brief(benchmarks.last(sd.root, name)),
+            "benchmark": bench_results.brief(bench_results.last(sd.root, name)),
         })
     return rows
 

@@ -54,10 +54,10 @@ def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: st
                   if a.job_id in o.deadlines else {}),
                **(o.pending[a.job_id].doc(snap.now) if a.job_id in o.pending else {})}
               for a in o.allocs_of(name)]
-    from reconciler.shell import benchmarks
+    from reconciler.shell.gates import bench_results
 
-    bench = {"state": benchmarks.now_state(snap.desired.recipes.get(name), o, rp),
-             "last": benchmarks.last(sd.root, name)}
+    bench = {"state": bench_results.now_state(snap.desired.recipes.get(name), o, rp),
+             "last": bench_results.last(sd.root, name)}
     return {"name": name, "phase": st.get("phase", "Unknown"), "endpoint": st.get("endpoint"),
             "servedModel": st.get("servedModel") or sd.status(name).get("servedModel"),
             "benchmark": bench if bench["state"] or bench["last"] else None,
@@ -128,7 +128,7 @@ def describe(name: str, manifests: str, state: str, driver: str | None, port_ran
         click.echo(f"  last lost: {lost['message']} (at {lost['at']})")
     autoscale_view.print_describe(doc["autoscale"])
     if doc["benchmark"]:
-        from reconciler.shell.benchmarks import line
+        from reconciler.shell.gates.bench_results import line
 
         b = doc["benchmark"]
         click.echo("Benchmark:" + (f" {b['state']}" if b["state"] else ""))

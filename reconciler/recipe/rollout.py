@@ -1,6 +1,6 @@
 """``reconcile.rollout``: how a spec change replaces workers, and ``rollout.analysis``: a surging
 worker's new life is measured before it takes requests, and replaces the old life only if it
-passes (reconciler/core/plan/analysis.py decides, reconciler/shell/analysis.py measures). Every
+passes (reconciler/core/plan/analysis.py decides, reconciler/shell/gates/analysis_runs.py measures). Every
 number is bounded: a typo must not start a benchmark of a million requests against a deployment
 that serves users."""
 

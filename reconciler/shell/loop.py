@@ -49,8 +49,8 @@ from reconciler.shell.lease import wait_for_lease
 from reconciler.timefmt import iso
 from reconciler.world import Observed
 from reconciler.desired.sources.benchmark import ROLE as BENCHMARK_ROLE
-from reconciler.shell.benchmarks import Announcer
-from reconciler.shell.analysis import Analyzer
+from reconciler.shell.gates.bench_results import Announcer
+from reconciler.shell.gates.analysis_runs import Analyzer
 
 log = structlog.get_logger("reconciler")
 TICK_BACKOFF_MAX = 60.0  # seconds between attempts when whole ticks keep failing (e.g. squeue is down)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from reconciler.recipe import namespaces
 from reconciler.timefmt import iso
-from reconciler.shell import benchmarks
+from reconciler.shell.gates import bench_results
 from reconciler.shell.elastic.autoscale import FILE as AUTOSCALE_FILE
 
 DECISIONS_SHOWN = 50  # the newest autoscaler decisions across deployments
@@ -79,7 +79,7 @@ def build(ctl, names: list[str], settings: dict) -> dict:
         st = sd.status(name)
         if not st or st.get("phase") == "Deleted":
             continue
-        bench = benchmarks.brief(benchmarks.last(sd.root, name))  # the last run (reconcile.benchmark)
+        bench = bench_results.brief(bench_results.last(sd.root, name))  # the last run (reconcile.benchmark)
         deps.append(deployment(name, st, sd.launches(name), bench))
     return {
         "generatedAt": iso(time.time()), "settings": settings,

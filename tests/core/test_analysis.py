@@ -37,7 +37,7 @@ def spec(workers=1, speed=10):
 
 
 def run(index, against, gen="", tok=300.0, p90=50.0, ended=150.0, status="Succeeded", reason=""):
-    """A finished benchrun summary as shell/analysis.py reads it back (``gen``: the recipe's
+    """A finished benchrun summary as shell/gates/analysis_runs.py reads it back (``gen``: the recipe's
     generation a new life was measured for)."""
     return {"status": status, "reason": reason, "against": against, "generation": gen, "index": index,
             "output_tok_s": tok, "levels": [{"ttft_p90_ms": p90}], "ended": ended}

@@ -178,7 +178,7 @@ class Wait:
 
 @dataclass(frozen=True)
 class Measure:
-    """A life to measure for the rollout analysis (shell/analysis.py runs it, one at a time per recipe)."""
+    """A life to measure for the rollout analysis (shell/gates/analysis_runs.py runs it, one at a time per recipe)."""
 
     recipe: str
     role: str
