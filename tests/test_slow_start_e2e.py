@@ -110,9 +110,15 @@ def mine(evs: list[dict], name: str, unit: str) -> list[dict]:
             or (e["kind"] == "CancelStep" and f"({name}/{unit}:" in e["message"])]
 
 
+# what status.json says of a life judged failed (shell/reasons.py); a relaunched life's row may
+# still name how the life before it ended (Killed: the test's scancel), which is no mark on it
+JUDGED = {"StartupTimeout", "Unhealthy", "CrashLoopBackOff", "FatalLogLine"}
+
+
 def watch_loading(h: Harness, name: str, until: float, seen: list[dict]) -> None:
-    """While lives load: every worker row of status.json is Starting or Ready, never Failed,
-    BackOff or given a failure reason (sampled every second; kept in ``seen`` for the message)."""
+    """While lives load: every worker row of status.json is Starting or Ready, never Failed or
+    BackOff, never given a reason that judges a life failed (sampled every second; kept in
+    ``seen`` for the message)."""
     while time.monotonic() < until:
         try:
             rows = [w for w in status(h, name)["workers"] if w["role"] == "agg"]
@@ -121,7 +127,7 @@ def watch_loading(h: Harness, name: str, until: float, seen: list[dict]) -> None
             continue
         seen.append({w["name"]: (w["phase"], w.get("reason")) for w in rows})
         for w in rows:
-            assert w["phase"] not in ("Failed", "BackOff"), seen[-3:]
+            assert w["phase"] not in ("Failed", "BackOff") and w.get("reason") not in JUDGED, seen[-3:]
         if rows and all(w["phase"] == "Ready" for w in rows):
             return
         time.sleep(1)
@@ -167,6 +173,7 @@ def first_start(h: Harness, name: str) -> None:
         took = rec.get("readyAfter", rec.get("lastReadyAfter"))
         assert took is not None and took >= STARTUP, rec  # it did load for the minute
     assert any(s.get("agg_0", ("",))[0] == "Starting" for s in seen), seen[:3]
+    assert all(r is None for s in seen for _, r in s.values()), seen  # a first start has no reason at all
 
 
 def killed_worker(h: Harness, name: str, endpoint: str) -> None:
