@@ -16,6 +16,8 @@ so those are blocks of consecutive ports.
 from __future__ import annotations
 
 import json
+import re
+from datetime import datetime
 from typing import ClassVar
 
 
@@ -247,3 +249,26 @@ class VLLMBackend(VLLMEngine, Backend):
 
     def fatal_log_patterns(self, mode: Mode) -> tuple[str, ...]:
         return (r"EngineDeadError", r"Engine core proc .* died unexpectedly")
+
+
+# vLLM's own log lines that mark the phases of a start (vLLM 0.32's wording): the prefix of every
+# line it writes, the weights loaded, and the engine's profile + KV cache + warm-up (torch.compile)
+_STAMP = re.compile(r"^\((\w+) pid=\d+\) \w+ (\d\d-\d\d \d\d:\d\d:\d\d) ")
+_LOADED = re.compile(r"Loading weights took ([\d.]+) seconds")
+_WARMED = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
+
+
+def start_phases(log_text: str, year: int) -> dict[str, float]:
+    """What a vLLM life's log says of its start: ``first_line`` (epoch seconds of its first
+    timestamped line, vLLM's own clock, whole seconds: the imports end there), ``load`` and
+    ``warmup`` (seconds, vLLM's own figures). A phase the log does not show yet is absent.
+    ``year``: vLLM's stamps carry none."""
+    out: dict[str, float] = {}
+    for line in log_text.splitlines():
+        if "first_line" not in out and (m := _STAMP.match(line)):
+            out["first_line"] = datetime.strptime(f"{year}-{m.group(2)}", "%Y-%m-%d %H:%M:%S").timestamp()
+        if "load" not in out and (m := _LOADED.search(line)):
+            out["load"] = float(m.group(1))
+        if "warmup" not in out and (m := _WARMED.search(line)):
+            out["warmup"] = float(m.group(1))
+    return out

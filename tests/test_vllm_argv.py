@@ -1,0 +1,114 @@
+"""Every vLLM command rendered from the corpus is one the installed vLLM's own parser accepts.
+
+The corpus (srt-slurm v1 recipes and the schema 2 examples) is rendered as the reconciler
+would launch it; each engine command (``vllm serve ...`` and ``python -m dynamo.vllm ...``)
+is handed to ``tests/vllm_argv_check.py`` under the Python of .stacks/vllm, which parses it
+with vLLM 0.32's ``vllm serve`` parser (or, for Dynamo's worker, vLLM's engine arguments
+after the flags Dynamo 1.6.1's own parser owns) and its validation. Nothing is started.
+An unknown flag or a bad value fails the test with the recipe and vLLM's message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from reconciler.desired.admission import load_file
+from reconciler.desired.render import render_units
+from reconciler.errors import RecipeError
+from support.vllm import ROOT, require_vllm
+
+CHECK = Path(__file__).with_name("vllm_argv_check.py")
+# Refusals of flags the *recipe* writes in its role args (passed through as written, as srtctl
+# does), for the older vLLM of the recipe's own container: vLLM 0.32 no longer has them. A
+# refusal not listed here -- any flag the backend itself renders, or a new one -- fails the test,
+# and so does an entry no recipe triggers any more.
+RECIPES_OLDER_VLLM = {
+    "--disable-log-requests": "removed in vLLM 0.11 (logging is off unless --enable-log-requests)",
+    "--compilation-config": "pass_config.enable_fusion/enable_attn_fusion/enable_noop were renamed (fuse_*) in vLLM 0.11",
+}
+_FLAG = re.compile(r"unrecognized arguments: (--[\w-]+)|argument (--[\w-]+)")
+DYNAMO_PY = ROOT / ".stacks" / "dynamo" / "bin" / "python"
+
+
+def _engine_argv(argv: tuple[str, ...]) -> list[str] | None:
+    """The engine's own command inside a launch's argv (after any wrapper), or None."""
+    for i, a in enumerate(argv):
+        if a == "serve" and i > 0 and Path(argv[i - 1]).name.startswith("vllm"):
+            return list(argv[i - 1:])
+        if a == "dynamo.vllm" and i > 0 and argv[i - 1] == "-m":
+            return ["python3", *argv[i - 1:]]
+    return None
+
+
+def _rendered(corpus: Path) -> list[dict]:
+    items = []
+    for f in sorted(p for sub in ("srt-slurm-v1", "srt-slurm-v2") for p in (corpus / sub).rglob("*.yaml")):
+        try:
+            loaded = load_file(f)
+        except RecipeError:
+            continue  # refused for a named reason: test_corpus.py holds that list
+        for lr in loaded:
+            if not any(lr.recipe.engine_for(m).type == "vllm" for m, _ in lr.recipe.roles.items()):
+                continue
+            for u in render_units(lr.recipe, None, Path("/state")):
+                for launch in u.launches:
+                    if (argv := _engine_argv(launch.argv)) is not None:
+                        rel = f.relative_to(corpus)
+                        items.append({"id": f"{rel} [{lr.recipe.name}] {u.role}_{u.index} rank {launch.rank}",
+                                      "argv": argv})
+    return items
+
+
+@pytest.mark.timeout(900)
+def test_every_rendered_vllm_command_parses_with_vllms_own_parser(corpus, summary):
+    python = require_vllm()
+    items = _rendered(corpus)
+    serve = sum("serve" in it["argv"][:2] for it in items)
+    assert serve >= 5 and len(items) - serve >= 50, f"too few vLLM commands rendered: {serve} serve, {len(items) - serve} dynamo.vllm"
+    flags = subprocess.run([str(DYNAMO_PY), str(CHECK), "--list-dynamo-flags"], capture_output=True, text=True,
+                           timeout=300, check=True).stdout
+    assert "--disaggregation-mode" in json.loads(flags)
+    r = subprocess.run([str(python), str(CHECK), "--dynamo-flags", flags], input=json.dumps(items),
+                       capture_output=True, text=True, timeout=800)
+    assert r.returncode == 0, f"the check itself failed: {r.stderr[-3000:]}"
+    out = json.loads(r.stdout)
+    assert out["checked"] == len(items)
+    refused = {x["id"]: x["error"] for x in out["refused"]}
+    flag_of = {k: next((g for g in m.groups() if g), None) if (m := _FLAG.search(v)) else None for k, v in refused.items()}
+    skew = {k: v for k, v in refused.items() if flag_of[k] in RECIPES_OLDER_VLLM}
+    summary(f"vllm argv: {len(items)} engine commands from the corpus ({serve} vllm serve, "
+            f"{len(items) - serve} dynamo.vllm) parsed by vLLM 0.32's own parser: {len(items) - len(refused)} accepted, "
+            f"{len(skew)} refused for a flag the recipe itself writes for an older vLLM "
+            f"({', '.join(sorted({flag_of[k] for k in skew}))})")
+    unexpected = {k: v for k, v in refused.items() if k not in skew}
+    assert not unexpected, "vLLM refuses rendered commands:\n" + "\n".join(f"{k}: {v}" for k, v in sorted(unexpected.items()))
+    stale = set(RECIPES_OLDER_VLLM) - {flag_of[k] for k in skew}
+    assert not stale, f"no recipe writes these any more: drop them from RECIPES_OLDER_VLLM: {stale}"
+    # and each listed flag really is the recipe's own (in its role args), never one the backend adds
+    for k in skew:
+        recipe_file = corpus / k.split(" [", 1)[0]
+        assert flag_of[k].removeprefix("--") in recipe_file.read_text(), (k, flag_of[k])
+
+
+def test_the_check_refuses_an_unknown_flag_and_a_bad_value():
+    """The parser really parses: an unknown flag and a value of the wrong type are refused by name."""
+    python = require_vllm()
+    items = [{"id": "ok", "argv": ["vllm", "serve", "/m", "--max-model-len", "256", "--dtype", "float32"]},
+             {"id": "unknown", "argv": ["vllm", "serve", "/m", "--no-such-flag", "1"]},
+             {"id": "value", "argv": ["vllm", "serve", "/m", "--max-model-len", "lots"]},
+             {"id": "dyn-ok", "argv": ["python3", "-m", "dynamo.vllm", "--model", "/m", "--disaggregation-mode", "decode",
+                                       "--enforce-eager"]},
+             {"id": "dyn-bad", "argv": ["python3", "-m", "dynamo.vllm", "--model", "/m", "--tensor-parallel-size", "x"]}]
+    r = subprocess.run([str(python), str(CHECK), "--dynamo-flags", json.dumps({"--disaggregation-mode": "1"})],
+                       input=json.dumps(items), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    refused = {x["id"]: x["error"] for x in json.loads(r.stdout)["refused"]}
+    assert set(refused) == {"unknown", "value", "dyn-bad"}, refused
+    assert "--no-such-flag" in refused["unknown"]
+    assert "--max-model-len" in refused["value"]
+    assert "--tensor-parallel-size" in refused["dyn-bad"]
