@@ -229,7 +229,7 @@ def test_nats_payload_option_writes_a_server_config():
     ("services:\n  - {name: a, command: [x], readiness: {port: 1, log: {pattern: x}}}\n", "services.0.readiness",
      "exactly one"),
     ("services:\n  - {name: a, command: [x], readiness: {log: {pattern: '('}}}\n",
-     "services.0.readiness.log.pattern", "regular expression"),
+     "services.0.readiness.log.pattern", "cannot be matched in linear time (missing )"),
     ("services:\n  - {name: a, command: [x], readiness: {file: {path: r, mode: any}}}\n",
      "services.0.readiness.file.mode", "unknown key"),
     ("services:\n  - {name: a, command: [x], readiness: {file: {}}}\n", "services.0.readiness.file.path",

@@ -8,6 +8,7 @@ import typing
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator
+from reconciler.logpattern import PatternError, compile_pattern
 
 
 def _flat(tp: Any) -> set:
@@ -128,45 +129,12 @@ def _arg_name(k: str) -> str:
 ArgName = Annotated[str, AfterValidator(_arg_name)]
 
 
-def _children(av: Any) -> list:
-    from re import _parser
-
-    if isinstance(av, _parser.SubPattern):
-        return [av]
-    if isinstance(av, (tuple, list)):
-        return [c for x in av for c in _children(x)]
-    return []
-
-
-def _unbounded_repeats(items, inside: bool = False) -> bool:
-    """Whether an unbounded repeat holds a repeat of variable length (``(\\w+\\s?)*``,
-    ``(a{1,5})+``): the ways to split a line between them grow exponentially, and logs are
-    scanned inside the tick. ``inside``: within such an unbounded repeat."""
-    from re import _constants as c
-
-    for op, av in items:
-        # a possessive repeat (a++) never backtracks: only the greedy and lazy ones count
-        if op in (c.MAX_REPEAT, c.MIN_REPEAT):
-            lo, hi, body = av
-            if inside and lo != hi:
-                return True
-            if _unbounded_repeats(body, inside or hi == c.MAXREPEAT):
-                return True
-        elif any(_unbounded_repeats(sub, inside) for sub in _children(av)):
-            return True
-    return False
-
-
 def check_regex(p: str) -> str:
-    """A recipe's log pattern: valid, and without nested unbounded repeats (catastrophic backtracking)."""
-    from re import _parser
-
+    """A recipe's log pattern: one RE2 matches in linear time (reconciler/logpattern.py), so no
+    line a worker prints can stall the tick; what RE2 cannot do is refused here, at the key."""
     try:
-        re.compile(p)
-    except re.error as e:
-        raise ValueError(f"not a valid regular expression {p!r}: {e}") from None
-    if _unbounded_repeats(_parser.parse(p)):
-        raise ValueError(f"{p!r} repeats a repeat (like (a+)* or (\\w+\\s?)*), which can take exponential "
-                         "time on a log line; write it without the nesting")
+        compile_pattern(p)
+    except PatternError as e:
+        raise ValueError(str(e)) from None
     return p
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from reconciler.drivers.base import step_log_paths
 from reconciler.world import life_name
+from reconciler.logpattern import compile_pattern
 
 # what says "this is why it died" when the backend names no pattern of its own
 GENERIC_FATAL = re.compile(r"(?i)(\w*(error|exception)\b|\bfatal\b|\bpanic(ked)?\b|segmentation fault|out of memory)")
@@ -52,7 +53,7 @@ def first_fatal_line(path: Path, patterns: tuple[str, ...]) -> str | None:
             text = f.read(SCAN_BYTES).decode(errors="replace")
     except OSError:
         return None
-    compiled = [re.compile(p) for p in patterns]
+    compiled = [compile_pattern(p) for p in patterns]  # RE2: linear in the line, as the tick's scan
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     found = next((ln for ln in lines if any(p.search(ln) for p in compiled)), None) \
         or next((ln for ln in lines if GENERIC_FATAL.search(ln) and not ln.startswith("Traceback")), None)

@@ -9,12 +9,12 @@ state/.
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from reconciler.drivers.base import step_log_paths
+from reconciler.logpattern import compile_pattern
 from reconciler.world import Unit
 
 SCAN_LIMIT = 1 << 20  # bytes of new log read per worker and tick
@@ -76,13 +76,14 @@ class HealthTracker:
 
     def scan_logs(self, unit: Unit) -> None:
         """Look for the first fatal line of this life in each rank's log (and a readiness line)."""
-        ready_pattern = re.compile(unit.probe_arg) if unit.probe == "log" else None
+        # RE2 (reconciler/logpattern.py): a recipe's pattern cannot backtrack the tick into a stall
+        ready_pattern = compile_pattern(unit.probe_arg) if unit.probe == "log" else None
         if not unit.fatal_patterns and ready_pattern is None:
             return
         life = self.life(unit.key)
         if life.fatal or (not unit.fatal_patterns and life.log_ready):
             return
-        patterns = [re.compile(p) for p in unit.fatal_patterns]
+        patterns = [compile_pattern(p) for p in unit.fatal_patterns]
         for launch in unit.launches:
             path = step_log_paths(self.state_root, unit.recipe, unit.life, launch.rank).log
             try:
