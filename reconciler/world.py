@@ -374,6 +374,7 @@ class DesiredRecipe:
     draining: frozenset[str] = frozenset()  # scale-down victims: out of the routers until drained (desired/scale.py)
     analysis: Analysis | None = None  # a surge life is measured before it is routed (core/plan/analysis.py)
     served_model: str = ""  # the name clients send in a request's "model" (desired/runtime.py): get, describe, the page
+    dependents: Mapping[tuple[str, int], tuple] | None = field(default=None, compare=False)  # core/plan/dependents
 
     def policy(self, role: str) -> RestartPolicy:
         return self.restart.get(role, RestartPolicy())

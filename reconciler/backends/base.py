@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from collections.abc import Mapping
 
 from reconciler.recipe.mooncake import MooncakeKVStoreConfig
-from reconciler.recipe.topology import MODES, Endpoint, Mode, Process, RoleLayout, allocate, processes_per_node
+from reconciler.recipe.topology import MODES, Allocation, Endpoint, Mode, Process, processes_per_node
 
 if TYPE_CHECKING:
     from reconciler.recipe.model import Recipe
@@ -82,9 +82,12 @@ class Backend:
     mooncake_kv_store: MooncakeKVStoreConfig | None
 
     # ---------------------------------------------------------------- binding
-    def bind(self, recipe: Recipe) -> Backend:
+    def bind(self, recipe: Recipe, allocation: Allocation | None = None) -> Backend:
+        """``allocation``: the build's role layouts and workers (one per build, shared by the
+        recipe's engines); without it the backend computes its own from the recipe."""
         b = copy.copy(self)
         object.__setattr__(b, "_recipe", recipe)
+        object.__setattr__(b, "_allocation", allocation)
         return b
 
     @property
@@ -101,12 +104,11 @@ class Backend:
 
     # ---------------------------------------------------------------- required
     def allocate_endpoints(self) -> list[Endpoint]:
-        """Logical worker allocation over node ordinals and GPUs."""
-        r = self.recipe
-        layouts: dict[Mode, RoleLayout] = r.role_layouts()
-        self.check_modes(tuple(layouts))
-        endpoints, _ = allocate(layouts, r.resources.gpus_per_node, r.resources.spread_workers)
-        return endpoints
+        """Logical worker allocation over node ordinals and GPUs: the engine checks the recipe's
+        roles and the allocation its build computed once (``recipe.topology.Allocation``)."""
+        allocation = getattr(self, "_allocation", None) or Allocation(self.recipe)
+        self.check_modes(tuple(allocation.layouts))
+        return list(allocation.endpoints)
 
     def endpoints_to_processes(
         self, endpoints: list[Endpoint], hostnames: list[str], ports: Ports, owner_prefix: str

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from reconciler.core.plan.dependents import graph
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.desired.analysis import analysis_spec
 from reconciler.desired.context import Context, context
@@ -141,7 +142,7 @@ def assemble(ctx: Context) -> DesiredRecipe:
     for source in SOURCES:
         offer = source.offer(ctx, earlier)
         job_of |= offer.job_of
-        lived = live(offer.lives, recipe, ctx.steps, job_of, ctx.ports, rollout.max_surge, ctx.runtime.config_dir)
+        lived = live(offer.lives, recipe, ctx.steps, job_of, ctx.ports, rollout.max_surge, ctx.container_srun)
         made[source.kind] += lived.units
         earlier += lived.units
         waiting += offer.waiting
@@ -165,6 +166,8 @@ def assemble(ctx: Context) -> DesiredRecipe:
         resize_allocs=where.resize, undersized_allocs=where.undersized, resizing=_resizing(ctx),
         handover_seconds=recipe.reconcile.handover_seconds, time_limit_seconds=slurm_seconds(recipe.slurm.time_limit),
         analysis=analysis_spec(ctx), served_model=ctx.runtime.served_model_name,
+        # who reads each service's address: once per build (kept with the build cache), not per plan
+        dependents=graph(made["services"], (*made["services"], *made["workers"], *made["frontend"])),
     )
 
 

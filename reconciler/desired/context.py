@@ -14,14 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.backends.base import Runtime
-from reconciler.backends.registry import backend_of
+from reconciler.backends.registry import Engines
 from reconciler.core.ports import NodePortAllocator
 from reconciler.desired.placement import Placement
-from reconciler.desired.services.spec import discovery_of
 from reconciler.core.slots import choose_slots
 from reconciler.desired.services.units import ADDRESSED_KINDS, MOVING_KINDS, discovery_env, host_of
 from reconciler.desired.topology import Topology
-from reconciler.desired.runtime import _container, runtime_for
+from reconciler.desired.runtime import _container, container_srun_options, runtime_for
 from reconciler.recipe.model import Recipe
 from reconciler.world import Step
 
@@ -38,10 +37,16 @@ class Context:
     service_slots: Mapping[str, int]  # a moving service's role -> the slot of its current life
     container: str | None  # the job's container image (None: the workers run on the hosts)
     addresses_known: bool  # every etcd/NATS/Mooncake address the workers get is known
+    container_srun: Mapping[str, str]  # a container step's own srun flags and mounts (passes.wrap)
 
     @property
     def recipe(self) -> Recipe:
         return self.top.recipe
+
+    @property
+    def backends(self) -> Engines:
+        """The recipe's backends, bound once by the topology stage."""
+        return self.top.backends
 
     @property
     def dedicated_host(self) -> str | None:
@@ -59,11 +64,13 @@ def context(top: Topology, where: Placement, ports: NodePortAllocator, state_dir
     recipe = top.recipe
     ded = where.hosts.get(top.dedicated) if top.dedicated is not None else None
     slots = service_slots(top, where, steps, ports)
-    env = discovery_env(recipe, list(top.services), discovery_of(recipe), where.head, ports, state_dir, ded, slots)
+    env = discovery_env(recipe, list(top.services), top.facts.discovery, where.head, ports, state_dir, ded, slots)
     known = not any(s.kind in ADDRESSED_KINDS and not s.external and host_of(s, where.head, ded) is None
                     for s in top.services)
-    return Context(top, where, ports, Path(state_dir), runtime_for(recipe, state_dir, python), tuple(steps), env,
-                   slots, _container(recipe, backend_of(recipe)), known)
+    backend = top.backends.serving
+    runtime = runtime_for(recipe, state_dir, python, backend)
+    return Context(top, where, ports, Path(state_dir), runtime, tuple(steps), env, slots, _container(recipe, backend),
+                   known, container_srun_options(recipe, runtime.config_dir, backend))
 
 
 def service_slots(top: Topology, where: Placement, steps: list[Step], ports: NodePortAllocator) -> dict[str, int]:

@@ -25,13 +25,15 @@ from dataclasses import replace
 
 from reconciler.desired.services.layout import NodeLayout, packing
 from reconciler.recipe.model import Recipe
-from reconciler.recipe.topology import Endpoint
+from reconciler.recipe.topology import Endpoint, Mode, RoleLayout
 
 EXTRA_BASE = 1 << 20  # the first extra worker's node ordinal (a file with more nodes: after them)
 
 
-def layout_at(recipe: Recipe, file: NodeLayout, counts: Mapping[str, int] | None) -> NodeLayout:
-    """``file`` (the file's layout) at the autoscaler's ``counts`` (role -> workers)."""
+def layout_at(recipe: Recipe, file: NodeLayout, counts: Mapping[str, int] | None,
+              layouts: Mapping[Mode, RoleLayout]) -> NodeLayout:
+    """``file`` (the file's layout) at the autoscaler's ``counts`` (role -> workers); ``layouts``:
+    the file's role layouts (the topology stage's, computed once)."""
     if not counts:
         return file
     cfg = recipe.reconcile.autoscale
@@ -41,7 +43,7 @@ def layout_at(recipe: Recipe, file: NodeLayout, counts: Mapping[str, int] | None
     base = first_extra
     out: list[Endpoint] = []
     extra: list[Endpoint] = []
-    for mode, lay in recipe.role_layouts().items():
+    for mode, lay in layouts.items():
         f = lay.workers
         room = max(maxes.get(mode, f), f)  # the block is sized for max: one role's count never moves another's
         count = min(counts.get(mode, f), room)

@@ -17,9 +17,8 @@ from reconciler.backends import dynamo_install
 from reconciler.backends.base import Runtime, _norm, cli_args, static_args
 from reconciler.core.ports import NodePortAllocator
 from reconciler.recipe.model import Recipe
-from reconciler.desired.runtime import _container, endpoints_path
+from reconciler.desired.runtime import endpoints_path
 from reconciler.world import FRONTEND, Launch, Unit, life_name
-from reconciler.backends.registry import backend_of
 
 # flags the reconciler sets itself (the probe and `get` rely on them): frontend.port, not args
 OWNED_ARGS = {"builtin": ("host", "port", "life"), "dynamo": ("http-port", "http-host"), "sglang-router": ("host", "port"),
@@ -36,21 +35,22 @@ def owned_arg(recipe: Recipe) -> str | None:
 
 def frontend_unit(recipe: Recipe, head: str, ports: NodePortAllocator, runtime: Runtime, state_dir: Path,
                   disc_env: Mapping[str, str] | None = None, workers: Sequence[Unit] = (), slot: int = 0,
-                  index: int = 0) -> Unit | None:
-    """``workers``: the placed worker units (a static router is given their URLs at start);
+                  index: int = 0, *, job_container: str | None) -> Unit | None:
+    """``job_container``: the job's container image (the context's, computed once; None: the hosts);
+    ``workers``: the placed worker units (a static router is given their URLs at start);
     ``slot``: the life slot (the built-in router's second life shares its port; a Dynamo frontend's
     has its own, for a hand-over: it reads the successor's etcd/NATS);
     ``index``: which of the recipe's frontends (``frontend.num_additional_frontends``), on ``head``
     meaning the node it runs on."""
-    if recipe.frontend.type == "builtin":
+    if recipe.frontend.type == "builtin":  # the project's router: on the host, never in the container
         unit = builtin(recipe, head, ports, runtime, state_dir, disc_env or {}, slot, index)
     elif recipe.frontend.type in STATIC:
-        unit = STATIC[recipe.frontend.type](recipe, head, ports, runtime, workers) if index == 0 else None
+        unit = STATIC[recipe.frontend.type](recipe, head, ports, runtime, workers, job_container) if index == 0 else None
     elif recipe.frontend.type == "dynamo":
-        unit = dynamo(recipe, head, ports, runtime, state_dir, disc_env or {}, index, slot)
+        unit = dynamo(recipe, head, ports, runtime, state_dir, disc_env or {}, index, slot, job_container)
     else:
-        build = BUILDERS.get(recipe.frontend.type)
-        unit = build(recipe, head, ports, runtime, state_dir, disc_env or {}, index) if build else None
+        build = MANAGED.get(recipe.frontend.type)
+        unit = build(recipe, head, ports, runtime, index, job_container) if build else None
     # Ready means it answers: the model listed and a one-token completion through it (shell/readiness/probe.py)
     return replace(unit, canary=runtime.served_model_name) if unit is not None else None
 
@@ -91,10 +91,9 @@ def builtin(recipe, head, ports, runtime, state_dir, disc_env, slot: int = 0, in
     return replace(u, slot=slot, shares_port=True, health_path=f"/health?life={'ab'[slot]}")
 
 
-def dynamo(recipe, head, ports, runtime, state_dir, disc_env, index: int = 0, slot: int = 0) -> Unit:
+def dynamo(recipe, head, ports, runtime, state_dir, disc_env, index: int, slot: int, job_container: str | None) -> Unit:
     """srtctl: ``python3 -m dynamo.frontend --http-port=P`` + frontend.args, in the job container."""
     port = _port(recipe, head, ports, index, slot)
-    job_container = _container(recipe, backend_of(recipe))
     container = (recipe.frontend.container_image or job_container) if job_container else None
     pre = dynamo_install.preamble(recipe) if container else []
     argv = [*pre, runtime.engine_python, "-m", "dynamo.frontend", f"--http-port={port}"]
@@ -107,24 +106,26 @@ def dynamo(recipe, head, ports, runtime, state_dir, disc_env, index: int = 0, sl
     return replace(_unit(recipe, head, port, argv, env, container, "/metrics", index=index), slot=slot)
 
 
-def sglang_router(recipe, head, ports, runtime, state_dir, disc_env, index: int = 0) -> Unit:
+def sglang_router(recipe, head, ports, runtime, index: int, job_container: str | None) -> Unit:
     """srtctl: ``python -m sglang_router.launch_router`` with the workers' URLs. Here it starts with
     none and the shell adds and removes workers through its /workers API as they turn Ready."""
     pd = ["--pd-disaggregation"] if recipe.disaggregated else []
-    return _managed_router(recipe, head, ports, runtime, "sglang_router.launch_router", pd, "sglang-router", index)
+    return _managed_router(recipe, head, ports, runtime, "sglang_router.launch_router", pd, "sglang-router", index,
+                           job_container)
 
 
-def vllm_router(recipe, head, ports, runtime, state_dir, disc_env, index: int = 0) -> Unit | None:
+def vllm_router(recipe, head, ports, runtime, index: int, job_container: str | None) -> Unit | None:
     """``python -m vllm_router.launch_router`` (the ``vllm-router`` console script), started with no
     worker: the shell adds and removes them through its /workers API, as for the SGLang router.
     Its PD mode wants the prefill URLs on the command line at start: not started there (yet)."""
     if recipe.disaggregated:
         return None
-    return _managed_router(recipe, head, ports, runtime, "vllm_router.launch_router", [], "vllm-router", index)
+    return _managed_router(recipe, head, ports, runtime, "vllm_router.launch_router", [], "vllm-router", index,
+                           job_container)
 
 
 def _managed_router(recipe, head, ports, runtime, module: str, pre: list[str], worker_api: str,
-                    index: int = 0) -> Unit:
+                    index: int, job_container: str | None) -> Unit:
     """A router started empty whose worker set the shell keeps (shell/readiness/router_sync.py)."""
     port = _port(recipe, head, ports, index)
     metrics = ports.allocate(head, _owner(recipe, index), "prometheus")
@@ -134,11 +135,11 @@ def _managed_router(recipe, head, ports, runtime, module: str, pre: list[str], w
         argv += ["--prometheus-port", str(metrics), "--prometheus-host", "0.0.0.0"]
     argv += cli_args(args)
     env = {"PYTHONUNBUFFERED": "1", **recipe.environment, **recipe.frontend.env}
-    return _unit(recipe, head, port, argv, env, _container(recipe, backend_of(recipe)), None, worker_api,
+    return _unit(recipe, head, port, argv, env, job_container, None, worker_api,
                  {"http": port, "prometheus": metrics}, index)
 
 
-def atomesh(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit | None:
+def atomesh(recipe, head, ports, runtime, workers: Sequence[Unit], job_container: str | None) -> Unit | None:
     """srtctl: ``atomesh launch`` with the workers' URLs on its command line (a static router), then
     ``--host 0.0.0.0 --port P --backend atom`` and frontend.args. It starts once a worker is Ready;
     a worker placed later (scale-up, a new allocation) changes its command line: it is restarted.
@@ -156,13 +157,12 @@ def atomesh(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit | Non
         argv += ["--worker-urls", *urls["agg"]]
     argv += ["--host", "0.0.0.0", "--port", str(port), "--backend", "atom", *static_args(recipe.frontend.args)]
     env = {**recipe.environment, **recipe.frontend.env}
-    job_container = _container(recipe, backend_of(recipe))
     container = (recipe.frontend.container_image or job_container) if job_container else None
     unit = _unit(recipe, head, port, argv, env, container, None)
     return replace(unit, health_path="/workers")
 
 
-def tilert_router(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit | None:
+def tilert_router(recipe, head, ports, runtime, workers: Sequence[Unit], job_container: str | None) -> Unit | None:
     """srtctl: ``python -m tilert.pd_vllm.pd_router --vllm-url <prefill> --decode host:ctrl:http ...
     --host 0.0.0.0 --port P`` + frontend.args (``--decode`` once: it takes every decode worker).
     Static, like atomesh: a worker placed later restarts it. Readiness GET /health."""
@@ -176,7 +176,6 @@ def tilert_router(recipe, head, ports, runtime, workers: Sequence[Unit]) -> Unit
             "--decode", *[f"{u.nodes[0]}:{u.ports['ctrl']}:{u.ports['http']}" for u in decode],
             "--host", "0.0.0.0", "--port", str(port), *static_args(recipe.frontend.args)]
     env = {**recipe.environment, **recipe.frontend.env}
-    job_container = _container(recipe, backend_of(recipe))
     container = (recipe.frontend.container_image or job_container) if job_container else None
     return _unit(recipe, head, port, argv, env, container, None)
 
@@ -210,7 +209,7 @@ def check(recipe: Recipe) -> tuple[str, str] | None:
 
 
 STATIC: dict[str, Callable[..., Unit | None]] = {"atomesh": atomesh, "tilert-router": tilert_router}
-BUILDERS: dict[str, Callable[..., Unit | None]] = {
-    "builtin": builtin, "dynamo": dynamo, "sglang-router": sglang_router, "sgl-router": sglang_router,
-    "vllm-router": vllm_router,
+# routers started empty, given their workers through an API: (recipe, head, ports, runtime, index, job_container)
+MANAGED: dict[str, Callable[..., Unit | None]] = {
+    "sglang-router": sglang_router, "sgl-router": sglang_router, "vllm-router": vllm_router,
 }

@@ -21,24 +21,24 @@ from dataclasses import dataclass, field, replace
 from reconciler.core.ports import NodePortAllocator
 from reconciler.core.slots import choose_slots, surge_flips
 from reconciler.desired.preambles import with_cluster_preamble
-from reconciler.desired.runtime import container_srun_options
 from reconciler.desired.sources.base import Key, Life
 from reconciler.recipe.model import Recipe
 from reconciler.world import Step, Unit, life_name, spec_hash
 
 
-def finish(unit: Unit | None, recipe: Recipe, config_dir: str) -> Unit | None:
+def finish(unit: Unit | None, recipe: Recipe, container_srun: Mapping[str, str]) -> Unit | None:
+    """``container_srun``: the recipe's container flags (``runtime.container_srun_options``), computed
+    once per build by the context stage."""
     if unit is None:
         return None
-    unit = with_cluster_preamble(wrap(unit, recipe, config_dir), recipe)
+    unit = with_cluster_preamble(wrap(unit, container_srun), recipe)
     return replace(unit, spec_hash=spec_hash(unit.launches, unit.container, unit.files, unit.srun_options))
 
 
-def wrap(unit: Unit, recipe: Recipe, config_dir: str) -> Unit:
-    """A container step with srtctl's container flags under its own srun options."""
+def wrap(unit: Unit, own: Mapping[str, str]) -> Unit:
+    """A container step with srtctl's container flags (``own``) under its own srun options."""
     if not unit.container:
         return unit
-    own = container_srun_options(recipe, config_dir)
     merged = {**own, **dict(unit.srun_options)}
     if merged["container-mounts"] != own["container-mounts"]:
         # a recipe's own mounts add to the model and config mounts the argv relies on
@@ -54,7 +54,7 @@ class Lived:
 
 
 def live(lives: tuple[Life, ...], recipe: Recipe, steps: tuple[Step, ...], job_of: Mapping[Key, str],
-         ports: NodePortAllocator, max_surge: int, config_dir: str) -> Lived:
+         ports: NodePortAllocator, max_surge: int, container_srun: Mapping[str, str]) -> Lived:
     if not lives:
         return Lived(())
     by_key = {life.key: life for life in lives}
@@ -62,7 +62,7 @@ def live(lives: tuple[Life, ...], recipe: Recipe, steps: tuple[Step, ...], job_o
     slot = _slots(lives, recipe.name, mine, job_of, ports)
 
     def build(key: Key, s: int) -> Unit | None:
-        return finish(by_key[key].build(s), recipe, config_dir)
+        return finish(by_key[key].build(s), recipe, container_srun)
 
     units = {life.key: build(life.key, slot[life.key]) for life in lives}
     surging = [u for life in lives if life.surges and (u := units[life.key]) is not None]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reconciler.desired import preambles
-from reconciler.backends.base import Runtime
+from reconciler.backends.base import Backend, Runtime
 from reconciler.recipe.model import Recipe
 from reconciler.backends.registry import backend_of
 
@@ -17,14 +17,15 @@ DIRECT_FRONTENDS = ("vllm", "sglang")
 MODEL_MOUNT = "/model"  # where srtctl mounts a local model directory in the container
 
 
-def runtime_for(recipe: Recipe, state_dir: Path, python: str = "python3") -> Runtime:
-    backend = backend_of(recipe)
+def runtime_for(recipe: Recipe, state_dir: Path, python: str = "python3", backend: Backend | None = None) -> Runtime:
+    """``backend``: the recipe's, bound once by its build (bound here without it)."""
+    backend = backend or backend_of(recipe)
     path = recipe.model.path
     if path.startswith("hf:"):
         # srtctl: the engine gets the bare Hugging Face id and downloads it itself
         path = path[3:]
     return Runtime(
-        model_path=MODEL_MOUNT if _model_mount(recipe) else path,
+        model_path=MODEL_MOUNT if _model_mount(recipe, backend) else path,
         served_model_name=backend.get_served_model_name(default_served_name(recipe, backend.type)),
         frontend_type=recipe.frontend.type,
         config_dir=str(Path(state_dir).absolute() / recipe.name / "configs"),
@@ -49,10 +50,10 @@ def default_served_name(recipe: Recipe, engine: str) -> str:
     return path.removeprefix("hf:") or recipe.name
 
 
-def _model_mount(recipe: Recipe) -> str | None:
+def _model_mount(recipe: Recipe, backend: Backend | None = None) -> str | None:
     """The host directory mounted at /model: a local model path, when workers run in containers."""
     path = recipe.model.path
-    if not _containers_used(recipe) or path.startswith("hf:") or not path.startswith("/"):
+    if not _containers_used(recipe, backend) or path.startswith("hf:") or not path.startswith("/"):
         return None
     return path
 
@@ -61,15 +62,15 @@ def _containers_allowed(recipe: Recipe, backend) -> bool:
     return recipe.reconcile.container_runtime != "none" and backend.uses_container()
 
 
-def _containers_used(recipe: Recipe) -> bool:
-    return _containers_allowed(recipe, backend_of(recipe)) and any(
+def _containers_used(recipe: Recipe, backend: Backend | None = None) -> bool:
+    return _containers_allowed(recipe, backend or backend_of(recipe)) and any(
         (r.container or recipe.model.container) for _, r in recipe.roles.items())
 
 
-def container_srun_options(recipe: Recipe, config_dir: str) -> dict[str, str]:
+def container_srun_options(recipe: Recipe, config_dir: str, backend: Backend | None = None) -> dict[str, str]:
     """srtctl's container flags: the model at /model, the config files, the recipe's mounts; no home, no entrypoint."""
     mounts = {}
-    if (model := _model_mount(recipe)):
+    if (model := _model_mount(recipe, backend)):
         mounts[model] = MODEL_MOUNT
     mounts[config_dir] = config_dir  # engine config files are written there on the host
     mounts |= preambles.configs_mount(recipe)  # srtctl's configs directory at /configs (setup_script)

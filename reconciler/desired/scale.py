@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from reconciler.recipe.model import Recipe
+from reconciler.recipe.topology import Mode, RoleLayout
 
 
 @dataclass(frozen=True)
@@ -24,10 +25,10 @@ class Scale:
         return tuple(sorted(self.counts.items()))
 
 
-def scaled(recipe: Recipe, counts: Mapping[str, int]) -> Recipe:
+def scaled(recipe: Recipe, counts: Mapping[str, int], layouts: Mapping[Mode, RoleLayout]) -> Recipe:
     """``recipe`` with ``roles.<role>.workers`` set from ``counts``. Each worker keeps the GPUs the
-    file gives it; the role's nodes follow from the count (a colocated role stays colocated)."""
-    layouts = recipe.role_layouts()
+    file gives it (``layouts``: the file's, computed once by the topology stage); the role's nodes
+    follow from the count (a colocated role stays colocated)."""
     changed = {}
     for role, n in counts.items():
         lay = layouts.get(role)  # type: ignore[call-overload]

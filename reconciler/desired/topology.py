@@ -4,6 +4,11 @@ What a recipe asks for before anything is observed: its workers over node ordina
 engine's layout rules; the autoscaler's extra workers on nodes of their own: desired/elastic.py),
 the services it runs, srtctl's dedicated node when one is reserved, and the engines per worker
 (shadow-engine recovery). The next stage places it on allocations.
+
+Facts every later stage reads are computed here once per build and carried down, never derived
+from the recipe again: the role layouts and the endpoint allocation (``recipe.topology.Allocation``),
+the recipe's backends, bound once (``backends.registry.engines``), the Mooncake store and the
+discovery plane (``services.spec.Facts``).
 """
 
 from __future__ import annotations
@@ -14,12 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from reconciler.backends.failover import engines_per_worker
+from reconciler.backends.registry import Engines, engines
 from reconciler.desired.elastic import layout_at
 from reconciler.desired.scale import scaled
 from reconciler.desired.services.layout import NodeLayout, file_layout
-from reconciler.desired.services.spec import ServiceSpec, resolve
+from reconciler.desired.services.mooncake import store_of
+from reconciler.desired.services.spec import Facts, ServiceSpec, discovery_of, resolve
 from reconciler.recipe.model import Recipe
-from reconciler.recipe.topology import Endpoint
+from reconciler.recipe.topology import Allocation, Endpoint
 
 
 @dataclass(frozen=True)
@@ -29,6 +36,8 @@ class Topology:
     layout: NodeLayout  # the workers over node ordinals, the dedicated node (desired/elastic.py)
     services: tuple[ServiceSpec, ...]  # implied, then declared (external ones included)
     engines: int  # engines per worker: 1, or 1 + shadow engines
+    backends: Engines  # the recipe's backends, bound once (to ``recipe``)
+    facts: Facts  # the file's workers and nodes, the Mooncake store, the discovery plane
 
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:
@@ -56,6 +65,12 @@ def topology(recipe: Recipe, gen: str | None = None, counts: Mapping[str, int] |
     """``counts``: the autoscaler's workers per role (desired/scale.py); the generation stays the file's,
     and so do the file's workers' places (desired/elastic.py)."""
     gen = gen or generation(recipe)
-    specs = resolve(recipe)
-    lay = layout_at(recipe, file_layout(recipe, specs), counts)
-    return Topology(scaled(recipe, counts) if counts else recipe, gen, lay, tuple(specs), engines_per_worker(recipe))
+    allocation = Allocation(recipe)  # the file's layouts and workers, whatever the counts
+    at = scaled(recipe, counts, allocation.layouts) if counts else recipe
+    # bound to the recipe the sources build from; the counts change no engine's checks or knobs
+    backends = engines(at, allocation)
+    eps = tuple(backends.endpoints())  # each engine checks its roles, then the shared allocation
+    facts = Facts(allocation.layouts, eps, allocation.nodes, store_of(recipe), discovery_of(recipe))
+    specs = resolve(recipe, facts)
+    lay = layout_at(recipe, file_layout(eps, allocation.nodes, specs), counts, allocation.layouts)
+    return Topology(at, gen, lay, tuple(specs), engines_per_worker(recipe), backends, facts)

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from functools import cached_property
+from typing import Any, Literal, Protocol
 
 from reconciler.errors import KeyedError
 from reconciler.labels import engine_role
@@ -192,6 +193,44 @@ def _place_role(
         used[node] = offset + lay.gpus
         out.append(Endpoint(lay.mode, i, (node,), tuple(range(offset, offset + lay.gpus)), gpn))
     return out
+
+
+class Laid(Protocol):
+    """What an allocation reads of a recipe (``recipe.model.Recipe``, which imports this module)."""
+
+    resources: Any
+
+    def role_layouts(self) -> dict[Mode, RoleLayout]: ...
+
+
+class Allocation:
+    """A recipe's role layouts and its workers over node ordinals, each computed at most once per
+    build and handed to every engine of the recipe (``Backend.bind``), never re-derived from the
+    recipe by each. Lazy, so that an engine's own checks run before them as they always did: a
+    recipe's first error stays the one it reports. ``allocate`` itself takes numbers only (srtctl's
+    ``allocate_endpoints``: worker counts, GPUs per worker and node), not the recipe."""
+
+    def __init__(self, recipe: Laid):
+        self._recipe = recipe
+
+    @cached_property
+    def layouts(self) -> dict[Mode, RoleLayout]:
+        return self._recipe.role_layouts()
+
+    @cached_property
+    def _placed(self) -> tuple[tuple[Endpoint, ...], int]:
+        res = self._recipe.resources
+        endpoints, nodes = allocate(self.layouts, res.gpus_per_node, res.spread_workers)
+        return tuple(endpoints), nodes
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        return self._placed[0]
+
+    @property
+    def nodes(self) -> int:
+        """The worker nodes the file's layout takes (srtctl's node list)."""
+        return self._placed[1]
 
 
 def processes_per_node(ep: Endpoint, hostnames: list[str]) -> list[tuple[str, int]]:

@@ -16,39 +16,41 @@ service's ``{port}``), or when it lists the service in ``Unit.needs`` (a failove
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from reconciler.core.plan.classify import Classified
 from reconciler.core.plan.results import CancelStep, StopReason
-from reconciler.world import DesiredRecipe, Step
+from reconciler.world import DesiredRecipe, Step, Unit
 
 UnitKey = tuple[str, int]
-_cache: dict[int, tuple[DesiredRecipe, dict[UnitKey, tuple[UnitKey, ...]]]] = {}
 
 
-def dependents(d: DesiredRecipe) -> dict[UnitKey, tuple[UnitKey, ...]]:
-    """service (role, index) -> the units that read its address, in a stable order. Cached per
-    desired recipe object (the desired build is cached too: one scan per spec change)."""
-    hit = _cache.get(id(d))
-    if hit is not None and hit[0] is d:
-        return hit[1]
+def dependents(d: DesiredRecipe) -> Mapping[UnitKey, tuple[UnitKey, ...]]:
+    """service (role, index) -> the units that read its address, in a stable order: the graph the
+    desired build computed once with the units (``DesiredRecipe.dependents``, kept with its build
+    cache); a desired recipe made otherwise (by hand, in a test) has it computed here."""
+    return d.dependents if d.dependents is not None else graph(d.services, d.all_units)
+
+
+def graph(services: Sequence[Unit], units: Sequence[Unit]) -> dict[UnitKey, tuple[UnitKey, ...]]:
+    """service (role, index) -> the units among ``units`` that read its address (``host:port`` of
+    any of its ports, in their argv, environment or files) or list it in ``Unit.needs``."""
     where: dict[str, UnitKey] = {}
-    for s in d.services:
+    for s in services:
         if s.nodes:
             for port in s.ports.values():
                 where[f"{s.nodes[0]}:{port}"] = (s.role, s.index)
     out: dict[UnitKey, list[UnitKey]] = {}
-    for u in d.all_units:
+    for u in units:
         key = (u.role, u.index)
-        text = "\n".join([*(a for l in u.launches for a in l.argv), *(v for l in u.launches for _, v in l.env),
-                          *u.files.values()])
-        found = {svc for addr, svc in where.items() if svc != key and _names(text, addr)}
-        found |= {n for n in u.needs if n != key}
+        found = {n for n in u.needs if n != key}
+        if where:  # no service address: nothing to look for in what the unit reads
+            text = "\n".join([*(a for l in u.launches for a in l.argv), *(v for l in u.launches for _, v in l.env),
+                              *u.files.values()])
+            found |= {svc for addr, svc in where.items() if svc != key and _names(text, addr)}
         for svc in found:
             out.setdefault(svc, []).append(key)
-    result = {svc: tuple(sorted(units)) for svc, units in out.items()}
-    if len(_cache) > 512:
-        _cache.clear()
-    _cache[id(d)] = (d, result)
-    return result
+    return {svc: tuple(sorted(keys)) for svc, keys in out.items()}
 
 
 def _names(text: str, addr: str) -> bool:

@@ -3,14 +3,18 @@ resolved: each broken rule is a ``ServiceError`` at its key."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from reconciler.backends.base import get_key
 from reconciler.backends.failover import GMS_KIND, JOB_ID_MAX, SOCKET_NAME_MAX, SUN_PATH_MAX, config_of, worker_dir
 from reconciler.errors import ServiceError
+from reconciler.recipe.topology import RoleLayout
 
 
-def check(recipe) -> None:
+def check(recipe, layouts: Mapping[str, RoleLayout] | None = None) -> None:
     """srtctl's rules, each at its key: the Dynamo frontend, no sidecar, no data parallel,
-    ``load-format`` gms or unset. Raises ServiceError."""
+    ``load-format`` gms or unset. Raises ServiceError. ``layouts``: the recipe's role layouts, when
+    its build computed them already."""
     fo = config_of(recipe)
     declared = [(i, s) for i, s in enumerate(recipe.services) if s.type == GMS_KIND and s.enabled]
     if fo is None:
@@ -36,7 +40,7 @@ def check(recipe) -> None:
             raise ServiceError(f"roles.{m}.args.load-format", f"engine.failover loads weights through GMS: "
                                                              f"load-format must be gms or unset, found {lf!r}")
     longest = max((len(worker_dir(fo, recipe.name, "9" * JOB_ID_MAX, m, max(0, lay.workers - 1)))
-                   for m, lay in recipe.role_layouts().items()), default=0) + 1 + SOCKET_NAME_MAX
+                   for m, lay in (layouts if layouts is not None else recipe.role_layouts()).items()), default=0) + 1 + SOCKET_NAME_MAX
     if longest > SUN_PATH_MAX:
         raise ServiceError("engine.failover.shared_dir", f"too long: GMS binds Unix sockets under "
                            f"<shared_dir>/rcl-<job>/<role>_<index>/ and the longest would be {longest} bytes, over "

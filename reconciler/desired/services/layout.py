@@ -11,10 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from reconciler.backends.registry import endpoints_of
-from reconciler.desired.runtime import node_count
 from reconciler.desired.services.types import WORKER_NODES, ServiceSpec
-from reconciler.recipe.model import Recipe
 from reconciler.recipe.topology import Endpoint
 
 
@@ -36,17 +33,18 @@ class NodeLayout:
         return sorted({o for ep in self.endpoints if ep.mode in modes for o in ep.nodes})
 
 
-def dedicated_ordinal(recipe: Recipe, specs: list[ServiceSpec]) -> int | None:
-    """srtctl's ``dedicated``: one more node after the workers', for the services only (None: not asked)."""
+def dedicated_ordinal(nodes: int, specs: list[ServiceSpec]) -> int | None:
+    """srtctl's ``dedicated``: one more node after the workers' ``nodes``, for the services only
+    (None: not asked)."""
     if any(s.placement == "dedicated" and not s.external for s in specs):
-        return node_count(recipe)
+        return nodes
     return None
 
 
-def file_layout(recipe: Recipe, specs: list[ServiceSpec]) -> NodeLayout:
-    """The layout the file asks for (each engine checks its roles): what ``render`` shows."""
-    eps = tuple(endpoints_of(recipe))
-    return NodeLayout(eps, dedicated_ordinal(recipe, specs), node_count(recipe), packing(eps), None, eps)
+def file_layout(endpoints: tuple[Endpoint, ...], nodes: int, specs: list[ServiceSpec]) -> NodeLayout:
+    """The layout the file asks for: its workers (each engine checked its roles) over its ``nodes``
+    worker nodes, and the dedicated node when a service asks for one. What ``render`` shows."""
+    return NodeLayout(endpoints, dedicated_ordinal(nodes, specs), nodes, packing(endpoints), None, endpoints)
 
 
 def packing(endpoints: tuple[Endpoint, ...] | list[Endpoint]) -> dict[int, int]:

@@ -10,6 +10,9 @@ path of the first problem.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from reconciler.errors import ServiceError  # noqa: F401 - raised here, imported from here by callers
 from reconciler.recipe.model import Recipe
@@ -17,7 +20,24 @@ from reconciler.desired.services.kinds import KINDS, NOT_YET, WORKER_PLACEMENTS
 from reconciler.world import SERVICE_PREFIX
 from reconciler.desired.services.types import (  # noqa: F401 - the names callers import from here
     ALLOC_PORT, PHASES, SINGLE, WORKER_NODES, WORKER_ROLES, _ROLE, Discovery, Readiness, ServiceSpec, discovery_of)
+from reconciler.recipe.topology import Endpoint, Mode, RoleLayout
 from reconciler.recipe.types import check_regex
+
+if TYPE_CHECKING:
+    from reconciler.desired.services.mooncake import Store
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What resolving the services reads beyond the recipe, computed once by the topology stage
+    (``desired/topology.py``) and carried on from there: the file's role layouts, workers and node
+    count, the Mooncake store, the discovery plane."""
+
+    layouts: Mapping[Mode, RoleLayout]
+    endpoints: tuple[Endpoint, ...]
+    nodes: int
+    store: Store | None
+    discovery: Discovery
 
 def _implied(recipe: Recipe, disc: Discovery) -> dict[str, str]:
     """name -> what implies it."""
@@ -30,16 +50,17 @@ def _implied(recipe: Recipe, disc: Discovery) -> dict[str, str]:
     return out
 
 
-def resolve(recipe: Recipe) -> list[ServiceSpec]:
+def resolve(recipe: Recipe, facts: Facts | None = None) -> list[ServiceSpec]:
+    """``facts``: the build's (without them each is computed here, where its error was always raised)."""
     from reconciler.backends import failover
     from reconciler.desired.services import mooncake
     from reconciler.desired.services.failover import check as check_failover
 
-    check_failover(recipe)
-    store = mooncake.store_of(recipe)
+    check_failover(recipe, facts.layouts if facts is not None else None)
+    store = facts.store if facts is not None else mooncake.store_of(recipe)
     if store is not None:
         mooncake.check(recipe, store)
-    disc = discovery_of(recipe)
+    disc = facts.discovery if facts is not None else discovery_of(recipe)
     implied = _implied(recipe, disc)
     if store is not None and store.at.startswith("engine"):
         implied[mooncake.KIND] = store.at
@@ -63,7 +84,7 @@ def resolve(recipe: Recipe) -> list[ServiceSpec]:
     for r in roles:
         if roles.count(r) > 1:
             raise ServiceError("services", f"two services share the step role {r!r}: rename one")
-    _same_port_same_node(recipe, out, declared)
+    _same_port_same_node(recipe, out, declared, facts)
     plane = {s.name: s.placement == "dedicated" for s in out if s.kind in ("etcd", "nats") and not s.external}
     if len(set(plane.values())) > 1:  # srtctl: they share the infra node, both or neither
         odd = next(n for n, d in plane.items() if not d)
@@ -262,11 +283,18 @@ def _probe_port(port: int | str) -> dict:
     return {"port_name": "port"} if port == ALLOC_PORT else {"port": port}
 
 
-def _same_port_same_node(recipe: Recipe, specs: list[ServiceSpec], declared: dict[str, int]) -> None:
+def _same_port_same_node(recipe: Recipe, specs: list[ServiceSpec], declared: dict[str, int],
+                         facts: Facts | None) -> None:
     """srtctl: two services probing the same fixed port on one node are refused before anything runs."""
+    from reconciler.backends.registry import engines
     from reconciler.desired.services.layout import file_layout, instance_ordinals
 
-    lay = file_layout(recipe, specs)
+    if facts is None:
+        bound = engines(recipe)
+        eps, nodes = tuple(bound.endpoints()), bound.allocation.nodes
+    else:
+        eps, nodes = facts.endpoints, facts.nodes
+    lay = file_layout(eps, nodes, specs)
     seen: dict[tuple[int, int], str] = {}
     for s in specs:
         if s.external or s.readiness.port is None:

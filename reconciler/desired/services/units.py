@@ -44,11 +44,12 @@ def host_of(spec: ServiceSpec, head: str | None, dedicated: str | None) -> str |
     return dedicated if spec.placement == "dedicated" else head
 
 
-def mooncake_wiring(recipe: Recipe, specs: list[ServiceSpec], head: str | None, ports: NodePortAllocator,
-                    config_dir: str, served_model_name: str, dedicated: str | None = None) -> Wiring | None:
-    """The Mooncake master's address and config files for the workers (None without a master)."""
+def mooncake_wiring(recipe: Recipe, specs: list[ServiceSpec], store: mooncake.Store | None, head: str | None,
+                    ports: NodePortAllocator, config_dir: str, served_model_name: str,
+                    dedicated: str | None = None) -> Wiring | None:
+    """The Mooncake master's address and config files for the workers (None without a master);
+    ``store``: the recipe's (``mooncake.store_of``, computed once by the topology stage)."""
     spec = next((s for s in specs if s.kind == mooncake.KIND), None)
-    store = mooncake.store_of(recipe) if spec is not None else None
     host = host_of(spec, head, dedicated) if spec is not None else None
     if spec is None or store is None or host is None:
         return None

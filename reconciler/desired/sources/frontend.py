@@ -31,7 +31,7 @@ def offer(ctx: Context, earlier: tuple[Unit, ...]) -> Offer:
     for index, node in enumerate(nodes):
         def build(slot: int, node: str = node, index: int = index) -> Unit | None:
             return frontend_unit(ctx.recipe, node, ctx.ports, ctx.runtime, ctx.state_dir, ctx.discovery_env, workers,
-                                 slot, index)
+                                 slot, index, job_container=ctx.container)
 
         first = build(0)
         if first is None and index:

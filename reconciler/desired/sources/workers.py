@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from reconciler.backends.base import Ports, Runtime
 from reconciler.backends.failover import RENDER_JOB, config_of, engines_per_worker, worker_dir
-from reconciler.backends.registry import backend_for
+from reconciler.backends.registry import Engines, engines
 from reconciler.core.slots import in_slot, layout_gpus
 from reconciler.backends import dynamo_install
 from reconciler.desired import netaddr, preambles
@@ -39,7 +39,7 @@ def offer(ctx: Context, earlier: tuple[Unit, ...]) -> Offer:
     placed = ctx.workers
     workers = [(ep.mode, ep.index) for ep in placed]
     needs = per_worker.needs(specs, workers)
-    wiring = mooncake_wiring(recipe, specs, where.head, ctx.ports, ctx.runtime.config_dir,
+    wiring = mooncake_wiring(recipe, specs, top.facts.store, where.head, ctx.ports, ctx.runtime.config_dir,
                              ctx.runtime.served_model_name, ctx.dedicated_host)
     layout = layout_gpus(top.endpoints)
     # only nodes that run a worker here publish their address (netaddr); others keep their name
@@ -47,7 +47,7 @@ def offer(ctx: Context, earlier: tuple[Unit, ...]) -> Offer:
     lives, job_of = [], {}
     for ep in placed:
         job = where.job_of(ep)
-        gpu_engine = backend_for(recipe, ep.mode).needs_gpus()
+        gpu_engine = ctx.backends.of(ep.mode).needs_gpus()
         held = where.held_gpus.get((ep.mode, ep.index), 0)
         for k in range(top.engines):
             e = replace(ep, engine=k)
@@ -56,7 +56,7 @@ def offer(ctx: Context, earlier: tuple[Unit, ...]) -> Offer:
             def build(slot: int, e: Endpoint = e, gpu: bool = gpu_engine, held: int = held) -> Unit:
                 return worker_unit(recipe, in_slot(e, slot, gpu, layout, held), where.hosts, ctx.ports, ctx.runtime,
                                    ctx.discovery_env, wiring, job_of[(e.role, e.index)],
-                                   needs.get((e.mode, e.index), ()), worker_hosts)
+                                   needs.get((e.mode, e.index), ()), worker_hosts, ctx.backends)
 
             def gpus(slot: int, e: Endpoint = e, gpu: bool = gpu_engine, held: int = held) -> tuple[int, ...]:
                 return in_slot(e, slot, gpu, layout, held).gpus
@@ -98,33 +98,35 @@ def worker_units(
 ) -> list[Unit]:
     """The units of ``endpoints`` as they stand, every engine of each (the pipeline builds them one
     at a time, in their life slots: ``desired/sources/workers.py``)."""
-    engines = engines_per_worker(recipe)
-    eps = [replace(ep, engine=k) for ep in endpoints for k in range(engines)]
+    count = engines_per_worker(recipe)
+    eps = [replace(ep, engine=k) for ep in endpoints for k in range(count)]
     hosts = sorted({hostnames[n] for ep in eps for n in ep.nodes})
-    return [worker_unit(recipe, ep, hostnames, ports, runtime, extra_env, mooncake, RENDER_JOB, (), hosts)
+    bound = engines(recipe)
+    return [worker_unit(recipe, ep, hostnames, ports, runtime, extra_env, mooncake, RENDER_JOB, (), hosts, bound)
             for ep in eps]
 
 
 def worker_unit(recipe: Recipe, ep: Endpoint, hostnames: Mapping[int, str], ports: Ports, runtime: Runtime,
                 extra_env: Mapping[str, str] | None, mooncake: Wiring | None, job: str,
-                needs: tuple[tuple[str, int], ...], worker_hosts: list[str]) -> Unit:
-    """One engine of one worker (all of whose node ordinals must be in ``hostnames``);
+                needs: tuple[tuple[str, int], ...], worker_hosts: list[str], bound: Engines) -> Unit:
+    """One engine of one worker (all of whose node ordinals must be in ``hostnames``), run by its
+    role's backend in ``bound`` (the recipe's, bound once per build);
     ``extra_env``: the discovery environment of a Dynamo recipe, under the recipe's own;
     ``mooncake``: the Mooncake master's wiring, over everything else; ``job`` names a failover
     worker's shared directory, ``needs`` what must be Ready before it; ``worker_hosts``: every
     node that runs a worker now (they publish their addresses, ``netaddr``). Its spec hash is
     the pipeline's last pass (``desired/passes.py``)."""
-    ps = backend_for(recipe, ep.mode).endpoints_to_processes([ep], hostnames, ports, f"{recipe.name}/")  # type: ignore[arg-type]
+    ps = bound.of(ep.mode).endpoints_to_processes([ep], hostnames, ports, f"{recipe.name}/")  # type: ignore[arg-type]
     if recipe.frontend.port and recipe.frontend.type in DIRECT_FRONTENDS and ep.name == "agg_0":
         # the worker is the recipe's public endpoint: it serves on frontend.port (srtctl: 8000)
         ps = [replace(ps[0], ports={**ps[0].ports, "http": recipe.frontend.port}), *ps[1:]]
-    return _worker_unit(recipe, ep, ps, hostnames, runtime, extra_env, mooncake, job, needs, worker_hosts)
+    return _worker_unit(recipe, ep, ps, hostnames, runtime, extra_env, mooncake, job, needs, worker_hosts, bound)
 
 
 def _worker_unit(recipe: Recipe, ep: Endpoint, ps: list[Process], hostnames: Mapping[int, str], runtime: Runtime,
                  extra_env: Mapping[str, str] | None, mooncake: Wiring | None, job: str,
-                 needs: tuple[tuple[str, int], ...], worker_hosts: list[str]) -> Unit:
-    backend = backend_for(recipe, ep.mode)
+                 needs: tuple[tuple[str, int], ...], worker_hosts: list[str], bound: Engines) -> Unit:
+    backend = bound.of(ep.mode)
     fo = config_of(recipe)
     srun = backend.get_srun_config()
     container = _container(recipe, backend)
@@ -138,7 +140,7 @@ def _worker_unit(recipe: Recipe, ep: Endpoint, ps: list[Process], hostnames: Map
     pre = preambles.setup_script(recipe, bool(role_container))
     pre += dynamo_install.preamble(recipe) if role_container else []
     role_runtime = runtime
-    if not role_container and runtime.model_path == MODEL_MOUNT and _model_mount(recipe):
+    if not role_container and runtime.model_path == MODEL_MOUNT and _model_mount(recipe, bound.serving):
         role_runtime = replace(runtime, model_path=recipe.model.path)  # this role runs on the host
     launches = []
     for p in ps:
