@@ -16,6 +16,8 @@ import pytest
 from fakes import FakeCluster, recipe
 from reconciler.core.plan import CancelStep, LaunchStep, StopReason, WaitReason
 from reconciler.core.plan.allocations import handover_seconds
+from reconciler.core.plan.quarantine import Failure, Policy, life_span
+from reconciler.core.plan.quarantine import step as qstep
 from reconciler.world import Observed, UnitHealth
 
 TEXT = """\
@@ -133,3 +135,48 @@ def test_the_hand_over_lead_time_is_still_at_most_half_the_time_limit():
     c.converge(s)
     # nothing measured, a 1800 s budget: capped at 300 s, half the 10-minute limit
     assert handover_seconds(c.desired(s).recipes["r"], Observed()) == pytest.approx(300.0)
+
+
+# Node quarantine (3 failures within 600 s by default): a worker that fails at the end of each
+# 300 s load fails once per load, so a 600 s window would never hold three of its failures. A
+# failure counts for ``threshold`` of the failing unit's lives when they are longer than the window.
+Q = Policy(threshold=3, window=600.0, cooldown=900.0)
+
+
+def slow_failure(at: float, span: float) -> Failure:
+    return Failure("n1", at, "exited 1", "r/agg_0", span)
+
+
+QUARANTINE_CASES = [
+    # (case, failures (at, span), now, quarantined)
+    ("one-second lives: three failures in 600 s", [(0, 1), (10, 1), (20, 1)], 20.0, True),
+    ("one-second lives: the first is out of the window", [(0, 1), (300, 1), (610, 1)], 610.0, False),
+    ("lives failing at the end of a 300 s load: 310 s apart", [(0, 300), (310, 300), (630, 300)], 630.0, True),
+    ("lives of 300 s whose failures are 1000 s apart", [(0, 300), (1000, 300), (2000, 300)], 2000.0, False),
+    ("a 200 s load: counted for 600 s, the window", [(0, 200), (305, 200), (610, 200)], 610.0, False),
+]
+
+
+@pytest.mark.parametrize("case, fails, now, quarantined", QUARANTINE_CASES, ids=[c[0] for c in QUARANTINE_CASES])
+def test_quarantine_counts_slow_lives_over_threshold_lives(case, fails, now, quarantined):
+    history: list[Failure] = []
+    q: dict = {}
+    for at, span in fails:
+        history, q = qstep(history, q, [slow_failure(at, span)], float(at), Q)
+    assert ("n1" in q) is quarantined, (case, history)
+
+
+SPAN_CASES = [
+    # (case, the failed life's health, now, its span)
+    ("never Ready, exited 250 s into its load", UnitHealth(launches=1, last_launch=100.0, last_exit=(1, 350.0)), 351.0, 250.0),
+    ("never Ready, stopped for a fatal line now", UnitHealth(launches=1, last_launch=100.0), 220.0, 120.0),
+    ("Ready after a measured 96 s load, then crashed an hour later",
+     UnitHealth(launches=1, last_launch=0.0, was_ready=True, ready_after=96.0, last_exit=(1, 3600.0)), 3601.0, 96.0),
+    ("Ready, nothing measured", UnitHealth(launches=1, last_launch=0.0, was_ready=True, last_exit=(1, 50.0)), 51.0, 0.0),
+    ("never launched by this reconciler", UnitHealth(), 10.0, 0.0),
+]
+
+
+@pytest.mark.parametrize("case, health, now, span", SPAN_CASES, ids=[c[0] for c in SPAN_CASES])
+def test_a_failures_span_is_its_load_or_its_life(case, health, now, span):
+    assert life_span(health, now) == pytest.approx(span), case

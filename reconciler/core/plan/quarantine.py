@@ -13,7 +13,10 @@ The policy (docs/operations.md, "Quarantine"):
   so never so many nodes that a worker becomes unplaceable), and a running allocation of ours
   on it is handed over at once (``plan/allocations.py``) so the failing workers land elsewhere.
   Its failures are forgotten when it enters quarantine: after the cool-down it starts afresh.
-- Failures older than the window are forgotten.
+- Failures older than the window are forgotten — or, for a worker whose lives are long (an
+  engine that loads for minutes and fails at the end of each load), older than ``threshold``
+  such lives (``counted_for``): it can fail only once per life, and must be able to reach the
+  threshold all the same.
 
 Time is an argument; the failures come from the plan's own actions (``failures``).
 """
@@ -24,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from reconciler.core.plan.results import CancelStep, LaunchStep, PlaceReason, StopReason
-from reconciler.world import Observed, Step
+from reconciler.world import Observed, Step, UnitHealth
 
 THRESHOLD = 3
 WINDOW = 600.0
@@ -38,6 +41,9 @@ class Failure:
     at: float
     what: str  # "fatal log line", "lost rank", "launch failed", "exited with a fatal line"
     unit: str  # recipe/unit
+    # the least time the unit takes to fail again: the failed life's length when it never was
+    # Ready (it failed while loading), else its launch-to-Ready (the next life loads first); 0: unknown
+    span: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,8 @@ def failures(actions: Iterable[object], observed: Observed, failed_launches: Ite
             s = steps[a.step_id]
             if a.reason is StopReason.RANK_LOST:
                 continue  # the survivors are stopped; the lost rank's node is charged below
-            out += [Failure(n, now, CHARGED[a.reason], f"{s.recipe}/{a.unit}") for n in s.nodes]
+            span = life_span(observed.health.get(s.unit_key), now)
+            out += [Failure(n, now, CHARGED[a.reason], f"{s.recipe}/{a.unit}", span) for n in s.nodes]
         elif isinstance(a, LaunchStep) and a.reason is PlaceReason.RELAUNCH and a.launch.rank == 0:
             h = observed.health.get(a.unit.key)
             code = h.ended(now)[0] if h else None
@@ -78,24 +85,41 @@ def failures(actions: Iterable[object], observed: Observed, failed_launches: Ite
             if h is not None and h.stopped_for is None and code not in (None, 0) \
                     and f"{a.unit.recipe}/{a.unit.name}" not in bind_failed:
                 what = "exited with a fatal line" if h.fatal else f"exited {code}"
-                out += [Failure(n, now, what, f"{a.unit.recipe}/{a.unit.name}") for n in a.unit.nodes]
+                out += [Failure(n, now, what, f"{a.unit.recipe}/{a.unit.name}", life_span(h, now)) for n in a.unit.nodes]
     for a in actions:  # a worker that lost a rank: the node whose rank is gone
         if isinstance(a, CancelStep) and a.reason is StopReason.RANK_LOST and a.step_id in steps:
             s = steps[a.step_id]
             have = {x.rank for x in observed.steps if x.unit_key == s.unit_key and x.job_id == s.job_id}
             nodes = (rank_nodes or {}).get((s.recipe, a.unit), ())
             gone = [n for r, n in enumerate(nodes) if r not in have]
-            out += [Failure(n, now, "lost rank", f"{s.recipe}/{a.unit}") for n in gone]
+            span = life_span(observed.health.get(s.unit_key), now)
+            out += [Failure(n, now, "lost rank", f"{s.recipe}/{a.unit}", span) for n in gone]
     out += [Failure(n, now, "launch failed", f"{s.recipe}/{s.role}_{s.index}") for s in failed_launches for n in s.nodes]
     seen: set[tuple[str, str]] = set()
     return [f for f in out if (f.node, f.unit) not in seen and not seen.add((f.node, f.unit))]  # type: ignore[func-returns-value]
+
+
+def life_span(h: UnitHealth | None, now: float) -> float:
+    """``Failure.span`` of the unit's life that failed (its last launch up to its end, or now)."""
+    if h is None or h.last_launch is None:
+        return 0.0
+    if h.was_ready:
+        return h.ready_after or h.took or 0.0
+    return max(0.0, h.ended(now)[1] - h.last_launch)
+
+
+def counted_for(f: Failure, policy: Policy) -> float:
+    """How long a failure counts: the window, or ``threshold`` lives of the failing unit when that
+    is longer (a node that breaks a slow engine at the end of each load is charged no more often
+    than once per load)."""
+    return max(policy.window, policy.threshold * f.span)
 
 
 def step(history: Iterable[Failure], quarantined: Mapping[str, Quarantined], new: Iterable[Failure], now: float,
          policy: Policy) -> tuple[list[Failure], dict[str, Quarantined]]:
     """(failures still counted, nodes in quarantine) after this tick."""
     q = {n: x for n, x in quarantined.items() if x.until > now}
-    kept = [f for f in [*history, *new] if now - f.at < policy.window and f.node not in q]
+    kept = [f for f in [*history, *new] if now - f.at < counted_for(f, policy) and f.node not in q]
     per: dict[str, list[Failure]] = {}
     for f in kept:
         per.setdefault(f.node, []).append(f)
@@ -104,7 +128,8 @@ def step(history: Iterable[Failure], quarantined: Mapping[str, Quarantined], new
             kinds = sorted({f.what for f in fs})
             units = sorted({f.unit for f in fs})
             q[node] = Quarantined(node, now, now + policy.cooldown,
-                                  f"{len(fs)} worker failures in {policy.window:g}s ({', '.join(kinds)}; "
+                                  f"{len(fs)} worker failures in {max(counted_for(f, policy) for f in fs):g}s "
+                                  f"({', '.join(kinds)}; "
                                   f"{', '.join(units)})")
     return [f for f in kept if f.node not in q], q
 

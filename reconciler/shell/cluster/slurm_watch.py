@@ -175,7 +175,8 @@ class SlurmWatch:
     def _load(self) -> tuple[list[qpolicy.Failure], dict[str, qpolicy.Quarantined]]:
         raw = self.state.read_json(self.state.root / FILE, {}, lambda x: isinstance(x, dict))
         try:
-            history = [qpolicy.Failure(f["node"], float(f["at"]), f["what"], f["unit"]) for f in raw.get("failures", [])]
+            history = [qpolicy.Failure(f["node"], float(f["at"]), f["what"], f["unit"], float(f.get("span", 0.0)))
+                       for f in raw.get("failures", [])]
             q = {n: qpolicy.Quarantined(n, float(r["since"]), float(r["until"]), r["why"])
                  for n, r in raw.get("quarantined", {}).items()}
         except (KeyError, TypeError, ValueError, AttributeError):
@@ -186,6 +187,7 @@ class SlurmWatch:
         self.state.write_json(self.state.root / FILE, {
             "threshold": self.policy.threshold, "windowSeconds": self.policy.window,
             "cooldownSeconds": self.policy.cooldown,
-            "failures": [{"node": f.node, "at": f.at, "what": f.what, "unit": f.unit} for f in self.history],
+            "failures": [{"node": f.node, "at": f.at, "what": f.what, "unit": f.unit, "span": f.span}
+                         for f in self.history],
             "quarantined": {n: {"since": q.since, "until": q.until, "untilIso": iso(q.until), "why": q.why}
                             for n, q in sorted(self.quarantined.items())}})
