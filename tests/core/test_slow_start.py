@@ -16,8 +16,11 @@ import pytest
 from fakes import FakeCluster, recipe
 from reconciler.core.plan import CancelStep, LaunchStep, StopReason, WaitReason
 from reconciler.core.plan.allocations import handover_seconds
+from reconciler.core.plan.autoscale import Load, RoleFacts, RoleMemory, decide
+from reconciler.core.plan.stop import loading as still_loading
 from reconciler.core.plan.quarantine import Failure, Policy, life_span
 from reconciler.core.plan.quarantine import step as qstep
+from reconciler.recipe.autoscale import AutoscaleConfig
 from reconciler.world import Observed, UnitHealth
 
 TEXT = """\
@@ -180,3 +183,57 @@ SPAN_CASES = [
 @pytest.mark.parametrize("case, health, now, span", SPAN_CASES, ids=[c[0] for c in SPAN_CASES])
 def test_a_failures_span_is_its_load_or_its_life(case, health, now, span):
     assert life_span(health, now) == pytest.approx(span), case
+
+
+# Scale to zero (idle 100 s): a wake-up whose worker loads for minutes. The held requests may
+# give up before it is Ready (a client's timeout, the hold's end); the idle clock must not run
+# while the role's only workers load, or the worker goes before it ever served, and a load longer
+# than the idle period would never end.
+ZERO_CFG = AutoscaleConfig.model_validate({
+    "roles": {"agg": {"min": 0, "max": 4, "target": {"waiting_per_worker": 8}}},
+    "scale_down_after_seconds": 300, "scale_to_zero_after_seconds": 100, "drain_seconds": 0})
+HELD = RoleFacts(0, None, demand=True)
+LOADING = RoleFacts(0, None, loading=True)
+QUEUED = RoleFacts(0, None)  # no request held, the worker not launched yet (its allocation pending)
+SERVING_IDLE = RoleFacts(1, Load(1))
+
+WAKE_CASES = [
+    # (case, [(seconds later, facts)] after the role went to zero, the target after each)
+    ("a request wakes it; the worker loads 150 s after the client gave up: kept, idle from its Ready",
+     [(10, HELD), (20, LOADING), (90, LOADING), (60, LOADING), (60, SERVING_IDLE), (41, SERVING_IDLE)],
+     [1, 1, 1, 1, 1, 0]),
+    ("the same wake-up while its allocation waits in the queue with no request held: released",
+     [(10, HELD), (20, QUEUED), (70, QUEUED), (11, QUEUED)], [1, 1, 1, 0]),
+    ("a load judged failed (past its budget: not loading) and nothing held: the idle clock runs",
+     [(10, HELD), (20, LOADING), (50, QUEUED), (49, QUEUED), (2, QUEUED)], [1, 1, 1, 1, 0]),
+    ("a worker loading beside a Ready one is no demand: an idle role still goes to zero",
+     [(10, HELD), (20, SERVING_IDLE), (101, RoleFacts(1, Load(1), loading=True))], [1, 1, 0]),
+]
+
+
+@pytest.mark.parametrize("case, steps, want", WAKE_CASES, ids=[c[0] for c in WAKE_CASES])
+def test_a_wake_up_still_loading_is_not_idle(case, steps, want):
+    rs = dict(ZERO_CFG.roles.items())["agg"]
+    m = RoleMemory(built=0, target=0, last_busy=0.0)
+    now, out = 1000.0, []
+    for dt, facts in steps:
+        now += dt
+        m = decide(ZERO_CFG, rs, facts, m, now).memory
+        out.append(m.target)
+    assert out == want, case
+
+
+LOADING_STATE = [
+    # (case, health, now, loading) with a 120 s budget
+    ("launched 60 s ago, never Ready", UnitHealth(launches=1, last_launch=0.0, watched_since=0.0), 60.0, True),
+    ("past its budget", UnitHealth(launches=1, last_launch=0.0, watched_since=0.0), 121.0, False),
+    ("Ready once in this life", UnitHealth(launches=1, last_launch=0.0, was_ready=True), 60.0, False),
+    ("nothing known", None, 60.0, False),
+]
+
+
+@pytest.mark.parametrize("case, health, now, want", LOADING_STATE, ids=[c[0] for c in LOADING_STATE])
+def test_loading_is_within_the_budget_and_never_ready(case, health, now, want):
+    c = FakeCluster()
+    c.converge(spec())
+    assert still_loading(c.desired(spec()).recipes["r"], health, now) is want, case

@@ -9,7 +9,10 @@ metrics):
    No metrics (no worker answered, none Ready) changes nothing. The ask is clamped to [min, max];
    below 1 only after ``scale_to_zero_after_seconds`` without a request (opt-in, min 0), and then
    straight to 0 (the idle period is that step's window). Requests held at the gateway
-   (``RoleFacts.demand``) bring a role at zero back to 1 at once (its floor rises too).
+   (``RoleFacts.demand``) bring a role at zero back to 1 at once (its floor rises too). A role
+   whose workers are all still loading (``RoleFacts.loading``: a wake-up, a relaunch) is not idle:
+   a real engine loads for minutes, and releasing it before its first Ready would make every
+   wake-up pay the load again, and never end when the load outlasts the idle period.
 2. **Stabilise.** Scale up to the smallest ask of the last ``scale_up_after_seconds``; down to the
    largest ask of the last ``scale_down_after_seconds`` (HPA ``stabilizationWindowSeconds``).
 3. **Rate-limit.** At most max(``workers``, ``percent`` % of the count at the period's start) added
@@ -64,6 +67,8 @@ class RoleFacts:
     load: Load | None  # None: no worker answered its metrics
     victims_busy: bool = False  # a draining victim still runs or queues requests
     demand: bool = False  # requests came to the frontend for this role (what brings a role back from zero)
+    # a worker of the role was launched and is loading within its startup budget, never Ready yet
+    loading: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,9 @@ def compute_autoscale(cfg: AutoscaleConfig, facts: Mapping[str, RoleFacts], memo
 
 
 def _busy_at(f: RoleFacts, m: RoleMemory, now: float) -> float | None:
-    return now if (f.load is not None and f.load.busy) or f.demand else m.last_busy
+    # no Ready worker and one loading: the idle clock starts at its Ready (or once it is judged failed)
+    waking = f.loading and f.ready == 0
+    return now if (f.load is not None and f.load.busy) or f.demand or waking else m.last_busy
 
 
 def decide(cfg: AutoscaleConfig, rs: RoleScale, f: RoleFacts, m: RoleMemory, now: float,

@@ -80,6 +80,13 @@ def old_life_serving(d: DesiredRecipe, ready: bool, failures: int) -> bool:
     return ready or 0 < failures < d.liveness_failures
 
 
+def loading(d: DesiredRecipe, h: UnitHealth | None, now: float, timeout: float | None = None) -> bool:
+    """A life launched and never Ready, still within its startup grace (``liveness``'s rule: not
+    judged failed yet). The caller knows the life has a step (a life that ended is not loading)."""
+    grace = d.startup_grace if timeout is None else timeout
+    return h is not None and not h.was_ready and h.grace_from is not None and now - h.grace_from <= grace
+
+
 def startup_deadline(d: DesiredRecipe, v: UnitView) -> float | None:
     """When a running, never-Ready worker runs out of startup grace (for requeue_after)."""
     h = v.health

@@ -20,6 +20,7 @@ import structlog
 from reconciler.core.plan.autoscale import (
     Load, RoleFacts, RoleMemory, compute_autoscale, from_json, start, to_json,
 )
+from reconciler.core.plan.stop import loading as still_loading
 from reconciler.desired.scale import Scale
 from reconciler.drivers.state import StateDir
 from reconciler.recipe.autoscale import AutoscaleConfig
@@ -127,12 +128,16 @@ class Autoscaler:
         # a router with no worker left; a client's request then fails over to the holder, which counts it
         at_zero = all(m.target == 0 for m in mem.values())
         demand = held > 0 or (through and not at_zero)
+        launched = {(s.role, s.index) for s in o.steps_of(name) if not s.terminating}
         for role in roles:
             mine = [u for u in serving if u.role == role]
             load = self._load(mine, pages, now, allowance)
             busy_victims = any(_busy(pages.get(_url(u))) or now - self._left.setdefault(u.key, now) < d.surge_pickup_seconds
                                for u in victims if u.role == role)
-            facts[role] = RoleFacts(len(mine), load, busy_victims, demand)
+            # a wake-up's (or relaunch's) worker still loading: the role is not idle (scale to zero)
+            loading = any(still_loading(d, o.health.get(u.key), now) for u in d.units if u.role == role
+                          and (u.role, u.index) in launched and not o.ready.get(u.key))
+            facts[role] = RoleFacts(len(mine), load, busy_victims, demand, loading)
         for u in victims:  # a victim's reading is not kept once it is gone
             self._before.pop(_url(u), None)
         for key in [k for k in self._left if k[0] == name and k not in {u.key for u in victims}]:
