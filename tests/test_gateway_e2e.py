@@ -14,21 +14,12 @@ from harness import scancel
 from helpers import wait_until
 from reconciler.shell.gateway.sweep import master_pid
 from reconciler.shell.gateway.record import prefix_of
+from support.recipes import GATEWAYED as RECIPE
 from support.gateways import _serves, _only_frontend_killed
 from support.record import events
 from support.clusters import slurm_h  # noqa: F401 - the fixture h: a harness on the real Slurm
 
 pytestmark = [pytest.mark.slurm, pytest.mark.needs("nginx")]
-
-RECIPE = """\
-schema: 2
-name: {name}
-model: {{path: m}}
-resources: {{gpus_per_node: 8}}
-engine: {{type: mocker, speedup_ratio: 100}}
-roles: {{agg: {{workers: 1, gpus: 1}}}}
-frontend: {{type: builtin, args: {{poll-interval: 0.25}}}}
-"""
 
 
 def test_the_gateway_is_the_stable_endpoint(h):

@@ -12,23 +12,14 @@ import json
 import pytest
 
 from harness import Harness
-from helpers import post, wait_until
+from helpers import wait_until
 from reconciler.recipe import namespaces
 from reconciler.shell.gateway.record import prefix_of
 from reconciler.shell.gateway.sweep import master_pid
+from support.gateways import _serves
+from support.recipes import GATEWAYED as RECIPE
 
 pytestmark = [pytest.mark.slurm, pytest.mark.needs("nginx")]
-
-RECIPE = """\
-schema: 2
-name: {name}
-model: {{path: m}}
-resources: {{gpus_per_node: 8}}
-engine: {{type: mocker, speedup_ratio: 100}}
-roles: {{agg: {{workers: 1, gpus: 1}}}}
-frontend: {{type: builtin, args: {{poll-interval: 0.25}}}}
-"""
-CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
 
 @pytest.fixture
@@ -38,10 +29,6 @@ def h(tmp_path):
     for f in harness.manifests.rglob("*.yaml"):
         f.unlink()  # the harness removes only the top-level files
     harness.cleanup()
-
-
-def _serves(url: str) -> bool:
-    return post(url + "/v1/chat/completions", CHAT, timeout=10)[0] == 200
 
 
 def test_team_a_hello_is_served_through_its_gateway(h):

@@ -98,3 +98,16 @@ roles: {agg: {workers: 1, gpus: 1}}
 frontend: {type: none}
 reconcile: {suspend: true}
 """
+
+
+# one mocker worker behind the built-in router, which every recipe's gateway (nginx) fronts: the
+# gateway e2e tests' recipe
+GATEWAYED = """\
+schema: 2
+name: {name}
+model: {{path: m}}
+resources: {{gpus_per_node: 8}}
+engine: {{type: mocker, speedup_ratio: 100}}
+roles: {{agg: {{workers: 1, gpus: 1}}}}
+frontend: {{type: builtin, args: {{poll-interval: 0.25}}}}
+"""
