@@ -70,6 +70,20 @@ PROBES = [
      "sbatch --comment is set by the reconciler", 1),
     ("sbatch job-name", GOOD.format(name="o3") + "sbatch_directives: {job-name: x}\n",
      "sbatch --job-name is set by the reconciler", 1),
+    # options are allowed by name (issue 48): who runs the job, what it reads, writes or runs, jobs unseen
+    *((f"sbatch {k}", GOOD.format(name="o4") + f"sbatch_directives: {{{k}: {v}}}\n",
+       f"sbatch_directives.{k}: sbatch --{k} is not an option a recipe may pass", 1)
+      for k, v in (("uid", "nobody"), ("gid", "0"), ("chdir", "/"), ("error", "/etc/x"), ("array", "1-44"),
+                   ("clusters", "other"), ("hold", "''"), ("reboot", "''"), ("export", "ALL"), ("uid=0", "x"))
+      if "=" not in k),
+    *((f"srun {k}", GOOD.format(name="o5") + f"srun_options: {{{k}: {v}}}\n",
+       f"srun_options.{k}: srun --{k} is not an option a recipe may pass", 1)
+      for k, v in (("prolog", "/usr/bin/env"), ("epilog", "/usr/bin/env"), ("task-prolog", "/x"), ("error", "/x"),
+                   ("input", "/etc/shadow"), ("chdir", "/"), ("uid", "nobody"), ("multi-prog", "''"))),
+    ("role srun prolog", GOOD.format(name="o6").replace("gpus: 1}", "gpus: 1, srun_options: {prolog: /x}}"),
+     "roles.agg.srun_options.prolog: srun --prolog is not an option", 1),
+    ("srtctl's own options", GOOD.format(name="o7") + "sbatch_directives: {cpus-per-gpu: '36', mem: 0, "
+     "mail-type: 'END,FAIL', constraint: volta}\nsrun_options: {mem: '0', cpu-bind: none, mpi: pmix}\n", "valid", 0),
     ("time_min longer than the limit", GOOD.format(name="t1") + "slurm: {time_limit: '10', time_min: '20'}\n",
      "slurm.time_min: '20' is longer than slurm.time_limit '10'", 1),
     ("time_min under a minute", GOOD.format(name="t2") + "slurm: {time_min: '0:30'}\n",

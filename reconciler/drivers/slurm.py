@@ -16,7 +16,7 @@ from reconciler.drivers.exits import ExitWatch
 from reconciler.core.plan.reservations import Reservation
 from reconciler.world import Launch, Unit
 from reconciler.world import Alloc, AllocSpec, Step
-from reconciler.recipe.types import SBATCH_OWNED
+from reconciler.recipe.types import SBATCH_ALLOWED, SBATCH_OWNED, SRUN_ALLOWED
 
 SEP = "\x1f"  # unit separator: cannot appear in names we create, unlikely in anyone's
 JOB_FIELDS = ["JobId", "Name", "State", "Reason", "NodeList", "NumNodes", "Comment", "TimeLeft", "SubmitTime",
@@ -189,8 +189,10 @@ def sbatch_argv(spec: AllocSpec, owner: str, log: Path) -> list[str]:
     for k, v in spec.directives:
         if k == "exclude":  # the recipe's own exclusions join the suspect nodes in one --exclude
             exclude = [*hostlist.expand(v), *(n for n in exclude if n not in hostlist.expand(v))]
-        elif k not in OWN_DIRECTIVES:
+        elif k in SBATCH_ALLOWED:
             argv.append(f"--{k}={v}" if v != "" else f"--{k}")
+        elif k not in OWN_DIRECTIVES:  # refused at load; an AllocSpec built otherwise still cannot pass it
+            raise DriverError(f"sbatch --{k} is not an option the reconciler passes (recipe/types.py SBATCH_ALLOWED)")
     if exclude:
         argv.append(f"--exclude={hostlist.compress(sorted(set(exclude)))}")
     # the batch script only holds the nodes; the workers are steps
@@ -211,6 +213,8 @@ def srun_argv(job_id: str, unit: Unit, launch: Launch, step_name: str, log: Path
     if unit.container:
         argv.append(f"--container-image={unit.container}")
     for k, v in unit.srun_options:
+        if k not in SRUN_ALLOWED:  # refused at load; a unit built otherwise still cannot pass it
+            raise DriverError(f"srun --{k} is not an option the reconciler passes (recipe/types.py SRUN_ALLOWED)")
         argv.append(f"--{k}={v}" if v != "" else f"--{k}")
     return argv + ["--"]
 

@@ -81,7 +81,41 @@ SRUN_OWNED = ("jobid", "job-name", "overlap", "nodelist", "nodes", "ntasks", "ou
 _REAL_PREFIXES = {"ntasks"}  # real sbatch options that are also the start of one we own
 
 
-def _option_name(owned: tuple[str, ...], tool: str):
+# The options a recipe may pass, by name (an allow-list: a deny-list missed --uid, which submitted
+# as another user whose jobs the reconciler never saw, and srun --prolog, which ran a recipe's
+# command on the login node). The floor is srtctl's own: its docs (topology.md, services.md) and
+# every key the recipes of ../shared/corpus use; beyond it, options that only shape the job's
+# resources, placement and scheduling. Not here, so refused at validate: who runs it (uid, gid),
+# where it reads, writes or runs (chdir, error, input, export, prolog, epilog, task-prolog,
+# bcast, multi-prog), jobs the reconciler would not own or see (array, clusters, hold, wrap), and
+# machine-wide acts (reboot).
+SBATCH_ALLOWED = frozenset({
+    # srtctl: topology.md's table and the corpus
+    "mail-user", "mail-type", "reservation", "constraint", "exclusive", "gres", "dependency", "qos",
+    "cpus-per-task", "mem", "cpus-per-gpu",
+    # resources, placement and scheduling of the job
+    "begin", "exclude", "nodelist", "requeue", "no-requeue", "mem-per-cpu", "mem-per-gpu", "gpus",
+    "gpus-per-node", "gpus-per-task", "gpu-bind", "gpu-freq", "cpu-freq", "ntasks-per-gpu", "hint",
+    "threads-per-core", "cores-per-socket", "sockets-per-node", "switches", "licenses", "tmp", "wckey",
+    "nice", "spread-job", "contiguous", "oversubscribe", "core-spec", "thread-spec", "network",
+    "distribution", "mincpus", "signal", "deadline", "prefer", "use-min-nodes",
+})
+SRUN_ALLOWED = frozenset({
+    # srtctl: topology.md's table, services.md and the corpus
+    "cpu-bind", "mpi", "ntasks-per-node", "gpus-per-task", "mem", "exclusive",
+    # what the backends and the container plugin (pyxis) pass, which a recipe may set too
+    "kill-on-bad-exit", "oversubscribe", "cpus-per-task", "container-mounts", "no-container-mount-home",
+    "no-container-entrypoint", "container-remap-root", "no-container-remap-root", "container-writable",
+    "container-readonly",
+    # resources and placement of a step
+    "cpus-per-gpu", "mem-per-cpu", "mem-per-gpu", "mem-bind", "gpus", "gpus-per-node", "gpu-bind",
+    "gpu-freq", "cpu-freq", "gres", "gres-flags", "hint", "threads-per-core", "distribution", "constraint",
+    "network", "exact", "whole", "overcommit", "ntasks-per-gpu", "ntasks-per-socket", "ntasks-per-core",
+    "sockets-per-node", "cores-per-socket", "accel-bind", "unbuffered", "wait", "signal",
+})
+
+
+def _option_name(owned: tuple[str, ...], allowed: frozenset[str], tool: str):
     def check(k: str) -> str:
         if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", k):
             raise ValueError(f"expected an {tool} long option name without '--' or '=' (like cpus-per-task), "
@@ -90,6 +124,10 @@ def _option_name(owned: tuple[str, ...], tool: str):
         if mine:
             raise ValueError(f"{tool} --{mine[0]} is set by the reconciler (its labels, the job's shape, "
                              f"the logs it reads); a recipe cannot set it, found {k!r}")
+        if k not in allowed:  # an abbreviation too: sbatch/srun would expand it to whatever it names
+            raise ValueError(f"{tool} --{k} is not an option a recipe may pass (it may change who runs the job, "
+                             f"what it reads, writes or runs, or hide it from the reconciler); the allowed "
+                             f"ones are listed in docs/recipes.md")
         return k
     return check
 
@@ -108,9 +146,9 @@ def _sbatch_values(d: dict[str, str]) -> dict[str, str]:
     return d
 
 
-SbatchOptions = Annotated[dict[Annotated[str, AfterValidator(_option_name(SBATCH_OWNED, "sbatch"))], EnvValue],
-                          AfterValidator(_sbatch_values)]
-SrunOptions = dict[Annotated[str, AfterValidator(_option_name(SRUN_OWNED, "srun"))], EnvValue]
+SbatchOptions = Annotated[dict[Annotated[str, AfterValidator(_option_name(SBATCH_OWNED, SBATCH_ALLOWED, "sbatch"))],
+                               EnvValue], AfterValidator(_sbatch_values)]
+SrunOptions = dict[Annotated[str, AfterValidator(_option_name(SRUN_OWNED, SRUN_ALLOWED, "srun"))], EnvValue]
 
 
 class PlacementConfig(Strict):
