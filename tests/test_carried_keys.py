@@ -40,7 +40,7 @@ CASES = [
     ("vllm", ", set_visible_devices: true", "", set()),  # acted on: env mask instead of --device-ids
     ("vllm", ", dp_launch_mode: per_gpu", "", {"engine.dp_launch_mode"}),
     ("vllm", ", dp_launch_mode: per_node", "", set()),  # the default, acted on
-    ("vllm", ", allow_prefill_decode_colocation: true", "", {"engine.allow_prefill_decode_colocation"}),
+    ("vllm", ", allow_prefill_decode_colocation: true", "", set()),  # acted on: tests/test_topology.py
     ("vllm", ", allow_prefill_decode_colocation_across_nodes: true", "",
      {"engine.allow_prefill_decode_colocation_across_nodes"}),
     ("vllm", "", ", extra_args: [--x]", {"roles.agg.extra_args"}),

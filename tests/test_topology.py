@@ -117,3 +117,60 @@ def test_a_recipe_naming_no_node_count_is_one_node_when_it_fits_as_srtctl(p, w, 
     eps, n = allocate(recipe.role_layouts(), 8)
     assert {e.name: (tuple(x + 1 for x in e.nodes), e.gpus) for e in eps} == want
     assert n == max(x for nodes, _ in want.values() for x in nodes)
+
+
+# MiniMax-M2.5 B300 vllm/disagg-1p4d-1k1k.yaml in srt-slurm, reduced to what places it (v1): one prefill
+# worker of 1 GPU and one decode worker of 4, a node named for each role, and the vLLM engine's
+# allow_prefill_decode_colocation
+MINIMAX_1P1D = """\
+name: minimax-1p1d
+model: {{path: /m, container: c.sqsh, precision: fp8}}
+resources:
+  gpu_type: b300
+  gpus_per_node: 8
+  prefill_nodes: 1
+  decode_nodes: 1
+  prefill_workers: {pw}
+  decode_workers: {dw}
+  gpus_per_prefill: {p}
+  gpus_per_decode: {d}
+backend: {{type: vllm{knob}}}
+frontend: {{type: dynamo}}
+"""
+COLOCATE = ", allow_prefill_decode_colocation: true"
+
+
+def _placed(text: str):
+    from reconciler.desired.admission import load_text
+    from reconciler.desired.topology import topology
+
+    topo = topology(load_text(text, "r.yaml").recipe)
+    return {e.name: (tuple(x + 1 for x in e.nodes), e.gpus) for e in topo.endpoints}, topo.facts.nodes
+
+
+@pytest.mark.parametrize("pw, dw, p, d, knob, want", [
+    # the recipe: srtctl's SrtConfig.total_nodes is 1 (VLLMProtocol.should_colocate_prefill_decode: 1 + 4 GPUs
+    # fit on 8) and allocate_endpoints goes on from the prefill's GPU 0 on that node
+    (1, 1, 1, 4, COLOCATE, {"prefill_0": ((1,), (0,)), "decode_0": ((1,), (1, 2, 3, 4))}),
+    # srtctl's own colocation table: 2P2D of 2 GPUs on one node
+    (2, 2, 2, 2, COLOCATE, {"prefill_0": ((1,), (0, 1)), "prefill_1": ((1,), (2, 3)),
+                            "decode_0": ((1,), (4, 5)), "decode_1": ((1,), (6, 7))}),
+    # without the knob srtctl starts decode on a node of its own (allocate_endpoints' advance)
+    (1, 1, 1, 4, "", {"prefill_0": ((1,), (0,)), "decode_0": ((2,), (0, 1, 2, 3))}),
+    # 6 + 4 GPUs do not fit on 8: srtctl keeps the two nodes, and so do we
+    (1, 1, 6, 4, COLOCATE, {"prefill_0": ((1,), tuple(range(6))), "decode_0": ((2,), (0, 1, 2, 3))}),
+])
+def test_vllm_prefill_decode_colocation_is_one_node_when_it_fits_as_srtctl(pw, dw, p, d, knob, want):
+    got, nodes = _placed(MINIMAX_1P1D.format(pw=pw, dw=dw, p=p, d=d, knob=knob))
+    assert got == want
+    assert nodes == max(x for ns, _ in want.values() for x in ns)
+
+
+def test_the_colocation_knob_is_read_in_schema_2_too_and_only_on_vllm():
+    text = ("schema: 2\nname: m\nmodel: {{path: /m}}\nresources: {{gpus_per_node: 8}}\n"
+            "engine: {{type: {engine}{knob}}}\nfrontend: {{type: builtin}}\n"
+            "roles:\n  prefill: {{nodes: 1, workers: 1, gpus: 1}}\n  decode: {{nodes: 1, workers: 1, gpus: 4}}\n")
+    got, nodes = _placed(text.format(engine="vllm", knob=COLOCATE))
+    assert (got, nodes) == ({"prefill_0": ((1,), (0,)), "decode_0": ((1,), (1, 2, 3, 4))}, 1)
+    got, nodes = _placed(text.format(engine="sglang", knob=""))
+    assert (got["decode_0"], nodes) == (((2,), (0, 1, 2, 3)), 2)

@@ -67,9 +67,10 @@ class VLLMBackend(VLLMEngine, Backend):
     nvtx_environment: ClassVar[dict[str, str]] = {"VLLM_NVTX_SCOPES_FOR_PROFILING": "1"}
 
     carried_knobs: ClassVar[dict[str, str]] = {
-        "allow_prefill_decode_colocation": "not read; decode shares the prefill nodes only with roles.decode.nodes: colocate",
+        # allow_prefill_decode_colocation is acted on: one node when every worker fits (Recipe.role_layouts)
         "allow_prefill_decode_colocation_across_nodes":
-            "not read; decode shares the prefill nodes only with roles.decode.nodes: colocate",
+            "not read; prefill and decode that do not fit on one node keep a node set per role (srtctl packs them "
+            "contiguously over the fewest nodes)",
         "dp_launch_mode": "per_gpu (deprecated in srtctl) is not run: data-parallel workers launch one process per node",
     }
 

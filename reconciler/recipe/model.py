@@ -25,7 +25,7 @@ from reconciler.recipe.carried import (  # noqa: F401 - the sections Recipe carr
 from reconciler.recipe.types import (  # noqa: F401
     ArgName, Env, EnvValue, PlacementConfig, SbatchOptions, SrunOptions, Strict, WorkerEnv, _env_value, check_regex,
 )
-from reconciler.recipe.engines import ENGINES, Engine, engine_list_text
+from reconciler.recipe.engines import ENGINES, Engine, VLLMEngine, engine_list_text
 from reconciler.recipe.bounds import MAX_GPUS_PER_WORKER, MAX_NODES_PER_WORKER, MAX_WORKERS
 from reconciler.recipe.slurm import SlurmConfig  # noqa: F401 - a section of Recipe
 from reconciler.recipe.autoscale import AutoscaleConfig
@@ -381,9 +381,12 @@ class Recipe(Strict):
                 nodes = math.ceil(workers * gpus / gpn) if packed else workers * math.ceil(gpus / gpn)
             out[mode] = RoleLayout(mode, nodes, workers, gpus, colocate)
         roles = self.roles
+        # srtctl reads the knob off config.backend (the serving role's engine) and only on vLLM
+        served = self.serving_engine
+        pd_colocation = isinstance(served, VLLMEngine) and served.allow_prefill_decode_colocation
         return one_node_split(out, roles.prefill is not None and roles.prefill.nodes is not None,
                               roles.decode is not None and roles.decode.nodes is not None, gpn,
-                              self.resources.spread_workers)
+                              self.resources.spread_workers, pd_colocation)
 
 
 def _check_mixed(recipe: Recipe, engines: dict) -> None:

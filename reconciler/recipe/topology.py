@@ -106,17 +106,29 @@ class Process:
 
 
 def one_node_split(layouts: dict[Mode, RoleLayout], prefill_nodes_set: bool, decode_nodes_set: bool,
-                   gpus_per_node: int, spread: bool) -> dict[Mode, RoleLayout]:
-    """srtctl's job for a disaggregated recipe that names no node count: with neither
-    ``prefill.nodes`` nor ``decode.nodes`` set it is not disaggregated for the node count
-    (src/srtctl/core/schema.py ``is_disaggregated``, ``total_nodes``: ``agg_nodes or 1``), so
-    the job is one node and ``core/topology.py allocate_endpoints`` places decode after prefill
-    with its one cursor, on the same node's next GPUs (a 1P4D recipe of 1-GPU workers: prefill
-    on GPU 0, decode on GPUs 1-4). We sized each role its own nodes and took two. When the
-    workers do not fit on one node srtctl stops ("Not enough nodes"); we keep a node set per role
-    there (docs/recipes.md)."""
+                   gpus_per_node: int, spread: bool, pd_colocation: bool = False) -> dict[Mode, RoleLayout]:
+    """srtctl's one-node job for a disaggregated recipe, in its two cases:
+
+    - the recipe names no node count: with neither ``prefill.nodes`` nor ``decode.nodes`` set it
+      is not disaggregated for the node count (src/srtctl/core/schema.py ``is_disaggregated``,
+      ``total_nodes``: ``agg_nodes or 1``);
+    - ``pd_colocation``: the vLLM engine's ``allow_prefill_decode_colocation`` with prefill and
+      decode workers whose GPUs all fit on one node (backends/vllm.py
+      ``should_colocate_prefill_decode``): ``SrtConfig.total_nodes`` is then 1 whatever
+      ``prefill_nodes``/``decode_nodes`` say (a 1P1D of 1 + 4 GPUs with one node each: one node).
+
+    The job is one node, and ``core/topology.py allocate_endpoints`` places decode after prefill
+    with its one cursor, on the same node's next GPUs (a 1P4D recipe of 1-GPU workers: prefill on
+    GPU 0, decode on GPUs 1-4); without either, it starts decode on a node of its own. We sized
+    each role its own nodes and took two. When the workers do not fit on one node srtctl stops
+    ("Not enough nodes") in the first case and keeps a node set per role in the second; we keep a
+    node set per role in both (docs/recipes.md)."""
     pre, dec = layouts.get("prefill"), layouts.get("decode")
-    if pre is None or dec is None or prefill_nodes_set or decode_nodes_set or spread:
+    if pre is None or dec is None or spread:
+        return layouts
+    # srtctl colocates only with workers in both roles (should_colocate_prefill_decode)
+    colocating = pd_colocation and pre.workers > 0 and dec.workers > 0
+    if (prefill_nodes_set or decode_nodes_set) and not colocating:
         return layouts
     if max(pre.gpus, dec.gpus) > gpus_per_node or pre.workers * pre.gpus + dec.workers * dec.gpus > gpus_per_node:
         return layouts
