@@ -41,12 +41,11 @@ def test_a_new_life_does_not_borrow_its_old_lifes_canary(monkeypatch):
         return None if port == 1 else "model 'm' not listed by /v1/models (none)"
 
     monkeypatch.setattr(c, "canary", fake)
-    monkeypatch.setattr(c, "_lives", {})
-    monkeypatch.setattr(c, "why", {})  # the tests' unit keys must not stay behind for other tests
+    cs = c.Canaries()  # this test's own: its unit keys do not stay behind for other tests
     old, new = _unit(1, "a"), _unit(2, "b", slot=1)
-    assert c.passes(old) is True
-    assert c.passes(new) is False and asked == [1, 2]
-    assert c.why[new.key] == "model 'm' not listed by /v1/models (none)"
+    assert cs.passes(old) is True
+    assert cs.passes(new) is False and asked == [1, 2]
+    assert cs.why[new.key] == "model 'm' not listed by /v1/models (none)"
 
 
 def test_a_canary_stuck_in_a_busy_queue_does_not_hold_the_probe(monkeypatch):
@@ -66,23 +65,22 @@ def test_a_canary_stuck_in_a_busy_queue_does_not_hold_the_probe(monkeypatch):
         return "canary completion answered 500: x" if fail.is_set() else None
 
     monkeypatch.setattr(c, "canary", slow)
-    monkeypatch.setattr(c, "_lives", {})
-    monkeypatch.setattr(c, "why", {})  # the tests' unit keys must not stay behind for other tests
+    cs = c.Canaries()  # this test's own: its unit keys do not stay behind for other tests
     monkeypatch.setattr(c, "CANARY_INTERVAL", 0.0)  # every probe asks again
     u = _unit(7)
     t0 = time.monotonic()
-    assert c.passes(u) is False  # the first canary is in flight: not Ready, and why says so
+    assert cs.passes(u) is False  # the first canary is in flight: not Ready, and why says so
     assert time.monotonic() - t0 < 2.0  # the probe waited CANARY_WAIT, not for the canary
-    assert c.why[u.key].startswith("its canary is in flight for")
+    assert cs.why[u.key].startswith("its canary is in flight for")
     gate.set()
-    c._lives[(u.key, "a", 7, 0)].flight.result(5)
-    assert c.passes(u) is True and u.key not in c.why
+    cs.lives[(u.key, "a", 7, 0)].flight.result(5)
+    assert cs.passes(u) is True and u.key not in cs.why
     gate.clear()
-    assert c.passes(u) is True  # a canary started and in flight: the last answer stands
+    assert cs.passes(u) is True  # a canary started and in flight: the last answer stands
     fail.set()
     gate.set()
-    c._lives[(u.key, "a", 7, 0)].flight.result(5)
-    assert c.passes(u) is False and c.why[u.key] == "canary completion answered 500: x"
+    cs.lives[(u.key, "a", 7, 0)].flight.result(5)
+    assert cs.passes(u) is False and cs.why[u.key] == "canary completion answered 500: x"
 
 
 def test_a_relaunch_on_the_same_port_answers_its_own_canary(monkeypatch):
@@ -99,13 +97,12 @@ def test_a_relaunch_on_the_same_port_answers_its_own_canary(monkeypatch):
         return None
 
     monkeypatch.setattr(c, "canary", slow)
-    monkeypatch.setattr(c, "_lives", {})
-    monkeypatch.setattr(c, "why", {})  # the tests' unit keys must not stay behind for other tests
+    cs = c.Canaries()  # this test's own: its unit keys do not stay behind for other tests
     u = _unit(9)
-    assert c.passes(u) is True
+    assert cs.passes(u) is True
     gate.clear()  # the new life's engines are slow to take its first request
-    c.new_life(u.key, u.slot)
-    assert c.passes(u) is False and c.why[u.key].startswith("its canary is in flight")
+    cs.new_life(u.key, u.slot)
+    assert cs.passes(u) is False and cs.why[u.key].startswith("its canary is in flight")
     gate.set()
 
 
@@ -125,14 +122,13 @@ def test_a_canary_that_never_ends_is_a_failure_after_its_timeout(monkeypatch):
         return None
 
     monkeypatch.setattr(c, "canary", stuck)
-    monkeypatch.setattr(c, "_lives", {})
-    monkeypatch.setattr(c, "why", {})  # the tests' unit keys must not stay behind for other tests
+    cs = c.Canaries()  # this test's own: its unit keys do not stay behind for other tests
     monkeypatch.setattr(c, "CANARY_TIMEOUT", 0.5)
     u = _unit(11)
     try:
-        assert c.passes(u) is False  # in flight
-        c._lives[(u.key, "a", 11, 0)].started -= 1.0  # it has been in flight for longer than the timeout
-        assert c.passes(u) is False and c.why[u.key] == "canary failed: no answer within 0.5s"
+        assert cs.passes(u) is False  # in flight
+        cs.lives[(u.key, "a", 11, 0)].started -= 1.0  # it has been in flight for longer than the timeout
+        assert cs.passes(u) is False and cs.why[u.key] == "canary failed: no answer within 0.5s"
         assert started == [11]
     finally:
         gate.set()
@@ -152,10 +148,9 @@ def test_a_one_shot_pass_waits_for_the_whole_canary(monkeypatch, tmp_path):
         return None
 
     monkeypatch.setattr(c, "canary", slow)
-    monkeypatch.setattr(c, "_lives", {})
-    monkeypatch.setattr(c, "why", {})  # the tests' unit keys must not stay behind for other tests
-    assert c.passes(_unit(13), ONE_SHOT_CANARY_WAIT) is True
-    assert c.passes(_unit(14)) is False  # a pass of `run`: the next one reads it
+    cs = c.Canaries()  # this test's own: its unit keys do not stay behind for other tests
+    assert cs.passes(_unit(13), ONE_SHOT_CANARY_WAIT) is True
+    assert cs.passes(_unit(14)) is False  # a pass of `run`: the next one reads it
     (tmp_path / "m").mkdir()
     ctl = Controller(tmp_path / "m", tmp_path / "s", MemoryDriver(), read_only=True)
     assert ctl.observer.canary_wait == ONE_SHOT_CANARY_WAIT

@@ -431,21 +431,21 @@ def test_a_new_job_is_probed_once_it_served_not_while_it_starts(gw, monkeypatch)
     from reconciler.shell.gateway import answering
     jobs, slurm, answer, ports = gw
     monkeypatch.setattr(probe, "fetch_all", lambda urls: {u: answer.get("page") for u in urls})
-    answering._probed_at.clear()
+    gateway_probe = answering.GatewayProbe()  # this test's own pace
     _sync(jobs, ports, 0.0)
     slurm.jobs["101"] = ["RUNNING", "n3", "None"]
     said = []
     for t in (1.0, 2.0, 3.0):
         _sync(jobs, ports, t)
-        said += [c.kind for c in answering.probe_gateways(jobs.state, ["r"], t)]
+        said += [c.kind for c in gateway_probe.probe(jobs.state, ["r"], t)]
     assert facts(jobs.state.root, "r")["reason"] == "gateway job 101 is starting on n3 (not serving yet)"
     answer["health"] = _page(jobs, ["n1:8000"])
     answer["page"] = json.dumps(answer["health"])
     assert _sync(jobs, ports, 4.0) == ["GatewayStarted"]
-    said += [c.kind for c in answering.probe_gateways(jobs.state, ["r"], 4.0)]
+    said += [c.kind for c in gateway_probe.probe(jobs.state, ["r"], 4.0)]
     answer["page"] = json.dumps(_page(jobs, ["n1:8000"], recipe="someone-else"))  # another's page: no answer
     for t in (5.0, 6.0):
-        said += [c.kind for c in answering.probe_gateways(jobs.state, ["r"], t)]
+        said += [c.kind for c in gateway_probe.probe(jobs.state, ["r"], t)]
     assert said == ["GatewayNotAnswering"]
 
 

@@ -200,13 +200,14 @@ def test_a_relaunched_unit_starts_with_no_canary_answer(tmp_path):
     (u,) = snap.desired.recipes["r"].units
     (step,) = driver.steps.values()
     at = (u.key, u.nodes[0], u.health_port or 0, u.slot)
-    canary._lives[at] = canary._Life(0.0, answered=True, answer=None)  # its last life passed
+    lives = ctl.observer.probes.canaries.lives  # this controller's own
+    lives[at] = canary._Life(0.0, answered=True, answer=None)  # its last life passed
     try:
         del driver.steps[step.step_id]  # the process ends; the next passes relaunch it
         for _ in range(3):
             ctl.tick()
         relaunched = list(driver.steps.values())
         assert len(relaunched) == 1 and relaunched[0].step_id != step.step_id, "relaunched"
-        assert at not in canary._lives, "the new life has no answer yet"
+        assert at not in lives, "the new life has no answer yet"
     finally:
-        canary._lives.pop(at, None)
+        lives.pop(at, None)

@@ -61,17 +61,20 @@ class Server:
         self.srv.server_close()
 
 
+MEM = probe.ProbeMemory()  # these tests' probes remember here (in the loop: the controller's own)
+
+
 @pytest.fixture(autouse=True)
 def fresh_pool():
-    probe._forget_idle(set())
+    MEM.conns.forget_all_but(set())
     yield
-    probe._forget_idle(set())
+    MEM.conns.forget_all_but(set())
 
 
 def test_a_kept_alive_connection_is_reused_across_probes():
     s = Server()
     try:
-        assert all(probe.probe_one("127.0.0.1", s.port, "/health") for _ in range(3))
+        assert all(probe.probe_one("127.0.0.1", s.port, "/health", conns=MEM.conns) for _ in range(3))
         assert s.connections == 1
     finally:
         s.close()
@@ -80,9 +83,9 @@ def test_a_kept_alive_connection_is_reused_across_probes():
 def test_a_connection_the_server_closed_while_idle_is_retried_once_on_a_fresh_one():
     s = Server(close_after=True)
     try:
-        assert probe.probe_one("127.0.0.1", s.port, "/health")
+        assert probe.probe_one("127.0.0.1", s.port, "/health", conns=MEM.conns)
         # closed by the server as it answered: whether or not that reached us yet, the probe holds
-        assert probe.probe_one("127.0.0.1", s.port, "/health")
+        assert probe.probe_one("127.0.0.1", s.port, "/health", conns=MEM.conns)
         assert s.connections == 2
     finally:
         s.close()
@@ -91,8 +94,8 @@ def test_a_connection_the_server_closed_while_idle_is_retried_once_on_a_fresh_on
 def test_an_answer_delimited_by_the_end_of_the_connection_is_read():
     s = Server(protocol="HTTP/1.0", status=503)
     try:
-        assert probe._get("127.0.0.1", s.port, "/health", 1.0) == (503, b'{"status": "ok"}')
-        assert not probe._idle  # HTTP/1.0: nothing to keep
+        assert probe._get("127.0.0.1", s.port, "/health", 1.0, MEM.conns) == (503, b'{"status": "ok"}')
+        assert not MEM.conns.idle  # HTTP/1.0: nothing to keep
     finally:
         s.close()
 
@@ -103,7 +106,7 @@ def test_a_worker_that_accepts_and_never_answers_is_not_ready_after_the_timeout(
     lst.listen(8)
     try:
         t0 = time.monotonic()
-        assert probe.probe_one("127.0.0.1", lst.getsockname()[1], "/health", timeout=0.3) is False
+        assert probe.probe_one("127.0.0.1", lst.getsockname()[1], "/health", timeout=0.3, conns=MEM.conns) is False
         assert time.monotonic() - t0 < 2.0
     finally:
         lst.close()
@@ -121,11 +124,11 @@ def test_many_units_are_probed_by_the_bounded_pool_and_gone_endpoints_are_let_go
                         ports={"http": port}, launches=(), container=None, health_port=port, spec_hash="x")
 
         units = [unit(i, s.port) for i in range(20)] + [unit(99, dead)]
-        got = probe.probe_units(units)
+        got = probe.probe_units(units, memory=MEM)
         assert got == {**{u.key: True for u in units[:20]}, units[-1].key: False}
         assert 1 < s.most_in_flight <= probe.CONCURRENCY  # concurrent, and bounded
-        probe.probe_units([])
-        assert not probe._idle  # nothing probed any more: nothing kept
+        probe.probe_units([], memory=MEM)
+        assert not MEM.conns.idle  # nothing probed any more: nothing kept
     finally:
         s.close()
 
@@ -178,7 +181,7 @@ def test_a_server_that_trickles_its_answer_is_cut_at_the_deadline():
 
     with raw_server(trickle) as s:
         t0 = time.monotonic()
-        assert probe.probe_one("127.0.0.1", s.port, "/health", timeout=0.5) is False
+        assert probe.probe_one("127.0.0.1", s.port, "/health", timeout=0.5, conns=MEM.conns) is False
         assert time.monotonic() - t0 < 1.5
 
 
@@ -189,7 +192,7 @@ def test_a_lax_server_bare_lf_and_both_framings_still_answers_ready():
         conn.close()
 
     with raw_server(lax) as s:
-        assert probe.probe_one("127.0.0.1", s.port, "/health")
+        assert probe.probe_one("127.0.0.1", s.port, "/health", conns=MEM.conns)
 
 
 def test_a_connection_the_server_spoke_on_while_idle_is_not_read_as_the_answer():
@@ -201,19 +204,19 @@ def test_a_connection_the_server_spoke_on_while_idle_is_not_read_as_the_answer()
         conn.close()
 
     with raw_server(answer_then_408) as s:
-        assert probe.probe_one("127.0.0.1", s.port, "/health")
-        kept = probe._idle[("127.0.0.1", s.port)][0]
+        assert probe.probe_one("127.0.0.1", s.port, "/health", conns=MEM.conns)
+        kept = MEM.conns.idle[("127.0.0.1", s.port)][0]
         select.select([kept], [], [], 5)  # the 408 has arrived on the idle connection
-        assert probe.probe_one("127.0.0.1", s.port, "/health")  # a fresh connection, not the 408
+        assert probe.probe_one("127.0.0.1", s.port, "/health", conns=MEM.conns)  # a fresh connection, not the 408
         assert s.connections == 2
 
 
 def test_a_kept_connection_is_renewed_so_a_listener_that_stopped_accepting_is_seen(monkeypatch):
     s = Server()
     try:
-        assert probe.probe_one("127.0.0.1", s.port, "/health")
+        assert probe.probe_one("127.0.0.1", s.port, "/health", conns=MEM.conns)
         monkeypatch.setattr(probe, "REUSE_SECONDS", 0.0)
         s.srv.socket.close()  # the listener is gone; the kept connection would still answer
-        assert probe.probe_one("127.0.0.1", s.port, "/health") is False
+        assert probe.probe_one("127.0.0.1", s.port, "/health", conns=MEM.conns) is False
     finally:
         s.srv.shutdown()

@@ -22,7 +22,6 @@ from reconciler.core.plan import Action, CancelAlloc, CancelStep, LaunchStep, Pl
 from reconciler.drivers import Driver, DriverError
 from reconciler.fsutil import write_if_changed
 from reconciler.timefmt import span
-from reconciler.shell.readiness import canary
 from reconciler.shell.observe import Observer
 from reconciler.drivers.state import StateDir
 from reconciler.world import ActionFailures, AllocSpec, Step
@@ -182,7 +181,7 @@ class Executor:
                                             ports={u.nodes[0]: dict(u.ports)} if u.ports else {}, slot=u.slot,
                                             spec=u.spec_hash, run_key=u.run_key)
                 self.observer.tracker.new_life(u.key)
-                canary.new_life(u.key, u.slot)  # a relaunch keeps its port: no answer of the last life stands
+                self.observer.probes.canaries.new_life(u.key, u.slot)  # a relaunch keeps its port: no answer of the last life stands
             if handle is not None:
                 pseudo = Step(f"{a.job_id}.pending-{u.life}-{l.rank}", u.recipe, u.role, u.index, l.rank,
                               u.spec_hash, l.nodes, pending=True, slot=u.slot)

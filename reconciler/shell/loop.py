@@ -30,10 +30,12 @@ from reconciler.core.ports import NodePortAllocator
 from reconciler.shell.elastic.autoscale import Autoscaler
 from reconciler.shell.execute import Executor
 from reconciler.shell.readiness import canary
+from reconciler.shell.readiness.router_sync import RouterSync
 from reconciler.shell.gateway import holder_supervisor
 from reconciler.shell.gateway.record import OWNER_NAME, record_path
 from reconciler.shell.gateway.host import Gateways
 from reconciler.shell.gateway.job import GatewayJobs
+from reconciler.shell.gateway.answering import GatewayProbe
 from reconciler.shell.gateway.sync import sync_gateways
 from reconciler.shell.manifests import DEBOUNCE, Manifests, applied_since, load_manifests
 from reconciler.shell.observe import Observer
@@ -82,6 +84,8 @@ class Controller:
         self.gateways = None if read_only else Gateways(self.state, wake=self._wake_soon)
         if self.gateways is not None:  # reconcile.gateway.allocation: a gateway in its own Slurm job
             self.gateways.jobs = GatewayJobs(self.state, driver, self.gateways.nginx)
+        self.gateway_probe = GatewayProbe()  # each running gateway asked end to end, at its pace
+        self.routers = RouterSync()  # the routers' worker sets (what was POSTed lately)
         exits = getattr(driver, "exits", None)  # a launched step's end wakes the loop (drivers/exits.py)
         if exits is not None and not read_only:
             exits.wake = self._wake_soon
@@ -170,7 +174,7 @@ class Controller:
                             previous_ready,
                             self.slurm.deadlines(facts.allocs, desired, self.nodes.excluded(), now),
                             self.slurm.pending(facts.allocs),
-                            why={k: w for k, w in canary.why.items() if not ready.get(k)},
+                            why={k: w for k, w in self.observer.probes.canaries.why.items() if not ready.get(k)},
                             previous_failures=previous_failures, analysis=self.analyzer.facts(desired, facts.steps))
         p = plan(desired, observed, now, applied_since(self.state, m, self._applied, now))
         release_unused(ports, desired, observed, p.refused_prune)
@@ -203,8 +207,8 @@ class Controller:
                             snap.bind_failed)
         self.slurm.note(snap.observed.pending, snap.observed.deadlines, snap.observed.allocs, snap.now)
         if self.gateways is not None:
-            sync_gateways(self.state, self.gateways, snap)  # before record writes ports.json: a first gateway takes a port
-        record(self.state, snap)
+            sync_gateways(self.state, self.gateways, snap, self.gateway_probe)  # before ports.json: a first gateway takes a port
+        record(self.state, snap, self.routers)
         self.analyzer.tick(snap.plan, snap.desired)  # after record: the routers never had the life it measures
         if self.autoscaler.after_tick(snap):
             self._wake.set()  # a count changed or a victim left the routers: the next tick acts on it

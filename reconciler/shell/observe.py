@@ -20,7 +20,7 @@ from reconciler.drivers import Driver
 from reconciler.shell.readiness.health import HealthTracker
 from reconciler.core.ports import NodePortAllocator
 from reconciler.shell.readiness import canary
-from reconciler.shell.readiness.probe import probe_units
+from reconciler.shell.readiness.probe import ProbeMemory, probe_units
 from reconciler.drivers.state import StateDir
 from reconciler.world import Alloc, Desired, InFlight, Step, UnitHealth
 
@@ -48,6 +48,7 @@ class Observer:
         # a moment (the next pass reads the rest); a one-shot pass (get, plan, run --once) has no
         # next pass, so it waits for the whole canary
         self.canary_wait = canary.CANARY_WAIT
+        self.probes = ProbeMemory()  # kept connections and canaries: this controller's own
         self._logs_read: dict[tuple[str, int, int], bool] = {}  # (path, inode, size) -> shows a bind failure
         # (unit key, step id of its life) -> when last probed, its answer
         self._probed: dict[tuple[str, str, int, str], tuple[float, bool]] = {}
@@ -110,7 +111,7 @@ class Observer:
         last = {k[:3]: t for k, (t, _) in self._probed.items()}
         now_keys, later = split_due([(u.key, u.probe_interval) for u in up], last, now)
         todo = set(now_keys)
-        ready = probe_units([u for u in up if u.key in todo], canary_wait=self.canary_wait)
+        ready = probe_units([u for u in up if u.key in todo], canary_wait=self.canary_wait, memory=self.probes)
         self._probed |= {(*k, life.get(k, "")): (now, ok) for k, ok in ready.items()}
         kept = {k: v[1] for k, v in ((k, self._probed.get((*k, life.get(k, "")))) for k in later) if v is not None}
         out: dict[Key, UnitHealth] = {}
@@ -128,7 +129,7 @@ class Observer:
                 else:
                     # liveness follows the health probe: a frontend whose canary fails (its workers
                     # are down, the model is gone from etcd) is not Ready, but not dead either
-                    self.tracker.probed(u.key, bool(ready.get(u.key)) or u.key in canary.why, now)
+                    self.tracker.probed(u.key, bool(ready.get(u.key)) or u.key in self.probes.canaries.why, now)
                 missing = None
             else:
                 missing = self.tracker.seen_missing(u.key, now) if rec.get("launches") else None
@@ -158,7 +159,7 @@ class Observer:
             if not s.pending and (s.rank == 0 or (s.recipe, s.role, s.index, s.slot) not in live):
                 live[(s.recipe, s.role, s.index, s.slot)] = s.step_id
         old = [u for d in desired.recipes.values() for u in d.previous.values() if (*u.key, u.slot) in live]
-        ready = probe_units(old, forget_idle=False, canary_wait=self.canary_wait) if old else {}
+        ready = probe_units(old, forget_idle=False, canary_wait=self.canary_wait, memory=self.probes) if old else {}
         counts: dict[tuple[str, str, int, str], int] = {}  # (unit key, step id of the old life) -> failures
         for u in old:
             k = (*u.key, live[(*u.key, u.slot)])

@@ -26,7 +26,8 @@ from reconciler.world import DesiredRecipe, Observed
 log = structlog.get_logger("reconciler")
 
 
-def record(state: StateDir, snap: Snapshot) -> None:
+def record(state: StateDir, snap: Snapshot, routers: router_sync.RouterSync) -> None:
+    """``routers``: the controller's router worker sets (what it POSTed lately)."""
     m, d, o, p = snap.manifests, snap.desired, snap.observed, snap.plan
     now = snap.now
     for f in snap.failed_launches:
@@ -54,7 +55,7 @@ def record(state: StateDir, snap: Snapshot) -> None:
             write_endpoints(state, dr, o, now)
         except OSError as e:
             log.error("cannot write the router's endpoints", recipe=dr.name, error=str(e))
-        for c in router_sync.sync(dr, o, at=now):
+        for c in routers.sync(dr, o, at=now):
             state.event("RouterWorkers", dr.name, f"{c.verb} {c.url} {'to' if c.verb == 'add' else 'from'} the router")
     if not p.refused_prune:
         for name in suspended_names(state.root) - set(d.recipes) - set(m.invalid) - set(d.held):

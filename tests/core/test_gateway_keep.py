@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from fakes import recipe
 from reconciler.drivers.state import StateDir
+from reconciler.shell.gateway.answering import GatewayProbe
 from reconciler.shell.gateway.sync import sync_gateways
 
 TEXT = """\
@@ -52,7 +53,7 @@ def frontless(name: str):
 def test_a_gateway_outlives_its_frontend_for_a_moment_and_stops_with_its_recipe(tmp_path):
     g = Gateways(["r", "gone"])
     sync_gateways(StateDir(tmp_path), g,
-                  snap({"r": frontless("r")}, {"r": recipe(TEXT.format(name="r", fe="builtin"))}))
+                  snap({"r": frontless("r")}, {"r": recipe(TEXT.format(name="r", fe="builtin"))}), GatewayProbe())
     assert ("sync", "r", ()) in g.calls  # kept, answering 503 until a frontend is back
     assert ("stop", "r") not in g.calls and ("stop", "gone") in g.calls  # a deleted recipe's goes
 
@@ -60,5 +61,5 @@ def test_a_gateway_outlives_its_frontend_for_a_moment_and_stops_with_its_recipe(
 def test_a_recipe_without_a_frontend_type_has_no_gateway(tmp_path):
     g = Gateways(["r"])
     sync_gateways(StateDir(tmp_path), g,
-                  snap({"r": frontless("r")}, {"r": recipe(TEXT.format(name="r", fe="none"))}))
+                  snap({"r": frontless("r")}, {"r": recipe(TEXT.format(name="r", fe="none"))}), GatewayProbe())
     assert g.calls == [("stop", "r")]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from pathlib import Path
 
 from reconciler.drivers.state import StateDir
 from reconciler.shell.readiness import probe
@@ -27,15 +26,22 @@ PROBE_EVERY = 1.0  # seconds between two probes of a gateway
 PROBE_FAILURES = 2  # unanswered probes in a row that make a gateway down
 
 
-_probed_at: dict[Path, float] = {}  # state directory -> the last probe (one loop per state directory)
+class GatewayProbe:
+    """The end-to-end probe's pace, one per controller: when it last probed."""
+
+    def __init__(self) -> None:
+        self.probed_at: float | None = None
+
+    def probe(self, state: StateDir, recipes: Iterable[str], now: float) -> list[Change]:
+        """Probe the running gateways of ``recipes`` when due; each change said once."""
+        if self.probed_at is not None and 0 <= now - self.probed_at < PROBE_EVERY:
+            return []
+        self.probed_at = now
+        return probe_gateways(state, recipes)
 
 
-def probe_gateways(state: StateDir, recipes: Iterable[str], now: float) -> list[Change]:
-    """Probe the running gateways of ``recipes`` when due; each change said once."""
-    last = _probed_at.get(state.root)
-    if last is not None and 0 <= now - last < PROBE_EVERY:
-        return []
-    _probed_at[state.root] = now
+def probe_gateways(state: StateDir, recipes: Iterable[str]) -> list[Change]:
+    """Probe the running gateways of ``recipes`` now (``GatewayProbe.probe`` paces it)."""
     targets: dict[str, tuple[str, dict]] = {}
     for name in recipes:
         rec = state.read_json(record_path(state.root, name), {}, lambda d: isinstance(d, dict))

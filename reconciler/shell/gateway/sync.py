@@ -9,7 +9,7 @@ import structlog
 from reconciler.drivers.state import StateDir
 from reconciler.shell.readiness import router_sync
 from reconciler.shell.gateway import holder_supervisor
-from reconciler.shell.gateway.answering import probe_gateways
+from reconciler.shell.gateway.answering import GatewayProbe
 from reconciler.shell.gateway.host import Gateways
 from reconciler.shell.gateway.job_slurm import placement
 from reconciler.shell.gateway.record import prefix_of
@@ -54,7 +54,7 @@ def hold_timeout(snap: Snapshot, name: str) -> float | None:
     return r.reconcile.gateway.hold_seconds or None
 
 
-def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
+def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot, answering: GatewayProbe) -> None:
     """Each deployment with a frontend has a gateway; a deployment without one (deleted, or its
     frontend removed) has its gateway stopped. A gateway whose frontend is only gone for now (its
     allocation requeued, preempted, lost) keeps running and keeps its address: it answers 503
@@ -82,7 +82,7 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot) -> None:
         for c in changes:
             state.event(c.kind, c.recipe, c.message)
     try:
-        for c in probe_gateways(state, sorted(wanted), snap.now):
+        for c in answering.probe(state, sorted(wanted), snap.now):
             state.event(c.kind, c.recipe, c.message)
     except OSError as e:  # its record not written (a full disk): the next pass probes again
         log.error("gateway probe not recorded", error=str(e))

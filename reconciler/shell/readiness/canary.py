@@ -29,9 +29,10 @@ CANARY_TIMEOUT = 5.0  # a one-token completion through a frontend (its engines m
 CANARY_INTERVAL = 1.0  # seconds between two canaries of one frontend: Ready goes within this + a tick
 CANARY_WAIT = 0.3  # how long a probe waits for the canary it started before it reads the last answer
 BODY_LIMIT = 65536
+# the canaries' threads: a pool shared by every controller of the process (threads, not memory:
+# what a controller remembers of its canaries is its own Canaries)
 _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="canary")
-# unit key -> why its health probe passes but it is not Ready (its canary failed): the tick reads it
-why: dict[tuple[str, str, int], str] = {}
+FORGET_SECONDS = 60.0  # a life not asked for this long is no longer probed (it ended)
 
 
 @dataclass
@@ -43,16 +44,47 @@ class _Life:
     asked: float = 0.0  # the last probe that read it
 
 
-# (unit key, host, port, slot) -> its canaries: per life, not per unit, so that a hand-over's new
-# frontend life (another address) or a surge's (another slot) never borrows the old one's passing answer
-_lives: dict[tuple[tuple[str, str, int], str, int, int], _Life] = {}
-FORGET_SECONDS = 60.0  # a life not asked for this long is no longer probed (it ended)
+class Canaries:
+    """What one controller knows of its frontends' canaries (see the module's doc)."""
 
+    def __init__(self) -> None:
+        # unit key -> why its health probe passes but it is not Ready (its canary failed): the tick reads it
+        self.why: dict[tuple[str, str, int], str] = {}
+        # (unit key, host, port, slot) -> its canaries: per life, not per unit, so that a hand-over's new
+        # frontend life (another address) or a surge's (another slot) never borrows the old one's passing answer
+        self.lives: dict[tuple[tuple[str, str, int], str, int, int], _Life] = {}
 
-def new_life(key: tuple[str, str, int], slot: int) -> None:
-    """A unit launched again (a relaunch keeps its port): its new life starts with no answer."""
-    for at in [at for at in _lives if at[0] == key and at[3] == slot]:
-        _lives.pop(at, None)
+    def new_life(self, key: tuple[str, str, int], slot: int) -> None:
+        """A unit launched again (a relaunch keeps its port): its new life starts with no answer."""
+        for at in [at for at in self.lives if at[0] == key and at[3] == slot]:
+            self.lives.pop(at, None)
+
+    def passes(self, u: Unit, wait: float = CANARY_WAIT) -> bool:
+        """The frontend's canary as last answered (see the module's doc); ``why`` is kept for the tick.
+        ``wait``: how long a canary is waited for while there is no passing answer (a one-shot process,
+        with no later pass to read it, waits for the whole canary)."""
+        now = time.monotonic()
+        at = (u.key, u.nodes[0], u.health_port or 0, u.slot)
+        lives, life = self.lives, self.lives.get(at)
+        if life is None or (life.flight is None and (life.answer is not None or now - life.started >= CANARY_INTERVAL)):
+            if len(lives) > 4096:  # lives come and go: the ones no longer asked about are forgotten
+                for old, v in list(lives.items()):  # a copy: other probe threads add lives meanwhile
+                    if now - v.asked > FORGET_SECONDS:
+                        lives.pop(old, None)
+            life = lives[at] = _Life(now, *((life.answered, life.answer) if life else (False, None)))
+            life.flight = _pool.submit(_run, life, u.nodes[0], u.health_port or 0, u.canary)
+        # a canary is waited for a moment while there is no passing answer (a quick frontend is Ready in
+        # this pass); never while one passes: it stands meanwhile
+        _settle(life, wait if not life.answered or life.answer is not None else 0)
+        life.asked = now
+        if not life.answered:
+            self.why[u.key] = f"its canary is in flight for {now - life.started:.1f}s (no answer yet)"
+            return False
+        if life.answer is None:
+            self.why.pop(u.key, None)
+            return True
+        self.why[u.key] = life.answer
+        return False
 
 
 def canary(host: str, port: int, model: str, timeout: float = CANARY_TIMEOUT) -> str | None:
@@ -81,34 +113,6 @@ def canary(host: str, port: int, model: str, timeout: float = CANARY_TIMEOUT) ->
         return None
     except (OSError, ValueError, AttributeError, http.client.HTTPException) as e:
         return f"canary failed: {type(e).__name__}: {e}"
-
-
-def passes(u: Unit, wait: float = CANARY_WAIT) -> bool:
-    """The frontend's canary as last answered (see the module's doc); ``why`` is kept for the tick.
-    ``wait``: how long a canary is waited for while there is no passing answer (a one-shot process,
-    with no later pass to read it, waits for the whole canary)."""
-    now = time.monotonic()
-    at = (u.key, u.nodes[0], u.health_port or 0, u.slot)
-    life = _lives.get(at)
-    if life is None or (life.flight is None and (life.answer is not None or now - life.started >= CANARY_INTERVAL)):
-        if len(_lives) > 4096:  # lives come and go: the ones no longer asked about are forgotten
-            for old, v in list(_lives.items()):  # a copy: other probe threads add lives meanwhile
-                if now - v.asked > FORGET_SECONDS:
-                    _lives.pop(old, None)
-        life = _lives[at] = _Life(now, *((life.answered, life.answer) if life else (False, None)))
-        life.flight = _pool.submit(_run, life, u.nodes[0], u.health_port or 0, u.canary)
-    # a canary is waited for a moment while there is no passing answer (a quick frontend is Ready in
-    # this pass); never while one passes: it stands meanwhile
-    _settle(life, wait if not life.answered or life.answer is not None else 0)
-    life.asked = now
-    if not life.answered:
-        why[u.key] = f"its canary is in flight for {now - life.started:.1f}s (no answer yet)"
-        return False
-    if life.answer is None:
-        why.pop(u.key, None)
-        return True
-    why[u.key] = life.answer
-    return False
 
 
 def _run(life: _Life, host: str, port: int, model: str) -> str | None:

@@ -35,9 +35,9 @@ TIMEOUT = 1.0  # per probe, connect to last byte
 CONCURRENCY = 16  # probes in flight at once (an unreachable worker holds one for TIMEOUT)
 BODY_LIMIT = 65536
 REUSE_SECONDS = 30.0  # a kept connection is replaced at least this often: the listener is tested too
+# the probes' threads: a pool shared by every controller of the process (threads, not memory: what
+# a controller's probes remember is its own ProbeMemory)
 _pool = ThreadPoolExecutor(max_workers=CONCURRENCY, thread_name_prefix="probe")
-# kept-alive connections, one per endpoint: (socket, when it was connected)
-_idle: dict[tuple[str, int], tuple[socket.socket, float]] = {}
 # a probe is no security boundary: what http.client accepted is accepted (bare LF, odd framing)
 _LENIENT = dict(lenient_headers=True, lenient_optional_cr_before_lf=True, lenient_optional_lf_after_cr=True,
                 lenient_data_after_close=True, lenient_optional_crlf_after_chunk=True,
@@ -103,29 +103,56 @@ def _exchange(sock: socket.socket, request: bytes, deadline: float) -> tuple[int
     return parser.get_status_code(), b"".join(answer.body), answer.keep
 
 
-def _reusable(key: tuple[str, int]) -> tuple[socket.socket, float] | None:
-    """A kept connection that is young enough and has nothing waiting on it (a server that closed
-    it, or said something unasked, e.g. 408 on idle): otherwise closed, and None."""
-    kept = _idle.pop(key, None)
-    if kept is None:
-        return None
-    sock, since = kept
-    try:
-        stale = time.monotonic() - since > REUSE_SECONDS or bool(select.select([sock], [], [], 0)[0])
-    except (OSError, ValueError):
-        stale = True
-    if stale:
-        sock.close()
-        return None
-    return kept
+class KeptConnections:
+    """Kept-alive probe connections, one per endpoint: (socket, when it was connected)."""
+
+    def __init__(self) -> None:
+        self.idle: dict[tuple[str, int], tuple[socket.socket, float]] = {}
+
+    def reusable(self, key: tuple[str, int]) -> tuple[socket.socket, float] | None:
+        """A kept connection that is young enough and has nothing waiting on it (a server that closed
+        it, or said something unasked, e.g. 408 on idle): otherwise closed, and None."""
+        kept = self.idle.pop(key, None)
+        if kept is None:
+            return None
+        sock, since = kept
+        try:
+            stale = time.monotonic() - since > REUSE_SECONDS or bool(select.select([sock], [], [], 0)[0])
+        except (OSError, ValueError):
+            stale = True
+        if stale:
+            sock.close()
+            return None
+        return kept
+
+    def keep(self, key: tuple[str, int], sock: socket.socket, since: float) -> bool:
+        """Kept unless too many are, or another thread kept one for this endpoint meanwhile."""
+        return len(self.idle) < _keep_limit() and self.idle.setdefault(key, (sock, since))[0] is sock
+
+    def forget_all_but(self, probed: set[tuple[str, int]]) -> None:
+        """Connections to endpoints no longer probed (a worker gone) are closed."""
+        for key in [k for k in self.idle if k not in probed]:
+            kept = self.idle.pop(key, None)
+            if kept is not None:
+                kept[0].close()
 
 
-def _get(host: str, port: int, path: str, timeout: float) -> tuple[int, bytes]:
+class ProbeMemory:
+    """What the readiness probes remember between passes: one per controller (its Observer's), so
+    that two controllers in one process share no connection and no canary answer."""
+
+    def __init__(self) -> None:
+        self.conns = KeptConnections()
+        self.canaries = canary.Canaries()
+
+
+def _get(host: str, port: int, path: str, timeout: float, conns: KeptConnections | None) -> tuple[int, bytes]:
+    """``conns``: where connections are kept between probes (None: a fresh one, closed after)."""
     key = (host, port)
     where = f"[{host}]" if ":" in host else host  # an IPv6 literal
     request = f"GET {path or '/'} HTTP/1.1\r\nHost: {where}:{port}\r\nUser-Agent: reconciler-probe\r\n\r\n".encode()
     deadline = time.monotonic() + timeout
-    kept = _reusable(key)
+    kept = conns.reusable(key) if conns is not None else None
     sock = since = None
     if kept is not None:
         sock, since = kept
@@ -151,21 +178,23 @@ def _get(host: str, port: int, path: str, timeout: float) -> tuple[int, bytes]:
             sock.close()
             raise
     ok = 200 <= status < 300  # a failing endpoint is asked on a fresh connection next time
-    if not (ok and keep and len(_idle) < _keep_limit() and _idle.setdefault(key, (sock, since))[0] is sock):
+    if not (ok and keep and conns is not None and conns.keep(key, sock, since)):
         sock.close()  # not reusable, failing, too many kept, or another thread kept one for this endpoint
     return status, body
 
 
-def probe_one(host: str, port: int, path: str, timeout: float = TIMEOUT, status: int = 200) -> bool:
+def probe_one(host: str, port: int, path: str, timeout: float = TIMEOUT, status: int = 200,
+              conns: KeptConnections | None = None) -> bool:
     try:
-        return _get(host, port, path, timeout)[0] == status
+        return _get(host, port, path, timeout, conns)[0] == status
     except Exception:  # noqa: BLE001 - OSError, HTTPException, a bad host name: not healthy
         return False
 
 
-def probe_dynamo(host: str, port: int, path: str, timeout: float = TIMEOUT) -> bool:
+def probe_dynamo(host: str, port: int, path: str, timeout: float = TIMEOUT,
+                 conns: KeptConnections | None = None) -> bool:
     try:
-        status, body = _get(host, port, path, timeout)
+        status, body = _get(host, port, path, timeout, conns)
     except Exception:  # noqa: BLE001
         return False
     if status == 200:
@@ -177,11 +206,12 @@ def probe_dynamo(host: str, port: int, path: str, timeout: float = TIMEOUT) -> b
     return isinstance(endpoints, dict) and bool(endpoints) and all(v == "ready" for v in endpoints.values())
 
 
-def probe_life(host: str, port: int, path: str, life: str, timeout: float = TIMEOUT) -> bool:
+def probe_life(host: str, port: int, path: str, life: str, timeout: float = TIMEOUT,
+               conns: KeptConnections | None = None) -> bool:
     """A router life sharing its port: 200 *and* a body that names this life. Another process on
     the port (the other life, a router of an older version, another frontend) is not this one."""
     try:
-        status, body = _get(host, port, path, timeout)
+        status, body = _get(host, port, path, timeout, conns)
         return status == 200 and json.loads(body).get("life") == life
     except Exception:  # noqa: BLE001 - as probe_one: anything but this life answering is not Ready
         return False
@@ -202,13 +232,13 @@ def probe_file(path: str) -> bool:
         return False
 
 
-def _probe(u: Unit, canary_wait: float) -> bool:
-    canary.why.pop(u.key, None)  # a canary that fails says why there; anything else clears it
-    ok = _probe_health(u)
-    return canary.passes(u, canary_wait) if ok and u.canary else ok
+def _probe(u: Unit, canary_wait: float, memory: ProbeMemory) -> bool:
+    memory.canaries.why.pop(u.key, None)  # a canary that fails says why there; anything else clears it
+    ok = _probe_health(u, memory.conns)
+    return memory.canaries.passes(u, canary_wait) if ok and u.canary else ok
 
 
-def _probe_health(u: Unit) -> bool:
+def _probe_health(u: Unit, conns: KeptConnections) -> bool:
     if u.probe == "started":
         return True
     if u.probe == "file":
@@ -218,38 +248,31 @@ def _probe_health(u: Unit) -> bool:
     if u.probe == "tcp":
         return probe_tcp(u.nodes[0], u.health_port)
     if u.probe == "dynamo":
-        return probe_dynamo(u.nodes[0], u.health_port, u.health_path)
+        return probe_dynamo(u.nodes[0], u.health_port, u.health_path, conns=conns)
     if u.shares_port:
-        return probe_life(u.nodes[0], u.health_port, u.health_path, "ab"[u.slot])
-    return probe_one(u.nodes[0], u.health_port, u.health_path, status=int(u.probe_arg or 200))
+        return probe_life(u.nodes[0], u.health_port, u.health_path, "ab"[u.slot], conns=conns)
+    return probe_one(u.nodes[0], u.health_port, u.health_path, status=int(u.probe_arg or 200), conns=conns)
 
 
-def probe_units(units: Iterable[Unit], forget_idle: bool = True,
-                canary_wait: float = canary.CANARY_WAIT) -> dict[tuple[str, str, int], bool]:
+def probe_units(units: Iterable[Unit], forget_idle: bool = True, canary_wait: float = canary.CANARY_WAIT, *,
+                memory: ProbeMemory) -> dict[tuple[str, str, int], bool]:
     """Ready per unit key, for every unit probed here (``log`` units are the tracker's).
+    ``memory``: the controller's kept connections and canaries.
     ``forget_idle``: drop kept connections to anything not probed now (the tick's main probe).
-    ``canary_wait``: how long a frontend's canary is waited for (``canary.passes``)."""
+    ``canary_wait``: how long a frontend's canary is waited for (``Canaries.passes``)."""
     todo = [u for u in units if u.probe != "log" and (u.health_port or u.probe in ("started", "file"))]
     out: dict[tuple[str, str, int], bool] = {}
     queue = iter(todo)  # shared by the threads; next() on it is atomic under the GIL
 
     def drain() -> None:
         for u in queue:
-            out[u.key] = _probe(u, canary_wait)
+            out[u.key] = _probe(u, canary_wait, memory)
 
     for f in [_pool.submit(drain) for _ in range(min(CONCURRENCY, len(todo)))]:
         f.result()
     if forget_idle:
-        _forget_idle({(u.nodes[0], u.health_port) for u in todo if u.health_port})
+        memory.conns.forget_all_but({(u.nodes[0], u.health_port) for u in todo if u.health_port})
     return out
-
-
-def _forget_idle(probed: set[tuple[str, int]]) -> None:
-    """Connections to endpoints no longer probed (a worker gone) are closed."""
-    for key in [k for k in _idle if k not in probed]:
-        kept = _idle.pop(key, None)
-        if kept is not None:
-            kept[0].close()
 
 
 PAGE_LIMIT = 4 << 20  # a metrics page read by the autoscaler (a real engine's runs to some 100 KB)

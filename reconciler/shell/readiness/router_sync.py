@@ -88,19 +88,25 @@ def diff(want: dict[str, dict], have: dict[str, str]) -> tuple[list[dict], list[
     return add, remove
 
 
-# "<router host:port> <url>" -> when it was POSTed: the router queues an addition, a re-POST
-# before it shows is noise (per router: each of a recipe's routers is given every worker)
-_pending: dict[str, float] = {}
 PENDING_TTL = 10.0
 
 
-def sync(d: DesiredRecipe, o: Observed, now: float | None = None, at: float | None = None) -> list[Change]:
-    """Every router of the recipe (frontend.num_additional_frontends) gets the same worker set.
-    ``now``: a monotonic clock (re-POST spacing); ``at``: the tick's time (surge hand-over)."""
-    return [c for fe in d.frontends for c in _sync_one(d, fe, o, now, at)]
+class RouterSync:
+    """The routers' worker sets, kept by one controller: it remembers what it POSTed lately."""
+
+    def __init__(self) -> None:
+        # "<router host:port> <url>" -> when it was POSTed: the router queues an addition, a re-POST
+        # before it shows is noise (per router: each of a recipe's routers is given every worker)
+        self.pending: dict[str, float] = {}
+
+    def sync(self, d: DesiredRecipe, o: Observed, now: float | None = None, at: float | None = None) -> list[Change]:
+        """Every router of the recipe (frontend.num_additional_frontends) gets the same worker set.
+        ``now``: a monotonic clock (re-POST spacing); ``at``: the tick's time (surge hand-over)."""
+        return [c for fe in d.frontends for c in _sync_one(d, fe, o, now, at, self.pending)]
 
 
-def _sync_one(d: DesiredRecipe, fe, o: Observed, now: float | None, at: float | None) -> list[Change]:
+def _sync_one(d: DesiredRecipe, fe, o: Observed, now: float | None, at: float | None,
+              pending: dict[str, float]) -> list[Change]:
     # a router that answers its health probe but not yet its canary (it has no worker to list the
     # model from: the canary needs what this very sync gives it) is given its workers too
     if fe.worker_api not in WORKER_APIS or not (o.ready.get(fe.key) or fe.key in o.why):
@@ -116,15 +122,15 @@ def _sync_one(d: DesiredRecipe, fe, o: Observed, now: float | None, at: float | 
     if have is None:
         return []
     for url in have:
-        _pending.pop(f"{host}:{port} {url}", None)
+        pending.pop(f"{host}:{port} {url}", None)
     add, remove = diff(wanted(d, o, at), have)
     now = time.monotonic() if now is None else now
     done = []
     for body in add:
-        if now - _pending.get(f"{host}:{port} {body['url']}", -PENDING_TTL) < PENDING_TTL:
+        if now - pending.get(f"{host}:{port} {body['url']}", -PENDING_TTL) < PENDING_TTL:
             continue
         if _try(host, port, "POST", "/workers", body, d.name):
-            _pending[f"{host}:{port} {body['url']}"] = now
+            pending[f"{host}:{port} {body['url']}"] = now
             done.append(Change("add", body["url"]))
     for wid, url in remove:
         if _try(host, port, "DELETE", f"/workers/{wid}", None, d.name):
