@@ -5,7 +5,7 @@ CI installs every one of them, so a skip there would hide a broken install behin
 Mark a test or module ``pytest.mark.needs("nginx", "aiperf")`` (tests/conftest.py checks the mark
 before the test's fixtures run), or call ``require_program(name)`` where the path is needed
 (in a fixture, say); a program not listed below is named with its path:
-``require_program("vllm", ROOT / ".stacks" / "vllm" / "bin" / "vllm")``."""
+``require_program("name", path)``."""
 
 from __future__ import annotations
 
@@ -54,6 +54,7 @@ PROGRAMS: dict[str, tuple[Callable[[], str | None], str]] = {
     "nats-server": (lambda: shutil.which("nats-server"), STACKS_INSTALL),
     "dynamo": (lambda: _executable(STACKS / "dynamo" / "bin" / "python"), STACKS_INSTALL),
     "aiperf": (lambda: _executable(STACKS / "aiperf" / "bin" / "aiperf"), STACKS_INSTALL),
+    "vllm": (lambda: _executable(STACKS / "vllm" / "bin" / "vllm"), STACKS_INSTALL),  # its CPU build
     "chromium": (lambda: _executable(shutil.which("chromium") or "/usr/bin/chromium"), BROWSER_INSTALL),
     "chromedriver": (lambda: _executable(shutil.which("chromedriver") or "/usr/bin/chromedriver"), BROWSER_INSTALL),
     "selenium": (_module("selenium.webdriver"), "pip install -e '.[dev]'"),
