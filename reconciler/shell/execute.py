@@ -25,6 +25,7 @@ from reconciler.timefmt import span
 from reconciler.shell.observe import Observer
 from reconciler.drivers.state import StateDir
 from reconciler.world import ActionFailures, AllocSpec, Step
+from reconciler.shell.submitted import Submitted
 
 log = structlog.get_logger("reconciler")
 
@@ -59,6 +60,8 @@ class Executor:
         # why a new allocation waits a moment (no node of its partition back yet: shell/cluster/nodes.py)
         self.hold: Callable[[AllocSpec], str | None] = lambda spec: None
         self._held: dict[tuple[str, int], str] = {}  # (recipe, index) -> what was said, said once
+        # the jobs submitted per allocation slot: one squeue does not show is not submitted again
+        self.submitted = Submitted(state, driver, lambda: observer.seen_jobs)
 
     def execute(self, p: Plan) -> list[Action]:
         done: list[Action] = []
@@ -104,7 +107,7 @@ class Executor:
         why = self.hold(a.spec)
         if why is None:
             self._held.pop(key, None)
-            return False
+            return self.submitted.holds(a.spec) is not None  # says why itself, once
         if self._held.get(key) != why:
             self._held[key] = why
             log.info("submission held", recipe=a.spec.recipe, allocation=a.spec.index, why=why)
@@ -158,11 +161,13 @@ class Executor:
                     self.state.mark_stopped(a.recipe, a.unit, a.reason.value)
         elif isinstance(a, CancelAlloc):
             self.driver.cancel_alloc(a.job_id)
+            self.submitted.cancelled(a.job_id)
         elif isinstance(a, SubmitAlloc):
             exclude = self.exclusion(a.spec)
             spec = replace(a.spec, exclude=exclude) if exclude else a.spec
             start = self._estimate(spec)
             job = self.driver.submit(spec)
+            self.submitted.note(spec, job)
             if exclude:
                 self.submitted_excluding[job] = exclude
             self._queued(a, job, start)

@@ -44,6 +44,7 @@ class Observer:
         self.cancelled: dict[str, float] = {}  # step id -> when we cancelled it
         self.inflight: list[InFlight] = []
         self.tracker = HealthTracker(state.root)
+        self.seen_jobs: frozenset[str] = frozenset()  # job ids of the last observation
         # how long a probe waits for a frontend's canary: a pass of `run` reads the last answer after
         # a moment (the next pass reads the rest); a one-shot pass (get, plan, run --once) has no
         # next pass, so it waits for the whole canary
@@ -58,6 +59,7 @@ class Observer:
     # ---------------------------------------------------------------- the cluster
     def cluster(self, ports: NodePortAllocator, now: float) -> ClusterFacts:
         allocs, steps = self.driver.observe()
+        self.seen_jobs = frozenset(a.job_id for a in allocs)  # shell/submitted.py: what squeue shows
         inflight = [InFlight(f.step, f.launched_at, _poll(f)) for f in self.inflight]
         view = apply_grace(steps, self.cancelled, inflight, now)
         self.cancelled = dict(view.cancelled)
