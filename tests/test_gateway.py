@@ -16,7 +16,7 @@ import pytest
 
 from reconciler.gateway import GatewayConfig, render
 from reconciler.shell.gateway.host import Gateways, stop_orphans
-from reconciler.shell.gateway.record import delay_after, facts, prefix_of, record_path
+from reconciler.shell.gateway.record import facts, prefix_of, record_path
 from reconciler.shell.gateway.sweep import master_pid
 from reconciler.drivers.state import StateDir
 from tests.helpers import get, post, start_mocker, wait_until
@@ -58,10 +58,6 @@ def test_no_path_is_written_into_the_config():
     odd = Path("/srv/my state/it's $HOME #1/r1/gateway")
     text = render(GatewayConfig("r1", 20001, odd, ("gpu01:20010",)))
     assert str(odd) not in text and "/srv" not in text
-
-
-def test_restart_delay_first_immediate_then_doubling_capped():
-    assert [delay_after(b) for b in range(7)] == [0, 1, 2, 4, 8, 8, 8]
 
 
 # ---------------------------------------------------------------- a real nginx

@@ -24,7 +24,7 @@ from reconciler.shell.gateway.host import nginx_binary
 from support.recipes import builtin_one as recipe
 from reconciler.shell.gateway.job import GatewayJobs
 from reconciler.shell.gateway.job_slurm import (
-    Job, Placement, batch_script, parse_jobs, placement, resubmit_delay, sbatch_argv,
+    Job, Placement, batch_script, parse_jobs, placement, sbatch_argv,
 )
 
 
@@ -89,10 +89,9 @@ def test_the_jobs_argv_and_its_script_quote_what_they_carry(tmp_path):
     assert {"--mem=256M", "--qos=low", "--reservation=maint"} <= set(argv)
 
 
-def test_squeues_lines_and_the_resubmit_backoff():
+def test_squeues_lines():
     assert parse_jobs("12|RUNNING|n1|None\n13|PENDING||Resources\n\ngarbage\n") == [
         Job("12", "RUNNING", "n1", "None"), Job("13", "PENDING", "", "Resources")]
-    assert [resubmit_delay(b) for b in (0, 1, 2, 3, 7, 8, 20)] == [0, 1, 2, 4, 60, 60, 60]
 
 
 def test_facts_of_a_gateway_job_say_where_it_is_and_whether_it_runs(tmp_path):

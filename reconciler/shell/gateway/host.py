@@ -31,6 +31,7 @@ from reconciler.fsutil import atomic_write_text
 from reconciler.gateway import ANY, GatewayConfig, render
 from reconciler.gateway.procs import children_of, quit_nginx_workers
 from reconciler.recipe.gateway import bind_error
+from reconciler.core.plan.gateway import backoff_after, restart_delay
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.drivers.exits import ExitWatch
 from reconciler.drivers.state import StateDir
@@ -38,13 +39,12 @@ from reconciler.shell.gateway import holder_supervisor
 from reconciler.shell.gateway.bindcheck import bind_free
 from reconciler.shell.gateway.job import GatewayJobs, Placement
 from reconciler.shell.gateway.record import (
-    OWNER_NAME, Change, Records, delay_after, health_page, in_job, prefix_of, record_path,
+    OWNER_NAME, Change, Records, health_page, in_job, prefix_of, record_path,
 )
 from reconciler.shell.gateway.sweep import end_master, held_by, master_pid, orphan_nginx_workers
 
 log = structlog.get_logger("reconciler")
 STALE_DUE_S = 2.0
-RESET_AFTER_S = 60.0  # a master that stayed up this long starts its backoff over
 START_TIMEOUT_S = 10.0
 CONFIRM_TIMEOUT_S = 2.0
 RETIRE_WAIT_S = 1.0
@@ -206,8 +206,8 @@ class Gateways(Records):
                 else rec.get("workers", [])
             up = {**rec, "upstreams": served, "unproven": unproven, "pid": pid, "lastError": None,
                   "workers": workers}
-            if rec.get("startedAt") is not None and now - rec["startedAt"] >= RESET_AFTER_S and rec.get("backoff"):
-                up["backoff"] = 0  # stayed up: the next failure restarts at once again
+            if rec.get("backoff") and rec.get("startedAt") is not None:  # stayed up: the next failure restarts at once
+                up["backoff"] = backoff_after(rec["backoff"], now - rec["startedAt"])
             if up != rec:
                 self._write(recipe, up)
             return changes
@@ -215,7 +215,7 @@ class Gateways(Records):
         backoff = int(rec.get("backoff", 0) or 0)
         if rec.get("pid") is not None and rec.get("exitedAt") is None:
             # noticed now (a daemon leaves no exit record; the pidfd watcher wakes the loop at once)
-            rec = {**rec, "exitedAt": now, "pid": None, "notBefore": now + delay_after(backoff)}
+            rec = {**rec, "exitedAt": now, "pid": None, "notBefore": now + restart_delay(backoff)}
             self._write(recipe, rec)
         if rec.get("notBefore") and now < rec["notBefore"]:
             return []
@@ -235,7 +235,7 @@ class Gateways(Records):
             self._conf[recipe] = text
         restarting = rec.get("startedAt") is not None and not moved
         if pid is None:
-            delay = delay_after(backoff + 1)
+            delay = restart_delay(backoff + 1)
             self._write(recipe, {**rec, "backoff": backoff + 1, "notBefore": now + delay,
                                  "lastError": err or "started but wrote no pid file"})
             return changes + [Change("GatewayFailed", recipe, f"nginx did not start on {host}:{port}: {err}; "

@@ -24,6 +24,9 @@ from pathlib import Path
 import structlog
 
 from reconciler import labels
+from reconciler.core.plan.gateway import (
+    LOOK_LATER_S, LOOK_SOON_S, backoff_after, confirm_overdue, look_again_in, resubmit_delay,
+)
 from reconciler.core.ports import NodePortAllocator
 from reconciler.drivers.base import DriverError
 from reconciler.drivers.state import StateDir
@@ -32,15 +35,12 @@ from reconciler.gateway import ANY, GatewayConfig, render, version
 from reconciler.recipe.gateway import DEFAULT_HOLD_S
 from reconciler.shell.gateway import holder_supervisor
 from reconciler.shell.gateway.job_slurm import (
-    RUNNING, Job, Placement, batch_script, parse_jobs, pick, resubmit_delay, sbatch_argv,
+    RUNNING, Job, Placement, batch_script, parse_jobs, pick, sbatch_argv,
 )
 from reconciler.shell.gateway.record import OWNER_NAME, Change, Records, health_page, ours, prefix_of, record_path
 
 log = structlog.get_logger("reconciler")
 HEALTH_TIMEOUT_S = 0.5  # one look per pass: a tick never waits on a node for longer
-CONFIRM_GRACE_S = 10.0  # a config not served this long after it was written is said (GatewayFailed)
-LOOK_SOON_S = 0.25  # while a config waits to be confirmed (within the grace), or a job just submitted
-LOOK_LATER_S = 5.0  # a job Slurm holds with a reason, a config overdue: looked at again this often
 RECHECK_S = 30.0  # a settled gateway's page is looked at this often (still this one, this config?)
 HUP_SETTLE_S = 0.5  # after a HUP, old workers still answer for a moment: not taken as confirmation
 MISSING_S = 30.0  # a job squeue stopped listing, that Slurm cannot describe, is taken as ended after this
@@ -103,9 +103,9 @@ class GatewayJobs(Records):
             if reason and rec.get("waitingSaid") != said:
                 changes.append(Change("GatewayWaiting", recipe, why))
                 rec = {**rec, "waitingSaid": said}
-            soon = not reason and now - float(rec.get("submittedAt") or 0) < CONFIRM_GRACE_S
+            late = bool(reason) or confirm_overdue(now - float(rec.get("submittedAt") or 0))
             self._write(recipe, {**rec, "job": job.id, "jobState": job.state, "lastError": why,
-                                 "notBefore": now + (LOOK_SOON_S if soon else LOOK_LATER_S)})
+                                 "notBefore": now + look_again_in(late)})
             return changes
         return changes + self._serve(recipe, rec, job, cfg, ports, now)
 
@@ -164,7 +164,7 @@ class GatewayJobs(Records):
         if moved:
             self._write(recipe, {**rec, "notBefore": now + LOOK_SOON_S})
             return moved
-        overdue = now - since >= CONFIRM_GRACE_S
+        overdue = confirm_overdue(now - since)
         if overdue and rec.get("overdueSaid") != want:
             agent = self._agent(recipe, job)
             why = rec.get("portError") or (
@@ -173,13 +173,13 @@ class GatewayJobs(Records):
                    else "") + f" (see job.out and error.log in {prefix_of(self.state.root, recipe)})")
             changes.append(Change("GatewayFailed", recipe, why))
             rec.update(lastError=why, overdueSaid=want)
-        self._write(recipe, {**rec, "notBefore": now + (LOOK_LATER_S if overdue else LOOK_SOON_S)})
+        self._write(recipe, {**rec, "notBefore": now + look_again_in(overdue)})
         return changes
 
     def _settled(self, recipe: str, rec: dict, now: float) -> list[Change]:
         up = {**rec, "lastError": None, "notBefore": None}
-        if now - float(rec.get("runningSince") or now) >= 60 and up.get("backoff"):
-            up["backoff"] = 0  # stayed up: the next end resubmits at once again
+        if up.get("backoff"):  # stayed up: the next end resubmits at once again
+            up["backoff"] = backoff_after(up["backoff"], now - float(rec.get("runningSince") or now))
         if up != self._record(recipe):
             self._write(recipe, up)
         return []

@@ -1,5 +1,5 @@
 """The Slurm side of a gateway's own job (shell/gateway/job.py): where it runs, its sbatch argv
-and batch script, squeue's lines, which listed job is the gateway's, and the resubmit backoff."""
+and batch script, squeue's lines, and which listed job is the gateway's."""
 
 from __future__ import annotations
 
@@ -7,11 +7,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.shell.gateway.record import delay_after
-
 AGENT = "reconciler.gateway.agent"
 RUNNING = ("RUNNING",)
-SUBMIT_CAP_S = 60.0  # a job that keeps ending is submitted again at most this often
 
 
 @dataclass(frozen=True)
@@ -79,9 +76,3 @@ def pick(jobs: list[Job], recorded: str | None) -> Job | None:
     running = [j for j in jobs if j.state in RUNNING]
     return (next((j for j in running if j.id == recorded), None) or (running[0] if running else None)
             or next((j for j in jobs if j.id == recorded), None) or (jobs[0] if jobs else None))
-
-
-def resubmit_delay(backoff: int) -> float:
-    """The wait before submitting again after ``backoff`` jobs in a row ended early: the first at
-    once, then 1, 2, 4 s... capped at a minute (each is a Slurm submission and an event)."""
-    return delay_after(backoff, SUBMIT_CAP_S)

@@ -18,16 +18,6 @@ from reconciler.shell.gateway.sweep import master_pid
 
 log = structlog.get_logger("reconciler")
 OWNER_NAME = "gateway"  # the port registry's owner is <recipe>/gateway
-RESTART_BASE_S = 1.0  # after the first (immediate) restart: 1, 2, 4, 8 s
-RESTART_CAP_S = 8.0
-
-
-def delay_after(backoff: int, cap: float = RESTART_CAP_S) -> float:
-    """The wait before a restart, ``backoff`` restarts into a run of failures: the first is
-    immediate (kubelet-style), then 1, 2, 4 s... capped short (a gateway keeps no state)."""
-    return 0.0 if backoff <= 0 else min(RESTART_BASE_S * 2 ** (backoff - 1), cap)
-
-
 def record_path(root: Path, recipe: str) -> Path:
     return root / recipe / "gateway.json"
 
