@@ -20,6 +20,8 @@ import structlog
 from reconciler.core.plan.autoscale import (
     Load, RoleFacts, RoleMemory, compute_autoscale, from_json, start, to_json,
 )
+from reconciler.core.plan.demand import beyond_canaries, canary_allowance, held_requests
+from reconciler.core.plan.demand import demand as wants_workers
 from reconciler.core.plan.stop import loading as still_loading
 from reconciler.desired.scale import Scale
 from reconciler.drivers.state import StateDir
@@ -120,14 +122,11 @@ class Autoscaler:
         # that comes late on a busy host spans more of them, which must not read as traffic)
         since = max(cfg.interval_seconds, now - self._looked.get(name, now))
         self._looked[name] = now
-        allowance = len(d.frontends) * (since / canary.CANARY_INTERVAL + 1)  # canary requests
+        allowance = canary_allowance(len(d.frontends), since, canary.CANARY_INTERVAL)
         facts: dict[str, RoleFacts] = {}
         held = self._held(name, cfg)  # requests waiting at the gateway's holder (scale to zero)
-        through = self._frontend_requests(d.frontends, pages, now) > allowance
-        # going to zero (or there), the frontends' counters are no demand: their canary keeps trying
-        # a router with no worker left; a client's request then fails over to the holder, which counts it
-        at_zero = all(m.target == 0 for m in mem.values())
-        demand = held > 0 or (through and not at_zero)
+        demand = wants_workers(held, self._frontend_requests(d.frontends, pages, now), allowance,
+                               (m.target for m in mem.values()))
         launched = {(s.role, s.index) for s in o.steps_of(name) if not s.terminating}
         for role in roles:
             mine = [u for u in serving if u.role == role]
@@ -189,7 +188,7 @@ class Autoscaler:
         held, received = int(s.get("held", 0) or 0), int(s.get("received", 0) or 0)
         before = self._received.get(name)
         self._received[name] = received
-        return max(held, received - before if before is not None and received >= before else 0)
+        return held_requests(held, received, before)
 
     def _load(self, units: list, pages: dict[str, em.Reading | None], now: float, allowance: float) -> Load | None:
         pairs = []
@@ -203,7 +202,7 @@ class Autoscaler:
         if not pairs:
             return None
         # requests beyond the readiness canaries (the reconciler's own one-token completions)
-        served = max(0.0, sum(em.requests_since(r, b) for r, b in pairs) - allowance)
+        served = beyond_canaries(sum(em.requests_since(r, b) for r, b in pairs), allowance)
         return Load(len(pairs), sum(r.gauges.get("waiting", 0.0) for r, _ in pairs),
                     sum(r.gauges.get("running", 0.0) for r, _ in pairs),
                     sum(r.gauges.get("kv_usage", 0.0) for r, _ in pairs),
