@@ -43,7 +43,8 @@ LOAD = STARTUP + 60  # a wait that covers one load and the machine being busy
 
 class Loop(threading.Thread):
     """Chat completions through the gateway, one at a time, a pause between two (bounded: a
-    few thousand at most). Every answer that is not a 200 is a failure, kept with its text."""
+    few thousand at most). Every answer that is not a 200 is a failure, kept with its text and
+    when it came (``failed_at``, time.monotonic())."""
 
     def __init__(self, endpoint: str) -> None:
         super().__init__(daemon=True)
@@ -51,6 +52,7 @@ class Loop(threading.Thread):
         self.host, self.port = u.hostname, u.port
         self.ok = 0
         self.failed: list[str] = []
+        self.failed_at: list[float] = []
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -64,12 +66,16 @@ class Loop(threading.Thread):
                 if r.status == 200:
                     self.ok += 1
                 else:
-                    self.failed.append(f"{r.status}: {data[:200]!r}")
+                    self._fail(f"{r.status}: {data[:200]!r}")
             except (OSError, http.client.HTTPException) as e:
-                self.failed.append(f"{type(e).__name__}: {e}")
+                self._fail(f"{type(e).__name__}: {e}")
             finally:
                 conn.close()
             self.halt.wait(0.05)
+
+    def _fail(self, what: str) -> None:
+        self.failed.append(what)
+        self.failed_at.append(time.monotonic())
 
     def stop(self) -> None:
         self.halt.set()
@@ -133,6 +139,13 @@ def watch_loading(h: Harness, name: str, until: float, seen: list[dict]) -> None
         time.sleep(1)
 
 
+def ready_after(h: Harness, name: str, unit: str) -> float:
+    """The unit's current life's launch-to-Ready, as the reconciler recorded it (launches.json). It
+    is written in the pass that records the status, after status.json: waited for, not read once."""
+    return wait_until(lambda: launches(h, name)[unit].get("readyAfter"), timeout=30, interval=0.5,
+                      what=lambda: f"{unit}'s readyAfter in launches.json: {launches(h, name).get(unit)}")
+
+
 def ready(h: Harness, name: str) -> dict | bool:
     st = status(h, name)
     return st["phase"] == "Ready" and st
@@ -168,37 +181,42 @@ def first_start(h: Harness, name: str) -> None:
     evs = events(h, name)
     for unit in ("agg_0", "agg_1"):
         assert [k for k, _ in acts(evs, name, unit)] == ["LaunchStep"], acts(evs, name, unit)
+        took = ready_after(h, name, unit)
         rec = launches(h, name)[unit]
         assert rec["launches"] == 1 and rec.get("restarts", 0) == 0, rec
-        took = rec.get("readyAfter", rec.get("lastReadyAfter"))
-        assert took is not None and took >= STARTUP, rec  # it did load for the minute
+        assert took >= STARTUP, rec  # it did load for the minute
     assert any(s.get("agg_0", ("",))[0] == "Starting" for s in seen), seen[:3]
     assert all(r is None for s in seen for _, r in s.values()), seen  # a first start has no reason at all
 
 
 def killed_worker(h: Harness, name: str, endpoint: str) -> None:
     """agg_1 killed: relaunched at once (the first restart has no backoff), loads a minute beside
-    agg_0, which serves every request meanwhile; no second relaunch while it loads."""
+    agg_0, which serves every request meanwhile (the kill may cut a request agg_1 was answering:
+    only those, within seconds of it, may fail); no second relaunch while it loads."""
     since = mark(h)
     step = h.steps(name)["agg_1"][0]
     loop = Loop(endpoint)
     loop.start()
     try:
         scancel(step)
+        killed = time.monotonic()
         wait_until(lambda: (s := h.steps(name).get("agg_1")) and s[0] != step, timeout=60, interval=0.5,
                    what="agg_1 relaunched")
         seen: list[dict] = []
         watch_loading(h, name, time.monotonic() + LOAD, seen)
         wait_until(lambda: ready(h, name), timeout=LOAD, interval=1, what=f"{name} Ready again")
+        during = loop.ok
     finally:
         loop.stop()
-    assert loop.failed == [] and loop.ok > 0, (loop.ok, loop.failed[:5])
+    late = [(round(t - killed, 1), what) for t, what in zip(loop.failed_at, loop.failed) if t - killed > 10]
+    assert late == [] and len(loop.failed) <= 2 and during > 0, (loop.ok, loop.failed[:5], late[:5])
     evs = events(h, name, since)
     assert [k for k, _ in acts(evs, name, "agg_1")] == ["LaunchStep"], acts(evs, name, "agg_1")
     assert acts(evs, name, "agg_0") == [], acts(evs, name, "agg_0")
+    took = ready_after(h, name, "agg_1")
     rec = launches(h, name)["agg_1"]
     assert rec["launches"] == 2 and rec["restarts"] == 1, rec
-    assert rec.get("readyAfter", 0) >= STARTUP, rec  # the relaunched life loaded for the minute too
+    assert took >= STARTUP, rec  # the relaunched life loaded for the minute too
 
 
 def rolling_update(h: Harness, name: str, f: Path, endpoint: str, summary) -> None:
@@ -234,7 +252,6 @@ def rolling_update(h: Harness, name: str, f: Path, endpoint: str, summary) -> No
         assert [k for k, _ in kinds] == ["LaunchStep", "CancelStep"], kinds
         launched, cancelled = mine(evs, name, unit)
         assert cancelled["at"] - launched["at"] >= STARTUP - 1, (launched, cancelled)
-        rec = launches(h, name)[unit]
-        assert rec.get("readyAfter", 0) >= STARTUP, rec
+        assert ready_after(h, name, unit) >= STARTUP, launches(h, name)[unit]
     text = (h.state / "events.jsonl").read_text()
     assert "StartupTimeout" not in text and "not Ready within" not in text
