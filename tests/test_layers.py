@@ -36,7 +36,7 @@ def copy(tmp_path):
 
 @pytest.mark.parametrize("module, line, broken", [
     # the pure core reaching up into the shell
-    ("core/pace.py", "from reconciler.shell import loop  # noqa", "core and desired are pure"),
+    ("core/probe_pace.py", "from reconciler.shell import loop  # noqa", "core and desired are pure"),
     # recipe/ learning an engine from its backend class
     ("recipe/schema.py", "from reconciler.backends import registry  # noqa", "recipe learns engines"),
     # the mocker importing the controller

@@ -46,7 +46,7 @@ from reconciler.shell.cluster.nodes import NodeWatch
 from reconciler.shell.cluster.lost_allocs import LostAllocations
 from reconciler.shell.cluster.slurm_watch import SlurmWatch
 from reconciler.drivers.state import StateDir, suspended_names
-from reconciler.shell.tickfail import TickHealth
+from reconciler.shell.tick_health import TickHealth
 from reconciler.shell.lease import wait_for_lease
 from reconciler.timefmt import iso
 from reconciler.world import Observed

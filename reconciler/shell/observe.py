@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.core.grace import apply_grace
-from reconciler.core.pace import split_due
+from reconciler.core.probe_pace import split_due
 from reconciler.core.plan.results import StopReason
 from reconciler.drivers import Driver
 from reconciler.shell.readiness.health import HealthTracker

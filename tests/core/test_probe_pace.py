@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.core.pace import due, split_due
+from reconciler.core.probe_pace import due, split_due
 
 
 @pytest.mark.parametrize("what, interval, last, now, want", [
