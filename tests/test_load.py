@@ -4,6 +4,7 @@ count it waits on after a restart."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -21,9 +22,16 @@ def test_the_load_factor_is_measured_once_bounded_and_can_be_set(monkeypatch):
     assert load.factor() == 1.0, "never shorter than the wait as written"
 
 
-def test_a_measured_factor_stays_within_its_bounds():
-    f = load.measure()
-    assert 1.0 <= f <= load.CAP
+def test_the_calibration_sees_cpu_hogs():
+    """Twice as many busy loops as cores: a process gets a third of a core at most, so the loop
+    runs at least about twice as slow as its fastest burst."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        assert load.measure() >= 1.8
+    finally:
+        for p in hogs:
+            p.kill()
+            p.wait()
 
 
 def test_a_restarted_reconcilers_ticks_count_from_its_own_first(tmp_path):
