@@ -41,6 +41,7 @@ class Smoke:
 SMOKES = {
     "tick.py": Smoke(r"recipes\s+units\s+cpu/tick", 9),
     "plan_scale.py": Smoke(r"recipes\s+workers\s+plan\(\) ms", 6),
+    "read_commands.py": Smoke(r"command\s+median s\s+min s", 6),
     "mocker_bench.py": Smoke(r"path\s+streams\s+req/s", 8),
     "converge.py": Smoke(r"run\s+workers\s+drop -> healthy s", 4, (pytest.mark.slurm,)),
     "mttr.py": Smoke(r"^\s+what\s+figure$", 2, (pytest.mark.slurm,)),

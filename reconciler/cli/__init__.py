@@ -13,7 +13,28 @@ from reconciler.cli.common import (  # noqa: F401 - shared with cli_ops
 )
 from reconciler.errors import RecipeError, ReconcilerError
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Verbs(click.Group):
+    """The day-to-day verbs live in modules of their own, imported when invoked (or listed by
+    --help): `get`, `events`, `logs` must not pay for the controller's imports, which every other
+    verb would otherwise bring in (tests/test_cli_read_fast.py keeps it so)."""
+
+    LAZY = {"get": "reconciler.cli.get:get", "benchmarks": "reconciler.cli.bench:benchmarks",
+            **{v: f"reconciler.cli.ops:{v}" for v in ("describe", "events", "logs", "suspend", "resume")}}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self.LAZY))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        where = self.LAZY.get(cmd_name)
+        if where is None:
+            return super().get_command(ctx, cmd_name)
+        import importlib
+
+        module, _, attr = where.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=_Verbs, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="reconciler")
 @click.option("--cluster-config", "cluster_config", type=click.Path(dir_okay=False), default=None,
               help="srtctl's srtslurm.yaml (default: $SRTSLURM_CONFIG, else srtslurm.yaml in this directory, "
@@ -358,18 +379,6 @@ def plan_cmd(manifests: str, state: str, driver: str | None, port_range: str, in
             click.echo(f"nothing to do; {queued}" if queued else "nothing to do: the cluster matches the manifests",
                        err=True)
     sys.exit(2 if acts or snap.plan.refused_prune else 0)
-
-
-def _register_operations() -> None:
-    from reconciler.cli import bench as cli_bench
-    from reconciler.cli import get as cli_get
-    from reconciler.cli import ops as cli_ops
-
-    for command in (cli_get.get, *cli_ops.COMMANDS, cli_bench.benchmarks):
-        cli.add_command(command)
-
-
-_register_operations()
 
 
 def main() -> None:

@@ -6,9 +6,12 @@ and what it measured last. `describe`: the last decisions with the inputs they w
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from reconciler.drivers.state import StateDir
+if TYPE_CHECKING:  # read commands import no more than they use (structlog comes with drivers.state)
+    from reconciler.drivers.state import StateDir
 
 FILE = "autoscale.json"
 

@@ -7,13 +7,17 @@ the reason is Slurm's own (squeue's Reason of its queued jobs: Resources, Priori
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
-from reconciler.core.plan.results import Plan, WaitReason
-from reconciler.world import Observed
+if TYPE_CHECKING:  # `get` from run's record prints summary() and imports no plan
+    from reconciler.core.plan.results import Plan
+    from reconciler.world import Observed
 
 
 def allocation_waits(p: Plan, observed: Observed) -> dict[str, str]:
     """recipe -> Slurm's reasons for its queued allocations ("Resources"; "" when Slurm gives none)."""
+    from reconciler.core.plan.results import WaitReason
+
     out: dict[str, str] = {}
     for name, rp in p.recipes.items():
         if not any(w.reason is WaitReason.ALLOCATION_PENDING for w in rp.waiting.values()):

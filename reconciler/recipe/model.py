@@ -34,7 +34,7 @@ from reconciler.recipe.bench_policy import BenchmarkPolicy
 from reconciler.recipe.gateway import GatewaySettings
 from reconciler.recipe.topology import MODES, Mode, RoleLayout, one_node_split
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")  # srtctl has no limit; ours keeps paths sane
+from reconciler.recipe.namespaces import NAME_RE  # defined in the leaf: `logs` checks a name without pydantic
 FRONTEND_TYPES = (
     "builtin", "dynamo", "sglang-router", "sgl-router", "vllm-router", "atomesh", "tilert-router",
     "sglang", "vllm", "trtllm_serve", "none",

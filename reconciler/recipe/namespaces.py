@@ -15,7 +15,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-SEP = "@"  # never in a recipe name (recipe.model.NAME_RE) nor in a namespace part
+SEP = "@"  # never in a recipe name (NAME_RE) nor in a namespace part
+# a recipe's name (srtctl has no limit; ours keeps paths sane): defined here, not beside the model,
+# so that the read commands check a name without importing pydantic and the whole schema
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # state/<key>/ is one path component (at most 255 bytes on Linux): a longer key failed every pass
 # with "File name too long". Labels abbreviate long keys (labels.recipe_tag).
@@ -77,9 +80,7 @@ def from_ref(ref: str) -> str:
 
 
 def is_key(k: str) -> bool:
-    """Whether ``k`` is a well-formed key (names: recipe.model.NAME_RE; parts as folders)."""
-    from reconciler.recipe.model import NAME_RE
-
+    """Whether ``k`` is a well-formed key (names: NAME_RE; parts as folders)."""
     if len(k.encode()) > MAX_KEY:
         return False
     ns, name = split(k)

@@ -19,13 +19,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import structlog
-
 from reconciler.errors import ReconcilerError
 from reconciler.fsutil import atomic_write_text
 from reconciler.timefmt import iso
 
-log = structlog.get_logger("reconciler")
+
+
+def _log():
+    """structlog on first use: `get` imports describe() and must not pay ~0.7 s for it."""
+    import structlog
+
+    return structlog.get_logger("reconciler")
+
 POLL = 1.0  # seconds between attempts: the takeover comes within this of the active one's death
 STANDBY = "standby.json"
 
@@ -41,7 +46,7 @@ def wait_for_lease(lock: Callable[[], None], root: Path, stopped: Callable[[], b
             lock()
         except ReconcilerError as e:
             if not said:
-                log.info("standby: waiting for the active reconciler", holder=str(e))
+                _log().info("standby: waiting for the active reconciler", holder=str(e))
                 said = True
             try:
                 atomic_write_text(mine, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
@@ -56,7 +61,7 @@ def wait_for_lease(lock: Callable[[], None], root: Path, stopped: Callable[[], b
         except (OSError, ValueError):
             pass
         if said:
-            log.warning("standby: the active reconciler is gone; taking over")
+            _log().warning("standby: the active reconciler is gone; taking over")
         return True
     return False
 

@@ -1,0 +1,93 @@
+"""Read commands answer from what `run` recorded, without the controller (issue 46 item 8): while a
+`run` holds the state directory, `get`, `events`, `logs` and `benchmarks` import neither the loop,
+the desired-state build, structlog nor pydantic (~1 s of imports that made each call 1.1-1.5 s);
+`get` reads state/<recipe>/status.json. benchmarks/read_commands.py times them."""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+HEAVY = ("reconciler.shell.loop", "reconciler.desired.build", "reconciler.drivers.state", "structlog", "pydantic")
+# runs the CLI as `python -m reconciler.cli ARGS` does, then says which heavy modules it imported
+PROBE = ("import json, runpy, sys; sys.argv = ['reconciler'] + sys.argv[1:]; code = 0\n"
+         "try:\n    runpy.run_module('reconciler.cli', run_name='__main__')\n"
+         "except SystemExit as e:\n    code = e.code\n"
+         f"print('LOADED', json.dumps([m for m in {HEAVY!r} if m in sys.modules]), file=sys.stderr)\n"
+         "sys.exit(code)")
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("read_commands", ROOT / "benchmarks" / "read_commands.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def state(tmp_path):
+    """The benchmark's state directory of 3 deployments, its lock held as a running `run` holds it."""
+    root = tmp_path / "state"
+    _bench().build_state(root, 3)
+    with open(root / "run.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield root
+
+
+def probe(state, *argv: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    r = subprocess.run([sys.executable, "-c", PROBE, *argv, "--state", str(state)], capture_output=True, text=True,
+                       cwd=state.parent, timeout=60)
+    line = next(x for x in r.stderr.splitlines() if x.startswith("LOADED "))
+    return r, json.loads(line.split(" ", 1)[1])
+
+
+@pytest.mark.parametrize("argv", [("get",), ("get", "-o", "wide"), ("get", "-o", "json", "dep-001"), ("events",),
+                                  ("events", "dep-001"), ("logs", "dep-001"), ("logs", "dep-001", "--tail", "3"),
+                                  ("benchmarks", "dep-001")], ids=" ".join)
+def test_read_commands_import_no_controller(state, argv):
+    r, loaded = probe(state, *argv)
+    assert "error" not in r.stderr, r.stderr
+    assert loaded == [], f"{' '.join(argv)} imported {loaded}"
+    assert r.stdout.strip()
+
+
+def test_get_rows_are_runs_record(state):
+    r, _ = probe(state, "get", "-o", "json")
+    rows = json.loads(r.stdout)
+    assert [x["name"] for x in rows] == ["dep-000", "dep-001", "dep-002"]
+    st = json.loads((state / "dep-001" / "status.json").read_text())
+    one = rows[1]
+    assert (one["status"], one["endpoint"], one["servedModel"], one["restarts"]) == (
+        "Ready", st["endpoint"], "Qwen/Qwen3-0.6B", 1)
+    assert one["roles"] == {"agg": st["roles"]["agg"]} and one["conditions"] == st["conditions"]
+    assert one["benchmark"]["status"] == "passed" and one["age_seconds"] >= 3599
+    # an invalid file keeps its last spec running: the row says Invalid with the file's error
+    st["conditions"][3] |= {"status": "True", "message": "m.yaml:3: roles.agg.workers: not a number"}
+    (state / "dep-001" / "status.json").write_text(json.dumps(st))
+    r, _ = probe(state, "get", "dep-001", "-o", "wide")
+    assert "Invalid" in r.stdout and "InvalidSpec" in r.stdout and "Qwen/Qwen3-0.6B" in r.stdout, r.stdout
+    assert "roles.agg.workers: not a number" in r.stderr
+    # its file gone, the workloads still there: said, not shown as if nothing happened
+    files = json.loads((state / "files.json").read_text())
+    (state / "files.json").write_text(json.dumps({k: v for k, v in files.items() if v != ["dep-002"]}))
+    r, _ = probe(state, "get", "dep-002", "-o", "json")
+    (gone,) = json.loads(r.stdout)
+    assert gone["status"] == "ManifestMissing" and "prune guard" in gone["error"] and gone["endpoint"], gone
+    r, _ = probe(state, "get", "nope")
+    assert r.returncode == 1 and "no recipe named nope" in r.stderr
+
+
+def test_without_a_running_run_get_looks_at_the_cluster(tmp_path):
+    """Nothing records when no `run` holds the state: `get` builds a snapshot itself, as before."""
+    root = tmp_path / "state"
+    _bench().build_state(root, 1)
+    r, loaded = probe(root, "get", "--driver", "local", "--manifests", str(tmp_path / "m"))
+    assert r.returncode == 0, r.stderr
+    assert "reconciler.shell.loop" in loaded
