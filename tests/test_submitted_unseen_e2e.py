@@ -50,7 +50,7 @@ def test_a_submitted_job_squeue_does_not_list_is_not_submitted_again(tmp_path):
     m.mkdir()
     (m / "unseen.yaml").write_text(RECIPE)
     driver = SlurmDriver(state, user="nobody")  # submits as root, lists nobody's jobs
-    c = Controller(m, state, driver)
+    c = Controller(m, state, driver, allow_empty=True)  # its one file is deleted at the end
     c.debounce = 0
     jobs: set[str] = set()
     try:
@@ -75,6 +75,14 @@ def test_a_submitted_job_squeue_does_not_list_is_not_submitted_again(tmp_path):
                    what="the allocation submitted again once its job ended")
         jobs |= {j for j, _ in c.executor.submitted.jobs.values()}
         assert len(jobs) == 2
+        (second,) = jobs - {job}
+
+        # the recipe is deleted: its job squeue never listed is cancelled all the same (not orphaned)
+        (m / "unseen.yaml").unlink()
+        c.tick()
+        wait_until(lambda: _user_of(second) == "", timeout=30, what=f"job {second} cancelled")
+        assert any(f"cancel job {second}" in e["message"] for e in _events(state, "CancelAlloc"))
+        assert driver.tally[("sbatch", True)] == 2
     finally:
         for j in jobs:
             scancel(j)

@@ -99,7 +99,21 @@ class Executor:
             self.state.event(type(a).__name__, a.recipe, a.describe())
         for recipe in {a.recipe for a in done} - failed:
             self.failures.pop(recipe, None)
+        if not p.refused_prune:  # the prune guard holds these as it holds what squeue lists
+            self._cancel_orphans(set(p.recipes))
         return done
+
+    def _cancel_orphans(self, planned: set[str]) -> None:
+        """A deleted recipe's job that squeue never listed (shell/submitted.py) is cancelled too."""
+        for recipe, job in self.submitted.orphans(planned):
+            try:
+                self.driver.cancel_alloc(job)
+            except DriverError as e:
+                log.error("cannot cancel an unseen job of a deleted recipe", recipe=recipe, job=job, error=str(e))
+                continue
+            self.submitted.cancelled(job)
+            log.info("cancelled an unseen job of a deleted recipe", recipe=recipe, job=job)
+            self.state.event("CancelAlloc", recipe, f"cancel job {job}: its recipe is gone and squeue never listed it")
 
     def _holding(self, a: SubmitAlloc) -> bool:
         """Not submitted yet (said once): the plan asks again at the next pass."""

@@ -80,3 +80,8 @@ class Submitted:
             self.state.event("SubmittedJobUnseen", spec.recipe, why, job=job)
         self._looked[slot] = (now, why)
         return why
+
+    def orphans(self, planned: set[str]) -> list[tuple[str, str]]:
+        """(recipe, job) of the jobs we submitted, unseen, for recipes the plan no longer has (its
+        file deleted): the plan cancels only what squeue lists, so these are ours to cancel."""
+        return sorted((r, job) for (r, _), (job, _) in self.jobs.items() if r not in planned)
