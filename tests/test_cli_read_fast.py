@@ -91,3 +91,34 @@ def test_without_a_running_run_get_looks_at_the_cluster(tmp_path):
     r, loaded = probe(root, "get", "--driver", "local", "--manifests", str(tmp_path / "m"))
     assert r.returncode == 0, r.stderr
     assert "reconciler.shell.loop" in loaded
+
+
+def test_get_watch_prints_a_row_again_when_runs_record_changes(state):
+    """`get -w` while `run` runs: the table, then a row whenever status.json changes (no controller)."""
+    import select
+    import time
+
+    p = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "get", "-w", "--interval", "0.2", "--state", str(state)],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=state.parent)
+    try:
+        def line(timeout: float) -> str:
+            ready, _, _ = select.select([p.stdout], [], [], timeout)
+            assert ready, "get -w printed nothing in time"
+            return p.stdout.readline()
+
+        assert line(60).startswith("NAME")
+        table = [line(10) for _ in range(4)]  # three rows and the controller line
+        assert any(r.startswith("dep-001") and "Ready" in r for r in table), table
+        st = json.loads((state / "dep-001" / "status.json").read_text())
+        (state / "dep-001" / "status.json").write_text(json.dumps({**st, "phase": "Degraded"}))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            got = line(deadline - time.monotonic())
+            if got.startswith("dep-001"):
+                assert "Degraded" in got, got
+                break
+        else:
+            raise AssertionError("no row printed again after the change")
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
