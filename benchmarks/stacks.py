@@ -75,12 +75,13 @@ def endpoint(state: Path, name: str) -> str | None:
         return None
 
 
-def aiperf(url: str, model: str, tokenizer: Path, conc: int, requests: int, out: Path) -> dict:
+def aiperf(url: str, model: str, tokenizer: Path, conc: int, requests: int, out: Path, isl: int = 128,
+           osl: int = 64) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}  # it rejects a local tokenizer path
     env["TMPDIR"] = str(out)
     cmd = [str(AIPERF), "profile", "--model", model, "--url", url, "--endpoint-type", "chat", "--streaming",
            "--tokenizer", str(tokenizer), "--concurrency", str(conc), "--request-count", str(requests),
-           "--isl", "128", "--osl", "64", "--ui-type", "none", "--artifact-dir", str(out)]
+           "--isl", str(isl), "--osl", str(osl), "--ui-type", "none", "--artifact-dir", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     found = list(out.rglob("profile_export_aiperf.json"))
     if r.returncode != 0 or not found:

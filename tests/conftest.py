@@ -69,7 +69,7 @@ def _gate(items, marker: str, check, what: str, hint: str, fixture: str) -> None
 # and handed out a test or two at a time (below: xdist keeps two pending per worker), they start
 # on four workers at once instead of one of them meeting a 100-second test at the end of the run
 # while the other three stand idle (867 s -> 748 s for the whole suite on the 2-core machine).
-SLOW_FIRST = ("test_analysis_e2e", "test_chaos", "test_handover_e2e", "test_slurm_time_e2e",
+SLOW_FIRST = ("test_vllm_real_e2e", "test_vllm_argv", "test_analysis_e2e", "test_chaos", "test_handover_e2e", "test_slurm_time_e2e",
               "test_multinode_slurm_time", "test_autoscale_queue_e2e", "test_bench_e2e", "test_benchmarks",
               "test_multinode_nodes", "test_autoscale_disagg_e2e", "test_autoscale_e2e", "test_stacks",
               "test_benchrun", "test_gateway_job_e2e", "test_stack_handover_e2e", "test_e2e")
@@ -81,6 +81,27 @@ def pytest_configure(config):
     # share) at the start: the slow modules, first in the order, would all go to one worker
     if getattr(config.option, "maxschedchunk", 0) is None:
         config.option.maxschedchunk = 1
+
+
+# Modules whose tests share one costly deployment (a module-scoped fixture: the real vLLM, a cold
+# start of minutes): xdist must run each on one worker, or every worker that gets one of its tests
+# starts the deployment again. (xdist's own loadgroup does not group here: pytest 9 no longer reads
+# the suffixed nodeid it relies on.)
+SHARED_DEPLOYMENT = ("test_vllm_real_e2e", "test_vllm_real_router_e2e")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Load scheduling by units: each SHARED_DEPLOYMENT module one unit, every other test its own;
+    a worker is handed the next unit while it has two or fewer tests pending, the largest units
+    first, then the rest in the collection's order (SLOW_FIRST)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedModules(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if Path(module).stem in SHARED_DEPLOYMENT else nodeid
+
+    return SharedModules(config, log)
 
 
 def _slow_rank(item) -> int:

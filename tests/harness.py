@@ -35,16 +35,36 @@ def scancel(job_or_step: str) -> None:
         raise AssertionError(f"scancel {job_or_step}: exit {r.returncode}: {r.stderr.strip()}")
 
 
-def _port_ranges() -> itertools.cycle:
-    """This process's 100-port ranges: under pytest-xdist each worker cycles through its own slice
-    of 21000-31800 (or $RECONCILER_TEST_PORTS), so two tests running at once never share a port range."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    n = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+# Wide ranges, at the top of the span, apart from every 100-port range: a real vLLM takes 52 ports
+# per life (HTTP, NIXL and the 50 of its VLLM_PORT scan block), so two lives (a surge, or two
+# workers) need more than 100. Each is used by one xdist_group at a time (one worker, one module).
+WIDE, WIDE_SLOTS = 200, 2
+
+
+def _span() -> tuple[int, int]:
     # RECONCILER_TEST_PORTS=LO-HI narrows the span, so two test runs on one machine can keep apart
     lo, _, hi = os.environ.get("RECONCILER_TEST_PORTS", "21000-31800").partition("-")
-    starts = list(range(int(lo), int(hi), 100))
+    return int(lo), int(hi)
+
+
+def _port_ranges() -> itertools.cycle:
+    """This process's 100-port ranges: under pytest-xdist each worker cycles through its own slice
+    of 21000-31800 (or $RECONCILER_TEST_PORTS) below the wide ranges, so two tests running at once
+    never share a port range."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    n = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    lo, hi = _span()
+    starts = list(range(lo, hi - WIDE * WIDE_SLOTS, 100))
     mine = starts[int(worker.removeprefix("gw") or 0) % n::n]
     return itertools.cycle(mine)
+
+
+def wide_range(slot: int) -> tuple[int, int]:
+    """Wide range ``slot`` (0 or 1) of the span: give it to one xdist_group only."""
+    if not 0 <= slot < WIDE_SLOTS:
+        raise ValueError(f"wide range {slot}: there are {WIDE_SLOTS}")
+    hi = _span()[1] - WIDE * slot
+    return hi - WIDE, hi - 1
 
 
 if __name__ != "harness":  # as tests.harness it would be a second module with a second cycle,
@@ -70,12 +90,12 @@ def _forked_launcher(pid: str, cmd: list[bytes]) -> bool:
 
 
 class Harness:
-    def __init__(self, tmp: Path, driver: str):
+    def __init__(self, tmp: Path, driver: str, wide: int | None = None):
         self.tmp = tmp
         self.driver = driver
         # each test its own port range: a previous test's workers may still be shutting down
-        lo = next(_ranges)
-        self.env = {**os.environ, "RECONCILER_PORT_RANGE": f"{lo}-{lo + 99}"}
+        lo, hi = wide_range(wide) if wide is not None else (lo := next(_ranges), lo + 99)
+        self.env = {**os.environ, "RECONCILER_PORT_RANGE": f"{lo}-{hi}"}
         self.manifests = tmp / "manifests"
         self.state = tmp / "state"
         self.manifests.mkdir()

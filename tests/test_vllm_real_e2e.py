@@ -1,0 +1,159 @@
+"""The real vLLM under the reconciler on the real Slurm: served, probed, relaunched, rolled.
+
+vLLM's CPU build (.stacks/vllm) runs ``vllm serve`` exactly as the vLLM backend renders it,
+on the tiny random-weights Llama, behind the built-in router and the gateway. One deployment
+is started for the module and its tests run in order on it (each cold start costs minutes).
+Strict mode (RECONCILER_REQUIRE_SLURM=1) fails rather than skips when vLLM is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from harness import Harness, scancel
+from helpers import get, post, wait_until
+from reconciler.mocker.tiny_llama import make_tiny_llama
+from support.clients import Client
+from support.vllm import COLD_START, recipe, require_vllm, split, step_started, write_cluster_config
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
+
+
+@pytest.fixture(scope="module")
+def dep(tmp_path_factory):
+    """(harness, recipe name, endpoint, served model name) of one Ready vLLM deployment."""
+    require_vllm()
+    tmp = tmp_path_factory.mktemp("vllm-real")
+    model = make_tiny_llama(tmp / "tiny-llama")
+    write_cluster_config(tmp)
+    h = Harness(tmp, "slurm", wide=0)  # two lives of 52 ports each (harness.WIDE)
+    name = h.name("vllm")
+    h.dep = {"model": model}
+    (h.manifests / f"{name}.yaml").write_text(recipe(name, model))
+    h.start()
+    try:
+        g = h.wait_ready(name, timeout=COLD_START)
+        endpoint = g["endpoint"]
+        status, body = get(endpoint + "/v1/models", timeout=10)
+        assert status == 200, body
+        served = json.loads(body)["data"][0]["id"]
+        yield h, name, endpoint, served
+    finally:
+        h.cleanup()
+
+
+def _status(h: Harness, name: str) -> dict:
+    return json.loads((h.state / name / "status.json").read_text())
+
+
+def _launches(h: Harness, name: str) -> dict:
+    return json.loads((h.state / name / "launches.json").read_text())
+
+
+def _engine_url(h: Harness, name: str) -> str:
+    rec = _launches(h, name)["agg_0"]
+    node, ports = next(iter(rec["ports"].items()))
+    return f"http://{node}:{ports['http']}"
+
+
+def test_a_vllm_deployment_is_ready_and_answers_through_the_gateway(dep):
+    h, name, endpoint, served = dep
+    status, body = post(endpoint + "/v1/chat/completions",
+                        {"model": served, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}, timeout=60)
+    assert status == 200, body
+    reply = json.loads(body)
+    assert reply["model"] == served and reply["usage"]["completion_tokens"] >= 1, reply
+    # the engine behind it is vLLM itself: its own /v1/models names the same model, its log its version
+    status, body = get(_engine_url(h, name) + "/v1/models", timeout=10)
+    assert status == 200 and json.loads(body)["data"][0]["id"] == served
+    assert "version 0.32.0" in (h.state / name / "logs" / "agg_0.0.log").read_text(errors="replace")
+
+
+def test_every_name_the_backend_and_the_autoscaler_read_is_one_vllm_serves(dep):
+    """Health, readiness and metrics: the names the backend declares and the autoscaler and the
+    status page look up, read from the real engine's /health and /metrics."""
+    from reconciler.backends.registry import backend_for
+    from reconciler.desired.admission import load_file
+    from reconciler.shell.elastic.engine_metrics import NAMES, parse
+    from reconciler.ui.history import ITL, REQUESTS, TTFT
+
+    h, name, endpoint, served = dep
+    post(endpoint + "/v1/chat/completions", {"model": served, "messages": [{"role": "user", "content": "hi"}],
+                                             "max_tokens": 4}, timeout=60)
+    backend = backend_for(load_file(h.manifests / f"{name}.yaml")[0].recipe, "agg")
+    probe = backend.health_probe("agg")
+    base = _engine_url(h, name)
+    assert get(base + probe.path, timeout=10)[0] == 200
+    status, body = get(base + "/metrics", timeout=10)
+    assert status == 200
+    text = body.decode()
+    # family names as a Prometheus client reads them (a counter's without its _total, as engine_metrics does)
+    families = {n for fam in text_string_to_metric_families(text) for n in (fam.name, fam.name.removesuffix("_total"))}
+    # every quantity the autoscaler reads has a vLLM name that this vLLM serves
+    missing = {q: [n for n in names if n.startswith("vllm:")] for q, names in NAMES.items()
+               if q != "requests" and not any(n in families for n in names if n.startswith("vllm:"))}
+    assert not missing, f"vLLM serves none of these names: {missing}"
+    assert "vllm:request_success" in families
+    for names in (REQUESTS, TTFT, ITL):
+        assert any(n in families for n in names), f"the status page reads {names}; vLLM serves none"
+    reading = parse(text)
+    assert {"waiting", "running", "kv_usage"} <= set(reading.gauges), reading.gauges
+    assert {"ttft", "itl"} <= set(reading.buckets) and reading.requests >= 1, reading
+
+
+def test_a_killed_engine_is_relaunched_and_serves_again(dep, summary):
+    h, name, endpoint, served = dep
+    before = _launches(h, name)["agg_0"]
+    step = h.steps(name)["agg_0"][0]
+    scancel(step)
+    # the relaunch: a new step of the same unit, then Ready again (a cold start: minutes, not seconds)
+    new = wait_until(lambda: (s := h.steps(name).get("agg_0")) and s[0] != step and s[0], timeout=120,
+                     what="agg_0 relaunched")
+    started = step_started(new)
+    g = wait_until(lambda: (g := h.get(name))["status"] == "Ready" and g, timeout=COLD_START, what=f"{name} Ready again")
+    assert g["endpoint"] == endpoint
+    # this life's launch-to-Ready (readyAfter: written once the probe saw it Ready, a pass after status.json)
+    rec = wait_until(lambda: (r := _launches(h, name)["agg_0"]).get("readyAfter") is not None and r, timeout=30,
+                     what="agg_0's readyAfter in launches.json")
+    assert rec["launches"] == before["launches"] + 1
+    status, body = post(endpoint + "/v1/chat/completions",
+                        {"model": served, "messages": [{"role": "user", "content": "again"}], "max_tokens": 4}, timeout=60)
+    assert status == 200, body
+    log = h.state / name / "logs" / f"agg_0.{rec['slot']}.log"
+    s = split(log, rec["lastLaunch"], started, rec["readyAfter"])
+    summary(f"vllm relaunch: {s.row()}")
+    assert 0 < s.warmup < s.total and s.imports < s.total
+
+
+def test_a_flag_change_rolls_the_engine_with_no_failed_request(dep, summary):
+    """A new engine flag: the new life starts beside the old (surge), the old leaves only once the
+    new one is Ready and routed; a client sending all along sees no failure."""
+    h, name, endpoint, served = dep
+    first = h.steps(name)["agg_0"][0]
+    client = Client(endpoint, limit=100000, max_tokens=4, timeout=60)
+    client.start()
+    try:
+        wait_until(lambda: client.ok >= 3, timeout=60, what="the client's first answers")
+        (h.manifests / f"{name}.yaml").write_text(recipe(name, h.dep["model"], args=", max-num-seqs: 64"))
+        t0 = time.monotonic()
+        def alone() -> bool:  # one life of agg_0 left, and not the first one (lives: both during the surge)
+            mine = [sid for unit, _, sid in h.lives(name) if unit == "agg_0"]
+            return len(mine) == 1 and mine[0] != first
+        wait_until(alone, timeout=COLD_START + 120, interval=1, what="agg_0 on its new life alone")
+        took = time.monotonic() - t0
+        ok_at_switch = client.ok
+        wait_until(lambda: client.ok >= ok_at_switch + 3, timeout=60, what="answers from the new life")
+    finally:
+        client.halt.set()
+        client.join(90)
+    summary(f"vllm rolling update: {client.ok} requests, {len(client.failed)} failed; the old life left "
+            f"{took:.0f} s after the edit")
+    assert not client.failed, client.failed[:5]
+    # the engine that serves now is the new spec's: vLLM logs the flag among its non-default args
+    rec = _launches(h, name)["agg_0"]
+    log = (h.state / name / "logs" / f"agg_0.{rec['slot']}.log").read_text(errors="replace")
+    assert "'max_num_seqs': 64" in log

@@ -1,0 +1,115 @@
+"""Two real vLLM workers behind a real router (sglang-router), then scaled down while streams run.
+
+The same tiny random-weights Llama and ``vllm serve`` as tests/test_vllm_real_e2e.py, two
+workers of one GPU on the local Slurm, the SGLang router in front (the reconciler adds each
+worker through its /workers API as it turns Ready) and the gateway before it. Then the file
+says one worker while streamed completions run on both: the victim is drained (out of the
+router, its streams finish) before Slurm's SIGTERM, so every stream ends whole.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from urllib.parse import urlsplit
+
+import pytest
+
+from harness import Harness
+from helpers import get, post, sse_events, wait_until
+from reconciler.mocker.tiny_llama import make_tiny_llama
+from support.vllm import COLD_START, recipe, require_vllm, write_cluster_config
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
+ROUTER = "frontend: {type: sglang-router}\n"
+TOKENS = 200  # a stream of ~2-6 s on this engine: long enough to be running when the edit lands
+
+
+@pytest.fixture(scope="module")
+def dep(tmp_path_factory):
+    require_vllm()
+    tmp = tmp_path_factory.mktemp("vllm-router")
+    model = make_tiny_llama(tmp / "tiny-llama")
+    write_cluster_config(tmp)
+    h = Harness(tmp, "slurm", wide=1)  # two lives of 52 ports each (harness.WIDE)
+    name = h.name("vllm2")
+    h.model = model
+    (h.manifests / f"{name}.yaml").write_text(recipe(name, model, workers=2).replace("frontend: {type: builtin}\n", ROUTER))
+    h.start()
+    try:
+        g = h.wait_ready(name, timeout=COLD_START)
+        status, body = get(g["endpoint"] + "/v1/models", timeout=10)
+        assert status == 200, body
+        yield h, name, g["endpoint"], json.loads(body)["data"][0]["id"]
+    finally:
+        h.cleanup()
+
+
+def test_two_vllm_workers_serve_behind_the_sglang_router(dep):
+    h, name, endpoint, served = dep
+    g = h.get(name)
+    assert g["roles"]["agg"]["ready"] == 2 and g["status"] == "Ready", g
+    for i in range(4):
+        status, body = post(endpoint + "/v1/chat/completions",
+                            {"model": served, "messages": [{"role": "user", "content": f"hello {i}"}], "max_tokens": 4},
+                            timeout=60)
+        assert status == 200, body
+
+
+class Stream(threading.Thread):
+    """One streamed chat completion of ``TOKENS`` tokens: how many arrived, and whether it ended whole."""
+
+    def __init__(self, endpoint: str, model: str):
+        super().__init__(daemon=True)
+        u = urlsplit(endpoint)
+        self.host, self.port, self.model = u.hostname, u.port, model
+        self.started = threading.Event()
+        self.tokens, self.done, self.error = 0, False, ""
+
+    def run(self) -> None:
+        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": "tell me"}], "stream": True,
+                           "max_tokens": TOKENS, "ignore_eos": True}).encode()
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
+        try:
+            conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+            r = conn.getresponse()
+            if r.status != 200:
+                self.error = f"{r.status}: {r.read()[:200]!r}"
+                return
+            raw = b""
+            while chunk := r.read1(65536) if hasattr(r, "read1") else r.read(65536):
+                raw += chunk
+                self.started.set()
+            events = sse_events(raw)
+            self.done = events[-1:] == ["[DONE]"]
+            self.tokens = sum(1 for e in events if e != "[DONE]" and e["choices"] and
+                              e["choices"][0].get("delta", {}).get("content"))
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            self.error = repr(e)
+        finally:
+            self.started.set()
+            conn.close()
+
+
+def test_a_scale_down_lets_the_victims_streams_finish(dep, summary):
+    h, name, endpoint, served = dep
+    victim = h.steps(name)["agg_1"][0]
+    streams = [Stream(endpoint, served) for _ in range(6)]
+    for s in streams:
+        s.start()
+    for s in streams:
+        assert s.started.wait(120), "no stream began"
+    (h.manifests / f"{name}.yaml").write_text(recipe(name, h.model, workers=1).replace("frontend: {type: builtin}\n", ROUTER))
+    for s in streams:
+        s.join(300)
+    wait_until(lambda: "agg_1" not in h.steps(name), timeout=120, what="the victim's step gone")
+    assert victim not in {sid for sid, _ in h.steps(name).values()}
+    bad = [(s.tokens, s.done, s.error) for s in streams if s.error or not s.done or s.tokens < TOKENS - 1]
+    summary(f"vllm scale-down 2 -> 1 with {len(streams)} streams of {TOKENS} tokens in flight: "
+            f"{len(streams) - len(bad)} whole, {len(bad)} cut")
+    assert not bad, bad
+    status, body = post(endpoint + "/v1/chat/completions",
+                        {"model": served, "messages": [{"role": "user", "content": "still here"}], "max_tokens": 4},
+                        timeout=60)
+    assert status == 200, body
