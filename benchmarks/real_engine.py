@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from reconciler import labels  # noqa: E402
 from reconciler.backends.vllm import start_phases  # noqa: E402
 from reconciler.mocker.tiny_llama import make_tiny_llama  # noqa: E402
+from reconciler.world import life_name  # noqa: E402
 from stacks import AIPERF, aiperf, endpoint, fmt, model_id, pick, post_ok  # noqa: E402
 
 VLLM_BIN = ROOT / ".stacks" / "vllm" / "bin"
@@ -57,6 +58,7 @@ frontend: {{type: builtin}}
 reconcile: {{engine_python: {python}}}
 """
 WAIT = 1800.0  # the recipe's health-check budget (180 x 10 s): a start that takes longer has failed
+SMOKE_WAIT = 1500.0  # under the smoke test's own 1,800 s, so this script tears down what it started
 
 
 class Run:
@@ -66,7 +68,7 @@ class Run:
         self.tmp, self.manifests, self.state = tmp, tmp / "manifests", tmp / "state"
         self.manifests.mkdir()
         self.env = {**os.environ, "HF_HUB_OFFLINE": "1",
-                    "RECONCILER_PORT_RANGE": os.environ.get("RECONCILER_PORT_RANGE", "31400-31800")}
+                    "RECONCILER_PORT_RANGE": os.environ.get("RECONCILER_PORT_RANGE", "20000-20999")}  # below the tests' span
         self.proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "run", "--manifests", str(self.manifests),
                                       "--state", str(self.state), "--resync", "1"], cwd=tmp, env=self.env,
                                      stdout=open(tmp / "reconciler.log", "ab"), stderr=subprocess.STDOUT)
@@ -96,7 +98,8 @@ class Run:
                        capture_output=True, timeout=120)
 
 
-def until(what: str, fn, timeout: float = WAIT, every: float = 0.5):
+def until(what: str, fn, timeout: float | None = None, every: float = 0.5):
+    timeout = WAIT if timeout is None else timeout  # read at the call: --smoke lowers it
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if v := fn():
@@ -116,7 +119,7 @@ def serving(run: Run, name: str) -> tuple[str, str]:
 
 def split(run: Run, name: str, step_start: float) -> str:
     rec = until("the life's readyAfter", lambda: (r := run.launches(name)).get("readyAfter") is not None and r, 60)
-    log = (run.state / name / "logs" / f"agg_0.{rec['slot']}.log").read_text(errors="replace")
+    log = (run.state / name / "logs" / f"{life_name('agg_0', rec['slot'])}.0.log").read_text(errors="replace")
     p = start_phases(log, datetime.fromtimestamp(rec["lastLaunch"]).year)
     slurm = max(0.0, step_start - rec["lastLaunch"])
     imports = max(0.0, p.get("first_line", step_start) - step_start)
@@ -165,7 +168,8 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="one cold start, aiperf at concurrency 1 with 2 requests")
     a = ap.parse_args()
     if a.smoke:
-        a.requests, a.concurrency = 2, "1"
+        global WAIT
+        a.requests, a.concurrency, WAIT = 2, "1", SMOKE_WAIT
     conc = [int(c) for c in a.concurrency.split(",")]
     for need in (AIPERF, VLLM_BIN / "vllm"):
         if not need.exists():

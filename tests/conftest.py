@@ -77,10 +77,8 @@ SLOW_FIRST = ("test_vllm_real_e2e", "test_vllm_argv", "test_analysis_e2e", "test
 
 def pytest_configure(config):
     load.factor()  # measured here, before xdist starts its workers: they inherit it ($RECONCILER_LOAD_FACTOR)
-    # xdist's load scheduling sends each worker a block of consecutive tests (a quarter of its
-    # share) at the start: the slow modules, first in the order, would all go to one worker
-    if getattr(config.option, "maxschedchunk", 0) is None:
-        config.option.maxschedchunk = 1
+    # (xdist's own load scheduling would send each worker a block of consecutive tests at the start;
+    # pytest_xdist_make_scheduler below hands them out one unit at a time instead)
 
 
 # Modules whose tests share one costly deployment (a module-scoped fixture: the real vLLM, a cold
@@ -90,10 +88,14 @@ def pytest_configure(config):
 SHARED_DEPLOYMENT = ("test_vllm_real_e2e", "test_vllm_real_router_e2e")
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Load scheduling by units: each SHARED_DEPLOYMENT module one unit, every other test its own;
-    a worker is handed the next unit while it has two or fewer tests pending, the largest units
-    first, then the rest in the collection's order (SLOW_FIRST)."""
+    """Load scheduling by units (``-n N``, xdist's default ``--dist load`` only): each
+    SHARED_DEPLOYMENT module one unit, every other test its own; a worker is handed the next unit
+    while it has two or fewer tests pending, the largest units first, then the rest in the
+    collection's order (SLOW_FIRST). Any other ``--dist`` is xdist's own."""
+    if config.getvalue("dist") != "load":
+        return None
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedModules(LoadScopeScheduling):

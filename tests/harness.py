@@ -37,7 +37,8 @@ def scancel(job_or_step: str) -> None:
 
 # Wide ranges, at the top of the span, apart from every 100-port range: a real vLLM takes 52 ports
 # per life (HTTP, NIXL and the 50 of its VLLM_PORT scan block), so two lives (a surge, or two
-# workers) need more than 100. Each is used by one xdist_group at a time (one worker, one module).
+# workers) need more than 100. Each slot belongs to one module (tests/test_vllm_real_e2e.py: 0,
+# test_vllm_real_router_e2e.py: 1), which conftest's scheduler keeps on one worker.
 WIDE, WIDE_SLOTS = 200, 2
 
 
@@ -54,13 +55,16 @@ def _port_ranges() -> itertools.cycle:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     n = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     lo, hi = _span()
-    starts = list(range(lo, hi - WIDE * WIDE_SLOTS, 100))
+    starts = list(range(lo, hi - WIDE * WIDE_SLOTS - 99, 100))  # each whole 100 below the wide ranges
     mine = starts[int(worker.removeprefix("gw") or 0) % n::n]
+    if not mine:
+        raise RuntimeError(f"RECONCILER_TEST_PORTS={lo}-{hi} is too narrow: {WIDE * WIDE_SLOTS} ports for the "
+                           f"wide ranges and 100 for each of {n} workers at least")
     return itertools.cycle(mine)
 
 
 def wide_range(slot: int) -> tuple[int, int]:
-    """Wide range ``slot`` (0 or 1) of the span: give it to one xdist_group only."""
+    """Wide range ``slot`` (0 or 1) of the span: each slot belongs to one module (see WIDE)."""
     if not 0 <= slot < WIDE_SLOTS:
         raise ValueError(f"wide range {slot}: there are {WIDE_SLOTS}")
     hi = _span()[1] - WIDE * slot

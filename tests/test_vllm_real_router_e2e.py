@@ -17,13 +17,13 @@ from urllib.parse import urlsplit
 import pytest
 
 from harness import Harness
-from helpers import get, post, sse_events, wait_until
+from helpers import get, metric, post, sse_events, wait_until
 from reconciler.mocker.tiny_llama import make_tiny_llama
 from support.vllm import COLD_START, recipe, require_vllm, write_cluster_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
 ROUTER = "frontend: {type: sglang-router}\n"
-TOKENS = 200  # a stream of ~2-6 s on this engine: long enough to be running when the edit lands
+TOKENS = 200  # with ignore_eos: seconds per stream here; prompt + output stay within max-model-len 256
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,9 @@ def dep(tmp_path_factory):
     (h.manifests / f"{name}.yaml").write_text(recipe(name, model, workers=2).replace("frontend: {type: builtin}\n", ROUTER))
     h.start()
     try:
-        g = h.wait_ready(name, timeout=COLD_START)
+        # COLD_START is stretched by the load factor already (wait_ready would stretch it again)
+        g = wait_until(lambda: (g := h.get(name))["status"] == "Ready" and g, timeout=COLD_START, interval=1,
+                       what=lambda: f"{name} Ready (reconciler log:\n{h.log()[-3000:]})")
         status, body = get(g["endpoint"] + "/v1/models", timeout=10)
         assert status == 200, body
         yield h, name, g["endpoint"], json.loads(body)["data"][0]["id"]
@@ -60,15 +62,15 @@ def test_two_vllm_workers_serve_behind_the_sglang_router(dep):
 class Stream(threading.Thread):
     """One streamed chat completion of ``TOKENS`` tokens: how many arrived, and whether it ended whole."""
 
-    def __init__(self, endpoint: str, model: str):
+    def __init__(self, endpoint: str, model: str, prompt: str):
         super().__init__(daemon=True)
         u = urlsplit(endpoint)
-        self.host, self.port, self.model = u.hostname, u.port, model
+        self.host, self.port, self.model, self.prompt = u.hostname, u.port, model, prompt
         self.started = threading.Event()
         self.tokens, self.done, self.error = 0, False, ""
 
     def run(self) -> None:
-        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": "tell me"}], "stream": True,
+        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": self.prompt}], "stream": True,
                            "max_tokens": TOKENS, "ignore_eos": True}).encode()
         conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
         try:
@@ -78,7 +80,7 @@ class Stream(threading.Thread):
                 self.error = f"{r.status}: {r.read()[:200]!r}"
                 return
             raw = b""
-            while chunk := r.read1(65536) if hasattr(r, "read1") else r.read(65536):
+            while chunk := r.read1(65536):
                 raw += chunk
                 self.started.set()
             events = sse_events(raw)
@@ -88,18 +90,26 @@ class Stream(threading.Thread):
         except (OSError, http.client.HTTPException, ValueError) as e:
             self.error = repr(e)
         finally:
-            self.started.set()
+            self.started.set()  # a stream that failed before its first chunk must not hold the test
             conn.close()
 
 
 def test_a_scale_down_lets_the_victims_streams_finish(dep, summary):
     h, name, endpoint, served = dep
     victim = h.steps(name)["agg_1"][0]
-    streams = [Stream(endpoint, served) for _ in range(6)]
+    rec = json.loads((h.state / name / "launches.json").read_text())["agg_1"]
+    node, ports = next(iter(rec["ports"].items()))
+    victim_url = f"http://{node}:{ports['http']}"
+    # distinct prompts: a cache-aware router would send one prompt's repeats to one worker
+    streams = [Stream(endpoint, served, f"story {i} of {i * 7919}") for i in range(8)]
     for s in streams:
         s.start()
     for s in streams:
         assert s.started.wait(120), "no stream began"
+    assert not [s.error for s in streams if s.error], [s.error for s in streams]
+    # the scale-down must find streams running on its victim, or it proves nothing
+    running = metric(victim_url, "vllm:num_requests_running")
+    assert running >= 1, f"no stream runs on the victim agg_1 ({victim_url}/metrics: {running})"
     (h.manifests / f"{name}.yaml").write_text(recipe(name, h.model, workers=1).replace("frontend: {type: builtin}\n", ROUTER))
     for s in streams:
         s.join(300)

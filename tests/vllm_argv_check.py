@@ -1,9 +1,11 @@
 """Parse rendered vLLM command lines with the installed vLLM's own argument parser.
 
-Run by the Python of .stacks/vllm (tests/test_vllm_real.py): reads a JSON list of
-``{"id": ..., "argv": [...]}`` on stdin, writes a JSON list of ``{"id", "error"}`` for
-each argv vLLM refuses (``error`` is argparse's own message: the unknown flag or the bad
-value). Nothing is started: the parser is the one ``vllm serve`` builds, and the parsed
+Run by the Python of .stacks/vllm (tests/test_vllm_argv.py): reads a JSON list of
+``{"id": ..., "argv": [...]}`` on stdin, writes ``{"checked", "refused": [{"id", "error"}],
+"skew": {id: [flags]}}``: ``error`` is argparse's own message (the unknown flag or the bad
+value); a refusal naming one of the ``--skew`` flags (known to be written by recipes for an
+older vLLM) takes that flag and its value out and parses again, so every other flag of the
+command is still checked, and ``skew`` lists what was taken out. Nothing is started: the parser is the one ``vllm serve`` builds, and the parsed
 namespace goes through vLLM's own serve-argument validation and ``AsyncEngineArgs``.
 
 ``vllm serve MODEL ...`` is parsed whole. ``python -m dynamo.vllm ...`` is Dynamo's
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import functools
 import io
 import json
@@ -89,8 +92,23 @@ def _strip(argv: list[str], owned: dict[str, str]) -> list[str]:
     return out
 
 
-def check(item: dict, dynamo_flags: dict[str, str]) -> str | None:
-    argv = item["argv"]
+_NAMED = re.compile(r"unrecognized arguments: (--[\w-]+)|argument (--[\w-]+)")
+
+
+def check(item: dict, dynamo_flags: dict[str, str], skew: frozenset[str] = frozenset(),
+          taken: list[str] | None = None) -> str | None:
+    """None if vLLM accepts ``item``'s argv once the ``skew`` flags it refuses are taken out
+    (appended to ``taken``); otherwise vLLM's message."""
+    error = _check(item["argv"], dynamo_flags)
+    m = _NAMED.search(error or "")
+    flag = next((g for g in m.groups() if g), None) if m else None
+    if flag in skew and taken is not None and flag not in taken:
+        taken.append(flag)
+        return check({**item, "argv": _strip(item["argv"], {flag: "?"})}, dynamo_flags, skew, taken)
+    return error
+
+
+def _check(argv: list[str], dynamo_flags: dict[str, str]) -> str | None:
     try:
         if "serve" in argv[:2]:
             from vllm.engine.arg_utils import AsyncEngineArgs
@@ -119,14 +137,21 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--dynamo-flags", default="{}", help="JSON {flag: nargs} Dynamo's parser owns")
     p.add_argument("--list-dynamo-flags", action="store_true", help="print that JSON (run by Dynamo's Python)")
+    p.add_argument("--skew", default="[]", help="JSON list of flags recipes write for an older vLLM")
     a = p.parse_args()
     if a.list_dynamo_flags:
         json.dump(dynamo_flags(), sys.stdout)
         return
     items = json.load(sys.stdin)
-    dyn = json.loads(a.dynamo_flags)
-    out = [{"id": it["id"], "error": e} for it in items if (e := check(it, dyn))]
-    json.dump({"checked": len(items), "refused": out}, sys.stdout)
+    dyn, skew = json.loads(a.dynamo_flags), frozenset(json.loads(a.skew))
+    refused, skewed = [], {}
+    for it in items:
+        taken: list[str] = []
+        if e := check(it, dyn, skew, taken):
+            refused.append({"id": it["id"], "error": e})
+        if taken:
+            skewed[it["id"]] = taken
+    json.dump({"checked": len(items), "refused": refused, "skew": skewed}, sys.stdout)
 
 
 if __name__ == "__main__":
