@@ -69,7 +69,11 @@ def _gate(items, marker: str, check, what: str, hint: str, fixture: str) -> None
 # and handed out a test or two at a time (below: xdist keeps two pending per worker), they start
 # on four workers at once instead of one of them meeting a 100-second test at the end of the run
 # while the other three stand idle (867 s -> 748 s for the whole suite on the 2-core machine).
-SLOW_FIRST = ("test_vllm_real_e2e", "test_vllm_argv", "test_analysis_e2e", "test_chaos", "test_handover_e2e", "test_slurm_time_e2e",
+# The real vLLM's cold starts are the heaviest CPU load of the run: the e2e module (its longest
+# chain: three cold starts in a row) starts first, the router module and the argv parse a few
+# slow modules later, so that four vLLMs never start at once on the two cores.
+SLOW_FIRST = ("test_vllm_real_e2e", "test_analysis_e2e", "test_chaos", "test_handover_e2e", "test_vllm_real_router_e2e",
+              "test_slurm_time_e2e", "test_vllm_argv", "test_slow_start_e2e",
               "test_multinode_slurm_time", "test_autoscale_queue_e2e", "test_bench_e2e", "test_benchmarks",
               "test_multinode_nodes", "test_autoscale_disagg_e2e", "test_autoscale_e2e", "test_stacks",
               "test_benchrun", "test_gateway_job_e2e", "test_stack_handover_e2e", "test_e2e")
@@ -97,6 +101,8 @@ def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False  # the collection's order (SLOW_FIRST), not the largest unit first
 
     class SharedModules(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
