@@ -144,6 +144,10 @@ def test_router_sync_adds_ready_workers_and_removes_the_rest():
     assert sorted(want) == [a0.url, a2.url] and want[a0.url] == {"url": a0.url}  # agg: no worker_type
     add, remove = diff(want, {a1.url: "id-1", a2.url: "id-2", "http://gone:1": "id-9"})
     assert add == [{"url": a0.url}] and remove == [("id-9", "http://gone:1"), ("id-1", a1.url)]
+    # the served name goes with each worker: an engine without SGLang's /get_model_info (vLLM) is
+    # otherwise listed by the router as model "unknown"
+    named = wanted(replace(d, served_model="Qwen/Qwen3-0.6B"), o)
+    assert named[a0.url] == {"url": a0.url, "model_id": "Qwen/Qwen3-0.6B"}
 
 
 @pytest.mark.parametrize("gateway, ready, reason", [

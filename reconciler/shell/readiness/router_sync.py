@@ -73,6 +73,10 @@ def wanted(d: DesiredRecipe, o: Observed, at: float | None = None) -> dict[str, 
         if not u.url or (u not in old and not serving(d, o, u)):
             continue
         body: dict = {"url": u.url}
+        if d.served_model:
+            # the router asks a worker its model through SGLang's /get_model_info, which vLLM does not
+            # serve: it then lists the worker's model as "unknown" and the canary's never answers
+            body["model_id"] = d.served_model
         if u.role in ("prefill", "decode"):  # a disaggregated recipe: the router runs --pd-disaggregation
             body["worker_type"] = u.role
             if u.role == "prefill" and u.ports.get("bootstrap"):
