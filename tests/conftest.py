@@ -90,6 +90,11 @@ def pytest_configure(config):
 # starts the deployment again. (xdist's own loadgroup does not group here: pytest 9 no longer reads
 # the suffixed nodeid it relies on.)
 SHARED_DEPLOYMENT = ("test_vllm_real_e2e", "test_vllm_real_router_e2e")
+# Everything that starts the real vLLM runs on one worker, one after the other: each cold start
+# takes a core for minutes, and four at once (two modules, the argv parse, the benchmark's smoke)
+# starved each other past their bounds (suite of 2026-12-07: a surge life not Ready in 14 min).
+REAL_VLLM = ("test_vllm_real_e2e.py", "test_vllm_real_router_e2e.py", "test_vllm_argv.py",
+             "test_benchmarks.py::test_benchmark_runs_at_its_smallest_size[real_engine]")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -106,6 +111,8 @@ def pytest_xdist_make_scheduler(config, log):
 
     class SharedModules(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
+            if any(nodeid.startswith(f"tests/{p}") for p in REAL_VLLM):
+                return "real-vllm"
             module = nodeid.split("::", 1)[0]
             return module if Path(module).stem in SHARED_DEPLOYMENT else nodeid
 

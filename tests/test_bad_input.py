@@ -102,7 +102,7 @@ PROBES = [
      GOOD.format(name="o8") + "services:\n  - {name: s, command: [x], srun_options: {open-mode: truncate}}\n",
      "services.0.srun_options.open-mode: srun --open-mode", 1),
     ("Slurm options of the recipe's own", GOOD.format(name="o9") + "sbatch_directives: {cpus-per-gpu: 4, mem: 0, "
-     "ntasks: 2, requeue: '', exclude: 'n[1-3],g7'}\nsrun_options: {cpus-per-task: 4, kill-on-bad-exit: 1, mpi: pmix}\n",
+     "requeue: '', exclude: 'n[1-3],g7'}\nsrun_options: {cpus-per-task: 4, kill-on-bad-exit: 1, mpi: pmix}\n",
      "valid", 0),
     # a flag with its value in the key slips past the checks on the flags the reconciler sets
     ("args key with '='", GOOD.format(name="a1").replace("gpus: 1}", "gpus: 1, args: {'port=5555': true}}"),

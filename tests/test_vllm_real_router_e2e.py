@@ -22,7 +22,9 @@ from reconciler.mocker.tiny_llama import make_tiny_llama
 from support.vllm import COLD_START, recipe, require_vllm, write_cluster_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
-ROUTER = "frontend: {type: sglang-router}\n"
+# round robin: the router's default (cache-aware) sent all eight streams to one worker, so the
+# scale-down found none on its victim
+ROUTER = "frontend: {type: sglang-router, args: {policy: round_robin}}\n"
 TOKENS = 200  # with ignore_eos: seconds per stream here; prompt + output stay within max-model-len 256
 
 

@@ -42,10 +42,13 @@ def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, 
     v = resolve(state, manifests=manifests, driver=driver, port_range=port_range, instance=instance)
     manifests, driver, port_range, instance = v["manifests"], v["driver"], v["port_range"], v["instance"]
     ok = True
-    if not wait_ready and run_settings.run_alive(Path(state)):
-        # a running `run` records every change it sees: its record is the answer, read without
-        # the controller (a few files instead of ~1 s of imports and a pass over the cluster)
-        from reconciler.cli import recorded
+    from reconciler.cli import recorded
+
+    # a running `run` records every change it sees: its record is the answer, read without the
+    # controller (a few files instead of ~1 s of imports and a pass over the cluster) -- unless a
+    # named one has no record: a file refused at load (a name state/ keeps for itself) is listed
+    # Invalid by the live look, and `run` writes nothing under such a name
+    if not wait_ready and run_settings.run_alive(Path(state)) and recorded.has(Path(state), names):
 
         def look() -> list[dict]:
             return recorded.rows(Path(state), names, manifests)

@@ -40,6 +40,12 @@ def statuses(state: Path) -> dict[str, dict]:
     return out
 
 
+def has(state: Path, names: tuple[str, ...]) -> bool:
+    """Whether the record holds every one of ``names`` (all of them when none is named)."""
+    recorded = statuses(state)
+    return all(namespaces.from_ref(n) in recorded for n in names)
+
+
 def rows(state: Path, names: tuple[str, ...], manifests: str, now: float | None = None) -> list[dict]:
     """`get`'s rows (the keys cli/deployments.get_rows gives) from the recorded statuses."""
     now = time.time() if now is None else now
