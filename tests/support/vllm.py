@@ -38,7 +38,7 @@ roles:
   agg:
     workers: {workers}
     gpus: 1
-    args: {{max-model-len: 256, dtype: float32{args}}}
+    args: {{max-model-len: {max_len}, dtype: float32{args}}}
 frontend: {{type: builtin}}
 {extra}"""
 
@@ -60,8 +60,8 @@ def write_cluster_config(tmp: Path) -> None:
     }))
 
 
-def recipe(name: str, model: Path, workers: int = 1, args: str = "", extra: str = "") -> str:
-    return RECIPE.format(name=name, model=model, workers=workers, args=args, extra=extra)
+def recipe(name: str, model: Path, workers: int = 1, args: str = "", extra: str = "", max_len: int = 256) -> str:
+    return RECIPE.format(name=name, model=model, workers=workers, args=args, extra=extra, max_len=max_len)
 
 
 @dataclass(frozen=True)
