@@ -19,7 +19,7 @@ from helpers import get, post, wait_until
 from reconciler.mocker.tiny_llama import make_tiny_llama
 from reconciler.world import life_name
 from support.clients import Client
-from support.vllm import COLD_START, recipe, require_vllm, split, step_started, write_cluster_config
+from support.vllm import COLD_START, recipe, require_vllm, serving, split, step_started, write_cluster_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
 
@@ -37,13 +37,7 @@ def dep(tmp_path_factory):
     (h.manifests / f"{name}.yaml").write_text(recipe(name, model))
     h.start()
     try:
-        # COLD_START is stretched by the load factor already (wait_ready would stretch it again)
-        g = wait_until(lambda: (g := h.get(name))["status"] == "Ready" and g, timeout=COLD_START, interval=1,
-                       what=lambda: f"{name} Ready (reconciler log:\n{h.log()[-3000:]})")
-        endpoint = g["endpoint"]
-        status, body = get(endpoint + "/v1/models", timeout=10)
-        assert status == 200, body
-        served = json.loads(body)["data"][0]["id"]
+        endpoint, served = serving(h, name)
         yield h, name, endpoint, served
     finally:
         h.cleanup()

@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from harness import Harness
-from helpers import get, metric, post, sse_events, wait_until
+from helpers import metric, post, sse_events, wait_until
 from reconciler.mocker.tiny_llama import make_tiny_llama
-from support.vllm import COLD_START, recipe, require_vllm, write_cluster_config
+from support.vllm import recipe, require_vllm, serving, write_cluster_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
 # round robin: the router's default (cache-aware) sent all eight streams to one worker, so the
@@ -45,12 +45,7 @@ def dep(tmp_path_factory):
     (h.manifests / f"{name}.yaml").write_text(recipe(name, model, workers=2, max_len=MAX_LEN, extra=DRAIN).replace("frontend: {type: builtin}\n", ROUTER))
     h.start()
     try:
-        # COLD_START is stretched by the load factor already (wait_ready would stretch it again)
-        g = wait_until(lambda: (g := h.get(name))["status"] == "Ready" and g, timeout=COLD_START, interval=1,
-                       what=lambda: f"{name} Ready (reconciler log:\n{h.log()[-3000:]})")
-        status, body = get(g["endpoint"] + "/v1/models", timeout=10)
-        assert status == 200, body
-        yield h, name, g["endpoint"], json.loads(body)["data"][0]["id"]
+        yield (h, name, *serving(h, name))
     finally:
         h.cleanup()
 

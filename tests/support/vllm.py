@@ -9,13 +9,12 @@ minutes on two cores and ~3 GB of memory): the tiny random-weights Llama of
 from __future__ import annotations
 
 import json
-import re
 import subprocess
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from helpers import get, wait_until
 from load import scaled
 from programs import require_program
 from reconciler.backends.vllm import start_phases
@@ -101,10 +100,11 @@ def split(log: Path, launched: float, step_start: float, ready_after: float) -> 
                       load=phases["load"], warmup=phases["warmup"], total=ready_after)
 
 
-def wait_log(log: Path, pattern: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if log.exists() and re.search(pattern, log.read_text(errors="replace")):
-            return
-        time.sleep(1)
-    raise AssertionError(f"{log}: no {pattern!r} within {timeout:.0f} s")
+def serving(h, name: str) -> tuple[str, str]:
+    """(endpoint, served model) once ``name`` is Ready (COLD_START: the load factor is in it
+    already, so not harness.wait_ready, which would stretch it again)."""
+    g = wait_until(lambda: (g := h.get(name))["status"] == "Ready" and g, timeout=COLD_START, interval=1,
+                   what=lambda: f"{name} Ready (reconciler log:\n{h.log()[-3000:]})")
+    status, body = get(g["endpoint"] + "/v1/models", timeout=10)
+    assert status == 200, body
+    return g["endpoint"], json.loads(body)["data"][0]["id"]
