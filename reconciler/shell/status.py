@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from reconciler.core.plan import RecipePlan, WaitReason
+from reconciler.core.plan import stop as serve_rules
 from reconciler.core.plan.results import StopReason
 from reconciler.timefmt import iso
 from reconciler.core.plan.classify import unit_order
@@ -12,6 +13,12 @@ from reconciler.world import FRONTEND, is_service_role, life_name
 from reconciler.world import DesiredRecipe, Observed
 
 ROLES = ("prefill", "decode", "agg")
+# a unit waiting for one of these is part of a change being rolled out (Progressing), not stuck
+MOVING = frozenset({
+    WaitReason.ALLOCATION_PENDING, WaitReason.ROLLOUT_BUDGET, WaitReason.RESIZING, WaitReason.TERMINATING,
+    WaitReason.DRAINING, WaitReason.SURGE_STARTING, WaitReason.SURGE_HANDOVER, WaitReason.SURGE_ALLOCATION,
+    WaitReason.ANALYSING, WaitReason.NEEDS_READY_WORKER, WaitReason.NEEDS_SERVICES, WaitReason.NEEDS_READY_FRONTEND,
+})
 
 
 def build_status(
@@ -72,6 +79,15 @@ def build_status(
          + (f", gateway down: {gateway['reason']}" if not gateway_up else "")
          + (", the gateway routes to no frontend yet" if gateway_up and not gateway_routes else "")
          + (f" ({canary})" if fe_down and canary else ""))
+    cond("Available", *availability(d, workers, fe_rows, zero, gateway_up and gateway_routes))
+    # what the recipe still moves: a successor allocation queued or beside its predecessor, old lives
+    # beside their successors, scale-down victims draining, units waiting on a step of the change
+    moving = sorted({w.reason.name for w in rp.waiting.values() if w.reason in MOVING}
+                    | ({"HandOver"} if _succession(o, name) else set())
+                    | ({"OldLivesServing"} if d is not None and d.previous else set())
+                    | ({"Draining"} if d is not None and d.draining else set()))
+    updated = sum(r["upToDate"] for r in workers)
+    progress = f" ({updated}/{want} workers updated, {sum(r['available'] for r in workers)} available)" if want else ""
     if d is None:
         cond("Progressing", False, "NoSpec", "no desired state: see Invalid, or the recipe's error")
     elif suspended:
@@ -81,7 +97,7 @@ def build_status(
         cond("Progressing", False, "ScaledToZero", "scaled to zero (reconcile.autoscale): no worker and no "
              "allocation; the gateway holds requests and one brings a worker back")
     elif d.waiting and pending:
-        cond("Progressing", True, "AllocationPending", "; ".join(p.explain(now) for p in pending))
+        cond("Progressing", True, "AllocationPending", "; ".join(p.explain(now) for p in pending) + progress)
     elif d.waiting and d.pending_reason:
         cond("Progressing", True, "AllocationPending", d.pending_reason)
     elif d.waiting:
@@ -91,11 +107,14 @@ def build_status(
              "spec is not tried again until the recipe changes: " + "; ".join(refused))
     elif pending_actions:
         cond("Progressing", True, "Reconciling", "; ".join(a.describe() for a in pending_actions[:3])
-             + (f" (+{len(pending_actions) - 3} more)" if len(pending_actions) > 3 else ""))
+             + (f" (+{len(pending_actions) - 3} more)" if len(pending_actions) > 3 else "") + progress)
     elif not all_ready and stalled:
         cond("Progressing", False, "WorkersFailed", f"{', '.join(failed)} will not be restarted (restart policy)")
     elif not all_ready:
-        cond("Progressing", True, "WaitingForReady", f"{ready}/{want} workers ready")
+        cond("Progressing", True, "WaitingForReady", f"{ready}/{want} workers ready" + progress)
+    elif moving:  # everything wanted is Ready, and the change is still being finished (old lives leaving)
+        cond("Progressing", True, "Reconciling", "finishing: " + ", ".join(moving)
+             + ("; " + "; ".join(p.explain(now) for p in pending) if pending else "") + progress)
     else:
         cond("Progressing", False, "Converged", "every worker runs the current spec and is ready")
     down = [r["name"] for r in services + workers if r["phase"] in ("Pending", "BackOff", "Failed")
@@ -117,12 +136,61 @@ def build_status(
         "updatedAt": iso(now),
         "conditions": conds,
         "roles": role_counts(rp, rows),
+        # kubectl's READY / UP-TO-DATE / AVAILABLE, over the engine workers
+        "replicas": {"desired": want, "ready": ready, "upToDate": updated,
+                     "available": sum(r["available"] for r in workers)},
         "endpoint": gateway["url"] if gateway and (fe or zero) else (fe["url"] if fe else None),
         # what clients send as "model": kept from the last spec while the file is invalid or missing
         "servedModel": d.served_model if d else prev.get("servedModel"),
         "workers": rows,
         "pendingAllocations": [p.doc(now) for p in pending],
     }
+
+
+def serves(d: DesiredRecipe, o: Observed, u, ok: bool) -> bool:
+    """Whether the unit's capacity takes requests now, from either of its lives and whatever its
+    spec: the current life by the routers' rule (Ready, or Ready before and failing below the
+    liveness threshold), else the old life a surge or a hand-over keeps beside it. A scale-down
+    victim draining is out of the routers: it serves nobody new."""
+    if u.name in d.draining:
+        return False
+    if serve_rules.serving(d, ok, o.health.get(u.key)):
+        return True
+    return (u.role, u.index) in d.previous and serve_rules.old_life_serving(
+        d, bool(o.previous_ready.get(u.key)), o.previous_failures.get(u.key, 0))
+
+
+def availability(d: DesiredRecipe | None, workers: list[dict], fe_rows: list[dict], zero: bool,
+                 routed: bool) -> tuple[bool, str, str]:
+    """Kubernetes' Deployment ``Available``: enough capacity serves, whatever is being rolled out.
+    Every engine role has a worker that serves, a frontend answers (when the recipe has one) and the
+    gateway routes to it (when there is one). A planned change keeps it True: its old lives serve
+    until their successors do."""
+    if d is None:
+        return False, "NoSpec", "no desired state: see Invalid, or the recipe's error"
+    if zero:
+        return True, "ScaledToZero", "scaled to zero: the gateway holds a request and brings a worker back"
+    per_role: dict[str, list[int]] = {}
+    for r in workers:
+        c = per_role.setdefault(r["role"], [0, 0])
+        c[0] += int(r["available"])
+        c[1] += 1
+    short = [f"{role} {n}/{total}" for role, (n, total) in per_role.items() if n == 0]
+    text = ", ".join(f"{role} {n}/{total}" for role, (n, total) in per_role.items())
+    fe_ok = not fe_rows or any(r["available"] for r in fe_rows)
+    if not per_role:
+        return False, "NoWorkers", "no engine worker is placed yet"
+    if short or not fe_ok or not routed:
+        why = ([f"too few workers serve: {', '.join(short)}"] if short else []) + (
+            ["no frontend answers"] if not fe_ok else []) + (["the gateway routes nowhere yet"] if fe_ok and not routed else [])
+        return False, "MinimumWorkersUnavailable", "; ".join(why) + f" (serving: {text})"
+    return True, "MinimumWorkersAvailable", f"serving: {text}" + (", a frontend answers" if fe_rows else "")
+
+
+def _succession(o: Observed, name: str) -> bool:
+    """An allocation queued, or two at one index (a successor beside the job it replaces): a hand-over."""
+    allocs = o.allocs_of(name)
+    return any(a.state != "RUNNING" for a in allocs) or len({a.index for a in allocs}) < len(allocs)
 
 
 def _restarts(launches: dict[str, dict], unit: str) -> int:
@@ -177,6 +245,7 @@ def worker_rows(
             phase = "Ready" if ok else "Starting"
         rows.append({
             "name": u.name, "role": u.role, "index": u.index, "phase": phase, "ready": ok and phase == "Ready",
+            "upToDate": any(s.spec_hash == u.spec_hash for s in ss), "available": serves(d, o, u, ok),
             "nodes": list(u.nodes), "gpus": list(u.gpus), "ports": dict(u.ports), "url": u.url,
             "steps": sorted(s.step_id for s in ss), "specHash": u.spec_hash,
             "restarts": _restarts(launches, u.name),
@@ -185,7 +254,8 @@ def worker_rows(
         })
     def waiting(role: str, index: int, why: str | None = None) -> dict:
         name = f"{role}_{index}"
-        return {"name": name, "role": role, "index": index, "phase": "Waiting", "ready": False, "nodes": [],
+        return {"name": name, "role": role, "index": index, "phase": "Waiting", "ready": False,
+                "upToDate": False, "available": False, "nodes": [],
                 "gpus": [], "ports": {}, "url": None, "steps": [], "specHash": None,
                 "restarts": _restarts(launches, name), "lastExit": _exit(_last_exit(exits, name)),
                 **({"notReadyReason": why} if why else {})}
