@@ -8,6 +8,8 @@ whole recipe (the role exists, min <= workers <= max) are ``check`` (run at admi
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from reconciler.errors import KeyedError
@@ -84,11 +86,19 @@ class AutoscaleConfig(Strict):
     # done (at most drain_timeout_seconds) before it is stopped
     drain_seconds: float = Field(3.0, ge=0, le=3600)
     drain_timeout_seconds: float = Field(120.0, ge=0, le=DAY)
+    # reactive: today's HPA rule on the load now; predictive: sized for the load expected one measured
+    # startup ahead (core/plan/forecast.py), the scale-down window derived from that startup
+    policy: Literal["reactive", "predictive"] = "reactive"
+    # predictive only: the trend's window (None: derived from the role's measured startup)
+    forecast_window_seconds: float | None = Field(None, ge=2, le=3600)
 
     @model_validator(mode="after")
     def _some_role(self) -> AutoscaleConfig:
         if not self.roles.items():
             raise ValueError("expected at least one role under roles (prefill, decode or agg)")
+        if self.forecast_window_seconds is not None and self.policy != "predictive":
+            raise ValueError("forecast_window_seconds is the predictive policy's trend window: it needs "
+                             "policy: predictive")
         return self
 
 

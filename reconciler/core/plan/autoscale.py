@@ -22,6 +22,10 @@ metrics):
    ``drain_seconds`` and have nothing running (at most ``drain_timeout_seconds``). Load coming
    back during the drain puts them back in the routers.
 
+With ``policy: predictive`` (``core/plan/forecast.py``) step 1 also asks for the load forecast one
+measured startup ahead (the larger ask wins), and step 2's scale-down window is derived from that
+startup unless the recipe sets it; every reason then names the forecast, the startup and the windows.
+
 The memory between decisions (``RoleMemory``) is kept by the shell in state/<recipe>/autoscale.json.
 """
 
@@ -31,6 +35,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from reconciler.core.plan.forecast import Sample, Windows, keep, predict, windows
+from reconciler.core.plan.startup import Startup
 from reconciler.recipe.autoscale import AutoscaleConfig, Limit, RoleScale
 
 LOAD_TARGETS = ("waiting_per_worker", "running_per_worker", "kv_usage")
@@ -81,6 +87,7 @@ class RoleMemory:
     changes: tuple[tuple[float, int], ...] = ()  # (when, +added / -removed) within the rate-limit periods
     drain_since: float | None = None  # victims left the routers at
     last_busy: float | None = None  # a request was last seen at (scale to zero)
+    samples: tuple[Sample, ...] = ()  # (when, waiting, in flight, kv) within the trend window (predictive)
 
     @property
     def draining(self) -> range:
@@ -103,13 +110,14 @@ def start(workers: int, now: float) -> RoleMemory:
 
 
 def compute_autoscale(cfg: AutoscaleConfig, facts: Mapping[str, RoleFacts], memory: Mapping[str, RoleMemory],
-                      now: float) -> dict[str, RoleDecision]:
+                      now: float, startups: Mapping[str, Startup] | None = None) -> dict[str, RoleDecision]:
     """One decision per autoscaled role. ``memory`` holds every role (``start`` for a new one).
     Scale to zero is the whole deployment's: a role is idle for it only while every role is (a
     prefill idle beside a decode still busy keeps its worker, and the head node with it)."""
     got = {role: facts.get(role, RoleFacts(0, None)) for role, _ in cfg.roles.items()}
     seen = [t for role, f in got.items() if (t := _busy_at(f, memory[role], now)) is not None]
-    return {role: decide(cfg, rs, got[role], memory[role], now, max(seen, default=None))
+    return {role: decide(cfg, rs, got[role], memory[role], now, max(seen, default=None),
+                         (startups or {}).get(role))
             for role, rs in cfg.roles.items()}
 
 
@@ -120,22 +128,29 @@ def _busy_at(f: RoleFacts, m: RoleMemory, now: float) -> float | None:
 
 
 def decide(cfg: AutoscaleConfig, rs: RoleScale, f: RoleFacts, m: RoleMemory, now: float,
-           anyone_busy: float | None = None) -> RoleDecision:
-    """``anyone_busy``: when any role of the deployment last saw a request (scale to zero)."""
+           anyone_busy: float | None = None, startup: Startup | None = None) -> RoleDecision:
+    """``anyone_busy``: when any role of the deployment last saw a request (scale to zero).
+    ``startup``: the role's measured startup (the predictive policy sizes one of it ahead)."""
     last_busy = _busy_at(f, m, now)
     seen = max((t for t in (last_busy, anyone_busy) if t is not None), default=None)
     floor = _floor(cfg, rs, seen, now)
     ask, reason, inputs = recommend(rs, f, m.target, cfg.tolerance)
+    win = windows(cfg, startup) if cfg.policy == "predictive" and startup is not None else None
+    samples = m.samples
+    if win is not None:
+        ask, reason, inputs, samples = _predicted(cfg, rs, f, m, now, win, (ask, reason, inputs))
+        reason += f"; {startup.describe()}; {win.describe()}"  # type: ignore[union-attr]
     if f.demand and m.target == 0:
         ask, reason = max(1, ask or 0), WOKEN
     if floor == 0 and m.target > 0:
         return _to_zero(cfg, m, f, now, last_busy, seen, inputs)
-    window = max(cfg.scale_up_after_seconds, cfg.scale_down_after_seconds)
+    down_window = win.down if win is not None else cfg.scale_down_after_seconds
+    window = max(cfg.scale_up_after_seconds, down_window)
     asks = tuple((t, a) for t, a in m.asks if now - t <= window)
     if ask is not None:
         ask = min(rs.max, max(floor, ask))
         asks += ((now, ask),)
-    target = _stabilised(cfg, asks, m.target, now) if ask is not None else m.target
+    target = _stabilised(cfg, asks, m.target, now, down_window) if ask is not None else m.target
     if target == m.target and m.target < floor:
         target = floor  # the floor rose (a request after scale to zero) or the spec's min did
     if target > rs.max:
@@ -151,8 +166,27 @@ def decide(cfg: AutoscaleConfig, rs: RoleScale, f: RoleFacts, m: RoleMemory, now
                     if now - t <= max(cfg.scale_up_limit.period_seconds, cfg.scale_down_limit.period_seconds))
     if target != m.target:
         changes += ((now, target - m.target),)
-    mem = RoleMemory(m.built, target, asks, changes, m.drain_since, last_busy)
+    mem = RoleMemory(m.built, target, asks, changes, m.drain_since, last_busy, samples)
     return RoleDecision(_drain(cfg, mem, f, now, m.target), ask, reason, inputs, target - m.target)
+
+
+def _predicted(cfg: AutoscaleConfig, rs: RoleScale, f: RoleFacts, m: RoleMemory, now: float, win: Windows,
+               reactive: tuple[int | None, str, dict]) -> tuple[int | None, str, dict, tuple[Sample, ...]]:
+    """The reactive ask, raised to the forecast's when that is larger; this round's sample kept."""
+    ask, reason, inputs = reactive
+    load = f.load
+    new = (now, load.waiting, load.running + load.waiting, load.kv_usage) if load is not None else None
+    samples = keep(m.samples, new, now, win.trend)
+    ready = min(f.ready, load.workers) or f.ready if load is not None else 0
+    fask, fwhy, finputs = predict(rs, ready, samples, m.target, cfg.tolerance, win)
+    inputs = {**inputs, **finputs, "horizon_s": win.horizon, "scale_down_window_s": win.down}
+    if fask is not None and ask is not None and fask > ask:
+        return fask, fwhy, inputs, samples
+    if fwhy:
+        reason += f" (forecast asks {fask}: {fwhy})"
+    else:
+        reason += " (no trend yet: the reactive ask)"
+    return ask, reason, inputs, samples
 
 
 WOKEN = "requests wait at the gateway for a deployment scaled to zero (wake-up)"
@@ -209,9 +243,10 @@ def _floor(cfg: AutoscaleConfig, rs: RoleScale, last_busy: float | None, now: fl
     return 0
 
 
-def _stabilised(cfg: AutoscaleConfig, asks: tuple[tuple[float, int], ...], current: int, now: float) -> int:
+def _stabilised(cfg: AutoscaleConfig, asks: tuple[tuple[float, int], ...], current: int, now: float,
+                down_window: float) -> int:
     up = min((a for t, a in asks if now - t <= cfg.scale_up_after_seconds), default=current)
-    down = max((a for t, a in asks if now - t <= cfg.scale_down_after_seconds), default=current)
+    down = max((a for t, a in asks if now - t <= down_window), default=current)
     if up > current:
         return up
     if down < current:
@@ -259,7 +294,8 @@ def _drain(cfg: AutoscaleConfig, m: RoleMemory, f: RoleFacts, now: float, before
 
 def to_json(m: RoleMemory) -> dict:
     return {"built": m.built, "target": m.target, "asks": [list(a) for a in m.asks],
-            "changes": [list(c) for c in m.changes], "drain_since": m.drain_since, "last_busy": m.last_busy}
+            "changes": [list(c) for c in m.changes], "drain_since": m.drain_since, "last_busy": m.last_busy,
+            "samples": [list(x) for x in m.samples]}
 
 
 def from_json(d: object, rs: RoleScale) -> RoleMemory | None:
@@ -272,10 +308,11 @@ def from_json(d: object, rs: RoleScale) -> RoleMemory | None:
         changes = tuple((float(t), int(c)) for t, c in d.get("changes", []))
         drain = None if d.get("drain_since") is None else float(d["drain_since"])
         busy = None if d.get("last_busy") is None else float(d["last_busy"])
+        samples = tuple((float(t), float(w), float(r), float(k)) for t, w, r, k in d.get("samples", []))
     except (AssertionError, KeyError, TypeError, ValueError):
         return None
     if not (0 <= target <= 100_000 and 0 <= built <= 100_000):
         return None
     target = min(rs.max, max(rs.min, target))
     return RoleMemory(max(built, target) if drain is not None else target, target, asks, changes,
-                      drain if built > target else None, busy)
+                      drain if built > target else None, busy, samples)
