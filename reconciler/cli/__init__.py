@@ -267,16 +267,21 @@ def _setup_logging(verbose: bool = False, fmt: str = "auto") -> None:
 @click.option("--node-cooldown", type=click.FloatRange(min=0), default=120.0, show_default=True, metavar="SEC",
               help="After a node failure, new allocations exclude the node until it has been back this long.")
 @click.option("--standby", is_flag=True,
-              help="If another reconciler holds the state directory, wait and take over when it ends.")
+              help="If another reconciler holds the state directory, wait and take over when it ends "
+                   "or makes no pass for the lease timeout.")
+@click.option("--lease-timeout", type=click.FloatRange(5, 3600), default=30.0, show_default=True, metavar="SEC",
+              help="A standby takes over from an active reconciler that made no pass for this long "
+                   "(the longer of the standby's and the active one's); get warns past it.")
 def run(manifests: str, state: str, driver: str | None, port_range: str, instance: str | None, once: bool,
         allow_empty: bool, resync: float, metrics_addr: str | None, ui_addr: str | None, log_format: str,
-        notify_url: str | None, node_cooldown: float, standby: bool) -> None:
+        notify_url: str | None, node_cooldown: float, standby: bool, lease_timeout: float) -> None:
     """Watch the manifests and keep the cluster converged (SIGTERM/SIGINT stop it; workloads keep running)."""
     import signal
 
     _setup_logging(fmt=log_format)
     ctl = _controller(manifests, state, driver, allow_empty, port_range, instance)
     ctl.nodes.cooldown = node_cooldown
+    ctl.lease.term = lease_timeout
     if metrics_addr:
         host, _, port = metrics_addr.rpartition(":")
         if not port.isdigit() or not 0 < int(port) < 65536:
@@ -309,7 +314,7 @@ def run(manifests: str, state: str, driver: str | None, port_range: str, instanc
         "instance": ctl.driver.owner, "portRange": f"{ctl.ports.base}-{ctl.ports.limit}",
         "driver": ctl.driver.name, "manifests": str(Path(manifests).absolute()), "state": str(Path(state).absolute()),
         "clusterConfig": str(Path(ctl.cluster.path).absolute()) if ctl.cluster else None,
-        "metricsAddr": metrics_addr, "uiAddr": ui_addr}
+        "metricsAddr": metrics_addr, "uiAddr": ui_addr, "leaseTimeout": lease_timeout}
 
     def started() -> None:  # holding the lock: read commands default to these (cli_context.resolve)
         run_settings.write(Path(state), settings)

@@ -19,7 +19,8 @@ from reconciler.fsutil import atomic_write_text
 from reconciler.timefmt import iso
 
 FILE = "run.json"
-KEYS = ("instance", "portRange", "driver", "manifests", "state", "clusterConfig", "uiAddr", "metricsAddr")
+KEYS = ("instance", "portRange", "driver", "manifests", "state", "clusterConfig", "uiAddr", "metricsAddr",
+        "leaseTimeout")
 
 
 def write(state: Path, settings: dict[str, Any]) -> None:

@@ -62,6 +62,8 @@ class Executor:
         self._held: dict[tuple[str, int], str] = {}  # (recipe, index) -> what was said, said once
         # the jobs submitted per allocation slot: one squeue does not show is not submitted again
         self.submitted = Submitted(state, driver, lambda: observer.seen_jobs)
+        # raises (shell/lease.LeaseLost) once another reconciler took the state directory over
+        self.fence: Callable[[], None] = lambda: None
 
     def execute(self, p: Plan) -> list[Action]:
         done: list[Action] = []
@@ -74,6 +76,7 @@ class Executor:
                 continue
             if isinstance(a, SubmitAlloc) and self._holding(a):
                 continue
+            self.fence()  # outside the try: a lost lease ends the pass, it is no failure of the recipe
             try:
                 self._do(a)
             except Exception as e:  # noqa: BLE001 - DriverError, OSError, or anything else: this recipe only

@@ -24,7 +24,6 @@ from reconciler.core.plan import CancelAlloc, Plan, plan
 from reconciler.core.portplan import reassign_after_bind_failures, release_unused
 from reconciler.desired.build import build as build_desired
 from reconciler.drivers import Driver
-from reconciler.errors import ReconcilerError
 from reconciler.fsutil import atomic_write_text
 from reconciler.core.ports import NodePortAllocator
 from reconciler.shell.elastic.autoscale import Autoscaler
@@ -47,7 +46,7 @@ from reconciler.shell.cluster.lost_allocs import LostAllocations
 from reconciler.shell.cluster.slurm_watch import SlurmWatch
 from reconciler.drivers.state import StateDir, suspended_names
 from reconciler.shell.tick_health import TickHealth
-from reconciler.shell.lease import wait_for_lease
+from reconciler.shell.lease import Lease, LeaseLost, wait_for_lease
 from reconciler.timefmt import iso
 from reconciler.world import Observed
 from reconciler.desired.sources.benchmark import ROLE as BENCHMARK_ROLE
@@ -98,6 +97,8 @@ class Controller:
         self.actions_done = 0
         self.tick_failures = 0  # in a row
         self.health = TickHealth(self.state)
+        self.lease = Lease(self.state.root)  # run.lock: held by run, touched after each pass
+        self.executor.fence = self.keep_lock  # before each action: a standby may have taken over
         self.last_error = ""
         # get / plan show the files as they are now; only run waits for an edit to settle
         self.debounce = 0.0 if read_only else DEBOUNCE
@@ -192,6 +193,7 @@ class Controller:
         t0 = time.monotonic()
         self.driver.reap()
         snap = self.snapshot()
+        self.keep_lock()  # fenced: a standby takes over from a pass stopped or hung past the lease term
         self.ports = snap.ports  # this tick's assignment is the registry from now on
         self._report_skipped(snap.manifests.skipped)
         self.lost.cancelled |= self.nodes.release_requeued(self.lost.live, snap.observed.allocs, snap.now)
@@ -206,6 +208,7 @@ class Controller:
         self.slurm.failures(done, snap.observed, [f.step for f in snap.failed_launches], snap.desired, snap.now,
                             snap.bind_failed)
         self.slurm.note(snap.observed.pending, snap.observed.deadlines, snap.observed.allocs, snap.now)
+        self.keep_lock()
         if self.gateways is not None:
             sync_gateways(self.state, self.gateways, snap, self.gateway_probe)  # before ports.json: a first gateway takes a port
         record(self.state, snap, self.routers)
@@ -217,6 +220,7 @@ class Controller:
         self.ticks += 1
         self.actions_done += len(done)
         self._write_progress(snap.now)
+        self.lease.beat()
         if self.metrics is not None:
             self._observe(snap, done, time.monotonic() - t0)
         if self.ui is not None:
@@ -257,56 +261,30 @@ class Controller:
     # ---------------------------------------------------------------- the loop
     def lock(self) -> None:
         """One controller per state directory: two would fight over the same workloads."""
-        import fcntl
-
-        self.state.root.mkdir(parents=True, exist_ok=True)
-        path = self.state.root / "run.lock"
-        lock = open(path, "a+")  # noqa: SIM115 - held for the life of the controller
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "?"
-            lock.close()
-            raise ReconcilerError(
-                f"another reconciler (pid {holder}) is running on {self.state.root.absolute()}; stop it first"
-            ) from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"{os.getpid()}\n")
-        lock.flush()
-        old, self._lock = getattr(self, "_lock", None), lock
-        if old is not None:
-            old.close()
+        self.lease.acquire()
 
     def keep_lock(self) -> None:
-        """The lock file removed under us (``rm -rf state/*``) is made and locked again at once: a
-        lock on a deleted file keeps nobody out. Should another ``run`` have taken the new file
-        first, this one stops (leaving every workload running): two would fight."""
-        held = getattr(self, "_lock", None)
-        if held is None:
-            return
+        """The lock file removed under us (``rm -rf state/*``) is made and locked again at once. Should
+        another ``run`` hold the new file (or a standby have seized the lease from this one, stopped
+        or hung past the term: shell/lease.py), this one stops (leaving every workload running) and
+        acts on nothing more: two would fight."""
         try:
-            same = os.stat(self.state.root / "run.lock").st_ino == os.fstat(held.fileno()).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            return
-        try:
-            self.lock()
-        except ReconcilerError as e:
-            log.error("the lock file was replaced and another reconciler holds it now; stopping", error=str(e))
+            remade = self.lease.keep()
+        except LeaseLost as e:
+            log.error("another reconciler holds the state directory now; stopping", error=str(e))
             self.stop()
             raise
-        log.warning("state/run.lock was removed; made and locked again")
-        self.state.event("LockRecreated", None, "state/run.lock was removed under the running reconciler; "
-                         "it is made and locked again")
+        if remade:
+            log.warning("state/run.lock was removed; made and locked again")
+            self.state.event("LockRecreated", None, "state/run.lock was removed under the running reconciler; "
+                             "it is made and locked again")
 
     def run(self, resync: float = 5.0, once: bool = False, on_locked=None, standby: bool = False) -> None:
         """``standby``: another reconciler holds the state directory: wait and take over when it ends."""
         if not standby:
             self.lock()
-        elif not wait_for_lease(self.lock, self.state.root, self._stop.is_set, self._stop.wait):
+        elif not wait_for_lease(self.lock, self.state.root, self._stop.is_set, self._stop.wait,
+                                seize=self.lease.seize, term=self.lease.term):
             log.info("standby stopped before taking over")
             return
         if on_locked is not None:
@@ -330,12 +308,15 @@ class Controller:
         self.keep_lock()  # raises (and the loop ends) when another reconciler took the state directory
         try:
             snap, _done = self.tick()
+        except LeaseLost:
+            raise  # acts on nothing more, writes nothing more
         except Exception as e:  # noqa: BLE001 - the loop must survive anything and retry
             self.tick_failures += 1
             self.last_error = f"{type(e).__name__}: {e}"
             wait = min(2.0 ** (self.tick_failures - 1), TICK_BACKOFF_MAX)
             log.exception("tick failed", error=self.last_error, failures=self.tick_failures, retry_in=f"{wait:g}s")
             now = self.clock()
+            self.keep_lock()  # a failed pass of a controller that lost the lease records nothing
             self.health.failed(e, self.tick_failures, now)
             if self.metrics is not None:
                 self.metrics.tick_failed(getattr(self.driver, "tally", Counter()))
@@ -343,7 +324,8 @@ class Controller:
                 self._write_progress(now)
             except OSError as w:
                 log.error("cannot write state/controller.json", error=str(w))
-            return wait
+            self.lease.beat()  # a failing pass is a pass: a standby would fail the same way
+            return min(wait, self.lease.term / 3)
         if self.tick_failures:
             self.tick_failures = 0
             self.health.succeeded(snap.now)
@@ -354,6 +336,7 @@ class Controller:
         scale = self.autoscaler.next_due()  # the autoscaler's next look at the metrics
         if scale is not None:
             wait = min(wait, max(0.05, scale - snap.now))
+        wait = min(wait, self.lease.term / 3)  # the heartbeat well within the lease term
         return wait if due is None else min(wait, max(0.05, due))
 
     def _log_waiting(self, p: Plan) -> None:
