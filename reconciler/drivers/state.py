@@ -18,7 +18,8 @@ from typing import Any
 
 import structlog
 
-from reconciler.fsutil import TextMemo, append_line
+from reconciler.drivers.event_fold import EventFold
+from reconciler.fsutil import TextMemo
 from reconciler.timefmt import iso
 
 log = structlog.get_logger("reconciler")
@@ -56,6 +57,7 @@ class StateDir:
     memo: TextMemo = field(default_factory=TextMemo, repr=False)  # files read each tick cost a stat
     _valid: dict = field(default_factory=dict, repr=False)  # (path, check) -> the text that passed it
     _paths: dict = field(default_factory=dict, repr=False)
+    _fold: EventFold = field(default_factory=EventFold, repr=False)  # repeated events folded (drivers/event_fold.py)
 
     def recipe_dir(self, name: str) -> Path:
         return self.root / name
@@ -73,7 +75,7 @@ class StateDir:
         if self.read_only:
             return
         rec = {"time": iso(time.time()), "kind": kind, "recipe": recipe, "message": message, **fields}
-        append_line(self.root / "events.jsonl", json.dumps(rec, sort_keys=False))
+        rec = self._fold.append(self.root / "events.jsonl", rec)  # said again: one line with a count
         for listen in self.listeners:  # run --notify; each must return at once
             listen(rec)
 
