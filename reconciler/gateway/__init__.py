@@ -36,6 +36,12 @@ Choices, with nginx's documented semantics (ngx_http_proxy_module, ngx_http_upst
   which keeps it until a frontend serves (or its timeout); with frontends it is their ``backup``
   server, so a request every frontend failed (the only frontend relaunching, a deployment draining
   to zero or waking up) is held too rather than answered 503.
+- The front door: only OpenAI paths (``/v1/...``) and ``/health`` are passed on; anything else
+  (the router's ``/metrics``, the holder's ``/holder/stats``, ``/favicon.ico``) gets a JSON 404
+  from nginx itself: it reaches no frontend and is never held, so it wakes nothing. With keys
+  (``auth``: the port of the holder, which checks them: nginx cannot hash), every passed request
+  is first asked of ``/holder/auth`` (ngx_http_auth_request_module): one without a valid
+  ``Authorization: Bearer`` key gets 401 before it is proxied, held or counted as demand.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ class GatewayConfig:
     unproven: bool = False  # none of them is known to serve now: count no failures against them
     listen: str = ANY  # reconcile.gateway.listen
     holder: int | None = None  # the holder's port on 127.0.0.1 (a recipe that scales to zero)
+    auth: int | None = None  # the port on 127.0.0.1 that checks API keys (the holder's); None: open
 
 
 def _check(cfg: GatewayConfig) -> None:
@@ -75,6 +82,8 @@ def _check(cfg: GatewayConfig) -> None:
         raise ValueError(f"gateway port {cfg.port} out of range")
     if cfg.holder is not None and not 0 < cfg.holder < 65536:
         raise ValueError(f"gateway holder port {cfg.holder} out of range")
+    if cfg.auth is not None and not 0 < cfg.auth < 65536:
+        raise ValueError(f"gateway key check port {cfg.auth} out of range")
     for up in cfg.upstreams:
         host, _, port = up.rpartition(":")
         if not host or not port.isdigit() or not all(c.isalnum() or c in ".-_[]:" for c in host):
@@ -101,7 +110,48 @@ def instance(recipe: str, prefix: Path) -> str:
 
 def version(cfg: GatewayConfig) -> str:
     """A digest of everything the config is rendered from: two configs serve alike iff it matches."""
-    return _digest([cfg.recipe, cfg.port, str(cfg.prefix), list(cfg.upstreams), cfg.unproven, cfg.listen, cfg.holder])
+    return _digest([cfg.recipe, cfg.port, str(cfg.prefix), list(cfg.upstreams), cfg.unproven, cfg.listen, cfg.holder]
+                   + ([cfg.auth] if cfg.auth is not None else []))  # without keys: the digest of before
+
+
+OPENAI = ("/v1/", "= /health")  # what is passed on to the frontends; anything else is nginx's 404
+AUTH = "/_gateway/auth"  # the subrequest's location (internal: no client can ask it)
+
+
+def _checked(cfg: GatewayConfig) -> str:
+    """A passed location's key check: before anything is proxied or held."""
+    # error_page is inherited only by a location that has none of its own (the proxied ones do)
+    return (f"            auth_request {AUTH};\n"
+            "            error_page 401 = @unauthorized;\n") if cfg.auth is not None else ""
+
+
+def _front_door(cfg: GatewayConfig) -> str:
+    """The 404 for every path that is not OpenAI's; with keys, the check's subrequest and its 401."""
+    not_here = json.dumps({"error": {"message": "not found: the gateway passes on /v1/... and /health only",
+                                     "type": "not_found", "code": 404}})
+    text = ("        location / {\n"
+            "            default_type application/json;\n"
+            f"            return 404 '{not_here}\\n';\n"
+            "        }\n")
+    if cfg.auth is None:
+        return text
+    denied = json.dumps({"error": {"message": f"{cfg.recipe}: a valid API key is required (Authorization: Bearer <key>)",
+                                   "type": "authentication_error", "code": 401}})
+    return text + (
+        f"        location = {AUTH} {{\n"
+        "            internal;\n"
+        f"            proxy_pass http://127.0.0.1:{cfg.auth}/holder/auth;\n"
+        "            proxy_pass_request_body off;\n"
+        '            proxy_set_header Content-Length "";\n'
+        "            proxy_set_header X-Original-URI $request_uri;\n"
+        "            proxy_connect_timeout 2s;\n"
+        "            proxy_read_timeout 5s;\n"
+        "        }\n"
+        "        location @unauthorized {\n"
+        "            default_type application/json;\n"
+        "            add_header WWW-Authenticate 'Bearer realm=\"gateway\"' always;\n"
+        f"            return 401 '{denied}\\n';\n"
+        "        }\n")
 
 
 def render(cfg: GatewayConfig) -> str:
@@ -127,8 +177,9 @@ def render(cfg: GatewayConfig) -> str:
         # no kept-alive upstream connections: a frontend that died is then seen at once as a refused
         # connect (next frontend, no wait), never as a dead cached connection
         upstream = ("    upstream frontends {\n" + servers + "    }\n")
-        location = (
-            "        location / {\n"
+        location = "".join(
+            f"        location {where} {{\n"
+            + _checked(cfg) +
             "            proxy_pass http://frontends;\n"
             "            proxy_http_version 1.1;\n"
             "            proxy_set_header Host $http_host;\n"
@@ -141,18 +192,20 @@ def render(cfg: GatewayConfig) -> str:
             f"            proxy_read_timeout {READ_TIMEOUT_S}s;\n"
             f"            proxy_send_timeout {READ_TIMEOUT_S}s;\n"
             "            error_page 502 504 = @nofrontend;\n"
-            "        }\n"
+            "        }\n" for where in OPENAI) + (
             "        location @nofrontend {\n"
             "            default_type application/json;\n"
             f"            return 503 '{no_answer}\\n';\n"
             "        }\n")
     else:
         upstream = ""
-        location = (
-            "        location / {\n"
+        location = "".join(
+            f"        location {where} {{\n"
+            + _checked(cfg) +
             "            default_type application/json;\n"
             f"            return 503 '{no_frontend}\\n';\n"
-            "        }\n")
+            "        }\n" for where in OPENAI)
+    location += _front_door(cfg)
     return (
         f"# gateway of {cfg.recipe}: written by the reconciler, replaced on every upstream change\n"
         "worker_processes 1;\n"

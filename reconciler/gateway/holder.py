@@ -17,6 +17,13 @@ holder:
   ``Retry-After``. The expected wait is what the reconciler last wrote in ``DIR/wake.json``
   (Slurm's expected start, the worker's last launch-to-Ready); unknown: the hold period.
 
+The front door (``DIR/door.json``, written by the reconciler, read again when it changes): with a
+keys file (``reconcile.gateway.api_keys``) nginx asks ``GET /holder/auth`` before it passes a
+request anywhere (``auth_request``): 204 for a key in the file, 401 otherwise; a request that
+reaches the holder itself is checked again (the port is reachable from this host). And what it
+holds is capped (``maxHeld`` requests, ``maxHeldBytes`` of bodies): beyond, 503 with
+``Retry-After`` at once, nothing read or counted as demand.
+
 It runs next to nginx on the reconciler's host (shell/gateway/host.py starts and adopts it) and exits
 by itself when its gateway's directory is removed. It imports nothing of the controller.
 """
@@ -35,9 +42,13 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from reconciler.gateway.keys import KeyFile
+
 POLL_S = 0.2  # how often the gateway's list of frontends is read while requests wait
 BUSY_S = (0.5, 4.0)  # after a frontend's own 503 (overloaded, no worker): the first wait, doubling to this
 DRAIN_S = 30.0  # told to stop (SIGTERM): what it relays may finish this long, no new request is taken
+MAX_HELD = 1024  # requests held at once, by default (reconcile.gateway.max_held_requests)
+MAX_HELD_BYTES = 256 * 1024 * 1024  # their bodies, by default (reconcile.gateway.max_held_mb)
 HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "upgrade", "host",
        "content-length", "trailer", "proxy-authenticate", "proxy-authorization"}
 
@@ -54,8 +65,48 @@ class Holder:
     timed_out: int = 0
     relaying: int = 0  # answers being streamed back now
     stopping: bool = False  # told to stop: what waits for a frontend is answered its 503 now
+    refused: int = 0  # turned away: over the cap on held requests or bytes
+    held_bytes: int = 0
     _rr: int = 0
     _hold: tuple[float, float] | None = None  # (hold.json's mtime, its timeout)
+    _door: tuple[float, dict] | None = None  # (door.json's mtime, its settings)
+    _keys: KeyFile | None = None
+
+    def door(self) -> dict:
+        """The front door's settings (``door.json``): keys file and caps; defaults when absent."""
+        path = self.prefix / "door.json"
+        try:
+            mtime = path.stat().st_mtime_ns
+            if self._door is None or self._door[0] != mtime:
+                doc = json.loads(path.read_text())
+                self._door = (mtime, doc if isinstance(doc, dict) else {})
+            return self._door[1]
+        except (OSError, ValueError):
+            return {}
+
+    def keyfile(self) -> KeyFile | None:
+        """The keys file the door names (None: no keys, the gateway is open)."""
+        where = self.door().get("keys")
+        if not isinstance(where, str) or not where:
+            return None
+        if self._keys is None or str(self._keys.path) != where:
+            self._keys = KeyFile(Path(where))
+        return self._keys
+
+    def admitted(self, req: web.Request) -> bool:
+        """No keys file, or a key of it in ``Authorization: Bearer``."""
+        kf = self.keyfile()
+        if kf is None:
+            return True
+        label = kf.admits(req.headers.get("Authorization"))
+        if kf.error and kf.error != getattr(self, "_said", None):
+            print(f"keys: {kf.error}: every request is refused until it is fixed", flush=True)
+            self._said = kf.error
+        return label is not None
+
+    def cap(self, name: str, default: int) -> int:
+        v = self.door().get(name)
+        return v if isinstance(v, int) and v > 0 else default
 
     def hold_s(self) -> float:
         """The hold now: ``hold.json`` (the reconciler rewrites it on an edit), else ``--timeout``."""
@@ -102,13 +153,49 @@ class Holder:
 
     async def stats(self, _req: web.Request) -> web.Response:
         return web.json_response({"recipe": self.recipe, "held": self.held, "received": self.received,
-                                  "forwarded": self.forwarded, "timedOut": self.timed_out})
+                                  "forwarded": self.forwarded, "timedOut": self.timed_out,
+                                  "refused": self.refused, "heldBytes": self.held_bytes})
+
+    async def auth(self, req: web.Request) -> web.Response:
+        """nginx's ``auth_request``: 204 lets the request on, 401 answers it (nothing held, nothing woken)."""
+        return web.Response(status=204) if self.admitted(req) else unauthorized(self.recipe)
+
+    def over_cap(self, size: int) -> web.Response | None:
+        """503 with Retry-After when one more request of ``size`` bytes would pass a cap."""
+        most, most_bytes = self.cap("maxHeld", MAX_HELD), self.cap("maxHeldBytes", MAX_HELD_BYTES)
+        if self.held < most and self.held_bytes + size <= most_bytes:
+            return None
+        self.refused += 1
+        what = (f"{self.held} requests held (at most {most})" if self.held >= most else
+                f"{self.held_bytes + size} bytes of held bodies (at most {most_bytes})")
+        body = {"error": {"message": f"{self.recipe}: the gateway holds no more requests now: {what}; retry later",
+                          "type": "service_unavailable", "code": 503}}
+        return web.json_response(body, status=503, headers={"Retry-After": str(max(1, math.ceil(self.hold_s())))})
 
     async def hold(self, req: web.Request) -> web.StreamResponse:
+        if not self.admitted(req):  # the holder's port is reachable from this host, around nginx
+            return unauthorized(self.recipe)
+        # nginx buffers the body and sends its length; a chunked one (sent here directly) is read
+        # within aiohttp's own limit, then weighed
+        size = req.content_length or 0
+        if (no := self.over_cap(size)) is not None:
+            return no
         self.received += 1
         self.held += 1
+        self.held_bytes += size
         start = time.monotonic()
-        body = await req.read()
+        try:
+            body = await req.read()
+        except BaseException:
+            self.held -= 1
+            self.held_bytes -= size
+            raise
+        if len(body) != size:  # chunked: weighed once read
+            self.held_bytes += len(body) - size
+            size = len(body)
+        return await self._held(req, body, size, start)
+
+    async def _held(self, req: web.Request, body: bytes, size: int, start: float) -> web.StreamResponse:
         headers = {k: v for k, v in req.headers.items() if k.lower() not in HOP}
         session: aiohttp.ClientSession = req.app["session"]
         busy = 0.0  # the wait after a frontend's own 503: backs off, so one request is not a flood
@@ -132,6 +219,7 @@ class Holder:
             return self.refusal(time.monotonic() - start)
         finally:
             self.held -= 1
+            self.held_bytes -= size
 
     async def forward(self, req: web.Request, session: aiohttp.ClientSession, up: str, body: bytes,
                       headers: dict, left: float) -> web.StreamResponse | str:
@@ -168,6 +256,12 @@ class Holder:
             r.release()
 
 
+def unauthorized(recipe: str) -> web.Response:
+    body = {"error": {"message": f"{recipe}: a valid API key is required (Authorization: Bearer <key>)",
+                      "type": "authentication_error", "code": 401}}
+    return web.json_response(body, status=401, headers={"WWW-Authenticate": 'Bearer realm="gateway"'})
+
+
 def _identity(p: Path) -> tuple[int, int] | None:
     try:
         st = p.stat()
@@ -193,6 +287,7 @@ async def serve(h: Holder, port: int) -> None:
     # life, and the frontends' list is read beside them (aiohttp's default of 100 starved the 101st)
     app["session"] = aiohttp.ClientSession(auto_decompress=False, connector=aiohttp.TCPConnector(limit=0))
     app.router.add_get("/holder/stats", h.stats)
+    app.router.add_get("/holder/auth", h.auth)
     app.router.add_route("*", "/{tail:.*}", h.hold)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=DRAIN_S)
     await runner.setup()

@@ -69,6 +69,25 @@ class GatewaySettings(Strict):
     hold_seconds: float = Field(DEFAULT_HOLD_S, ge=0, le=1800)
     # ours: run it in its own small allocation on a named node (default: next to the reconciler)
     allocation: GatewayAllocation | None = None
+    # a file of hashed API keys (reconciler/gateway/keys.py: `sha256:<hex> [label]` a line;
+    # `reconciler keys hash` prints one): every request through the gateway must carry one as
+    # `Authorization: Bearer <key>` (401 otherwise, before anything is held or woken). Read again
+    # when it changes. None: the gateway is open, as before
+    api_keys: str | None = None
+    # what the holder keeps at once while no frontend answers (a deployment at zero waking up):
+    # beyond either, a request gets 503 with Retry-After at once
+    max_held_requests: int = Field(1024, ge=1, le=100_000)
+    max_held_mb: int = Field(256, ge=1, le=16_384)
+
+    @field_validator("api_keys")
+    @classmethod
+    def _keys_path(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not v.startswith("/") or len(v) > 4096 or any(not c.isprintable() for c in v):
+            raise ValueError(f"expected the absolute path of a keys file (one 'sha256:<hex> [label]' a line), "
+                             f"found {v[:80]!r}")
+        return v
 
     @field_validator("listen")
     @classmethod

@@ -25,6 +25,7 @@ import urllib.request
 from pathlib import Path
 
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
+from reconciler.gateway.keys import KeyFile
 from reconciler.shell.gateway.bindcheck import bind_free
 from reconciler.fsutil import atomic_write_text
 
@@ -34,6 +35,9 @@ START_TIMEOUT_S = 15.0  # aiohttp's import alone takes a second on a busy 2-core
 RESPAWN_S = 30.0  # a holder gone within this of its start waits this long before the next
 _children: list[subprocess.Popen] = []
 STOP_WAIT_S = 5.0
+DEFAULT_CHECK_HOLD_S = 10.0  # the --timeout of a holder that only checks keys (it is sent nothing to hold)
+_keyfiles: dict[str, KeyFile] = {}  # keys file -> its parse (read again when it changes), for the events
+_said_keys: dict[str, str] = {}  # gateway prefix -> what was last said of its keys file
 IDLE_EXIT_S = 1.0  # a stopped holder with nothing held ends within this (its port freed, no drain)
 
 
@@ -81,11 +85,16 @@ def port_of(rec: dict, recipe: str, host_names: set[str], ports: NodePortAllocat
 
 
 def sync(recipe: str, rec: dict, prefix: Path, gateway_port: int, hold: float | None, ports: NodePortAllocator,
-         host: str, names: set[str]) -> tuple[int | None, dict, list[tuple[str, str]]]:
+         host: str, names: set[str], door: dict | None = None) -> tuple[int | None, dict, list[tuple[str, str]]]:
     """The holder as the recipe wants it: (its port for the config, or None: no holder; the gateway
     record's new holder fields; events (kind, message)). ``hold``: the hold timeout, None when
-    the recipe holds no request (a holder left from an earlier spec is stopped)."""
+    the recipe holds no request (a holder left from an earlier spec is stopped, unless it must
+    check API keys). ``door``: the front door's settings (``front_door``), written for the holder
+    before it is started or asked."""
     _reap()
+    said_door = write_door(prefix, rec, door) if door is not None else []
+    if hold is None and door is not None and door.get("keys"):
+        hold = DEFAULT_CHECK_HOLD_S  # it runs to check keys; nginx sends it no request to hold
     if hold is None:
         pid = stop(prefix)
         gone = [("GatewayHolderStopped", f"holder {pid} stopped: the recipe holds no request")] if pid else []
@@ -96,7 +105,7 @@ def sync(recipe: str, rec: dict, prefix: Path, gateway_port: int, hold: float | 
         why = f"no holder: {e}"
         return None, {"holderError": why}, ([] if rec.get("holderError") == why else [("GatewayFailed", why)])
     pid, did = ensure(prefix, argv(python(), recipe, port, gateway_port, hold, prefix), port)
-    said: list[tuple[str, str]] = []
+    said: list[tuple[str, str]] = list(said_door)
     if pid is not None and write_hold(prefix, hold) and did is None:  # read per request: no restart
         said.append(("GatewayHolder", f"holder {pid}: requests now wait up to {hold:g}s for a frontend"))
     fields = {"holderPort": port, "holderPid": pid, "holderError": None if pid else did}
@@ -110,7 +119,7 @@ def sync(recipe: str, rec: dict, prefix: Path, gateway_port: int, hold: float | 
         return None, fields, ([] if rec.get("holderError") == did else [("GatewayFailed", str(did))])
     if did is None:
         return port, fields, said
-    return port, fields, [("GatewayHolder", f"holder {pid} {did} on 127.0.0.1:{port}: requests wait up to "
+    return port, fields, said + [("GatewayHolder", f"holder {pid} {did} on 127.0.0.1:{port}: requests wait up to "
                                             f"{hold:g}s while the deployment has no Ready frontend")]
 
 
@@ -122,6 +131,35 @@ def _settings(cmd: list[str]) -> list[str]:
     """What a holder must be started again for: all of its argv but the hold timeout, which it reads
     from ``hold.json`` for every request (an edit of it cuts no stream the holder relays)."""
     return [a for i, a in enumerate(cmd) if not (i and cmd[i - 1] == "--timeout")]
+
+
+def front_door(keys: str | None, max_held: int, max_held_mb: int) -> dict:
+    """What the holder reads from ``door.json``: the keys file (None: open) and its caps."""
+    return {"keys": keys, "maxHeld": max_held, "maxHeldBytes": max_held_mb * 1024 * 1024}
+
+
+def write_door(prefix: Path, rec: dict, door: dict) -> list[tuple[str, str]]:
+    """``door.json`` says ``door`` (written only when it changes); events: a keys file that cannot
+    be used (said once per new error: the gateway then refuses every request, it never opens)."""
+    path = prefix / "door.json"
+    try:
+        now = json.loads(path.read_text())
+    except (OSError, ValueError):
+        now = None
+    if now != door:
+        prefix.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(door))
+    said: list[tuple[str, str]] = []
+    where = door.get("keys")
+    if where:
+        kf = _keyfiles.setdefault(where, KeyFile(Path(where)))
+        kf.refresh()  # read again only when the file changed
+        if kf.error and _said_keys.get(str(prefix)) != kf.error:
+            said.append(("GatewayFailed", f"reconcile.gateway.api_keys: {kf.error}; every request gets 401 until it is fixed"))
+        elif not kf.error and _said_keys.get(str(prefix)) not in (None, f"{len(kf.keys)} keys"):
+            said.append(("GatewayKeys", f"reconcile.gateway.api_keys: {where}: {len(kf.keys)} key(s)"))
+        _said_keys[str(prefix)] = kf.error or f"{len(kf.keys)} keys"
+    return said
 
 
 def write_hold(prefix: Path, hold: float) -> bool:

@@ -119,12 +119,13 @@ class Gateways(Records):
     # ---------------------------------------------------------------- each tick
     def sync(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float,
              unproven: bool = False, hold: float | None = None, listen: str | None = None,
-             place: Placement | None = None) -> list[Change]:
+             place: Placement | None = None, door: dict | None = None) -> list[Change]:
         """Make the gateway run with exactly these upstreams (host:port of Ready frontends; with
         ``unproven``, where the frontends are relaunched, none of them alive now). ``hold``: the
         holder's timeout (shell/gateway/holder_supervisor.py; None: no holder). ``listen``: the address nginx binds
         (reconcile.gateway.listen; None: as recorded). ``place``: in its own Slurm job there
-        (reconcile.gateway.allocation; shell/gateway/job.py) instead of here."""
+        (reconcile.gateway.allocation; shell/gateway/job.py) instead of here. ``door``: API keys
+        and the holder's caps (holder_supervisor.front_door; None: open, default caps)."""
         rec = self._record(recipe)
         if place is not None or in_job(rec):
             changes: list[Change] = []
@@ -135,15 +136,17 @@ class Gateways(Records):
                 changes = [Change("GatewayMoved", c.recipe, c.message) for c in changes]
                 holder_supervisor.say_nothing_comes(prefix_of(self.state.root, recipe), None)  # not deleted: moved
             if place is None:
-                return changes + self._sync_here(recipe, upstreams, ports, now, unproven, hold, listen)
+                return changes + self._sync_here(recipe, upstreams, ports, now, unproven, hold, listen, door)
             if self.jobs is None:
                 return changes + self._failed(recipe, "reconcile.gateway.allocation: this reconciler runs "
                                                          "no Slurm gateway jobs")
-            return changes + self.jobs.sync(recipe, upstreams, ports, now, place, unproven=unproven, hold=hold)
-        return self._sync_here(recipe, upstreams, ports, now, unproven, hold, listen)
+            return changes + self.jobs.sync(recipe, upstreams, ports, now, place, unproven=unproven, hold=hold,
+                                            door=door)
+        return self._sync_here(recipe, upstreams, ports, now, unproven, hold, listen, door)
 
     def _sync_here(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float,
-                   unproven: bool, hold: float | None, listen: str | None) -> list[Change]:
+                   unproven: bool, hold: float | None, listen: str | None,
+                   door: dict | None = None) -> list[Change]:
         """The gateway as this host's own nginx master."""
         if self.nginx is None:
             return self._failed(recipe, "nginx is not installed (apt-get install nginx-light); "
@@ -153,7 +156,12 @@ class Gateways(Records):
         conf = prefix / "nginx.conf"
         rec = self._record(recipe)
         listen = listen or rec.get("listen") or ANY  # the record says what nginx binds now
-        held, fields, said = holder_supervisor.sync(recipe, rec, prefix, port, hold, ports, self.host, {self.host, *self.aliases})
+        held, fields, said = holder_supervisor.sync(recipe, rec, prefix, port, hold, ports, self.host,
+                                                    {self.host, *self.aliases}, door)
+        keys = bool(door and door.get("keys"))
+        if keys and held is None:  # never open what the recipe closes: the running config stays
+            return [Change(k, recipe, m) for k, m in said] + self._failed(
+                recipe, "reconcile.gateway.api_keys: no holder to check the keys: " + str(fields.get("holderError")))
         if any(rec.get(k) != v for k, v in fields.items()):
             self._write(recipe, rec := {**rec, **fields})
         changes = [Change(kind, recipe, msg) for kind, msg in said]
@@ -168,7 +176,8 @@ class Gateways(Records):
             listen = rec.get("listen", ANY)
         elif rec.get("listenError"):
             self._write(recipe, rec := {**rec, "listenError": None})
-        text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven, listen, held))
+        text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven, listen,
+                                    held if hold is not None else None, held if keys else None))
         pid = master_pid(prefix)
         moved = pid is not None and rec.get("listen", ANY) != listen  # asked for: not a restart
         if moved:  # a reload cannot bind the port anew

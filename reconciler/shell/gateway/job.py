@@ -67,7 +67,7 @@ class GatewayJobs(Records):
 
     # ---------------------------------------------------------------- each tick
     def sync(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float, place: Placement,
-             unproven: bool = False, hold: float | None = None) -> list[Change]:
+             unproven: bool = False, hold: float | None = None, door: dict | None = None) -> list[Change]:
         """One look, never a wait: the job found (or submitted), the config written, a reload
         asked or checked once; the loop comes back soon (``notBefore``) while one is due."""
         if self.driver is None:
@@ -76,8 +76,12 @@ class GatewayJobs(Records):
         prefix = prefix_of(self.state.root, recipe)
         if hold is not None:
             holder_supervisor.write_hold(prefix, hold)
+        # the job's holder always runs: it reads the keys file named here from the shared file system
+        said = holder_supervisor.write_door(prefix, rec, door) if door is not None else []
+        changes += [Change(kind, recipe, msg) for kind, msg in said]
         cfg = GatewayConfig(recipe, rec["port"], prefix, tuple(sorted(upstreams)), unproven, ANY,
-                            rec["holderPort"] if hold is not None else None)
+                            rec["holderPort"] if hold is not None else None,
+                            rec["holderPort"] if door and door.get("keys") else None)
         text = render(cfg)
         conf = prefix / "nginx.conf"
         (prefix / "tmp").mkdir(parents=True, exist_ok=True)

@@ -54,6 +54,11 @@ def hold_timeout(snap: Snapshot, name: str) -> float | None:
     return r.reconcile.gateway.hold_seconds or None
 
 
+def front_door(g) -> dict:
+    """``reconcile.gateway``'s API keys file and caps on what the holder keeps."""
+    return holder_supervisor.front_door(g.api_keys, g.max_held_requests, g.max_held_mb)
+
+
 def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot, answering: GatewayProbe) -> None:
     """Each deployment with a frontend has a gateway; a deployment without one (deleted, or its
     frontend removed) has its gateway stopped. A gateway whose frontend is only gone for now (its
@@ -75,7 +80,8 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot, answering
                 changes = gateways.sync(name, upstreams, snap.ports, snap.now, unproven=unproven,
                                         hold=hold_timeout(snap, name),
                                         listen=r.reconcile.gateway.listen if r is not None else None,
-                                        place=placement(r) if r is not None else None)
+                                        place=placement(r) if r is not None else None,
+                                        door=front_door(r.reconcile.gateway) if r is not None else None)
         except Exception as e:  # noqa: BLE001 - one gateway's failure must not stop the tick
             log.exception("gateway sync failed", recipe=name, error=f"{type(e).__name__}: {e}")
             continue

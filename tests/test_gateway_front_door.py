@@ -1,0 +1,169 @@
+"""The gateway's front door (issue 48, item 6) with the real nginx, the real holder process and a
+real mocker frontend: API keys checked by nginx (``auth_request`` to the holder) before anything is
+proxied or held; only OpenAI paths passed on (``/holder/stats``, ``/metrics``, ``/favicon.ico`` are
+nginx's own 404: nothing is held, nothing woken); the holder's caps on what it keeps (503 with
+Retry-After beyond). The same on the real Slurm: tests/test_gateway_front_door_e2e.py."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from reconciler.gateway import GatewayConfig, render
+from reconciler.gateway.keys import KeysError, line_for, parse
+from reconciler.shell.gateway import holder_supervisor
+from reconciler.shell.gateway.record import facts, prefix_of
+from tests.helpers import start_mocker, wait_until
+from support.gateways import _hp, _ports, CHAT, gw  # noqa: F401 - fixtures among them
+
+needs_nginx = pytest.mark.needs("nginx")
+KEY = "sk-front-door-test-key-0001"
+
+
+def call(url: str, path: str = "/v1/chat/completions", key: str | None = None, body: bytes | None = None,
+         method: str = "POST", timeout: float = 60) -> tuple[int, dict, bytes]:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    data = body if body is not None else (json.dumps(CHAT).encode() if method == "POST" else None)
+    conn.request(method, path, body=data, headers=headers)
+    r = conn.getresponse()
+    return r.status, dict(r.getheaders()), r.read()
+
+
+class Bg(threading.Thread):
+    def __init__(self, *a, **kw):
+        super().__init__(daemon=True)
+        self.a, self.kw, self.out = a, kw, None
+
+    def run(self) -> None:
+        self.out = call(*self.a, **self.kw)
+
+
+def door(tmp_path: Path, *keys: str, max_held: int = 1024, max_held_mb: int = 256) -> dict:
+    f = tmp_path / "keys"
+    f.write_text("# test keys\n" + "".join(line_for(k, f"k{i}") + "\n" for i, k in enumerate(keys)))
+    return holder_supervisor.front_door(str(f) if keys else None, max_held, max_held_mb)
+
+
+def test_keys_file_lines_are_parsed_and_bad_ones_located():
+    line = line_for(KEY, "alice")
+    assert line.startswith("sha256:") and line.endswith(" alice")
+    assert parse(f"# c\n\n{line}\n", "f") == {line[7:71]: "alice"}
+    with pytest.raises(KeysError, match=r"f line 2: expected 'sha256:<64"):
+        parse(f"{line}\nsk-a-plain-key\n", "f")
+    with pytest.raises(KeysError, match="at least 16"):
+        line_for("short")
+
+
+def test_render_checks_keys_before_proxying_and_passes_openai_paths_only():
+    text = render(GatewayConfig("r1", 20001, Path("/s/g"), ("a:1",), holder=20002, auth=20002))
+    assert text.count("auth_request /_gateway/auth;") == 2  # /v1/ and /health
+    assert "proxy_pass http://127.0.0.1:20002/holder/auth;" in text and "internal;" in text
+    assert "location /v1/ {" in text and "location = /health {" in text and "return 404" in text
+    assert "auth_request" not in render(GatewayConfig("r1", 20001, Path("/s/g"), ("a:1",), holder=20002))
+
+
+@needs_nginx
+def test_a_request_without_a_valid_key_gets_401_and_one_with_it_200(gw, tmp_path):  # noqa: F811
+    m, m_url = start_mocker(tmp_path, "--speedup-ratio", "10", name="fe")
+    prefix = prefix_of(gw.state.root, "r1")
+    try:
+        ports = _ports()
+        d = door(tmp_path, KEY)
+        gw.sync("r1", [_hp(m_url)], ports, 1000.0, hold=None, door=d)  # keys alone run the holder
+        assert holder_supervisor.wait_listening(gw._record("r1")["holderPort"])
+        url = facts(gw.state.root, "r1")["url"]
+        st, hdrs, body = call(url)
+        assert st == 401 and json.loads(body)["error"]["type"] == "authentication_error", (st, body)
+        assert hdrs.get("WWW-Authenticate", "").startswith("Bearer"), hdrs
+        assert call(url, key="sk-not-a-key-of-this-file")[0] == 401
+        assert call(url, "/health")[0] == 401
+        assert call(url, key=KEY)[0] == 200
+        assert call(url, "/v1/models", key=KEY, method="GET")[0] == 200
+        # a key added to the file is taken at once: no restart, no reload
+        other = "sk-front-door-test-key-0002"
+        (tmp_path / "keys").write_text((tmp_path / "keys").read_text() + line_for(other) + "\n")
+        assert call(url, key=other)[0] == 200
+        # a file that cannot be read admits nobody (closed, never open), and the reconciler says why
+        (tmp_path / "keys").write_text("not a key line\n")
+        assert call(url, key=KEY)[0] == 401
+        said = [c for c in gw.sync("r1", [_hp(m_url)], ports, 1001.0, hold=None, door=d) if c.kind == "GatewayFailed"]
+        assert said and "line 1" in said[0].message, said
+    finally:
+        m.stop()
+        holder_supervisor.stop(prefix)
+
+
+@needs_nginx
+def test_an_unauthenticated_request_at_zero_is_never_held(gw, tmp_path):  # noqa: F811
+    prefix = prefix_of(gw.state.root, "r1")
+    try:
+        ports = _ports()
+        gw.sync("r1", [], ports, 1000.0, hold=60, door=door(tmp_path, KEY))
+        port = gw._record("r1")["holderPort"]
+        assert holder_supervisor.wait_listening(port)
+        url = facts(gw.state.root, "r1")["url"]
+        for path in ("/v1/chat/completions", "/health"):
+            assert call(url, path)[0] == 401
+        assert call(url, "/favicon.ico", method="GET")[0] == 404
+        held = Bg(url, key=KEY)
+        held.start()
+        wait_until(lambda: (holder_supervisor.stats(port) or {}).get("held") == 1, what="the keyed request held")
+        s = holder_supervisor.stats(port)
+        assert s["received"] == 1, s  # the demand the autoscaler reads: the keyed request alone
+    finally:
+        holder_supervisor.stop(prefix)
+
+
+@needs_nginx
+def test_internal_pages_are_not_served_through_the_gateway(gw, tmp_path):  # noqa: F811
+    m, m_url = start_mocker(tmp_path, "--speedup-ratio", "10", name="fe")
+    prefix = prefix_of(gw.state.root, "r1")
+    try:
+        ports = _ports()
+        gw.sync("r1", [], ports, 1000.0, hold=60)
+        port = gw._record("r1")["holderPort"]
+        assert holder_supervisor.wait_listening(port)
+        url = facts(gw.state.root, "r1")["url"]
+        for path in ("/holder/stats", "/metrics", "/favicon.ico", "/"):
+            st, _, body = call(url, path, method="GET", timeout=10)
+            assert st == 404 and b"/v1/" in body, (path, st, body)
+        assert holder_supervisor.stats(port)["received"] == 0  # none was held: none is demand
+        gw.sync("r1", [_hp(m_url)], ports, 1001.0, hold=60)
+        assert call(url, "/metrics", method="GET")[0] == 404  # the frontend's own page stays behind it
+        assert call(url, "/v1/models", method="GET")[0] == 200 and call(url, "/health", method="GET")[0] == 200
+    finally:
+        m.stop()
+        holder_supervisor.stop(prefix)
+
+
+@needs_nginx
+def test_held_requests_are_capped_by_count_and_bytes(gw, tmp_path):  # noqa: F811
+    prefix = prefix_of(gw.state.root, "r1")
+    try:
+        ports = _ports()
+        gw.sync("r1", [], ports, 1000.0, hold=60, door=door(tmp_path, max_held=2, max_held_mb=1))
+        port = gw._record("r1")["holderPort"]
+        assert holder_supervisor.wait_listening(port)
+        url = facts(gw.state.root, "r1")["url"]
+        # 0.6 MB each (within nginx's in-memory body buffer): one is held, a second would pass 1 MB
+        big = json.dumps({**CHAT, "pad": "x" * 600_000}).encode()
+        first = Bg(url, body=big)
+        first.start()
+        wait_until(lambda: (holder_supervisor.stats(port) or {}).get("held") == 1, what="one request held")
+        st, hdrs, body = call(url, body=big)
+        assert st == 503 and int(hdrs["Retry-After"]) >= 1 and b"bytes of held bodies" in body, (st, hdrs, body)
+        second = Bg(url)
+        second.start()
+        wait_until(lambda: (holder_supervisor.stats(port) or {}).get("held") == 2, what="two requests held")
+        st, hdrs, body = call(url)
+        assert st == 503 and int(hdrs["Retry-After"]) >= 1 and b"requests held (at most 2)" in body, (st, hdrs, body)
+        s = holder_supervisor.stats(port)
+        assert (s["held"], s["received"], s["refused"]) == (2, 2, 2), s
+    finally:
+        holder_supervisor.stop(prefix)
