@@ -59,7 +59,8 @@ def test_get_wait_without_runs_flags_waits_on_runs_status(h, tmp_path):
     wait_until(lambda: recorded_phase(h, name) == "Ready", timeout=240, what=f"{name} Ready in status.json")
 
     path.write_text(RECIPE.format(name=name, workers=2))  # a scale-up, as in the report
-    r = bare(h, "get", name, "--wait", "--timeout", "60")
+    # --for ready: the new worker too (the default, Available, is met while the first one serves)
+    r = bare(h, "get", name, "--wait", "--for", "ready", "--timeout", "60")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Ready" in r.stdout and "agg:2/2" in r.stdout, r.stdout
     assert "spec changed" not in r.stderr, r.stderr  # no replacement `run` never issued

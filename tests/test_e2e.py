@@ -190,7 +190,7 @@ def test_get_wait_reports_progress_and_times_out(h):
     h.wait_steps(name, {"agg_0"})
     r = h.cli("get", name, "--wait", "--timeout", "3")
     assert r.returncode == 1
-    assert "waiting: " in r.stderr and "not Ready after 3s" in r.stderr
+    assert "waiting: " in r.stderr and "not Available after 3s" in r.stderr  # --for available, the default
     assert "agg:0/1" in r.stdout
     fast = h.name("fast")
     (h.manifests / f"{fast}.yaml").write_text(KEEP.format(name=fast))

@@ -156,16 +156,19 @@ def test_the_notifier_retries_a_bounded_number_of_times_and_never_blocks_the_cal
     try:
         n = notify.Notifier(f"http://127.0.0.1:{srv.server_port}/", backoff=0.01)
         n({"kind": "LaunchStep", "recipe": "a", "message": "not a condition"})
-        n({"kind": "Condition", "recipe": "a", "message": "Ready=True: 1/1"})
+        # planned progress moves Ready and Progressing: not posted (an alert is about Available)
+        n({"kind": "Condition", "condition": "Ready", "recipe": "a", "message": "Ready=False: 1/2"})
+        n({"kind": "Condition", "condition": "Progressing", "recipe": "a", "message": "Progressing=True"})
+        n({"kind": "Condition", "condition": "Available", "recipe": "a", "message": "Available=True: agg 1/1"})
         assert not got  # the caller is back while the receiver still holds the POST: it only enqueued
         gate.set()
         deadline = _t.monotonic() + 10
         # the sender counts a POST once it has the answer, which the receiver sends after recording it
         while n.sent == 0 and _t.monotonic() < deadline:
             _t.sleep(0.01)
-        assert [g["message"] for g in got] == ["Ready=True: 1/1"] and n.sent == 1 and n.dropped == 0
+        assert [g["message"] for g in got] == ["Available=True: agg 1/1"] and n.sent == 1 and n.dropped == 0
         fails["left"] = 10  # now every attempt fails: dropped after RETRIES
-        n({"kind": "Condition", "recipe": "a", "message": "Ready=False"})
+        n({"kind": "Condition", "condition": "Available", "recipe": "a", "message": "Available=False"})
         while n.dropped == 0 and _t.monotonic() < deadline + 10:
             _t.sleep(0.01)
         assert n.dropped == 1 and fails["left"] == 10 - notify.RETRIES

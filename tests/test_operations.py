@@ -133,9 +133,12 @@ def test_metrics_json_logs_and_condition_notifications(h):
         wait_until(lambda: _metric(scrape(), "reconciler_launch_to_ready_seconds_count", role="agg") == 2,
                    timeout=30, what="two launch-to-Ready observations")
 
-        ready = wait_until(lambda: [e for e in _Hook.received if e["recipe"] == name and e["kind"] == "Condition"
-                                    and e["message"].startswith("Ready=True")], timeout=30, what="a Ready=True POST")
-        assert ready[0]["reason"] == "AllReady"
+        avail = wait_until(lambda: [e for e in _Hook.received if e["recipe"] == name and e["kind"] == "Condition"
+                                    and e["message"].startswith("Available=True")], timeout=30,
+                           what="an Available=True POST")
+        assert avail[0]["reason"] == "MinimumWorkersAvailable" and avail[0]["condition"] == "Available"
+        # only Available is posted: Ready and Progressing move with every planned change
+        assert {e["condition"] for e in _Hook.received if e["recipe"] == name} == {"Available"}, _Hook.received
         # not a TTY: the reconciler's log is JSON lines
         lines = [l for l in h.log().splitlines() if l.strip()]
         assert lines and all(json.loads(l)["event"] for l in lines[:5]), lines[:5]

@@ -90,7 +90,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
         rows.append({
             **_identity(name), "status": st["phase"] if not invalid else (
                 "Invalid" if name in snap.manifests.invalid else "Error"),
-            "roles": {r: c for r, c in st["roles"].items() if r != "frontend"},
+            "roles": {r: c for r, c in st["roles"].items() if r != "frontend"}, "replicas": st.get("replicas"),
             "endpoint": st["endpoint"], "servedModel": st.get("servedModel"),
             "restarts": sum(w["restarts"] for w in st["workers"]),
             "age_seconds": int(now - created) if created else None, "conditions": st["conditions"],
@@ -123,7 +123,9 @@ def _gone_row(name: str, rp, observed, prev: dict, now: float) -> dict:
     }
 
 
-HEADER = ("NAME", "READY", "STATUS", "REASON", "RESTARTS", "AGE", "ENDPOINT")
+# kubectl's Deployment columns: READY per role (ready/desired workers at the desired spec), UP-TO-DATE
+# (workers running the current spec) and AVAILABLE (workers serving now, old lives of a rollout included)
+HEADER = ("NAME", "READY", "UP-TO-DATE", "AVAILABLE", "STATUS", "REASON", "RESTARTS", "AGE", "ENDPOINT")
 WIDE = ("MODEL", "NODES", "MESSAGE")  # MODEL: what clients send as "model"
 
 
@@ -146,12 +148,19 @@ def table_rows(rows: list[dict], wide: bool = False, spaced: bool | None = None)
     out = []
     for r in rows:
         cells = ((r.get("namespace") or "-",) if spaced else ()) + (
-            r["name"], _ready_text(r), r["status"], r.get("reason") or "-", str(r["restarts"]),
+            r["name"], _ready_text(r), _count(r, "upToDate"), _count(r, "available"), r["status"],
+            r.get("reason") or "-", str(r["restarts"]),
             _age(r["age_seconds"]), r["endpoint"] or "-")
         if wide:
             cells += (r.get("servedModel") or "-", ",".join(r.get("nodes") or []) or "-", r.get("reasonMessage") or "-")
         out.append(cells)
     return out
+
+
+def _count(r: dict, key: str) -> str:
+    """One of the status's worker totals (``replicas``); '-' for a record from before it had them."""
+    n = (r.get("replicas") or {}).get(key)
+    return "-" if n is None else str(n)
 
 
 def print_table(rows: list[dict], manifests: str, wide: bool = False, header: bool = True) -> None:

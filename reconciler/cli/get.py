@@ -12,7 +12,7 @@ from reconciler.cli.common import DRIVER_OPT, INSTANCE_OPT, MANIFESTS_OPT, PORTS
 from reconciler.errors import ReconcilerError
 
 # what a watch prints a row again for (AGE alone changing is not news)
-WATCHED = ("status", "reason", "restarts", "endpoint", "roles")
+WATCHED = ("status", "reason", "restarts", "endpoint", "roles", "replicas")
 
 
 @click.command()
@@ -25,20 +25,25 @@ WATCHED = ("status", "reason", "restarts", "endpoint", "roles")
 @click.option("-o", "--output", type=click.Choice(["text", "wide", "json", "yaml"]), default="text",
               help="wide: also the nodes and why a deployment is down.")
 @click.option("--wait", "wait_ready", is_flag=True,
-              help="Wait until `run` records every listed recipe Ready (progress on stderr).")
+              help="Wait until `run` records every listed recipe Available, or what --for names (progress on stderr).")
+@click.option("--for", "until", type=click.Choice(["available", "ready", "progressed"]), default=None,
+              help="What --wait waits for (implies --wait): available (default: enough workers and a frontend "
+                   "serve), ready (everything at the file's spec Ready), progressed (the rollout finished).")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="With --wait: give up after SEC (exit 1).")
 @click.option("-w", "--watch", is_flag=True, help="After the table, print a row again whenever it changes (Ctrl-C stops).")
 @click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
               help="With --watch: seconds between looks.")
 def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, port_range: str,
-        instance: str | None, output: str, wait_ready: bool, timeout: float, watch: bool, interval: float) -> None:
-    """Deployments: readiness per role, status, reason, restarts, age and endpoint (live from the cluster,
-    with the running reconciler's settings)."""
+        instance: str | None, output: str, wait_ready: bool, until: str | None, timeout: float, watch: bool,
+        interval: float) -> None:
+    """Deployments: READY per role, UP-TO-DATE and AVAILABLE workers, status, reason, restarts, age and
+    endpoint (live from the cluster, with the running reconciler's settings)."""
     from pathlib import Path
 
     from reconciler.cli import deployments, run_settings
     from reconciler.cli.context import resolve
 
+    wait_ready = wait_ready or until is not None
     v = resolve(state, manifests=manifests, driver=driver, port_range=port_range, instance=instance)
     manifests, driver, port_range, instance = v["manifests"], v["driver"], v["port_range"], v["instance"]
     ok = True
@@ -67,7 +72,7 @@ def get(names: tuple[str, ...], manifests: str, state: str, driver: str | None, 
             from reconciler.cli import get_wait
 
             gens = _generations(ctl, want)
-            ok = get_wait.wait(Path(state), want, gens, timeout)
+            ok = get_wait.wait(Path(state), want, gens, timeout, until=until or "available")
             rows = look()
     except ReconcilerError as e:
         _fail(str(e))

@@ -4,6 +4,11 @@ A plan made here with other settings than `run`'s (port range, instance, cluster
 workers `run` does not: it would name replacements `run` never makes and wait for them forever.
 The recorded status is what `run` decided; its ``observedGeneration`` says which version of the
 file it describes, so a Ready from before an edit is not taken for the edit's Ready.
+
+What is waited for (``--for``), as kubectl's Deployment conditions: ``available`` (the default) is the
+Available condition, enough capacity serving, which a planned change keeps True while its old lives
+serve; ``ready`` is the phase Ready, everything at the file's spec Ready; ``progressed`` is the rollout
+finished, Progressing False with reason Converged (old lives gone, nothing left to move).
 """
 
 from __future__ import annotations
@@ -17,8 +22,27 @@ import click
 from reconciler.cli import run_settings
 from reconciler.drivers.state import StateDir
 
+FOR = ("available", "ready", "progressed")
+SHOWN = {"available": "Available", "ready": "Ready", "progressed": "rolled out (Progressing=False Converged)"}
 
-def recorded_rows(state: Path, names: list[str], generations: dict[str, str | None]) -> list[dict]:
+
+def _cond(st: dict, kind: str) -> dict:
+    return next((c for c in st.get("conditions") or [] if isinstance(c, dict) and c.get("type") == kind), {})
+
+
+def done(st: dict, phase: str, until: str) -> bool:
+    """Whether a recorded status (of the current file) meets ``until`` (one of FOR)."""
+    if until == "ready":
+        return phase == "Ready"
+    if until == "available":
+        return _cond(st, "Available").get("status") == "True"
+    prog = _cond(st, "Progressing")
+    # scaled to zero or suspended on purpose: nothing is left to roll out either
+    return prog.get("status") == "False" and prog.get("reason") in ("Converged", "ScaledToZero", "Suspended")
+
+
+def recorded_rows(state: Path, names: list[str], generations: dict[str, str | None],
+                  until: str = "ready") -> list[dict]:
     """One row per name from `run`'s status files: phase, roles, conditions, and whether it is done."""
     sd = StateDir(Path(state), read_only=True)
     rows = []
@@ -36,7 +60,8 @@ def recorded_rows(state: Path, names: list[str], generations: dict[str, str | No
         rows.append({"name": name, "status": phase if current else "Pending", "recordedPhase": phase,
                      "roles": {r: c for r, c in (st.get("roles") or {}).items() if r != "frontend"},
                      "conditions": st.get("conditions") or [], "error": st.get("error") or note,
-                     "ready": current and phase == "Ready",
+                     "replicas": st.get("replicas"),
+                     "ready": bool(st) and current and done(st, phase, until),
                      # rollout analysis stopped this version of the file: it will not become Ready
                      "refused": next((c["message"] for c in st.get("conditions") or []
                                       if current and c.get("reason") == "RolloutFailed"), None)})
@@ -44,8 +69,9 @@ def recorded_rows(state: Path, names: list[str], generations: dict[str, str | No
 
 
 def wait(state: Path, names: list[str], generations: dict[str, str | None], timeout: float,
-         poll: float = 0.5) -> bool:
-    """Block (with progress on stderr) until every recipe's recorded status is Ready; False at the timeout."""
+         poll: float = 0.5, until: str = "ready") -> bool:
+    """Block (with progress on stderr) until every recipe's recorded status meets ``until`` (one of
+    FOR); False at the timeout."""
     from reconciler.cli.deployments import _ready_text, _why
 
     tty = sys.stderr.isatty()
@@ -53,7 +79,7 @@ def wait(state: Path, names: list[str], generations: dict[str, str | None], time
     last = ""
     warned = False
     while True:
-        rows = recorded_rows(state, names, generations)
+        rows = recorded_rows(state, names, generations, until)
         if all(r["ready"] for r in rows):
             if tty and last:
                 click.echo("\r\033[K", nl=False, err=True)
@@ -77,6 +103,6 @@ def wait(state: Path, names: list[str], generations: dict[str, str | None], time
         if time.monotonic() > deadline:
             if tty:
                 click.echo("", err=True)
-            click.echo(f"error: not Ready after {timeout:g}s", err=True)
+            click.echo(f"error: not {SHOWN[until]} after {timeout:g}s", err=True)
             return False
         time.sleep(poll)

@@ -91,7 +91,7 @@ def row(state: Path, key: str, st: dict, now: float) -> dict:
     pending = [p for p in st.get("pendingAllocations") or [] if isinstance(p, dict)]
     return {
         "name": name, "namespace": ns, "key": key, "status": status,
-        "roles": {r: c for r, c in roles.items() if r != "frontend"},
+        "roles": {r: c for r, c in roles.items() if r != "frontend"}, "replicas": st.get("replicas"),
         "endpoint": st.get("endpoint"), "servedModel": st.get("servedModel"),
         "restarts": sum(int(w.get("restarts") or 0) for w in workers),
         "age_seconds": int(now - created) if created else None, "conditions": conds,

@@ -1,4 +1,8 @@
-"""``run --notify URL``: a JSON POST per condition change, off the loop's thread.
+"""``run --notify URL``: a JSON POST per change of a deployment's Available condition, off the loop's thread.
+
+Available is what an alert wants: whether the deployment serves. A planned change (an edit rolled
+out, a scale, a hand-over) keeps it True while the old lives serve, so it notifies nobody; Ready
+and Progressing, which every such change moves, are in events.jsonl and `reconciler events`.
 
 The loop only enqueues (never blocks: a full queue drops its oldest entry); one
 sender thread posts each event with bounded retries and gives up on it after them.
@@ -18,11 +22,13 @@ log = structlog.get_logger("reconciler")
 RETRIES = 3
 TIMEOUT = 5.0
 QUEUE_MAX = 1000
+NOTIFIED = ("Available",)  # the condition types posted (an event's "condition" field)
 
 
 class Notifier:
-    def __init__(self, url: str, backoff: float = 0.5):
+    def __init__(self, url: str, backoff: float = 0.5, conditions: tuple[str, ...] = NOTIFIED):
         self.url = url
+        self.conditions = conditions
         self.backoff = backoff
         self.sent = 0
         self.dropped = 0
@@ -30,8 +36,8 @@ class Notifier:
         threading.Thread(target=self._send_all, name="notify", daemon=True).start()
 
     def __call__(self, event: dict) -> None:
-        """A state event: conditions are sent, the rest is not."""
-        if event.get("kind") != "Condition":
+        """A state event: a change of one of ``conditions`` is sent, the rest is not."""
+        if event.get("kind") != "Condition" or event.get("condition") not in self.conditions:
             return
         while True:
             try:

@@ -102,7 +102,7 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
         old = next((c for c in prev.get("conditions", []) if c["type"] == cond["type"]), None)
         if old is None or old["status"] != cond["status"]:
             state.event("Condition", name, f"{cond['type']}={cond['status']}: {cond['message']}",
-                        reason=cond["reason"])
+                        reason=cond["reason"], condition=cond["type"], status=cond["status"])
     write_status(state, name, st, prev)
     if d is not None:
         # scaled to zero (no unit at all): the frontend goes too, and its comeback is a new launch, not a restart
