@@ -19,6 +19,7 @@ class _Verbs(click.Group):
     verb would otherwise bring in (tests/test_cli_read_fast.py keeps it so)."""
 
     LAZY = {"get": "reconciler.cli.get:get", "benchmarks": "reconciler.cli.bench:benchmarks",
+            "keys": "reconciler.cli.keys:keys",
             **{v: f"reconciler.cli.ops:{v}" for v in ("describe", "events", "logs", "suspend", "resume")}}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -260,6 +261,10 @@ def _setup_logging(verbose: bool = False, fmt: str = "auto") -> None:
               help="Serve Prometheus metrics at http://HOST:PORT/metrics.")
 @click.option("--ui-addr", default=None, metavar="HOST:PORT",
               help="Serve the status page at http://HOST:PORT/ (read-only; :PORT binds 127.0.0.1).")
+@click.option("--http-token-file", default=None, metavar="FILE",
+              help="The status page and the metrics answer only requests that carry the token on FILE's first "
+                   "line (Authorization: Bearer, or ?token= once in a browser). A file, not an argument: argv "
+                   "is readable by every user of the host.")
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default="auto", show_default=True,
               help="auto: human-readable on a terminal, JSON lines otherwise.")
 @click.option("--notify", "notify_url", default=None, metavar="URL",
@@ -274,7 +279,8 @@ def _setup_logging(verbose: bool = False, fmt: str = "auto") -> None:
                    "(the longer of the standby's and the active one's); get warns past it.")
 def run(manifests: str, state: str, driver: str | None, port_range: str, instance: str | None, once: bool,
         allow_empty: bool, resync: float, metrics_addr: str | None, ui_addr: str | None, log_format: str,
-        notify_url: str | None, node_cooldown: float, standby: bool, lease_timeout: float) -> None:
+        notify_url: str | None, node_cooldown: float, standby: bool, lease_timeout: float,
+        http_token_file: str | None = None) -> None:
     """Watch the manifests and keep the cluster converged (SIGTERM/SIGINT stop it; workloads keep running)."""
     import signal
 
@@ -282,12 +288,20 @@ def run(manifests: str, state: str, driver: str | None, port_range: str, instanc
     ctl = _controller(manifests, state, driver, allow_empty, port_range, instance)
     ctl.nodes.cooldown = node_cooldown
     ctl.lease.term = lease_timeout
+    token = None
+    if http_token_file:
+        from reconciler import hostguard
+
+        try:
+            token = hostguard.read_token(http_token_file)
+        except ValueError as e:
+            _fail(f"--http-token-file: {e}")
     if metrics_addr:
         host, _, port = metrics_addr.rpartition(":")
         if not port.isdigit() or not 0 < int(port) < 65536:
             _fail(f"--metrics-addr: expected HOST:PORT (or :PORT), found {metrics_addr!r}")
         try:
-            ctl.enable_metrics(metrics_addr)
+            ctl.enable_metrics(metrics_addr, token)
         except OSError as e:
             _fail(f"--metrics-addr {metrics_addr}: cannot listen: {e.strerror or e}")
     if notify_url:
@@ -319,12 +333,12 @@ def run(manifests: str, state: str, driver: str | None, port_range: str, instanc
     def started() -> None:  # holding the lock: read commands default to these (cli_context.resolve)
         run_settings.write(Path(state), settings)
         if ui_addr:
-            _serve_ui(ctl, ui_addr, settings)
+            _serve_ui(ctl, ui_addr, settings, token)
 
     ctl.run(resync=resync, once=once, on_locked=started, standby=standby)
 
 
-def _serve_ui(ctl, addr: str, settings: dict) -> None:
+def _serve_ui(ctl, addr: str, settings: dict, token: str | None = None) -> None:
     from reconciler.ui import StatusUI
 
     host, _, port = addr.rpartition(":")
@@ -332,7 +346,7 @@ def _serve_ui(ctl, addr: str, settings: dict) -> None:
         _fail(f"--ui-addr: expected HOST:PORT (or :PORT), found {addr!r}")
     ui = StatusUI(settings)
     try:
-        ui.serve(f"{host or '127.0.0.1'}:{port}")
+        ui.serve(f"{host or '127.0.0.1'}:{port}", token)
     except OSError as e:
         _fail(f"--ui-addr {addr}: cannot listen: {e.strerror or e}")
     ctl.ui = ui

@@ -184,10 +184,10 @@ class Controller:
         return Snapshot(m, desired, observed, p, ports, reassigned, facts.failed_launches, now, bind_failed)
 
     # ---------------------------------------------------------------- one tick
-    def enable_metrics(self, addr: str) -> None:
+    def enable_metrics(self, addr: str, token: str | None = None) -> None:
         self.metrics = Metrics()
         self.executor.on_action = self.metrics.action
-        self.metrics.serve(addr)
+        self.metrics.serve(addr, token)
 
     def tick(self) -> tuple[Snapshot, list]:
         t0 = time.monotonic()

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from collections import Counter as Tally
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+import threading
+from wsgiref.simple_server import make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
+
+from reconciler import hostguard
 
 from reconciler.shell.snapshot import Snapshot
 
@@ -58,6 +64,11 @@ class Metrics:
         # the last benchmark run of each deployment (state/<recipe>/benchmarks/): one gauge per figure
         self.bench = {k: Gauge(f"reconciler_benchmark_{k}", why, ["recipe"], registry=r) for k, why in BENCH_GAUGES.items()}
         self._bench_series: set[str] = set()
+        # each role's measured launch-to-Ready (state/<recipe>/startup.json): p50 and p90 of its recent
+        # lives; a role with none measured has the health-check budget, its bound (source="budget")
+        self.startup = Gauge("reconciler_startup_seconds", "Launch to Ready of a role's recent lives",
+                             ["recipe", "role", "quantile", "source"], registry=r)
+        self._startup_series: set[tuple[str, str, str, str]] = set()
         self._launched: dict[tuple[str, str, int], float] = {}  # unit key -> when its launch was issued
         self._seen_commands: Tally = Tally()
         self._series: set[tuple[str, str, str]] = set()
@@ -75,9 +86,40 @@ class Metrics:
                 self.bench[key].labels(name).set(float(v) * scale if isinstance(v, (int, float)) else float("nan"))
         self._bench_series = set(last)
 
-    def serve(self, addr: str) -> None:
+    def startups(self, summaries: dict[str, dict]) -> None:
+        """``summaries``: recipe -> role -> the startup summary (startup_log.brief); gone ones removed."""
+        series = set()
+        for name, roles in summaries.items():
+            for role, s in roles.items():
+                for q, key in (("0.5", "p50"), ("0.9", "p90")):
+                    if isinstance(s.get(key), (int, float)):
+                        labels = (name, role, q, str(s.get("source")))
+                        self.startup.labels(*labels).set(float(s[key]))
+                        series.add(labels)
+        for gone in self._startup_series - series:
+            self.startup.remove(*gone)
+        self._startup_series = series
+
+    def serve(self, addr: str, token: str | None = None) -> None:
+        """prometheus-client's own server, behind a check of ``Host:`` (DNS rebinding) and, with
+        ``token`` (``run --http-token-file``), of ``Authorization: Bearer`` (Prometheus's
+        ``authorization.credentials_file``)."""
         host, _, port = addr.rpartition(":")
-        start_http_server(int(port), addr=host or "0.0.0.0", registry=self.registry)
+        names = hostguard.own_names(host or "0.0.0.0")
+        app = make_wsgi_app(self.registry)
+
+        def guarded(environ, start_response):
+            if not hostguard.host_allowed(environ.get("HTTP_HOST"), names):
+                start_response("421 Misdirected Request", [("Content-Type", "text/plain")])
+                return [b"these metrics answer only to their own host name\n"]
+            headers = {"Authorization": environ.get("HTTP_AUTHORIZATION"), "Cookie": environ.get("HTTP_COOKIE")}
+            if not hostguard.token_ok(hostguard.presented(headers, environ.get("QUERY_STRING", ""))[0], token):
+                start_response("401 Unauthorized", [("Content-Type", "text/plain"), ("WWW-Authenticate", "Bearer")])
+                return [b"a token is required (run --http-token-file): Authorization: Bearer <token>\n"]
+            return app(environ, start_response)
+
+        server = make_server(host or "0.0.0.0", int(port), guarded, ThreadingWSGIServer, handler_class=_SilentHandler)
+        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
 
     def action(self, kind: str, ok: bool) -> None:
         self.actions.labels(kind, "ok" if ok else "failed").inc()

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import structlog
 
+from reconciler import hostguard
 from reconciler.ui import history, model, svg
 from reconciler.ui.page import PAGE
 
@@ -78,13 +79,22 @@ class StatusUI:
         doc["history"] = {d["name"]: self.history.series(d["name"])[-1:] for d in doc["deployments"]}
         return doc
 
-    def serve(self, addr: str) -> ThreadingHTTPServer:
+    def serve(self, addr: str, token: str | None = None) -> ThreadingHTTPServer:
+        """``token``: every request must carry it (``run --http-token-file``; hostguard.presented)."""
         host, _, port = addr.rpartition(":")
         ui = self
+        names = hostguard.own_names(host or "127.0.0.1")
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                path = self.path.split("?", 1)[0]
+                path, _, query = self.path.partition("?")
+                if not hostguard.host_allowed(self.headers.get("Host"), names):  # DNS rebinding
+                    return self._send(421, "text/plain", b"this page answers only to its own host name\n")
+                given, in_query = hostguard.presented(self.headers, query)
+                if not hostguard.token_ok(given, token):
+                    return self._send(401, "text/plain", b"a token is required (run --http-token-file): "
+                                      b"Authorization: Bearer <token>, or ?token=<token> once\n")
+                self._cookie = hostguard.set_cookie(given) if in_query and token else None
                 if path in ("/", "/index.html"):
                     self._send(200, "text/html; charset=utf-8", PAGE.encode())
                 elif path == "/api/status":
@@ -104,6 +114,8 @@ class StatusUI:
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Cache-Control", "no-store")
+                if getattr(self, "_cookie", None):  # the page's own fetches then carry the token
+                    self.send_header("Set-Cookie", self._cookie)
                 self.end_headers()
                 self.wfile.write(body)
 

@@ -24,11 +24,14 @@ import time
 import urllib.request
 from pathlib import Path
 
+import structlog
+
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.gateway.keys import KeyFile
 from reconciler.shell.gateway.bindcheck import bind_free
 from reconciler.fsutil import atomic_write_text
 
+log = structlog.get_logger("reconciler")
 MODULE = "reconciler.gateway.holder"
 NAME = "holder"  # the port's name under the gateway's owner
 START_TIMEOUT_S = 15.0  # aiohttp's import alone takes a second on a busy 2-core login node
@@ -151,6 +154,10 @@ def write_door(prefix: Path, rec: dict, door: dict) -> list[tuple[str, str]]:
         atomic_write_text(path, json.dumps(door))
     said: list[tuple[str, str]] = []
     where = door.get("keys")
+    if not where and _said_keys.get(str(prefix)) != "open":
+        log.warning("gateway open: no reconcile.gateway.api_keys, anyone who reaches it may call the deployment",
+                    recipe=prefix.parent.name)
+        _said_keys[str(prefix)] = "open"
     if where:
         kf = _keyfiles.setdefault(where, KeyFile(Path(where)))
         kf.refresh()  # read again only when the file changed
