@@ -6,6 +6,7 @@ Nothing here writes; the click commands in ``cli_ops`` only format what these re
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -33,19 +34,23 @@ def parse_duration(text: str) -> float:
 
 # ---------------------------------------------------------------- events
 def read_events(state: Path, recipe: str | None = None, since: float | None = None) -> list[dict]:
-    """Events in order; ``since``: an epoch time. Lines that do not parse are skipped (a torn write)."""
-    return list(_filter(_lines(Path(state) / "events.jsonl"), recipe, since))
+    """Events in order, the rotated file's first (events.jsonl.1: drivers/retention.py); ``since``: an
+    epoch time. Lines that do not parse are skipped (a torn write)."""
+    path = Path(state) / "events.jsonl"
+    return [*_filter(_lines(path.with_name(path.name + ".1")), recipe, since), *_filter(_lines(path), recipe, since)]
 
 
 def follow_events(state: Path, recipe: str | None, since: float | None, poll: float = 0.5) -> Iterator[dict]:
     """Every matching event, then the new ones as they are written (until the caller stops)."""
     path = Path(state) / "events.jsonl"
-    offset = 0
+    offset, inode = 0, None
     while True:
         try:
             with path.open("rb") as f:
-                if f.seek(0, 2) < offset:
-                    offset = 0  # the file was replaced: read it from its start
+                now = os.fstat(f.fileno()).st_ino
+                if f.seek(0, 2) < offset or now != inode:
+                    offset = 0  # the file was replaced (rotated): read the new one from its start
+                inode = now
                 f.seek(offset)
                 chunk = f.read()
         except FileNotFoundError:

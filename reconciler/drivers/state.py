@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from typing import Any
 import structlog
 
 from reconciler.drivers.event_fold import EventFold
+from reconciler.drivers.retention import (DELETED_KEEP, DELETED_RETENTION, EVENTS, EVENTS_MAX_BYTES, remove_expired,
+                                          rotate)
 from reconciler.fsutil import TextMemo
 from reconciler.timefmt import iso
 
@@ -58,6 +61,10 @@ class StateDir:
     _valid: dict = field(default_factory=dict, repr=False)  # (path, check) -> the text that passed it
     _paths: dict = field(default_factory=dict, repr=False)
     _fold: EventFold = field(default_factory=EventFold, repr=False)  # repeated events folded (drivers/event_fold.py)
+    events_max: int = EVENTS_MAX_BYTES
+    deleted_retention: float = DELETED_RETENTION
+    deleted_keep: int = DELETED_KEEP
+    _rotating: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def recipe_dir(self, name: str) -> Path:
         return self.root / name
@@ -75,7 +82,8 @@ class StateDir:
         if self.read_only:
             return
         rec = {"time": iso(time.time()), "kind": kind, "recipe": recipe, "message": message, **fields}
-        rec = self._fold.append(self.root / "events.jsonl", rec)  # said again: one line with a count
+        rotate(self.root / EVENTS, self.events_max, self._rotating)
+        rec = self._fold.append(self.root / EVENTS, rec)  # said again: one line with a count
         for listen in self.listeners:  # run --notify; each must return at once
             listen(rec)
 
@@ -213,6 +221,19 @@ class StateDir:
 
     def write_files(self, mapping: dict[str, list[str]]) -> None:
         self.write_json(self.root / "files.json", dict(sorted(mapping.items())))
+
+    def expire_deleted(self, deleted: dict[str, str], now: float) -> list[str]:
+        """``deleted``: recipe -> its status's ``deletedAt``. The directories of those deleted longer
+        than ``deleted_retention`` ago, or beyond the ``deleted_keep`` most recent deletions, are
+        removed, their logs with them (drivers/retention.py). The names removed."""
+        if self.read_only:
+            return []
+        removed = remove_expired(self.root, deleted, now, self.deleted_retention, self.deleted_keep)
+        for name in removed:
+            self.event("StateRemoved", name, f"state/{name} removed: its recipe was deleted at "
+                       f"{deleted[name] or 'an unknown time'} (kept {self.deleted_retention / 3600:g} h, "
+                       f"and for the last {self.deleted_keep} deletions)")
+        return removed
 
     def known_recipes(self) -> list[str]:
         if not self.root.is_dir():

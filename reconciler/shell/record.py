@@ -77,14 +77,17 @@ def record(state: StateDir, snap: Snapshot, routers: router_sync.RouterSync) -> 
             _recipe_status(state, snap, name, now)
         except Exception as e:  # noqa: BLE001 - one recipe's bookkeeping must not stop the others'
             log.exception("cannot record the recipe's status", recipe=name, error=f"{type(e).__name__}: {e}")
+    gone: dict[str, str] = {}  # deleted recipes -> when: their directories go after a retention
     for name in state.known_recipes():
         if name not in names and name not in d.held and not o.steps_of(name) and not o.allocs_of(name):
             st = state.status(name)
+            gone[name] = str(st.get("deletedAt") or iso(now))
             if st.get("phase") != "Deleted":
                 state.event("Deleted", name, "recipe removed and everything it owned is gone")
                 state.write_status(name, {**st, "phase": "Deleted", "deletedAt": iso(now), "workers": []})
                 state.prune_launches(name, set())
                 Autoscaler.forget(state, name)
+    state.expire_deleted(gone, now)
 
 
 def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> None:
