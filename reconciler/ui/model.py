@@ -11,6 +11,7 @@ from pathlib import Path
 from reconciler.recipe import namespaces
 from reconciler.timefmt import iso
 from reconciler.shell.gates import bench_results
+from reconciler.shell.elastic import startup_log
 from reconciler.shell.elastic.autoscale import FILE as AUTOSCALE_FILE
 
 DECISIONS_SHOWN = 50  # the newest autoscaler decisions across deployments
@@ -65,6 +66,8 @@ def deployment(name: str, st: dict, launches: dict[str, dict], benchmark: dict |
         if ready_cond.get("status") == "True" else None,
         "progress": prog.get("message") if prog.get("status") == "True" else None,
         "error": st.get("error"),
+        # shown and serving, but not acted on (the prune guard keeps it: its file is gone)
+        "warning": st.get("warning") if isinstance(st.get("warning"), dict) else None,
         "workers": [unit_row(w, launches.get(w.get("name"), {})) for w in workers if w.get("role") in ROLES],
         "services": [unit_row(w, launches.get(w.get("name"), {})) for w in workers if w.get("role") not in ROLES],
         "benchmark": benchmark,
@@ -81,6 +84,7 @@ def build(ctl, names: list[str], settings: dict) -> dict:
             continue
         bench = bench_results.brief(bench_results.last(sd.root, name))  # the last run (reconcile.benchmark)
         deps.append(deployment(name, st, sd.launches(name), bench))
+        deps[-1]["startup"] = startup_log.summary(sd, name) or None  # launch-to-Ready per role
     return {
         "generatedAt": iso(time.time()), "settings": settings,
         "controller": {"ticks": ctl.ticks, "actions": ctl.actions_done, "tickFailures": ctl.tick_failures},

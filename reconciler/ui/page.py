@@ -19,7 +19,7 @@ td{border-bottom:1px solid #f1f2f4;padding:4px 8px;vertical-align:top}
 .pill{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;background:#eef2ff;color:#3730a3}
 .Ready{background:#d1fae5;color:#065f46}.Progressing,.Starting,.Pending,.Waiting,.Outdated{background:#fef3c7;color:#92400e}
 .Degraded,.BackOff,.Failed,.Error,.Invalid{background:#fee2e2;color:#991b1b}.Suspended,.ScaledToZero{background:#e5e7eb;color:#374151}
-.reason{color:var(--bad);font-weight:600}.msg{color:var(--mute);font-size:12px}
+.reason{color:var(--bad);font-weight:600}.warning{color:var(--warn);font-weight:600}.ManifestMissing{background:#fef3c7;color:#92400e}.msg{color:var(--mute);font-size:12px}
 .roles span{margin-right:10px}.mono{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px}
 .charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(330px,1fr));gap:8px}
 svg.chart{width:100%;height:auto;background:#fcfcfd;border:1px solid var(--line);border-radius:6px}
@@ -57,12 +57,16 @@ function detail(d){
     : `<div class="empty-section">no benchmark runs for this deployment (reconcile.benchmark; state/${esc(d.name)}/benchmarks/)</div>`;
   return `<section class="card" data-deployment="${esc(d.name)}"><h2>${esc(d.shown||d.name)} ${pill(d.phase)}
   <span class="roles">${ready(d.roles)}</span>${d.endpoint ? `<span class="mono">${esc(d.endpoint)}</span>` : ""}${d.servedModel ? `<span class="msg">model <span class="mono">${esc(d.servedModel)}</span></span>` : ""}</h2>
-  ${d.reason ? `<div><span class="reason">${esc(d.reason)}</span> <span class="msg">${esc(d.reasonMessage)}</span></div>` : ""}
+  ${d.reason ? `<div><span class="${d.warning ? "warning" : "reason"}">${esc(d.reason)}</span> <span class="msg">${esc(d.reasonMessage)}</span></div>` : ""}
   ${d.progress ? `<div class="msg">${esc(d.progress)}</div>` : ""}${d.error ? `<div class="reason">${esc(d.error)}</div>` : ""}
   <div class="charts">${p.requests||""}${p.ttft||""}${p.itl||""}${p.workers||""}</div>
-  <h3>Workers</h3><table class="units">${UNIT_HEAD}${unitRows(d, d.workers)}</table>
+  ${startup(d.startup)}<h3>Workers</h3><table class="units">${UNIT_HEAD}${unitRows(d, d.workers)}</table>
   ${d.services.length ? `<h3>Services and frontend</h3><table class="units">${UNIT_HEAD}${unitRows(d, d.services)}</table>` : ""}
   <h3>Benchmark results</h3>${bench}</section>`;
+}
+function startup(s){
+  const rows = Object.entries(s||{}).map(([r, v]) => `<span data-role="${esc(r)}">${esc(r)}: ${esc(v.text)}${v.routedP90 != null ? ` · first request p90 ${esc(Math.round(v.routedP90))}s` : ""}</span>`);
+  return rows.length ? `<div class="startup msg">startup (launch to Ready) ${rows.join(" · ")}</div>` : "";
 }
 function inputs(i){return Object.entries(i||{}).map(([k,v]) => `${esc(k)}=${esc(v)}`).join(" ");}
 function drawAutoscaler(a){
@@ -82,7 +86,7 @@ function draw(s){
   $("#meta").textContent = `instance ${s.settings.instance} · ${s.settings.driver} · tick ${s.controller.ticks} · ${s.generatedAt}`;
   $("#deployments tbody").innerHTML = s.deployments.map(d => `<tr data-recipe="${esc(d.name)}">
     <td><a href="#${esc(d.name)}">${esc(d.shown||d.name)}</a></td><td class="roles">${ready(d.roles)}</td><td class="status">${pill(d.phase)}</td>
-    <td>${d.reason ? `<span class="reason">${esc(d.reason)}</span>` : "-"}</td>
+    <td>${d.reason ? `<span class="${d.warning ? "warning" : "reason"}">${esc(d.reason)}</span>` : "-"}</td>
     <td>${d.workers.concat(d.services).reduce((a,u) => a + u.restarts, 0)}</td><td class="mono">${esc(d.endpoint||"-")}</td>
     <td class="mono model">${esc(d.servedModel||"-")}</td></tr>`).join("")
     || `<tr><td colspan="7" class="empty-section">no deployments: drop a recipe into ${esc(s.settings.manifests)}</td></tr>`;

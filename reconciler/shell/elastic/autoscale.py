@@ -8,6 +8,10 @@ are kept in state/<recipe>/autoscale.json; each change of a role's count is an e
 reason. The next tick's desired state is built at the counts kept there (``overrides``), which
 ``get`` and ``plan`` read too (read-only). Losing the file restarts every role at its file's
 ``workers:``.
+
+Every tick (every recipe, autoscaled or not) the lives that became Ready are noted in
+state/<recipe>/startup.json (``startup_log.py``); a decision hands each role's measured startup to
+the core (the predictive policy sizes one startup ahead; a wake-up's 503 says it as its wait).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from reconciler.drivers.state import StateDir
 from reconciler.recipe.autoscale import AutoscaleConfig
 from reconciler.recipe.model import Recipe
 from reconciler.shell.elastic import engine_metrics as em
+from reconciler.shell.elastic.startup_log import StartupLog, brief
 from reconciler.shell.readiness import canary
 from reconciler.shell.readiness import probe
 from reconciler.shell.gateway import holder_supervisor
@@ -50,6 +55,8 @@ class Autoscaler:
         self._left: dict[tuple[str, str, int], float] = {}
         self._looked: dict[str, float] = {}  # recipe -> when its metrics were last read
         self._received: dict[str, int] = {}  # recipe -> its holder's requests received, at the last look
+        self.startup = StartupLog(state)  # each role's launch-to-Ready, kept in state/<recipe>/startup.json
+        self._routed: set[tuple[str, str, float]] = set()  # (recipe, unit, launch): its first request noted
 
     # ---------------------------------------------------------------- read by every snapshot
     def memory(self, name: str, recipe: Recipe, now: float) -> dict[str, RoleMemory]:
@@ -84,6 +91,10 @@ class Autoscaler:
         """Decide for every autoscaled recipe that is due; True when a built count or the draining
         set changed (the loop then ticks again soon, so that the change is acted on)."""
         moved = False
+        try:
+            self.startup.note(snap)
+        except Exception as e:  # noqa: BLE001 - the startup record never stops the loop
+            log.warning("startup: cannot note the lives", error=f"{type(e).__name__}: {e}")
         for name, recipe in snap.manifests.recipes.items():
             cfg = recipe.reconcile.autoscale
             d = snap.desired.recipes.get(name)
@@ -141,7 +152,9 @@ class Autoscaler:
             self._before.pop(_url(u), None)
         for key in [k for k in self._left if k[0] == name and k not in {u.key for u in victims}]:
             del self._left[key]  # stopped, or back in the routers
-        decisions = compute_autoscale(cfg, facts, mem, now)
+        self._note_routed(name, serving, pages, o, now)
+        startups = self.startup.startups(name, list(roles), d.startup_grace)
+        decisions = compute_autoscale(cfg, facts, mem, now, startups)
         doc = self.state.read_json(self.state.path_of(name, FILE), {}, lambda x: isinstance(x, dict))
         history = list(doc.get("decisions", []))[-KEEP_DECISIONS:] if isinstance(doc.get("decisions"), list) else []
         last = {}
@@ -151,7 +164,8 @@ class Autoscaler:
             last[role] = {"at": iso(now), "ask": dec.ask, "reason": dec.reason, "inputs": dict(dec.inputs),
                           "ready": facts[role].ready, "target": after.target, "built": after.built,
                           "min": roles[role].min, "max": roles[role].max,
-                          "draining": [f"{role}_{i}" for i in after.draining], "coming": coming(d, o, role, now)}
+                          "draining": [f"{role}_{i}" for i in after.draining], "coming": coming(d, o, role, now),
+                          "policy": cfg.policy, "startup": brief(startups[role])}
             if held:
                 last[role]["held"] = held
             if dec.scaled:
@@ -162,7 +176,8 @@ class Autoscaler:
                        "ScaledUp" if dec.scaled > 0 else "ScaledDown")
                 extra = f"; {held} request(s) held at the gateway" if why == "WokeUp" and held else ""
                 self.state.event("Scaled", name, f"{role} scaled {verb} {dec.reason}{extra}", role=role,
-                                 reason=why, **{"from": before.target, "to": after.target})
+                                 reason=why, policy=cfg.policy, startupP90=startups[role].p90,
+                                 **{"from": before.target, "to": after.target})
             if after.drain_since is not None and after.drain_since != before.drain_since:
                 self.state.event("Draining", name, f"{', '.join(last[role]['draining'])} out of the routers; "
                                  f"stopped once their requests are done (at most {cfg.drain_timeout_seconds:g}s)",
@@ -170,12 +185,25 @@ class Autoscaler:
             moved |= (after.built, list(after.draining)) != (before.built, list(before.draining))
         wake = wake_eta.track(doc.get("wake"), decisions, facts, now)
         if cfg.scale_to_zero_after_seconds is not None:
+            measured = [s.p90 for s in startups.values() if s.lives]
             wake_eta.tell_holder(self.state.root, name, wake, d, o, now,
-                               at_zero=all(dec.memory.target == 0 for dec in decisions.values()))
+                                 at_zero=all(dec.memory.target == 0 for dec in decisions.values()),
+                                 startup=max(measured) if measured else None)
         self.state.write_json(self.state.path_of(name, FILE), {
             "recipe": name, "roles": {r: to_json(dec.memory) for r, dec in decisions.items()},
             "last": last, "decisions": history[-KEEP_DECISIONS:], "wake": wake})
         return moved
+
+    def _note_routed(self, name: str, serving: list, pages: dict[str, em.Reading | None], o, now: float) -> None:
+        """A serving worker's first request of its life (a client's or a canary's: either went through
+        a router to it), seen at this look: launch-to-routed, at most one interval late."""
+        for u in serving:
+            r, h = pages.get(_url(u)), o.health.get(u.key)
+            if r is None or h is None or not h.last_launch or (name, u.name, h.last_launch) in self._routed:
+                continue
+            if r.requests > 0 or r.gauges.get("running", 0.0) > 0 or r.gauges.get("waiting", 0.0) > 0:
+                self._routed.add((name, u.name, h.last_launch))
+                self.startup.routed(name, u.role, u.name, h.last_launch, now)
 
     def _held(self, name: str, cfg: AutoscaleConfig) -> int:
         """Requests the holder holds now, or that came to it since the last look (a request already
