@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from reconciler.cli import autoscale_view
+from reconciler.cli import autoscale_view, startup_view
 from reconciler.errors import ReconcilerError
 
 
@@ -99,6 +99,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
             "nodes": sorted({n for w in st["workers"] for n in w["nodes"]}),
             "pendingAllocations": st.get("pendingAllocations", []),
             "autoscale": autoscale_view.summary(sd, name, st["roles"]),
+            "startup": startup_view.read(sd, name),
             "benchmark": bench_results.brief(bench_results.last(sd.root, name)),
         })
     return rows
@@ -126,7 +127,7 @@ def _gone_row(name: str, rp, observed, prev: dict, now: float) -> dict:
 # kubectl's Deployment columns: READY per role (ready/desired workers at the desired spec), UP-TO-DATE
 # (workers running the current spec) and AVAILABLE (workers serving now, old lives of a rollout included)
 HEADER = ("NAME", "READY", "UP-TO-DATE", "AVAILABLE", "STATUS", "REASON", "RESTARTS", "AGE", "ENDPOINT")
-WIDE = ("MODEL", "NODES", "MESSAGE")  # MODEL: what clients send as "model"
+WIDE = ("MODEL", "NODES", "STARTUP", "MESSAGE")  # MODEL: what clients send as "model"; STARTUP: p90 per role
 
 
 def _identity(key: str) -> dict:
@@ -152,7 +153,8 @@ def table_rows(rows: list[dict], wide: bool = False, spaced: bool | None = None)
             r.get("reason") or "-", str(r["restarts"]),
             _age(r["age_seconds"]), r["endpoint"] or "-")
         if wide:
-            cells += (r.get("servedModel") or "-", ",".join(r.get("nodes") or []) or "-", r.get("reasonMessage") or "-")
+            cells += (r.get("servedModel") or "-", ",".join(r.get("nodes") or []) or "-",
+                      startup_view.cell(r.get("startup")), r.get("reasonMessage") or "-")
         out.append(cells)
     return out
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from reconciler.recipe import namespaces
-from reconciler.cli import autoscale_view, operate
+from reconciler.cli import autoscale_view, operate, startup_view
 from reconciler.cli.common import DRIVER_OPT, INSTANCE_OPT, MANIFESTS_OPT, PORTS_OPT, STATE_OPT, _controller, _fail
 from reconciler.errors import ReconcilerError
 from reconciler.timefmt import iso
@@ -68,7 +68,7 @@ def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: st
             "lastAllocationLost": sd.read_json(sd.recipe_dir(name) / "allocation-lost.json", None,
                                                lambda x: isinstance(x, dict)),
             "quarantinedNodes": {n: {"until": iso(q.until), "why": q.why} for n, q in ctl.slurm.quarantined.items()},
-            "autoscale": autoscale_view.read(sd, name)}
+            "autoscale": autoscale_view.read(sd, name), "startup": startup_view.read(sd, name)}
 
 
 @click.command()
@@ -127,6 +127,7 @@ def describe(name: str, manifests: str, state: str, driver: str | None, port_ran
         lost = doc["lastAllocationLost"]
         click.echo(f"  last lost: {lost['message']} (at {lost['at']})")
     autoscale_view.print_describe(doc["autoscale"])
+    startup_view.print_describe(doc.get("startup"))
     if doc["benchmark"]:
         from reconciler.shell.gates.bench_results import line
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reconciler.cli import startup_view
 from reconciler.errors import ReconcilerError
 from reconciler.recipe import namespaces
 from reconciler.shell.gates import bench_results
@@ -103,6 +104,7 @@ def row(state: Path, key: str, st: dict, now: float) -> dict:
         "nodes": sorted({n for w in workers for n in w.get("nodes") or []}),
         "pendingAllocations": pending,
         "autoscale": autoscale(_json(Path(state) / key / AUTOSCALE), roles),
+        "startup": startup_view.summary(_json(Path(state) / key / startup_view.FILE)),
         "benchmark": bench_results.brief(bench_results.last(Path(state), key)),
         "recordedAt": st.get("updatedAt"),
     }

@@ -4,11 +4,13 @@ the running ones probed end to end; the ones no longer wanted stopped."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import structlog
 
 from reconciler.drivers.state import StateDir
 from reconciler.shell.readiness import router_sync
-from reconciler.shell.gateway import holder_supervisor
+from reconciler.shell.gateway import holder_supervisor, wake_eta
 from reconciler.shell.gateway.answering import GatewayProbe
 from reconciler.shell.gateway.host import Gateways
 from reconciler.shell.gateway.job_slurm import placement
@@ -41,16 +43,18 @@ def gateway_upstreams(d: DesiredRecipe, o: Observed) -> tuple[list[str], bool]:
     return sorted({f"{u.nodes[0]}:{u.health_port}" for u in placed}), bool(placed)
 
 
-def hold_timeout(snap: Snapshot, name: str) -> float | None:
+def hold_timeout(snap: Snapshot, name: str, root: Path | None = None) -> float | None:
     """How long the gateway's holder keeps a request no frontend takes: a recipe that scales to zero
     holds for its autoscale.hold_timeout_seconds, any other for reconcile.gateway.hold_seconds (0:
-    no holder, a JSON 503 at once)."""
+    no holder, a JSON 503 at once). ``root``: the state directory (its measured startups)."""
     r = snap.manifests.recipes.get(name)
     if r is None:
         return None
     cfg = r.reconcile.autoscale
     if cfg is not None and cfg.scale_to_zero_after_seconds is not None:
-        return cfg.hold_timeout_seconds
+        # at least the measured startup: a request held for less than a wake-up takes is only refused
+        measured = wake_eta.measured_startup(root, name) if root is not None else None
+        return wake_eta.hold_at_least(cfg.hold_timeout_seconds, measured)
     return r.reconcile.gateway.hold_seconds or None
 
 
@@ -78,7 +82,7 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot, answering
                 upstreams, unproven = gateway_upstreams(dr, snap.observed)
                 r = snap.manifests.recipes.get(name)
                 changes = gateways.sync(name, upstreams, snap.ports, snap.now, unproven=unproven,
-                                        hold=hold_timeout(snap, name),
+                                        hold=hold_timeout(snap, name, state.root),
                                         listen=r.reconcile.gateway.listen if r is not None else None,
                                         place=placement(r) if r is not None else None,
                                         door=front_door(r.reconcile.gateway) if r is not None else None)
