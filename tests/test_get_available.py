@@ -83,3 +83,14 @@ def test_get_for_implies_wait_and_refuses_an_unknown_condition():
 
     r = CliRunner().invoke(get, ["--for", "happy"])
     assert r.exit_code == 2 and "'happy' is not one of 'available', 'ready', 'progressed'" in r.output
+
+
+def test_the_status_page_shows_available_and_the_counts():
+    from reconciler.ui import model
+    from reconciler.ui.page import PAGE
+
+    d = model.deployment("r", ROLLING, {}, None)
+    assert d["available"] is True and d["replicas"] == ROLLING["replicas"] and d["progress"] == "m"
+    assert model.deployment("r", DOWN, {}, None)["available"] is False
+    assert model.deployment("r", {"phase": "Ready", "conditions": []}, {}, None)["available"] is None  # an old record
+    assert "<th>UP-TO-DATE</th><th>AVAILABLE</th>" in PAGE and 'count(d, "available")' in PAGE

@@ -57,6 +57,7 @@ def deployment(name: str, st: dict, launches: dict[str, dict], benchmark: dict |
     workers = st.get("workers") or []
     ready_cond = next((c for c in st.get("conditions", []) if c.get("type") == "Ready"), {})
     prog = next((c for c in st.get("conditions", []) if c.get("type") == "Progressing"), {})
+    avail = next((c for c in st.get("conditions", []) if c.get("type") == "Available"), {})
     return {
         # name: the key (state/ paths, the page's anchors); shown: as users write it, FOLDER/NAME
         "name": name, "shown": namespaces.display(name), "phase": st.get("phase", "Unknown"),
@@ -65,6 +66,9 @@ def deployment(name: str, st: dict, launches: dict[str, dict], benchmark: dict |
         "createdAt": st.get("createdAt"), "readySince": ready_cond.get("lastTransitionTime")
         if ready_cond.get("status") == "True" else None,
         "progress": prog.get("message") if prog.get("status") == "True" else None,
+        # kubectl's Available: whether it serves (a planned rollout keeps it), and since when
+        "available": avail.get("status") == "True" if avail else None, "availableMessage": avail.get("message"),
+        "availableSince": avail.get("lastTransitionTime"), "replicas": st.get("replicas"),
         "error": st.get("error"),
         # shown and serving, but not acted on (the prune guard keeps it: its file is gone)
         "warning": st.get("warning") if isinstance(st.get("warning"), dict) else None,

@@ -32,7 +32,7 @@ svg .lg{font-size:10px;font-weight:600}svg .empty{font-size:12px;fill:#9ca3af}
 <header><h1>reconciler</h1><span class="meta" id="meta">loading…</span><span class="meta" id="stale">not updating: the reconciler does not answer</span></header>
 <main>
 <section class="card" id="overview"><h2>Deployments</h2><table id="deployments"><thead><tr>
-<th>NAME</th><th>READY</th><th>STATUS</th><th>REASON</th><th>RESTARTS</th><th>ENDPOINT</th><th>MODEL</th></tr></thead><tbody></tbody></table></section>
+<th>NAME</th><th>READY</th><th>UP-TO-DATE</th><th>AVAILABLE</th><th>STATUS</th><th>REASON</th><th>RESTARTS</th><th>ENDPOINT</th><th>MODEL</th></tr></thead><tbody></tbody></table></section>
 <div id="details"></div>
 <section class="card"><h2>Autoscaler decisions</h2><div id="autoscaler" class="empty-section"></div></section>
 <section class="card"><h2>Recent events</h2><table id="events"><thead><tr><th>TIME</th><th>KIND</th><th>RECIPE</th><th>MESSAGE</th></tr></thead><tbody></tbody></table></section>
@@ -43,6 +43,8 @@ const $ = (s, el) => (el || document).querySelector(s);
 function esc(v){return String(v ?? "").replace(/[&<>"']/g, c => ({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;","'":"&#39;"}[c]));}
 function pill(p){return `<span class="pill ${esc(p)}">${esc(p)}</span>`;}
 function ready(roles){return Object.entries(roles||{}).filter(([r]) => r !== "frontend").map(([r,c]) => `<span>${esc(r)} ${c.ready}/${c.desired}</span>`).join("");}
+function count(d, k){const n = (d.replicas||{})[k]; return n === undefined || n === null ? "-" : esc(n);}
+function avail(d){return d.available === null || d.available === undefined ? "" : `<div class="msg">${d.available ? "Available" : "not Available"}: ${esc(d.availableMessage)} (since ${esc(d.availableSince)})</div>`;}
 function ports(p){return Object.entries(p||{}).map(([k,v]) => `${esc(k)}=${esc(v)}`).join(" ");}
 function unitRows(d, units){
   return units.map(u => `<tr data-recipe="${esc(d.name)}" data-unit="${esc(u.name)}">
@@ -58,7 +60,7 @@ function detail(d){
   return `<section class="card" data-deployment="${esc(d.name)}"><h2>${esc(d.shown||d.name)} ${pill(d.phase)}
   <span class="roles">${ready(d.roles)}</span>${d.endpoint ? `<span class="mono">${esc(d.endpoint)}</span>` : ""}${d.servedModel ? `<span class="msg">model <span class="mono">${esc(d.servedModel)}</span></span>` : ""}</h2>
   ${d.reason ? `<div><span class="${d.warning ? "warning" : "reason"}">${esc(d.reason)}</span> <span class="msg">${esc(d.reasonMessage)}</span></div>` : ""}
-  ${d.progress ? `<div class="msg">${esc(d.progress)}</div>` : ""}${d.error ? `<div class="reason">${esc(d.error)}</div>` : ""}
+  ${avail(d)}${d.progress ? `<div class="msg">${esc(d.progress)}</div>` : ""}${d.error ? `<div class="reason">${esc(d.error)}</div>` : ""}
   <div class="charts">${p.requests||""}${p.ttft||""}${p.itl||""}${p.workers||""}</div>
   ${startup(d.startup)}<h3>Workers</h3><table class="units">${UNIT_HEAD}${unitRows(d, d.workers)}</table>
   ${d.services.length ? `<h3>Services and frontend</h3><table class="units">${UNIT_HEAD}${unitRows(d, d.services)}</table>` : ""}
@@ -85,11 +87,11 @@ function drawAutoscaler(a){
 function draw(s){
   $("#meta").textContent = `instance ${s.settings.instance} · ${s.settings.driver} · tick ${s.controller.ticks} · ${s.generatedAt}`;
   $("#deployments tbody").innerHTML = s.deployments.map(d => `<tr data-recipe="${esc(d.name)}">
-    <td><a href="#${esc(d.name)}">${esc(d.shown||d.name)}</a></td><td class="roles">${ready(d.roles)}</td><td class="status">${pill(d.phase)}</td>
+    <td><a href="#${esc(d.name)}">${esc(d.shown||d.name)}</a></td><td class="roles">${ready(d.roles)}</td><td class="uptodate">${count(d, "upToDate")}</td><td class="available">${count(d, "available")}</td><td class="status">${pill(d.phase)}</td>
     <td>${d.reason ? `<span class="${d.warning ? "warning" : "reason"}">${esc(d.reason)}</span>` : "-"}</td>
     <td>${d.workers.concat(d.services).reduce((a,u) => a + u.restarts, 0)}</td><td class="mono">${esc(d.endpoint||"-")}</td>
     <td class="mono model">${esc(d.servedModel||"-")}</td></tr>`).join("")
-    || `<tr><td colspan="7" class="empty-section">no deployments: drop a recipe into ${esc(s.settings.manifests)}</td></tr>`;
+    || `<tr><td colspan="9" class="empty-section">no deployments: drop a recipe into ${esc(s.settings.manifests)}</td></tr>`;
   $("#details").innerHTML = s.deployments.map(detail).join("");
   drawAutoscaler(s.autoscaler);
   $("#events tbody").innerHTML = s.events.map(e => `<tr><td class="mono">${esc(e.time)}</td><td>${esc(e.kind)}</td><td>${esc(e.recipe||"-")}</td><td>${esc(e.message)}</td></tr>`).join("");
