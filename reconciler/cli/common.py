@@ -71,5 +71,7 @@ def _controller(manifests: str, state: str, driver: str | None, allow_empty: boo
 
 
 def _fail(msg: str, code: int = 1) -> None:
-    click.echo(f"error: {msg}", err=True)
+    from reconciler.cli.term import shown
+
+    click.echo(f"error: {shown(msg)}", err=True)  # a file name in it may hold escape sequences
     sys.exit(code)

@@ -102,8 +102,10 @@ def _print(rows: list[dict], output: str, manifests: str, header: bool = True) -
         import yaml
 
         click.echo(yaml.safe_dump(rows, sort_keys=False), nl=False)
-    else:
-        deployments.print_table(rows, manifests, wide=output == "wide", header=header)
+    else:  # file names and messages may hold escape sequences: shown escaped (cli/term.py)
+        from reconciler.cli.term import clean
+
+        deployments.print_table(clean(rows), manifests, wide=output == "wide", header=header)
 
 
 def _watch(look, manifests: str, output: str, rows: list[dict], interval: float) -> None:

@@ -105,9 +105,12 @@ def event_line(e: dict) -> str:
     tail = " ".join(f"{k}={v}" for k, v in extra.items())
     from reconciler.recipe import namespaces
 
+    from reconciler.cli.term import shown as safe
+
     shown = namespaces.display(e["recipe"]) if e.get("recipe") else "-"  # FOLDER/NAME, as users write it
-    return f"{e.get('time', '?')}  {e.get('kind', '?'):<16} {shown:<20} {e.get('message', '')}" \
-        + (f"  ({tail})" if tail else "")
+    # a message may quote a file name or a log line: escape sequences shown escaped (cli/term.py)
+    return safe(f"{e.get('time', '?')}  {e.get('kind', '?'):<16} {shown:<20} {e.get('message', '')}"
+                + (f"  ({tail})" if tail else ""))
 
 
 # ---------------------------------------------------------------- logs

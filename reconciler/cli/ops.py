@@ -12,6 +12,7 @@ import click
 from reconciler.recipe import namespaces
 from reconciler.cli import autoscale_view, operate, startup_view
 from reconciler.cli.common import DRIVER_OPT, INSTANCE_OPT, MANIFESTS_OPT, PORTS_OPT, STATE_OPT, _controller, _fail
+from reconciler.cli.term import clean
 from reconciler.errors import ReconcilerError
 from reconciler.timefmt import iso
 
@@ -89,6 +90,7 @@ def describe(name: str, manifests: str, state: str, driver: str | None, port_ran
     if output == "json":
         click.echo(json.dumps(doc, indent=2))
         return
+    doc = clean(doc)  # file names, messages, log lines: escape sequences shown escaped (cli/term.py)
     click.echo(click.style(f"Name: {namespaces.display(doc['name'])}", bold=True) + f"   Phase: {doc['phase']}"
                + (f"   Endpoint: {doc['endpoint']}" if doc["endpoint"] else "")
                + (f"   Model: {doc['servedModel']}" if doc.get("servedModel") else ""))
