@@ -1,19 +1,142 @@
-"""Atomic file writes: readers see the old file or the new one, never half of one."""
+"""State files: atomic writes (readers see the old file or the new one, never half of one), private
+to the reconciler's user (files 0600, directories 0700) and never written through a symlink.
+
+state/ holds recipes' text (their secrets among it), logs and the gateway's request bodies: no other
+user of the login node may read it. A symlink planted inside a state directory (by anyone who could
+write there) would make the reconciler, or a program it starts as its user (slurmstepd for the
+output files, nginx), write where the link points: every directory below a guarded root is checked
+on the way down and a symlink is refused (``LinkRefused``), never followed. The root itself may be a
+symlink: that is the operator's choice of where state/ lives.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
+
+_ROOTS: set[str] = set()  # state directories whose insides are checked (guard)
+_USER_UMASK: int | None = None  # the umask the process was started with (private_umask)
+
+
+class LinkRefused(OSError):
+    """A symlink where the reconciler writes: refused, not followed."""
+
+
+def guard(root: Path) -> None:
+    """Writes below ``root`` (through this module) refuse symlinks on the way down."""
+    _ROOTS.add(os.path.abspath(root))
+
+
+def _root_of(path: str) -> str | None:
+    """The nearest guarded root above ``path`` (a walk up its parents: as many roots as tests make)."""
+    cur = os.path.dirname(path)
+    while True:
+        if cur in _ROOTS:
+            return cur
+        up = os.path.dirname(cur)
+        if up == cur:
+            return None
+        cur = up
+
+
+def private_umask() -> None:
+    """Everything this process creates from now on is its user's alone (umask 077); the umask it was
+    started with is kept for the engines it launches (``user_umask``)."""
+    global _USER_UMASK
+    old = os.umask(0o077)
+    if _USER_UMASK is None:
+        _USER_UMASK = old
+
+
+def user_umask() -> int:
+    """The umask the reconciler was started with: the engines' files are theirs to share as before."""
+    if _USER_UMASK is not None:
+        return _USER_UMASK
+    try:  # read, not set-and-restored: another thread would create files with a wrong mask meanwhile
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def private_root(root: Path) -> None:
+    """The state directory itself: made (0700) or narrowed to 0700 when it is ours, and guarded."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = os.stat(root)
+    if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(root, 0o700)
+    guard(root)
+
+
+def private_dirs(directory: Path, root: Path | None = None) -> None:
+    """``directory`` and its parents up to ``root`` (or a guarded root above it) as real directories,
+    made 0700; a symlink among those below the root is refused."""
+    d = os.path.abspath(directory)
+    top = os.path.abspath(root) if root is not None else _root_of(d)
+    if top is None or not d.startswith(top + os.sep):
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        return
+    os.makedirs(top, mode=0o700, exist_ok=True)
+    cur = top
+    for part in d[len(top) + 1:].split(os.sep):
+        cur = os.path.join(cur, part)
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            try:
+                os.mkdir(cur, 0o700)
+            except FileExistsError:
+                pass  # made meanwhile: checked below like any other
+            st = os.lstat(cur)
+        if stat.S_ISLNK(st.st_mode):
+            raise LinkRefused(f"{cur} is a symbolic link: the reconciler does not write through one "
+                              f"(remove it; state/ is the reconciler's alone)")
+        if not stat.S_ISDIR(st.st_mode):
+            raise NotADirectoryError(f"{cur} is not a directory")
+        if stat.S_IMODE(st.st_mode) & 0o077 and st.st_uid == os.geteuid():
+            os.chmod(cur, 0o700)  # made by a release before, or by hand: narrowed on the way
+
+
+def _open_private(path: Path, flags: int, root: Path | None) -> int:
+    private_dirs(Path(path).parent, root)
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        if os.path.islink(path):  # ELOOP
+            raise LinkRefused(f"{path} is a symbolic link: the reconciler does not write through one "
+                              f"(remove it; state/ is the reconciler's alone)") from None
+        raise e
+    st = os.fstat(fd)
+    if stat.S_IMODE(st.st_mode) & 0o077 and st.st_uid == os.geteuid():
+        os.fchmod(fd, 0o600)  # an older release's 0644 file: narrowed when next written
+    return fd
+
+
+def private_file(path: Path, root: Path | None = None) -> None:
+    """Make ``path`` a regular file of ours (0600) if it is not one yet: a program that opens it
+    afterwards (slurmstepd, with append or truncate) finds it and keeps its mode, and a symlink
+    planted there is refused."""
+    os.close(_open_private(path, os.O_WRONLY, root))
+
+
+def open_append(path: Path, root: Path | None = None) -> BinaryIO:
+    """``open(path, "ab")`` made 0600, refusing a symlink."""
+    return os.fdopen(_open_private(path, os.O_WRONLY | os.O_APPEND, root), "ab")
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(path.parent)
+    # mkstemp makes it 0600: the replace then puts a private regular file where a symlink may have been
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o644)  # state/ is for operators to read (mkstemp would make it 0600)
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
@@ -109,10 +232,8 @@ class TextMemo:
 
 
 def append_line(path: Path, line: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     # one write() of a short line with O_APPEND is atomic with respect to other appenders
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = _open_private(Path(path), os.O_WRONLY | os.O_APPEND, None)
     try:
         os.write(fd, (line.rstrip("\n") + "\n").encode())
     finally:

@@ -3,13 +3,14 @@ gave it, so two jobs sharing a node never share a GPU (drivers/base.LAUNCHER).""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from dataclasses import replace
 
 import pytest
 
-from reconciler.drivers.base import wrapped_argv
+from reconciler.drivers.base import step_env, wrapped_argv
 from support.gpus import launch, run_local
 
 
@@ -64,8 +65,12 @@ def test_two_jobs_on_one_node_never_share_a_gpu(tmp_path):
             time.sleep(0.2)
         seen = []
         for j in jobs:
-            argv = wrapped_argv(launch("1"), tmp_path / f"st-{j}", "STEP")
-            out = sh("srun", f"--jobid={j}", "--overlap", "-J", "gpu-map-check", "--", *argv)
+            step = launch("1")
+            argv = wrapped_argv(step, tmp_path / f"st-{j}", "STEP")
+            # the step's environment goes through srun's own, as the driver passes it
+            out = subprocess.run(["srun", f"--jobid={j}", "--overlap", "-J", "gpu-map-check", "--", *argv],
+                                 capture_output=True, text=True, timeout=60, check=True,
+                                 env={**os.environ, **step_env(step)}).stdout
             mapped, step_gpus = out.split("|")
             assert mapped == step_gpus.split(",")[1], out  # the job's own second GPU
             seen.append(mapped)

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import time
 
-from reconciler.drivers.base import LAUNCHER
+from reconciler.drivers.base import LAUNCHER_BEFORE
 from reconciler.drivers.local import JOB_ENV, LocalDriver
 
 
@@ -30,8 +30,10 @@ def test_a_fork_of_the_launcher_with_its_command_line_is_not_a_second_step(tmp_p
     status.parent.mkdir()
     # ``eval`` is a shell builtin: the launcher's background child runs it without an exec, and
     # forks again for the sleep, so it keeps the launcher's command line for as long as it runs
-    # (as the launcher's fork for the worker does for a moment, before its exec)
-    p = subprocess.Popen(["/bin/sh", "-c", LAUNCHER, "rcl:me:r:agg:0:0:h", str(status), "", "", "eval", "sleep 30; true"],
+    # (as the launcher's fork for the worker does for a moment, before its exec). The launcher of the
+    # release before (its steps are adopted after an upgrade) runs "$@" in such a fork; this
+    # release's execs it from a subshell, so a builtin cannot keep its fork alive to look at
+    p = subprocess.Popen(["/bin/sh", "-c", LAUNCHER_BEFORE, "rcl:me:r:agg:0:0:h", str(status), "", "", "eval", "sleep 30; true"],
                          env={**os.environ, JOB_ENV: "7"}, start_new_session=True)
     try:
         deadline = time.monotonic() + 10

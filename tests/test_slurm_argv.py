@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reconciler.drivers.base import LAUNCHER, wrapped_argv
+from reconciler.drivers.base import LAUNCHER, step_env, wrapped_argv
 from reconciler.drivers.slurm import (
     SEP, parse_jobs, parse_node_states, parse_steps, sbatch_argv, scancel_argv, squeue_jobs_argv, squeue_steps_argv, srun_argv,
 )
@@ -99,11 +99,14 @@ def test_srun_mpi_container_and_options():
     ]
 
 
-def test_step_argv_is_the_launcher_then_env_then_the_command():
+def test_step_argv_is_the_launcher_then_env_names_then_the_command():
+    """The environment's names only: its values are in the launcher's environment (step_env), which
+    only its owner may read, never in argv, which every user of the node may (issue 48)."""
     _, launch = _unit()
     assert wrapped_argv(launch, Path("/s/st"), "STEP") == [
-        "/bin/sh", "-c", LAUNCHER, "STEP", "/s/st", "", "", "env", "A=1", "B=two words", "vllm", "serve", "/m", "--x", "a b",
+        "/bin/sh", "-c", LAUNCHER, "STEP", "/s/st", "", "", "A B", "vllm", "serve", "/m", "--x", "a b",
     ]
+    assert step_env(launch) == {"RCL_ENV_A": "1", "RCL_ENV_B": "two words"}
 
 
 def test_scancel():

@@ -61,10 +61,11 @@ def test_a_corrupt_port_registry_is_relearnt_from_the_launch_records(tmp_path, c
     assert list(st.glob("ports.json.corrupt-*"))
 
 
-def test_state_files_are_readable_by_operators(tmp_path):
+def test_state_files_are_the_reconcilers_users_alone(tmp_path):
+    """Once 0644 for operators to read; state/ holds recipes' secrets, so 0600 (issue 48, item 5)."""
     sd = StateDir(tmp_path)
     sd.write_status("r", {"phase": "Ready"})
-    assert (tmp_path / "r" / "status.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "r" / "status.json").stat().st_mode & 0o777 == 0o600
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b'{"1": "x"}', b"\xff\xfe", b'{"1": {"name": 5}}'])

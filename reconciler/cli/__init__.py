@@ -285,6 +285,12 @@ def run(manifests: str, state: str, driver: str | None, port_range: str, instanc
     import signal
 
     _setup_logging(fmt=log_format)
+    from reconciler import fsutil
+
+    # state/ holds recipes' secrets, logs and request bodies: the reconciler's user's alone (files
+    # 0600, directories 0700); the engines it launches keep the umask it was started with
+    fsutil.private_umask()
+    fsutil.private_root(Path(state))
     ctl = _controller(manifests, state, driver, allow_empty, port_range, instance)
     ctl.nodes.cooldown = node_cooldown
     ctl.lease.term = lease_timeout

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from reconciler import labels
-from reconciler.drivers.base import LAUNCHER, rotate, step_paths, wrapped_argv
+from reconciler.drivers.base import LAUNCHER, LAUNCHER_BEFORE, rotate, step_env, step_paths, wrapped_argv
+from reconciler import fsutil
 from reconciler.drivers.exits import ExitWatch
 from reconciler.fsutil import atomic_write_text
 from reconciler.world import Launch, Unit
@@ -26,7 +27,7 @@ from reconciler.world import Alloc, AllocSpec, Step
 
 KILL_AFTER = 5.0  # seconds between SIGTERM and SIGKILL of a cancelled step
 JOB_ENV = "RECONCILER_LOCAL_JOB"
-_LAUNCHER = LAUNCHER.encode()
+_LAUNCHERS = (LAUNCHER.encode(), LAUNCHER_BEFORE.encode())  # this release's, and the one its steps may have
 
 
 def step_id(job: str, pid: int, start: str) -> str:
@@ -103,7 +104,7 @@ class LocalDriver:
             pid = int(entry)
             try:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                if len(cmd) < 5 or cmd[0] != b"/bin/sh" or cmd[2] != _LAUNCHER or not cmd[4].decode().startswith(root):
+                if len(cmd) < 5 or cmd[0] != b"/bin/sh" or cmd[2] not in _LAUNCHERS or not cmd[4].decode().startswith(root):
                     continue
                 env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
@@ -167,13 +168,16 @@ class LocalDriver:
         """The process is in /proc the moment Popen returns: no handle to watch."""
         self.commands += 1
         paths = step_paths(self.state_dir, unit, launch)
-        paths.log.parent.mkdir(parents=True, exist_ok=True)
+        fsutil.private_dirs(paths.log.parent, self.state_dir)
         rotate(paths.log)
-        env = {**os.environ, JOB_ENV: job_id}
-        with open(paths.log, "ab") as out:
-            # own session and process group: outlives us, and is cancelled as a group
+        # the recipe's environment in the launcher's environment (owner-readable), never in argv
+        env = {**os.environ, JOB_ENV: job_id, **step_env(launch)}
+        with fsutil.open_append(paths.log, self.state_dir) as out:
+            # own session and process group: outlives us, and is cancelled as a group; the engine
+            # gets the umask the reconciler was started with
             p = subprocess.Popen(wrapped_argv(launch, paths.status, step_name), stdin=subprocess.DEVNULL,
-                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, env=env)
+                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, env=env,
+                                 umask=fsutil.user_umask())
         self._children.append(p)
         self.exits.watch(p.pid)  # its end wakes the loop
 

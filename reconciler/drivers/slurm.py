@@ -11,7 +11,8 @@ from pathlib import Path
 
 from reconciler import hostlist, labels
 from reconciler.drivers import slurm_queue as queue
-from reconciler.drivers.base import DriverError, rotate, step_paths, wrapped_argv
+from reconciler.drivers.base import DriverError, rotate, step_env, step_paths, wrapped_argv
+from reconciler import fsutil
 from reconciler.drivers.exits import ExitWatch
 from reconciler.core.plan.reservations import Reservation
 from reconciler.world import Launch, Unit
@@ -74,7 +75,7 @@ class SlurmDriver:
     # ---------------------------------------------------------------- act
     def submit(self, spec: AllocSpec) -> str:
         log = self.state_dir.absolute() / spec.recipe / "logs" / f"alloc-{spec.index}.out"
-        log.parent.mkdir(parents=True, exist_ok=True)
+        fsutil.private_file(log, self.state_dir)  # slurmstepd opens it as root would: never a planted symlink
         argv = sbatch_argv(spec, self.owner, log)
         out = self._run(argv).stdout.strip()
         job_id = out.split(";", 1)[0]
@@ -84,15 +85,21 @@ class SlurmDriver:
 
     def launch(self, job_id: str, unit: Unit, launch: Launch, step_name: str) -> subprocess.Popen:
         paths = step_paths(self.state_dir, unit, launch)
-        paths.log.parent.mkdir(parents=True, exist_ok=True)
+        fsutil.private_dirs(paths.log.parent, self.state_dir)
         rotate(paths.log)
+        # made here at 0600, so srun's --open-mode=append keeps that mode and follows no symlink
+        fsutil.private_file(paths.log, self.state_dir)
         argv = srun_argv(job_id, unit, launch, step_name, paths.log) + wrapped_argv(launch, paths.status, step_name)
+        # the recipe's environment goes through the srun client's environment, which srun passes
+        # to the step (its default --export=ALL): never in argv, which every user can read
+        env = {**os.environ, **step_env(launch)}
         self.commands += 1
         self.tally[("srun", True)] += 1  # started; a launch that fails shows as LaunchFailed
-        with open(paths.srun, "ab") as out:
-            # own session: the srun client (and so the step) outlives a reconciler restart
+        with fsutil.open_append(paths.srun, self.state_dir) as out:
+            # own session: the srun client (and so the step) outlives a reconciler restart; the
+            # step's files are made with the umask the reconciler was started with (srun passes it)
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                 start_new_session=True, close_fds=True)
+                                 start_new_session=True, close_fds=True, env=env, umask=fsutil.user_umask())
         self._children.append(p)
         self.exits.watch(p.pid)  # the client ends with its step: the loop looks at once
         return p  # the step shows in squeue a moment later; until then the caller watches the client

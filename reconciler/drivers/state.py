@@ -19,13 +19,17 @@ from typing import Any
 
 import structlog
 
+from reconciler.drivers import redact
 from reconciler.drivers.event_fold import EventFold
 from reconciler.drivers.retention import (DELETED_KEEP, DELETED_RETENTION, EVENTS, EVENTS_MAX_BYTES, remove_expired,
                                           rotate)
-from reconciler.fsutil import TextMemo
+from reconciler.fsutil import TextMemo, append_line, guard
 from reconciler.timefmt import iso
 
 log = structlog.get_logger("reconciler")
+
+
+FULL_APPLIED = "last-applied.full.yaml"  # the last applied text with its secrets (write_last_applied)
 
 
 def _is_status(d: Any) -> bool:
@@ -61,10 +65,14 @@ class StateDir:
     _valid: dict = field(default_factory=dict, repr=False)  # (path, check) -> the text that passed it
     _paths: dict = field(default_factory=dict, repr=False)
     _fold: EventFold = field(default_factory=EventFold, repr=False)  # repeated events folded (drivers/event_fold.py)
+    _applied: dict = field(default_factory=dict, repr=False)  # recipe -> (its last text, its secrets, shown)
     events_max: int = EVENTS_MAX_BYTES
     deleted_retention: float = DELETED_RETENTION
     deleted_keep: int = DELETED_KEEP
     _rotating: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        guard(self.root)  # what is written below it refuses planted symlinks (fsutil.private_dirs)
 
     def recipe_dir(self, name: str) -> Path:
         return self.root / name
@@ -81,7 +89,11 @@ class StateDir:
     def event(self, kind: str, recipe: str | None, message: str, **fields: Any) -> None:
         if self.read_only:
             return
-        rec = {"time": iso(time.time()), "kind": kind, "recipe": recipe, "message": message, **fields}
+        # what is said is shown (events, the status page, --notify): no secret's value in it
+        known = self.secrets()
+        fields = {k: redact.redact(v, known) if isinstance(v, str) else v for k, v in fields.items()}
+        rec = {"time": iso(time.time()), "kind": kind, "recipe": recipe, "message": redact.redact(message, known),
+               **fields}
         rotate(self.root / EVENTS, self.events_max, self._rotating)
         rec = self._fold.append(self.root / EVENTS, rec)  # said again: one line with a count
         for listen in self.listeners:  # run --notify; each must return at once
@@ -143,6 +155,14 @@ class StateDir:
         self.write_json(self.path_of(name, "status.json"), status)
 
     def last_applied(self, name: str) -> str | None:
+        """The text last applied, secrets included (what a reload of the recipe needs)."""
+        full = self.path_of(name, FULL_APPLIED)
+        try:
+            return self.memo.read_text(full)
+        except FileNotFoundError:
+            pass  # no secret in it: last-applied.yaml is the whole text
+        except (OSError, ValueError) as e:
+            self.corrupt(full, f"{type(e).__name__}: {e}", None)
         path = self.path_of(name, "last-applied.yaml")
         try:
             return self.memo.read_text(path)
@@ -152,8 +172,31 @@ class StateDir:
             return self.corrupt(path, f"{type(e).__name__}: {e}", None)
 
     def write_last_applied(self, name: str, text: str) -> None:
-        if not self.read_only:
-            self.memo.write_if_changed(self.path_of(name, "last-applied.yaml"), text)
+        """last-applied.yaml is for people (``cat``, tickets, the page): secret values REDACTED. The
+        whole text, when it differs, in last-applied.full.yaml (0600, like every state file), read
+        back only to run the recipe on its last spec."""
+        seen = self._applied.get(name)
+        new = seen is None or seen[0] != text
+        if new:  # found and redacted once per text, not every pass
+            found = frozenset(redact.find(text))
+            self._applied[name] = seen = (text, found, redact.redact(text, found))
+        if self.read_only:
+            return
+        shown = seen[2]
+        full = self.path_of(name, FULL_APPLIED)
+        if shown != text:
+            self.memo.write_if_changed(full, text)  # first: the redacted file is never the only copy
+        self.memo.write_if_changed(self.path_of(name, "last-applied.yaml"), shown)
+        if new and shown == text:  # no secret (any more): no second copy
+            try:
+                full.unlink()
+                self.memo.forget(full)
+            except FileNotFoundError:
+                pass
+
+    def secrets(self) -> frozenset[str]:
+        """Every secret value of the recipes written this run (redacted wherever they would show)."""
+        return frozenset().union(*(s for _, s, _ in self._applied.values())) if self._applied else frozenset()
 
     def launches(self, name: str) -> dict[str, dict]:
         """unit -> {"launches": lives started, "restarts": relaunches after a failure (what users see),
@@ -171,6 +214,8 @@ class StateDir:
         """Record a new life. ``restart``: the plan says it is a relaunch after a failure."""
         data = self.launches(name)
         rec = data.setdefault(unit, {})
+        if spec and rec.get("spec") and rec["spec"] != spec:
+            rec["backoff"] = 0  # a new spec starts a fresh backoff: the old spec's failures are not its
         if restart:
             rec["restarts"] = rec.get("restarts", 0) + 1
             rec["backoff"] = rec.get("backoff", 0) + 1

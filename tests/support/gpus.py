@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from reconciler.drivers.base import wrapped_argv
+from reconciler.drivers.base import step_env, wrapped_argv
 from reconciler.world import Launch
 
 
@@ -19,7 +19,7 @@ def launch(mask: str | None, var: str = "CUDA_VISIBLE_DEVICES") -> Launch:
 
 
 def run_local(l: Launch, tmp_path: Path, inherited: dict[str, str]) -> tuple[int, str, str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("VISIBLE_DEVICES")} | inherited
+    env = {k: v for k, v in os.environ.items() if not k.endswith("VISIBLE_DEVICES")} | inherited | step_env(l)
     status = tmp_path / "st"
     p = subprocess.run(wrapped_argv(l, status, "STEP"), env=env, capture_output=True, text=True, timeout=30)
     return p.returncode, p.stdout, p.stderr, status.read_text().split()[0]
