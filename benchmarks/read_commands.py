@@ -52,11 +52,13 @@ def status(name: str, i: int, now: float) -> dict:
     def worker(role: str, index: int, port: int) -> dict:
         return {"name": f"{role}_{index}", "role": role, "index": index, "phase": "Ready", "ready": True,
                 "nodes": ["node1"], "gpus": [index], "ports": {"http": port}, "url": f"http://node1:{port}",
+                "upToDate": True, "available": True,
                 "steps": [f"{1000 + i}.{index}"], "specHash": "0123456789ab", "restarts": index,
                 "lastExit": None}
     cond = [{"type": t, "status": s, "reason": r, "message": m, "lastTransitionTime": iso(now - 600),
              "observedGeneration": "abc"} for t, s, r, m in (
         ("Ready", "True", "AllReady", "2/2 workers ready, frontend ready"),
+        ("Available", "True", "MinimumWorkersAvailable", "serving: agg 2/2, a frontend answers"),
         ("Progressing", "False", "Converged", "every worker runs the current spec and is ready"),
         ("Degraded", "False", "AsExpected", "no worker is down"),
         ("Invalid", "False", "Valid", "the recipe file validates"))]
@@ -65,6 +67,7 @@ def status(name: str, i: int, now: float) -> dict:
             "updatedAt": iso(now - 600), "conditions": cond,
             "roles": {"agg": {"desired": 2, "ready": 2, "running": 2, "unavailable": 0},
                       "frontend": {"desired": 1, "ready": 1, "running": 1, "unavailable": 0}},
+            "replicas": {"desired": 2, "ready": 2, "upToDate": 2, "available": 2},
             "endpoint": f"http://login01:{port + 2}", "servedModel": "Qwen/Qwen3-0.6B",
             "workers": [worker("agg", 0, port), worker("agg", 1, port + 1), worker("frontend", 0, port + 2)],
             "pendingAllocations": [], "reason": None, "reasonMessage": None}

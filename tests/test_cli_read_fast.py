@@ -67,9 +67,11 @@ def test_get_rows_are_runs_record(state):
     assert (one["status"], one["endpoint"], one["servedModel"], one["restarts"]) == (
         "Ready", st["endpoint"], "Qwen/Qwen3-0.6B", 1)
     assert one["roles"] == {"agg": st["roles"]["agg"]} and one["conditions"] == st["conditions"]
+    assert one["replicas"] == st["replicas"]  # get's UP-TO-DATE and AVAILABLE, as run recorded them
     assert one["benchmark"]["status"] == "passed" and one["age_seconds"] >= 3599
     # an invalid file keeps its last spec running: the row says Invalid with the file's error
-    st["conditions"][3] |= {"status": "True", "message": "m.yaml:3: roles.agg.workers: not a number"}
+    next(c for c in st["conditions"] if c["type"] == "Invalid").update(
+        status="True", message="m.yaml:3: roles.agg.workers: not a number")
     (state / "dep-001" / "status.json").write_text(json.dumps(st))
     r, _ = probe(state, "get", "dep-001", "-o", "wide")
     assert "Invalid" in r.stdout and "InvalidSpec" in r.stdout and "Qwen/Qwen3-0.6B" in r.stdout, r.stdout
