@@ -125,6 +125,9 @@ def test_metrics_json_logs_and_condition_notifications(h):
                           and _metric(t, "reconciler_workers", recipe=name, role="agg", state="ready") == 2 and t,
                           timeout=30, what="the metrics of a Ready recipe")
         assert _metric(text, "reconciler_workers", recipe=name, role="agg", state="desired") == 2
+        wait_until(lambda: _metric(scrape(), "reconciler_condition", recipe=name, condition="Available") == 1,
+                   timeout=30, what="the Available condition's gauge")
+        assert _metric(scrape(), "reconciler_condition", recipe=name, condition="Invalid") == 0
         assert _metric(text, "reconciler_actions_total", kind="LaunchStep", outcome="ok") == 3  # 2 workers + router
         assert _metric(text, "reconciler_actions_total", kind="SubmitAlloc", outcome="ok") == 1
         assert _metric(text, "reconciler_slurm_commands_total", verb="squeue", outcome="ok") >= 2

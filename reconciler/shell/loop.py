@@ -248,6 +248,7 @@ class Controller:
         self.metrics.observe_tick(snap, done, seconds, getattr(self.driver, "tally", Counter()), phases,  # type: ignore[union-attr]
                                   restarts)
         self.metrics.benchmarks(self._bench_runs)  # type: ignore[union-attr]
+        self.metrics.conditions({n: self.state.status(n).get("conditions") or [] for n in snap.plan.recipes})  # type: ignore[union-attr]
         self.metrics.startups({n: self.autoscaler.startup.summary(n) for n in snap.desired.recipes})  # type: ignore[union-attr]
 
     def _write_progress(self, now: float) -> None:

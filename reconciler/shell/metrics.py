@@ -53,6 +53,10 @@ class Metrics:
         self.slurm = Counter("reconciler_slurm_commands", "Slurm commands run", ["verb", "outcome"], registry=r)
         self.tick_failures = Counter("reconciler_tick_failures", "Reconcile passes that failed", registry=r)
         self.recipes = Gauge("reconciler_recipes", "Recipes by phase", ["phase"], registry=r)
+        # kube-state-metrics' kube_deployment_status_condition: 1 while the condition is True
+        self.conds = Gauge("reconciler_condition", "A deployment's condition (Available, Progressing, Ready, "
+                           "Degraded, Invalid): 1 True, 0 False", ["recipe", "condition"], registry=r)
+        self._cond_series: set[tuple[str, str]] = set()
         self.workers = Gauge("reconciler_workers", "Workers (and services) per recipe and role",
                              ["recipe", "role", "state"], registry=r)
         self.restarts = Gauge("reconciler_restarts", "Relaunches after a failure, per recipe and role",
@@ -85,6 +89,18 @@ class Metrics:
                 v = doc.get(field)
                 self.bench[key].labels(name).set(float(v) * scale if isinstance(v, (int, float)) else float("nan"))
         self._bench_series = set(last)
+
+    def conditions(self, statuses: dict[str, list]) -> None:
+        """``statuses``: recipe -> its recorded conditions (status.json); a deleted recipe's series go."""
+        series = set()
+        for name, conds in statuses.items():
+            for c in conds:
+                if isinstance(c, dict) and c.get("type") and c.get("status") in ("True", "False"):
+                    self.conds.labels(name, c["type"]).set(1.0 if c["status"] == "True" else 0.0)
+                    series.add((name, c["type"]))
+        for gone in self._cond_series - series:
+            self.conds.remove(*gone)
+        self._cond_series = series
 
     def startups(self, summaries: dict[str, dict]) -> None:
         """``summaries``: recipe -> role -> the startup summary (startup_log.brief); gone ones removed."""
