@@ -98,6 +98,9 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
                       launches, now, state.exits(name), gateway=gateway_facts(state.root, name))
     reasons.annotate(st["workers"], d, state.root, name, launches)  # why a unit is down, for get and the UI
     st["reason"], st["reasonMessage"] = reasons.deployment_reason(st)
+    failed = snap.observed.action_failures.get(name)
+    if st["reason"] is None and failed is not None and failed.reason:  # e.g. sbatch refused its partition
+        st["reason"], st["reasonMessage"] = failed.reason, failed.message
     lost = state.read_json(state.path_of(name, "allocation-lost.json"), None, lambda x: isinstance(x, dict))
     if lost:
         st["lastAllocationLost"] = lost  # Slurm's state and reason for the last allocation that went away
