@@ -232,13 +232,10 @@ class UnitHealth:
 
 @dataclass(frozen=True)
 class ActionFailures:
-    """A recipe's actions failed ``count`` times in a row, the last at ``last_at``; ``reason`` and
-    ``message``: what the deployment's REASON shows for the last failure (a submission Slurm refused)."""
+    """A recipe's actions failed ``count`` times in a row, the last at ``last_at``."""
 
     count: int
     last_at: float
-    reason: str = ""
-    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -403,9 +400,3 @@ class Desired:
     manifests_seen: int = 0  # recipe files found (valid or not): the prune guard's input
     held: Mapping[str, str] = field(default_factory=dict)  # recipe -> why its desired state could not be built
     allow_empty: bool = False  # the user allows tearing everything down when every manifest is gone
-    # `reconciler prune NAME` (state/<name>/prune.json): the operator confirmed tearing NAME down though
-    # the prune guard holds it
-    prune_confirmed: frozenset[str] = frozenset()
-    # recipes the prune guard keeps running (their file is gone), built from their last applied spec
-    # so that they are probed and shown (units, endpoint, model); plan() never converges them
-    kept: Mapping[str, DesiredRecipe] = field(default_factory=dict)

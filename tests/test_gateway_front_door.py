@@ -167,3 +167,41 @@ def test_held_requests_are_capped_by_count_and_bytes(gw, tmp_path):  # noqa: F81
         assert (s["held"], s["received"], s["refused"]) == (2, 2, 2), s
     finally:
         holder_supervisor.stop(prefix)
+
+
+@needs_nginx
+def test_tls_on_the_listener_and_plain_http_on_loopback_for_the_probe(gw, tmp_path):  # noqa: F811
+    import ssl
+    import subprocess
+
+    m, m_url = start_mocker(tmp_path, "--speedup-ratio", "10", name="fe")
+    prefix = prefix_of(gw.state.root, "r1")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "2", "-subj", "/CN=gateway"], check=True, capture_output=True)
+    try:
+        ports = _ports()
+        d = holder_supervisor.front_door(None, 1024, 256, (str(cert), str(key)))
+        assert [c.kind for c in gw.sync("r1", [_hp(m_url)], ports, 1000.0, hold=None, door=d)] == ["GatewayStarted"]
+        url = facts(gw.state.root, "r1")["url"]
+        assert url.startswith("https://"), url
+        port = int(url.rsplit(":", 1)[1])
+        # any address but 127.0.0.1 (127.0.0.2 is this host's loopback too) is TLS; plain HTTP there is refused
+        ctx = ssl.create_default_context()
+        ctx.load_verify_locations(str(cert))
+        ctx.check_hostname = False
+        c = http.client.HTTPSConnection("127.0.0.2", port, timeout=10, context=ctx)
+        c.request("GET", "/v1/models")
+        r = c.getresponse()
+        assert r.status == 200 and b'"m"' in r.read()
+        assert call(f"http://127.0.0.2:{port}", "/v1/models", method="GET")[0] == 400  # nginx: plain HTTP to HTTPS port
+        # the reconciler's probe and the holder: plain HTTP on 127.0.0.1
+        assert call(f"http://127.0.0.1:{port}", "/gateway/health", method="GET")[0] == 200
+        # taken away: plain HTTP everywhere again, the endpoint http://
+        assert [c.kind for c in gw.sync("r1", [_hp(m_url)], ports, 1001.0, hold=None,
+                                        door=holder_supervisor.front_door(None, 1024, 256))] == ["GatewayReloaded"]
+        assert facts(gw.state.root, "r1")["url"].startswith("http://")
+        assert call(f"http://127.0.0.2:{port}", "/v1/models", method="GET")[0] == 200
+    finally:
+        m.stop()
+        holder_supervisor.stop(prefix)

@@ -56,6 +56,27 @@ class GatewayAllocation(Strict):
         return SlurmConfig._time(v)
 
 
+def _conf_path(v: str, what: str) -> str:
+    """A path nginx's config names as it is: absolute, and nothing nginx would read as syntax."""
+    if not re.fullmatch(r"/[A-Za-z0-9._/@+-]{1,4095}", v):
+        raise ValueError(f"expected the absolute path of the {what} (letters, digits and . _ / @ + - only: "
+                         f"nginx reads it unquoted), found {v[:80]!r}")
+    return v
+
+
+class GatewayTLS(Strict):
+    """TLS on the gateway's listener (nginx's ``ssl``): PEM files the nginx master can read. The
+    reconciler's own probe and the holder still speak plain HTTP to it on 127.0.0.1."""
+
+    cert: str  # the certificate chain, PEM (ssl_certificate)
+    key: str  # its private key, PEM (ssl_certificate_key)
+
+    @field_validator("cert", "key")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        return _conf_path(v, "PEM file")
+
+
 class GatewaySettings(Strict):
     """Where the gateway listens, and how long it holds a request no frontend can take."""
 
@@ -78,6 +99,8 @@ class GatewaySettings(Strict):
     # beyond either, a request gets 503 with Retry-After at once
     max_held_requests: int = Field(1024, ge=1, le=100_000)
     max_held_mb: int = Field(256, ge=1, le=16_384)
+    # TLS on the gateway's listener (cert and key files); None: plain HTTP
+    tls: GatewayTLS | None = None
 
     @field_validator("api_keys")
     @classmethod
@@ -105,6 +128,18 @@ class GatewaySettings(Strict):
         if self.allocation is not None and self.listen != "0.0.0.0":
             raise ValueError(f"listen ({self.listen}) is an address of the reconciler's host; a gateway in its "
                              f"own allocation listens on every address of {self.allocation.node}: remove listen")
+        return self
+
+    @model_validator(mode="after")
+    def _tls_where_it_can_be(self) -> "GatewaySettings":
+        if self.tls is None:
+            return self
+        if self.allocation is not None:
+            raise ValueError("tls: not for a gateway in its own allocation (the reconciler probes it over plain "
+                             "HTTP from its host): remove tls or allocation")
+        if self.listen in ("[::]", "127.0.0.1", "[::1]"):
+            raise ValueError(f"tls with listen {self.listen}: the gateway keeps a plain-HTTP listener on 127.0.0.1 "
+                             f"for the reconciler's probe; listen on 0.0.0.0 or one address of this host")
         return self
 
 

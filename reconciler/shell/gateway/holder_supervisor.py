@@ -136,9 +136,11 @@ def _settings(cmd: list[str]) -> list[str]:
     return [a for i, a in enumerate(cmd) if not (i and cmd[i - 1] == "--timeout")]
 
 
-def front_door(keys: str | None, max_held: int, max_held_mb: int) -> dict:
-    """What the holder reads from ``door.json``: the keys file (None: open) and its caps."""
-    return {"keys": keys, "maxHeld": max_held, "maxHeldBytes": max_held_mb * 1024 * 1024}
+def front_door(keys: str | None, max_held: int, max_held_mb: int, tls: tuple[str, str] | None = None) -> dict:
+    """What the holder reads from ``door.json``: the keys file (None: open) and its caps; and the
+    listener's TLS files (nginx's, the holder ignores them)."""
+    return {"keys": keys, "maxHeld": max_held, "maxHeldBytes": max_held_mb * 1024 * 1024,
+            "tls": list(tls) if tls else None}
 
 
 def write_door(prefix: Path, rec: dict, door: dict) -> list[tuple[str, str]]:

@@ -87,7 +87,8 @@ def facts(root: Path, recipe: str) -> dict | None:
     try:
         rec = json.loads(record_path(root, recipe).read_text())
         # bound to one address (reconcile.gateway.listen): that address is the endpoint
-        url = f"http://{rec['host'] if rec.get('listen', ANY) in (ANY, '[::]') else rec['listen']}:{int(rec['port'])}"
+        scheme = "https" if rec.get("tls") else "http"  # reconcile.gateway.tls
+        url = f"{scheme}://{rec['host'] if rec.get('listen', ANY) in (ANY, '[::]') else rec['listen']}:{int(rec['port'])}"
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if in_job(rec):  # its own Slurm job: running, answering its probe, serving what it was given

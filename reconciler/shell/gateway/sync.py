@@ -59,8 +59,9 @@ def hold_timeout(snap: Snapshot, name: str, root: Path | None = None) -> float |
 
 
 def front_door(g) -> dict:
-    """``reconcile.gateway``'s API keys file and caps on what the holder keeps."""
-    return holder_supervisor.front_door(g.api_keys, g.max_held_requests, g.max_held_mb)
+    """``reconcile.gateway``'s API keys file, caps on what the holder keeps, and TLS files."""
+    return holder_supervisor.front_door(g.api_keys, g.max_held_requests, g.max_held_mb,
+                                        (g.tls.cert, g.tls.key) if g.tls is not None else None)
 
 
 def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot, answering: GatewayProbe) -> None:
@@ -98,8 +99,7 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot, answering
         log.error("gateway probe not recorded", error=str(e))
     keep = wanted | set(d.held) | set(snap.manifests.invalid)
     for name in gateways.known():
-        # the prune guard keeps what it holds, but not one whose teardown `reconciler prune` confirmed
-        if name not in keep and (not snap.plan.refused_prune or name in d.prune_confirmed):
+        if name not in keep and not snap.plan.refused_prune:
             try:
                 changes = gateways.stop(name, snap.ports)
             except Exception as e:  # noqa: BLE001 - one gateway's failure must not stop the tick
