@@ -63,14 +63,36 @@ def test_ahead_never_below_zero():
     assert ahead(((0, 0, 4, 0), (10, 0, 0, 0)), 2, 40) == (0.0, -0.4)
 
 
+# (name, in-flight samples every 5 s, horizon, expected forecast)
+AHEAD = [
+    ("a line: its value at the horizon", (1, 2, 3), 10, 5.0),
+    ("flat: the level", (3, 3, 3), 40, 3.0),
+    # slope 0.08: the line at 60 s is 8, and the sample at 5 s rose 2.4 above the line
+    ("noise: the line at the horizon plus the highest swing above it", (2, 6, 2, 6, 4), 40, 10.4),
+    # the e2e's samples (one client more every 15 s): 7 + 0.062 * 40 = 9.5 from the latest alone
+    ("a noisy rise: never below the latest sample's own trend ahead", (4, 6, 5, 4, 6, 6, 6, 7), 40, 10.333),
+]
+
+
+@pytest.mark.parametrize("name, values, horizon, want", AHEAD, ids=[r[0] for r in AHEAD])
+def test_ahead(name, values, horizon, want):
+    got = ahead(tuple((5.0 * i, 0, float(v), 0) for i, v in enumerate(values)), 2, horizon)
+    assert got is not None and got[0] == pytest.approx(want, abs=1e-3), got
+    k = got[1]
+    assert got[0] >= values[-1] + k * horizon - 1e-9
+
+
 RISING = ((0.0, 0, 1.0, 0), (5.0, 0, 1.5, 0), (10.0, 0, 2.0, 0))  # +0.1 in flight per second
 # (name, samples, ready, current, expected ask)
 PREDICT = [
     ("rising 0.1/s: 2 + 4 in 40 s is 6 in flight, two workers of 4", RISING, 1, 1, 2),
-    ("flat at 2 on one worker: no more", ((0.0, 0, 2, 0), (5.0, 0, 2, 0)), 1, 1, 1),
-    ("within tolerance of the target keeps the count", ((0.0, 0, 4.2, 0), (5.0, 0, 4.2, 0)), 1, 1, 1),
-    ("steep: 5 + 0.3/s for 40 s is 17 in flight, five workers' worth", ((0.0, 0, 2.0, 0), (10.0, 0, 5.0, 0)), 1, 1, 5),
-    ("one sample: no trend, no ask", RISING[:1], 1, 1, None),
+    ("flat at 2 on one worker: no more", ((0.0, 0, 2, 0), (5.0, 0, 2, 0), (10.0, 0, 2, 0)), 1, 1, 1),
+    ("within tolerance of the target keeps the count", ((0.0, 0, 4.2, 0), (5.0, 0, 4.2, 0), (10.0, 0, 4.2, 0)), 1, 1, 1),
+    ("steep: 5 + 0.3/s for 40 s is 17 in flight, five workers' worth",
+     ((0.0, 0, 2.0, 0), (5.0, 0, 3.5, 0), (10.0, 0, 5.0, 0)), 1, 1, 5),
+    ("a noisy load: sized for its swings above the line (10.4 in 40 s), not its mean (8)",
+     ((0.0, 0, 2.0, 0), (5.0, 0, 6.0, 0), (10.0, 0, 2.0, 0), (15.0, 0, 6.0, 0), (20.0, 0, 4.0, 0)), 1, 1, 3),
+    ("two samples: not yet a trend (a step is no ramp), no ask", RISING[:2], 1, 1, None),
     ("no ready worker: no ask", RISING, 0, 1, None),
 ]
 
@@ -103,8 +125,10 @@ def run(c, steps, startup=MEASURED, workers=1, t0=1000.0):
 def test_a_rising_load_scales_up_before_the_target_is_crossed_reactive_does_not():
     ramp = [(5, inflight(1 + 0.5 * i)) for i in range(5)]  # 1 .. 3 in flight on one worker: below 4
     pred, _ = run(cfg(), ramp)
-    assert [t for t, _ in pred] == [1, 2, 2, 2, 2]
-    assert "forecast running_per_worker" in pred[1][1] and "startup p90 30s" in pred[1][1], pred[1][1]
+    # the third read makes a trend (two are a step): 2 in flight + 0.1/s for 40 s is 6 > 4.4
+    assert [t for t, _ in pred] == [1, 1, 2, 2, 2]
+    assert "no trend yet" in pred[1][1]
+    assert "forecast running_per_worker" in pred[2][1] and "startup p90 30s" in pred[2][1], pred[2][1]
     react, _ = run(cfg(policy="reactive"), ramp)
     assert [t for t, _ in react] == [1] * 5
 

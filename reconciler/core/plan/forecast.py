@@ -2,11 +2,13 @@
 a worker started now would be Ready (pure).
 
 Each decision keeps a sample of the role's load totals (queued, in flight, KV usage summed over its
-workers) for the trend window. The trend is the least-squares slope over that window; the forecast
-is the latest total plus the slope times the horizon, the horizon being the role's measured startup
-p90 (``startup.py``) plus two decision intervals: the load is seen up to one interval late, and the
-added worker's allocation is asked for at the next pass. A rising load so asks for the worker one
-startup before the per-worker target would be crossed, not when it is.
+workers) for the trend window. The trend is the least-squares line over that window; the forecast
+is that line at the horizon plus the band the samples reached above it (their largest residual):
+a gauge read once per decision swings around its trend, and the worker must be there for the
+swings, not for the mean. The horizon is the role's measured startup p90 (``startup.py``) plus two
+decision intervals: the load is seen up to one interval late, and the added worker's allocation is
+asked for at the next pass. A rising load so asks for the worker one startup before the per-worker
+target would be crossed, not when it is.
 
 The windows follow the measured startup, not constants (Kubernetes HPA's stabilisation windows):
 
@@ -29,6 +31,7 @@ from reconciler.core.plan.startup import Startup
 from reconciler.recipe.autoscale import AutoscaleConfig, RoleScale
 
 MAX_WINDOW = 600.0  # a trend longer than ten minutes is not the one a startup has to catch up with
+MIN_SAMPLES = 3  # a line through two reads is any step extrapolated (idle -> one client read as a ramp)
 # target -> the sample's field it is a per-worker share of (Sample = (at, waiting, in flight, kv))
 TOTALS = {"waiting_per_worker": 1, "running_per_worker": 2, "kv_usage": 3}
 
@@ -56,8 +59,9 @@ def windows(cfg: AutoscaleConfig, startup: Startup) -> Windows:
     return Windows(round(min(horizon, MAX_WINDOW), 3), round(trend, 3), round(down, 3))
 
 
-def slope(points: list[tuple[float, float]]) -> float | None:
-    """Least-squares slope (per second); None with fewer than two distinct times."""
+def line(points: list[tuple[float, float]]) -> tuple[float, float, float] | None:
+    """The least-squares line: (slope per second, its value at the mean time, that mean time); None
+    with fewer than two distinct times."""
     if len(points) < 2:
         return None
     n = len(points)
@@ -66,7 +70,13 @@ def slope(points: list[tuple[float, float]]) -> float | None:
     var = sum((t - mt) ** 2 for t, _ in points)
     if var <= 0:
         return None
-    return sum((t - mt) * (v - mv) for t, v in points) / var
+    return sum((t - mt) * (v - mv) for t, v in points) / var, mv, mt
+
+
+def slope(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope (per second); None with fewer than two distinct times."""
+    fit = line(points)
+    return fit[0] if fit is not None else None
 
 
 def keep(samples: tuple[Sample, ...], new: Sample | None, now: float, window: float) -> tuple[Sample, ...]:
@@ -77,19 +87,23 @@ def keep(samples: tuple[Sample, ...], new: Sample | None, now: float, window: fl
 
 def ahead(samples: tuple[Sample, ...], field: int, horizon: float) -> tuple[float, float] | None:
     """(the total expected ``horizon`` seconds after the latest sample, the slope); None without a
-    trend yet. A falling trend forecasts no less than zero."""
+    trend yet. The line there, plus the largest amount a sample rose above the line (never less
+    than the latest sample's own trend ahead); a falling trend forecasts no less than zero."""
     pts = [(s[0], s[field]) for s in samples]
-    k = slope(pts)
-    if k is None:
+    fit = line(pts)
+    if fit is None:
         return None
-    return max(0.0, pts[-1][1] + k * horizon), k
+    k, mv, mt = fit
+    band = max(0.0, *(v - (mv + k * (t - mt)) for t, v in pts))
+    return max(0.0, mv + k * (pts[-1][0] + horizon - mt) + band), k
 
 
 def predict(rs: RoleScale, ready: int, samples: tuple[Sample, ...], current: int, tolerance: float,
             win: Windows) -> tuple[int | None, str, dict[str, float]]:
-    """(the count the forecast asks for, why, its inputs); None without a trend or a Ready worker.
-    As the reactive rule: a ratio within ``tolerance`` of 1 keeps the count, the largest ask wins."""
-    if ready <= 0 or len(samples) < 2:
+    """(the count the forecast asks for, why, its inputs); None without a trend (``MIN_SAMPLES``) or a
+    Ready worker. As the reactive rule: a ratio within ``tolerance`` of 1 keeps the count, the
+    largest ask wins."""
+    if ready <= 0 or len(samples) < MIN_SAMPLES:
         return None, "", {}
     best: tuple[int, str] | None = None
     inputs: dict[str, float] = {}

@@ -56,7 +56,7 @@ class Autoscaler:
         self._looked: dict[str, float] = {}  # recipe -> when its metrics were last read
         self._received: dict[str, int] = {}  # recipe -> its holder's requests received, at the last look
         self.startup = StartupLog(state)  # each role's launch-to-Ready, kept in state/<recipe>/startup.json
-        self._routed: set[tuple[str, str, float]] = set()  # (recipe, unit, launch): its first request noted
+        self._routed: dict[tuple[str, str], float] = {}  # (recipe, unit) -> the launch whose first request was noted
 
     # ---------------------------------------------------------------- read by every snapshot
     def memory(self, name: str, recipe: Recipe, now: float) -> dict[str, RoleMemory]:
@@ -111,6 +111,8 @@ class Autoscaler:
         for memo in (self._due, self._looked, self._received):  # a recipe made again starts afresh
             for gone in set(memo) - set(snap.manifests.recipes):
                 del memo[gone]
+        for key in [k for k in self._routed if k[0] not in snap.manifests.recipes]:
+            del self._routed[key]
         return moved
 
     @staticmethod
@@ -199,10 +201,10 @@ class Autoscaler:
         a router to it), seen at this look: launch-to-routed, at most one interval late."""
         for u in serving:
             r, h = pages.get(_url(u)), o.health.get(u.key)
-            if r is None or h is None or not h.last_launch or (name, u.name, h.last_launch) in self._routed:
+            if r is None or h is None or not h.last_launch or self._routed.get((name, u.name)) == h.last_launch:
                 continue
             if r.requests > 0 or r.gauges.get("running", 0.0) > 0 or r.gauges.get("waiting", 0.0) > 0:
-                self._routed.add((name, u.name, h.last_launch))
+                self._routed[(name, u.name)] = h.last_launch
                 self.startup.routed(name, u.role, u.name, h.last_launch, now)
 
     def _held(self, name: str, cfg: AutoscaleConfig) -> int:
