@@ -205,3 +205,18 @@ def test_tls_on_the_listener_and_plain_http_on_loopback_for_the_probe(gw, tmp_pa
     finally:
         m.stop()
         holder_supervisor.stop(prefix)
+
+
+def test_the_cluster_configs_keys_file_is_every_recipes_unless_it_names_its_own():
+    from reconciler.recipe.cluster import Cluster, ClusterConfig, apply
+
+    c = Cluster("srtslurm.yaml", ClusterConfig.model_validate({"default_gateway_api_keys": "/etc/site.keys"}))
+    assert "default_gateway_api_keys" not in c.carried()  # acted on
+    d, notes = apply({"name": "a"}, c)
+    assert d["reconcile"]["gateway"]["api_keys"] == "/etc/site.keys" and notes
+    own = {"name": "b", "reconcile": {"gateway": {"api_keys": "/etc/b.keys"}}}
+    assert apply(own, c)[0]["reconcile"]["gateway"]["api_keys"] == "/etc/b.keys"
+    opted_out = {"name": "c", "reconcile": {"gateway": {"api_keys": None}}}  # open on purpose
+    assert apply(opted_out, c)[0]["reconcile"]["gateway"]["api_keys"] is None
+    with pytest.raises(ValueError, match="absolute path of a keys file"):
+        ClusterConfig.model_validate({"default_gateway_api_keys": "keys.txt"})

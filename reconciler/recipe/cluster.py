@@ -26,7 +26,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from reconciler.errors import RecipeError
 from reconciler.recipe.carried import HOST_SETUP_REFUSED
-from reconciler.recipe.gateway import GatewayAllocation
+from reconciler.recipe.gateway import GatewayAllocation, GatewaySettings
 from reconciler.recipe.types import Env, EnvValue, Strict
 
 FILE_NAME = "srtslurm.yaml"
@@ -97,6 +97,13 @@ class ClusterConfig(Strict):
     discovery: DiscoveryConfig | None = None
     # every recipe's reconcile.gateway.allocation unless it sets one (or a listen address of its own)
     default_gateway_allocation: GatewayAllocation | None = None
+    # every recipe's reconcile.gateway.api_keys unless it names its own: one keys file for a site
+    default_gateway_api_keys: str | None = None
+
+    @field_validator("default_gateway_api_keys")
+    @classmethod
+    def _keys_file(cls, v: str | None) -> str | None:
+        return GatewaySettings._keys_path(v)
 
 
 # keys this reconciler reads; the rest are srtctl's and reported as carried
@@ -104,7 +111,7 @@ ACTED_ON = frozenset({
     "default_account", "default_partition", "default_time_limit", "default_time_min", "gpus_per_node", "default_gpu_type",
     "default_sbatch_directives", "model_paths", "containers", "default_mounts",
     "host_runtime", "default_srun_options", "preflight", "discovery", "visible_devices_env", "network_interface",
-    "srtctl_root", "default_bash_preamble", "default_gateway_allocation",
+    "srtctl_root", "default_bash_preamble", "default_gateway_allocation", "default_gateway_api_keys",
 })
 
 
@@ -217,6 +224,12 @@ def apply(data: dict[str, Any], cluster: Cluster | None) -> tuple[dict[str, Any]
             notes.append(f"reconcile.gateway.allocation from the cluster config: node {c.default_gateway_allocation.node}")
         elif to_zero:  # woken by what its holder holds on this host: its gateway stays here
             notes.append("default_gateway_allocation not applied: the recipe scales to zero")
+    if c.default_gateway_api_keys is not None:
+        rec = d.setdefault("reconcile", {})
+        gw = rec.setdefault("gateway", {}) if isinstance(rec, dict) else None
+        if isinstance(gw, dict) and "api_keys" not in gw:
+            gw["api_keys"] = c.default_gateway_api_keys
+            notes.append("reconcile.gateway.api_keys from the cluster config")
     if c.host_runtime is not None:
         rec = d.setdefault("reconcile", {})
         if isinstance(rec, dict):
