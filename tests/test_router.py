@@ -158,3 +158,81 @@ def test_an_oversized_body_is_413_at_the_router_as_at_the_engine(router, tmp_pat
             assert "larger than" in json.loads(raw)["error"]["message"]
     finally:
         a.stop()
+
+
+def _stream_until_cut(url: str, body: dict, kill) -> bytes:
+    """POST a streaming request, kill its worker once the first event came, read to the end."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 200 and r.getheader("Content-Type", "").startswith("text/event-stream")
+    got = r.readline()
+    while not got.startswith(b"data: "):
+        got = r.readline()
+    kill()
+    try:
+        return got + r.read()
+    finally:
+        conn.close()
+
+
+def test_a_stream_cut_by_its_workers_death_ends_with_an_error_event(router, tmp_path):
+    """Issue 48, item 8: a worker killed mid-stream ended the client's 200 with a clean end, as if
+    the answer were whole. The stream now ends with an OpenAI-shaped error event."""
+    url, ep, _ = router
+    a, aurl = start_mocker(tmp_path, "--speedup-ratio", "1", name="a")
+    try:
+        write_endpoints(ep, [{"url": aurl, "role": "agg"}])
+        wait_workers(url, agg=1)
+        raw = _stream_until_cut(url, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 20000,
+                                      "stream": True}, a.p.kill)
+        events = sse_events(raw)
+        assert "[DONE]" not in events and len(events) >= 2, raw[-500:]
+        err = events[-1]["error"]
+        assert err["code"] == 502 and "failed mid-response" in err["message"] and aurl in err["message"], err
+        assert all("choices" in e for e in events[:-1]), "the tokens before the cut reached the client"
+    finally:
+        a.stop()
+
+
+def test_a_json_body_cut_by_its_workers_death_is_cut_for_the_client_too(router):
+    """Nothing can be appended to a JSON document: the client's read fails instead of ending cleanly
+    on half an answer. The worker here is a socket that sends half a chunked body and closes."""
+    import http.client
+    import socket
+    from urllib.parse import urlsplit
+
+    url, ep, _ = router
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+
+    def half_answer() -> None:
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            with c:
+                c.recv(65536)
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          b"9\r\n{\"id\": 1,\r\n")  # and the worker dies
+
+    threading.Thread(target=half_answer, daemon=True).start()
+    try:
+        write_endpoints(ep, [{"url": f"http://127.0.0.1:{port}", "role": "agg"}])
+        wait_workers(url, agg=1)
+        u = urlsplit(url)
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+        conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "x"}),
+                     headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        assert r.status == 200
+        with pytest.raises((http.client.IncompleteRead, ConnectionError)):
+            r.read()
+        conn.close()
+    finally:
+        srv.close()

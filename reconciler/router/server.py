@@ -251,6 +251,7 @@ class Router:
             tried.add(w.url)
             w.outstanding += 1
             resp: web.StreamResponse | None = None
+            tail = b""  # the stream's last bytes: whether an event was left unfinished
             try:
                 async with self._session.post(w.url + endpoint, json=body) as up:
                     resp = web.StreamResponse(status=up.status)
@@ -260,14 +261,14 @@ class Router:
                     await resp.prepare(request)
                     async for chunk in up.content.iter_any():
                         await resp.write(chunk)
+                        tail = (tail + chunk)[-2:]
                     await resp.write_eof()
                     return resp
             except aiohttp.ClientError as e:
                 w.down_until = time.monotonic() + COOLDOWN
                 if resp is not None and resp.prepared:
-                    # the worker died mid-stream: the client keeps what it got, the stream ends
                     log("WARN", f"{w.url} failed mid-response: {e}")
-                    return resp
+                    return await _cut(request, resp, f"{role} worker {w.url} failed mid-response: {e}", tail)
                 if isinstance(e, RETRYABLE) and attempt == 0:
                     self.m_retries.inc()
                     continue
@@ -275,6 +276,26 @@ class Router:
             finally:
                 w.outstanding -= 1
         raise ApiError(503, f"no {role} worker is reachable", "service_unavailable")
+
+
+async def _cut(request: web.Request, resp: web.StreamResponse, why: str, tail: bytes) -> web.StreamResponse:
+    """The worker died mid-response. A clean end would read as a whole answer: a stream (SSE) ends
+    with an error event first, as OpenAI's API sends one (``data: {"error": ...}``), after a blank
+    line that closes an event the worker had begun; any other body is cut off without its end
+    (the client's read fails), since nothing can be appended to a JSON document."""
+    if "text/event-stream" in resp.headers.get("Content-Type", ""):
+        event = {"error": {"message": why, "type": "server_error", "code": 502}}
+        sep = b"" if tail.endswith(b"\n\n") else b"\n\n"
+        try:
+            await resp.write(sep + b"data: " + json.dumps(event).encode() + b"\n\n")
+            await resp.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass  # the client left as well
+        return resp
+    resp.force_close()
+    if request.transport is not None:
+        request.transport.abort()  # no terminating chunk: an incomplete body, not a short one
+    return resp
 
 
 def _upstream_message(data: Any, status: int) -> str:
