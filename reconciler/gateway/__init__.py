@@ -60,6 +60,10 @@ READ_TIMEOUT_S = 3600  # a completion (or a stream) may run long: never cut by t
 SHUTDOWN_TIMEOUT_S = READ_TIMEOUT_S
 CONNECTIONS = 4096  # per worker; a proxied request holds two (client and frontend)
 OPEN_FILES = 2 * CONNECTIONS + 64  # a login node's soft limit is often 1024: raised for the worker
+# the largest request body passed on (nginx answers 413 beyond it): above an OpenAI request with
+# long prompts or a few base64 images, bounded so a client cannot fill the disk under
+# tmp/body (bodies past the 1 MB buffer are spooled there) nor the holder's memory with one request
+MAX_BODY_MB = 32
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,9 @@ class GatewayConfig:
     listen: str = ANY  # reconcile.gateway.listen
     holder: int | None = None  # the holder's port on 127.0.0.1 (a recipe that scales to zero)
     auth: int | None = None  # the port on 127.0.0.1 that checks API keys (the holder's); None: open
-    tls: tuple[str, str] | None = None  # (cert, key) PEM paths: TLS on the listener; 127.0.0.1 stays plain
+    # who nginx's workers run as when its master is root (the reconciler's own user): the default,
+    # nobody, can neither traverse a state directory at 0700 nor spool a body under it (500)
+    user: str | None = None
 
 
 def _check(cfg: GatewayConfig) -> None:
@@ -93,9 +99,8 @@ def _check(cfg: GatewayConfig) -> None:
     # '/' only ever appear here in a comment and inside single-quoted JSON, where nginx reads no syntax
     if not all(c.isalnum() or c in "._-@/" for c in cfg.recipe):
         raise ValueError(f"gateway of {cfg.recipe!r}: a recipe name with characters nginx would read as syntax")
-    if cfg.tls is not None and not all(p.startswith("/") and all(c.isalnum() or c in "._/@+-" for c in p)
-                                       for p in cfg.tls):
-        raise ValueError(f"gateway TLS files {cfg.tls!r}: characters nginx would read as syntax")
+    if cfg.user is not None and not all(w and all(c.isalnum() or c in "._-" for c in w) for w in cfg.user.split(" ")):
+        raise ValueError(f"gateway user {cfg.user!r} has characters nginx would read as syntax")
     # the prefix never appears in the text: every path is relative to nginx's -p (an argv item), so
     # a state directory with a space, a quote or a $ in its path needs no quoting here
     if any(c in cfg.listen for c in ' \t\n;{}"\'#$\\'):
@@ -115,8 +120,7 @@ def instance(recipe: str, prefix: Path) -> str:
 def version(cfg: GatewayConfig) -> str:
     """A digest of everything the config is rendered from: two configs serve alike iff it matches."""
     return _digest([cfg.recipe, cfg.port, str(cfg.prefix), list(cfg.upstreams), cfg.unproven, cfg.listen, cfg.holder]
-                   + ([cfg.auth] if cfg.auth is not None else [])  # without keys: the digest of before
-                   + ([list(cfg.tls)] if cfg.tls is not None else []))
+                   + ([cfg.auth] if cfg.auth is not None else []))  # without keys: the digest of before
 
 
 OPENAI = ("/v1/", "= /health")  # what is passed on to the frontends; anything else is nginx's 404
@@ -213,7 +217,8 @@ def render(cfg: GatewayConfig) -> str:
     location += _front_door(cfg)
     return (
         f"# gateway of {cfg.recipe}: written by the reconciler, replaced on every upstream change\n"
-        "worker_processes 1;\n"
+        + (f"user {cfg.user};\n" if cfg.user else "")
+        + "worker_processes 1;\n"
         f"worker_rlimit_nofile {OPEN_FILES};\n"
         "pid nginx.pid;\n"
         "error_log error.log warn;\n"
@@ -226,20 +231,16 @@ def render(cfg: GatewayConfig) -> str:
         "    fastcgi_temp_path tmp/fastcgi;\n"
         "    uwsgi_temp_path tmp/uwsgi;\n"
         "    scgi_temp_path tmp/scgi;\n"
-        "    client_max_body_size 64m;\n"
+        f"    client_max_body_size {MAX_BODY_MB}m;\n"
         "    client_body_buffer_size 1m;\n"
         "    keepalive_timeout 75s;\n"
         + upstream
         + "    server {\n"
         # [::] with nginx's default ipv6only=on would refuse every IPv4 client of the host's name
-        f"        listen {cfg.listen}:{cfg.port} backlog=4096{' ipv6only=off' if cfg.listen == ANY6 else ''}"
-        f"{' ssl' if cfg.tls else ''};\n"
-        # bound to one address: the reconciler's probe and the holder still reach it on loopback;
-        # with TLS, loopback stays plain HTTP for them (nginx tells the two apart by local address)
-        + (f"        listen 127.0.0.1:{cfg.port}{'' if cfg.listen == ANY else ' backlog=4096'};\n"
-           if cfg.listen not in (ANY, ANY6, "127.0.0.1") or cfg.tls else "")
-        + (f"        ssl_certificate {cfg.tls[0]};\n        ssl_certificate_key {cfg.tls[1]};\n"
-           "        ssl_protocols TLSv1.2 TLSv1.3;\n" if cfg.tls else "")
+        f"        listen {cfg.listen}:{cfg.port} backlog=4096{' ipv6only=off' if cfg.listen == ANY6 else ''};\n"
+        # bound to one address: the reconciler's probe and the holder still reach it on loopback
+        + (f"        listen 127.0.0.1:{cfg.port} backlog=4096;\n"
+           if cfg.listen not in (ANY, ANY6, "127.0.0.1") else "")
         + "        location = /gateway/health {\n"
         "            default_type application/json;\n"
         f"            return 200 '{health}\\n';\n"

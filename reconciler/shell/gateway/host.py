@@ -37,6 +37,7 @@ from reconciler.drivers.exits import ExitWatch
 from reconciler.drivers.state import StateDir
 from reconciler.shell.gateway import holder_supervisor
 from reconciler.shell.gateway.bindcheck import bind_free
+from reconciler.shell.gateway.confine import nginx_user, unsafe_prefix
 from reconciler.shell.gateway.job import GatewayJobs, Placement
 from reconciler.shell.gateway.record import (
     OWNER_NAME, Change, Records, health_page, in_job, prefix_of, record_path,
@@ -176,11 +177,8 @@ class Gateways(Records):
             listen = rec.get("listen", ANY)
         elif rec.get("listenError"):
             self._write(recipe, rec := {**rec, "listenError": None})
-        tls = tuple(door["tls"]) if door and door.get("tls") else None
-        if bool(rec.get("tls")) != bool(tls):  # the endpoint's scheme (record.facts)
-            self._write(recipe, rec := {**rec, "tls": bool(tls)})
         text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven, listen,
-                                    held if hold is not None else None, held if keys else None, tls=tls))
+                                    held if hold is not None else None, held if keys else None, user=nginx_user()))
         pid = master_pid(prefix)
         moved = pid is not None and rec.get("listen", ANY) != listen  # asked for: not a restart
         if moved:  # a reload cannot bind the port anew
@@ -198,6 +196,8 @@ class Gateways(Records):
             # record holds what nginx was confirmed to serve, never what was only asked of it
             if (previous != text or rec.get("upstreams") != served or bool(rec.get("unproven")) != unproven
                     or rec.get("lastError")):
+                if (unsafe := unsafe_prefix(prefix, self.state.root)) is not None:
+                    return self._failed(recipe, unsafe)
                 atomic_write_text(conf, text)
                 err = self._run(["-t", "-q"], prefix)
                 if err is not None:
@@ -231,13 +231,12 @@ class Gateways(Records):
             self._write(recipe, rec)
         if rec.get("notBefore") and now < rec["notBefore"]:
             return []
-        (prefix / "tmp").mkdir(parents=True, exist_ok=True)
         stop_orphans(list(rec.get("workers") or []), port)
         # held by something not ours: said at once, without nginx's own bind retries (5 x 0.5 s,
         # a stalled tick each time); the endpoint is promised stable, so the port is not changed
-        err = None if bind_free(port) else (
+        err = unsafe_prefix(prefix, self.state.root) or (None if bind_free(port) else (
             f"port {port} is held by another process ({held_by(port)}); the endpoint keeps its address, so the gateway waits "
-            f"for the port (free it, or remove {record_path(self.state.root, recipe)} to take a new one)")
+            f"for the port (free it, or remove {record_path(self.state.root, recipe)} to take a new one)"))
         self._conf.pop(recipe, None)
         if err is None:
             atomic_write_text(conf, text)

@@ -34,6 +34,7 @@ from reconciler.fsutil import atomic_write_text
 from reconciler.gateway import ANY, GatewayConfig, render, version
 from reconciler.recipe.gateway import DEFAULT_HOLD_S
 from reconciler.shell.gateway import holder_supervisor
+from reconciler.shell.gateway.confine import nginx_user, unsafe_prefix
 from reconciler.shell.gateway.job_slurm import (
     RUNNING, Job, Placement, batch_script, parse_jobs, pick, sbatch_argv,
 )
@@ -81,10 +82,12 @@ class GatewayJobs(Records):
         changes += [Change(kind, recipe, msg) for kind, msg in said]
         cfg = GatewayConfig(recipe, rec["port"], prefix, tuple(sorted(upstreams)), unproven, ANY,
                             rec["holderPort"] if hold is not None else None,
-                            rec["holderPort"] if door and door.get("keys") else None)
+                            rec["holderPort"] if door and door.get("keys") else None,
+                            user=nginx_user())  # the job runs as the reconciler's user: so do its workers
         text = render(cfg)
         conf = prefix / "nginx.conf"
-        (prefix / "tmp").mkdir(parents=True, exist_ok=True)
+        if (unsafe := unsafe_prefix(prefix, self.state.root)) is not None:
+            return changes + self._failed(recipe, unsafe)
         if not conf.exists() or conf.read_text() != text:
             atomic_write_text(conf, text)
         jobs = [j for j in self._find(recipe) if j.state in ALIVE]
