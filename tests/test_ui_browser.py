@@ -85,6 +85,14 @@ def test_status_page_shows_the_deployment_and_a_killed_worker(h, browser, tmp_pa
         assert f"step {steps[unit][0]}" in cell(browser, name, unit, "life")
     row = browser.find_element("css selector", f'#deployments tr[data-recipe="{name}"]')
     assert "agg 2/2" in row.text and "Ready" in row.text, row.text
+    # kubectl's UP-TO-DATE and AVAILABLE, and the Available condition in the deployment's card
+    # (looked up afresh each time: the page is redrawn every 2 s)
+    wait_until(lambda: [browser.find_element("css selector", f'#deployments tr[data-recipe="{name}"] td.{c}').text
+                        for c in ("uptodate", "available")] == ["2", "2"], timeout=30, interval=0.2,
+               what="UP-TO-DATE 2 and AVAILABLE 2 on the page")
+    wait_until(lambda: "Available: serving: agg 2/2" in browser.find_element(
+        "css selector", f'section[data-deployment="{name}"]').text, timeout=30, interval=0.2,
+        what="the Available condition in the deployment's card")
     assert "no deployment is autoscaled" in browser.find_element("css selector", "#autoscaler").text
     assert browser.find_elements("css selector", f'section[data-deployment="{name}"] svg.chart')
 
