@@ -81,6 +81,7 @@ class GatewayConfig:
     # who nginx's workers run as when its master is root (the reconciler's own user): the default,
     # nobody, can neither traverse a state directory at 0700 nor spool a body under it (500)
     user: str | None = None
+    tls: tuple[str, str] | None = None  # (cert, key) PEM paths: TLS on the listener; 127.0.0.1 stays plain
 
 
 def _check(cfg: GatewayConfig) -> None:
@@ -101,6 +102,9 @@ def _check(cfg: GatewayConfig) -> None:
         raise ValueError(f"gateway of {cfg.recipe!r}: a recipe name with characters nginx would read as syntax")
     if cfg.user is not None and not all(w and all(c.isalnum() or c in "._-" for c in w) for w in cfg.user.split(" ")):
         raise ValueError(f"gateway user {cfg.user!r} has characters nginx would read as syntax")
+    if cfg.tls is not None and not all(p.startswith("/") and all(c.isalnum() or c in "._/@+-" for c in p)
+                                       for p in cfg.tls):
+        raise ValueError(f"gateway TLS files {cfg.tls!r}: characters nginx would read as syntax")
     # the prefix never appears in the text: every path is relative to nginx's -p (an argv item), so
     # a state directory with a space, a quote or a $ in its path needs no quoting here
     if any(c in cfg.listen for c in ' \t\n;{}"\'#$\\'):
@@ -120,7 +124,8 @@ def instance(recipe: str, prefix: Path) -> str:
 def version(cfg: GatewayConfig) -> str:
     """A digest of everything the config is rendered from: two configs serve alike iff it matches."""
     return _digest([cfg.recipe, cfg.port, str(cfg.prefix), list(cfg.upstreams), cfg.unproven, cfg.listen, cfg.holder]
-                   + ([cfg.auth] if cfg.auth is not None else []))  # without keys: the digest of before
+                   + ([cfg.auth] if cfg.auth is not None else [])  # without keys: the digest of before
+                   + ([list(cfg.tls)] if cfg.tls is not None else []))
 
 
 OPENAI = ("/v1/", "= /health")  # what is passed on to the frontends; anything else is nginx's 404
@@ -237,10 +242,14 @@ def render(cfg: GatewayConfig) -> str:
         + upstream
         + "    server {\n"
         # [::] with nginx's default ipv6only=on would refuse every IPv4 client of the host's name
-        f"        listen {cfg.listen}:{cfg.port} backlog=4096{' ipv6only=off' if cfg.listen == ANY6 else ''};\n"
-        # bound to one address: the reconciler's probe and the holder still reach it on loopback
-        + (f"        listen 127.0.0.1:{cfg.port} backlog=4096;\n"
-           if cfg.listen not in (ANY, ANY6, "127.0.0.1") else "")
+        f"        listen {cfg.listen}:{cfg.port} backlog=4096{' ipv6only=off' if cfg.listen == ANY6 else ''}"
+        f"{' ssl' if cfg.tls else ''};\n"
+        # bound to one address: the reconciler's probe and the holder still reach it on loopback;
+        # with TLS, loopback stays plain HTTP for them (nginx tells the two apart by local address)
+        + (f"        listen 127.0.0.1:{cfg.port}{'' if cfg.listen == ANY else ' backlog=4096'};\n"
+           if cfg.listen not in (ANY, ANY6, "127.0.0.1") or cfg.tls else "")
+        + (f"        ssl_certificate {cfg.tls[0]};\n        ssl_certificate_key {cfg.tls[1]};\n"
+           "        ssl_protocols TLSv1.2 TLSv1.3;\n" if cfg.tls else "")
         + "        location = /gateway/health {\n"
         "            default_type application/json;\n"
         f"            return 200 '{health}\\n';\n"

@@ -177,8 +177,12 @@ class Gateways(Records):
             listen = rec.get("listen", ANY)
         elif rec.get("listenError"):
             self._write(recipe, rec := {**rec, "listenError": None})
+        tls = tuple(door["tls"]) if door and door.get("tls") else None
+        if bool(rec.get("tls")) != bool(tls):  # the endpoint's scheme (record.facts)
+            self._write(recipe, rec := {**rec, "tls": bool(tls)})
         text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven, listen,
-                                    held if hold is not None else None, held if keys else None, user=nginx_user()))
+                                    held if hold is not None else None, held if keys else None, user=nginx_user(),
+                                    tls=tls))
         pid = master_pid(prefix)
         moved = pid is not None and rec.get("listen", ANY) != listen  # asked for: not a restart
         if moved:  # a reload cannot bind the port anew
