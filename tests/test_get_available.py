@@ -66,6 +66,14 @@ def test_what_wait_for_waits_for(tmp_path, st, until, met):
     assert row["ready"] is False
 
 
+def test_a_status_without_available_is_waited_on_as_ready(tmp_path):
+    """Written by a `run` from before the condition: --for available does not wait forever."""
+    for st, met in ((CONVERGED, True), (ROLLING, False)):
+        write(tmp_path, {**st, "conditions": [c for c in st["conditions"] if c["type"] != "Available"]})
+        (row,) = get_wait.recorded_rows(tmp_path, ["r"], {"r": "g2"}, "available")
+        assert row["ready"] is met
+
+
 def test_wait_for_available_returns_during_a_rollout_and_for_ready_times_out_naming_it(tmp_path, capsys):
     write(tmp_path, ROLLING)
     assert get_wait.wait(tmp_path, ["r"], {"r": "g2"}, timeout=20, poll=0.05, until="available") is True

@@ -35,7 +35,9 @@ def done(st: dict, phase: str, until: str) -> bool:
     if until == "ready":
         return phase == "Ready"
     if until == "available":
-        return _cond(st, "Available").get("status") == "True"
+        avail = _cond(st, "Available")
+        # recorded by a `run` from before the condition existed: its Ready is the nearest answer
+        return avail.get("status") == "True" if avail else phase == "Ready"
     prog = _cond(st, "Progressing")
     # scaled to zero or suspended on purpose: nothing is left to roll out either
     return prog.get("status") == "False" and prog.get("reason") in ("Converged", "ScaledToZero", "Suspended")
