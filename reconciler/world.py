@@ -400,3 +400,9 @@ class Desired:
     manifests_seen: int = 0  # recipe files found (valid or not): the prune guard's input
     held: Mapping[str, str] = field(default_factory=dict)  # recipe -> why its desired state could not be built
     allow_empty: bool = False  # the user allows tearing everything down when every manifest is gone
+    # `reconciler prune NAME` (state/<name>/prune.json): the operator confirmed tearing NAME down though
+    # the prune guard holds it
+    prune_confirmed: frozenset[str] = frozenset()
+    # recipes the prune guard keeps running (their file is gone), built from their last applied spec
+    # so that they are probed and shown (units, endpoint, model); plan() never converges them
+    kept: Mapping[str, DesiredRecipe] = field(default_factory=dict)

@@ -19,6 +19,7 @@ class _Verbs(click.Group):
     verb would otherwise bring in (tests/test_cli_read_fast.py keeps it so)."""
 
     LAZY = {"get": "reconciler.cli.get:get", "benchmarks": "reconciler.cli.bench:benchmarks",
+            "prune": "reconciler.cli.prune:prune",
             "keys": "reconciler.cli.keys:keys",
             **{v: f"reconciler.cli.ops:{v}" for v in ("describe", "events", "logs", "suspend", "resume")}}
 

@@ -73,18 +73,25 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
     queued = allocation_waits(snap.plan, snap.observed)
     rows = []
     for name in all_names:
-        if name in gone and name not in snap.desired.recipes and name not in snap.manifests.invalid:
+        kept = snap.desired.kept.get(name)  # held by the prune guard: built from its last applied spec
+        if name in gone and name not in snap.desired.recipes and name not in snap.manifests.invalid and not kept:
             rows.append(_gone_row(name, gone[name], snap.observed, sd.status(name), now))
             continue
         prev = sd.status(name)
-        st = build_status(name, snap.desired.recipes.get(name), snap.observed, snap.plan.recipes.get(name),
+        d = snap.desired.recipes.get(name) or kept
+        st = build_status(name, d, snap.observed, None if kept else snap.plan.recipes.get(name),
                           snap.manifests.invalid.get(name), prev, sd.launches(name), now, sd.exits(name),
                           gateway=gateway_facts(sd.root, name))
         from reconciler.shell import reasons
 
         launches = sd.launches(name)
-        reasons.annotate(st["workers"], snap.desired.recipes.get(name), sd.root, name, launches)
+        reasons.annotate(st["workers"], d, sd.root, name, launches)
         reason, why = reasons.deployment_reason(st)
+        if kept is not None:
+            from reconciler.shell import prune_guard
+
+            prune_guard.mark(st, prev, prune_guard.why(name, sd.files()), now)
+            reason, why = st["reason"], st["reasonMessage"]
         created = _parse_iso(st["createdAt"])
         invalid = snap.manifests.invalid.get(name) or snap.desired.held.get(name)
         rows.append({
@@ -101,6 +108,7 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
             "autoscale": autoscale_view.summary(sd, name, st["roles"]),
             "startup": startup_view.read(sd, name),
             "benchmark": bench_results.brief(bench_results.last(sd.root, name)),
+            "warning": st.get("warning"),
         })
     return rows
 
@@ -176,7 +184,9 @@ def print_table(rows: list[dict], manifests: str, wide: bool = False, header: bo
     for row in table:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     for r in rows:
-        if r["error"]:
+        if r.get("warning"):  # shown, serving, but not acted on (the prune guard holds it)
+            click.echo(click.style("warning: ", fg="yellow") + f"{_shown(r)}: {r['warning']['message']}", err=True)
+        elif r["error"]:
             click.echo(click.style("invalid: ", fg="red") + r["error"], err=True)
         elif r.get("reasonMessage") and not wide:
             click.echo(click.style(f"{r['reason']}: ", fg="red") + f"{_shown(r)}/{r['reasonMessage']}", err=True)

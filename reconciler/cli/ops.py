@@ -34,12 +34,18 @@ def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: st
     if name not in known and name not in {a.recipe for a in snap.observed.allocs}:
         raise ReconcilerError(f"no recipe named {name} in {manifests} (known: {', '.join(sorted(known)) or 'none'})")
     sd, rp = ctl.state, snap.plan.recipes.get(name)
-    st = build_status(name, snap.desired.recipes.get(name), snap.observed, rp, snap.manifests.invalid.get(name),
+    kept = snap.desired.kept.get(name)  # held by the prune guard: shown from its last applied spec
+    d = snap.desired.recipes.get(name) or kept
+    st = build_status(name, d, snap.observed, None if kept else rp, snap.manifests.invalid.get(name),
                       sd.status(name), sd.launches(name), snap.now, sd.exits(name),
                       gateway=gateway_facts(sd.root, name)) if rp else {}
     from reconciler.shell import reasons
 
-    reasons.annotate(st.get("workers", []), snap.desired.recipes.get(name), sd.root, name, sd.launches(name))
+    reasons.annotate(st.get("workers", []), d, sd.root, name, sd.launches(name))
+    if kept is not None:
+        from reconciler.shell import prune_guard
+
+        prune_guard.mark(st, sd.status(name), prune_guard.why(name, sd.files()), snap.now)
     later = dict(rp.relaunch_later) if rp else {}
     waits = dict(rp.waiting) if rp else {}
     for w in st.get("workers", []):
@@ -62,7 +68,7 @@ def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: st
     return {"name": name, "phase": st.get("phase", "Unknown"), "endpoint": st.get("endpoint"),
             "servedModel": st.get("servedModel") or sd.status(name).get("servedModel"),
             "benchmark": bench if bench["state"] or bench["last"] else None,
-            "suspended": bool((d := snap.desired.recipes.get(name)) and d.suspended),
+            "suspended": bool(d and d.suspended), "warning": st.get("warning"),
             "error": snap.manifests.invalid.get(name) or snap.desired.held.get(name),
             "conditions": st.get("conditions", []), "units": st.get("workers", []), "allocations": allocs,
             "events": operate.read_events(Path(state), name)[-20:],
@@ -94,6 +100,8 @@ def describe(name: str, manifests: str, state: str, driver: str | None, port_ran
     click.echo(click.style(f"Name: {namespaces.display(doc['name'])}", bold=True) + f"   Phase: {doc['phase']}"
                + (f"   Endpoint: {doc['endpoint']}" if doc["endpoint"] else "")
                + (f"   Model: {doc['servedModel']}" if doc.get("servedModel") else ""))
+    if doc.get("warning"):
+        click.echo(click.style(f"Warning: {doc['warning']['reason']}: ", fg="yellow") + doc["warning"]["message"])
     if doc["error"]:
         click.echo(click.style("Error: ", fg="red") + doc["error"])
     click.echo("Conditions:")

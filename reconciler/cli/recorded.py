@@ -62,12 +62,12 @@ def rows(state: Path, names: tuple[str, ...], manifests: str, now: float | None 
     out = []
     for k in keys:
         r = row(state, k, recorded[k], now)
-        if declared is not None and k not in declared:
-            # no file declares it any more, yet `run` has not recorded it Deleted: what it owned still
-            # runs, being cancelled or kept by the prune guard (the live `get` tells which)
+        if declared is not None and k not in declared and not r["warning"] and r["status"] != "Terminating":
+            # no file declares it any more, yet `run` has recorded neither what the prune guard keeps
+            # (ManifestMissing, with its warning) nor its teardown: between two of its passes
             r.update(status="ManifestMissing", reason=r["reason"] or "ManifestMissing",
-                     error="manifest missing: its workloads still run; `run` cancels them, or keeps them when "
-                           "every manifest is gone (the prune guard: `run --allow-empty` to let it)")
+                     error="manifest missing: its workloads still run; `run` cancels them at its next pass, or "
+                           "keeps them when every manifest is gone (the prune guard: `reconciler prune NAME`)")
         out.append(r)
     return out
 
@@ -84,6 +84,9 @@ def row(state: Path, key: str, st: dict, now: float) -> dict:
     ns, name = namespaces.split(key)
     conds = [c for c in st.get("conditions") or [] if isinstance(c, dict)]
     invalid = next((c["message"] for c in conds if c.get("type") == "Invalid" and c.get("status") == "True"), None)
+    warning = st.get("warning") if isinstance(st.get("warning"), dict) else None
+    if warning:  # kept by the prune guard: its Invalid condition says why, and it is no spec error
+        invalid = None
     error = invalid or st.get("error")
     status = "Invalid" if invalid else ("Error" if st.get("error") else st.get("phase", "Unknown"))
     workers = [w for w in st.get("workers") or [] if isinstance(w, dict)]
@@ -107,6 +110,7 @@ def row(state: Path, key: str, st: dict, now: float) -> dict:
         "startup": startup_view.summary(_json(Path(state) / key / startup_view.FILE)),
         "benchmark": bench_results.brief(bench_results.last(Path(state), key)),
         "recordedAt": st.get("updatedAt"),
+        "warning": warning,
     }
 
 

@@ -39,6 +39,7 @@ from reconciler.shell.gateway.sync import sync_gateways
 from reconciler.shell.manifests import DEBOUNCE, Manifests, applied_since, load_manifests
 from reconciler.shell.observe import Observer
 from reconciler.shell.record import record
+from reconciler.shell import prune_guard
 from reconciler.shell.snapshot import Snapshot
 from reconciler.shell.metrics import Metrics
 from reconciler.shell.cluster.nodes import NodeWatch
@@ -168,7 +169,10 @@ class Controller:
                                 self._desired_cache, self.allow_empty, hold=unusable,
                                 suspended=suspended_names(self.state.root),
                                 scale=self.autoscaler.overrides(m.recipes, now))
-        ready, health = self.observer.health(desired, facts.steps, now)
+        # every manifest gone at once: what the prune guard keeps is built from its last applied spec
+        # to be probed and shown, and `reconciler prune NAME` confirms one's teardown
+        desired = prune_guard.hold(desired, pre, self.state, ports, self.python, self.cluster, now)
+        ready, health = self.observer.health(prune_guard.probed(desired), facts.steps, now)
         previous_ready, previous_failures = self.observer.previous_ready(desired, facts.steps)
         self.slurm.refresh(facts.allocs, desired, now)  # the slow questions, only when due
         observed = Observed(facts.allocs, facts.steps, ready, health, dict(self.executor.failures),

@@ -15,7 +15,7 @@ from reconciler.shell.snapshot import Snapshot
 from reconciler.drivers.state import StateDir, set_suspended, suspended_names
 from reconciler.shell.status import build_status
 from reconciler.timefmt import iso
-from reconciler.shell import reasons
+from reconciler.shell import prune_guard, reasons
 from reconciler.shell.readiness import router_sync
 from reconciler.shell.elastic.autoscale import Autoscaler
 from reconciler.desired.runtime import endpoints_path
@@ -69,7 +69,8 @@ def record(state: StateDir, snap: Snapshot, routers: router_sync.RouterSync) -> 
             log.error("recipe held", recipe=name, error=why)
             state.event("Held", name, f"desired state cannot be computed, nothing is changed: {why}")
         write_status(state, name, {**prev, "name": name, "phase": "Error", "error": why, "updatedAt": iso(now)}, prev)
-    names = set(d.recipes) | set(m.invalid)
+    _prune_guard_marks(state, snap)
+    names = set(d.recipes) | set(m.invalid) | set(d.kept)
     for name in sorted(names):
         if not namespaces.fits_state(name):
             continue  # its directory would be a file of state/'s own, or too long a name
@@ -87,17 +88,42 @@ def record(state: StateDir, snap: Snapshot, routers: router_sync.RouterSync) -> 
                 state.write_status(name, {**st, "phase": "Deleted", "deletedAt": iso(now), "workers": []})
                 state.prune_launches(name, set())
                 Autoscaler.forget(state, name)
+            prune_guard.clear(state, name)
+
+
+def _prune_guard_marks(state: StateDir, snap: Snapshot) -> None:
+    """A confirmed prune (``reconciler prune``) is said once as its teardown starts; a confirmation
+    whose file came back is dropped (a later mass deletion must be refused again)."""
+    d = snap.desired
+    for name in d.prune_confirmed:
+        rp = snap.plan.recipes.get(name)
+        st = state.status(name)
+        if rp is not None and rp.actions and st.get("phase") == prune_guard.REASON:
+            state.event("PruneConfirmed", name, "teardown confirmed by `reconciler prune`: "
+                        + "; ".join(a.describe() for a in rp.actions))
+            state.write_status(name, {**st, "phase": "Terminating", "warning": None, "updatedAt": iso(snap.now)})
+    for name in set(d.recipes) | set(d.held):
+        if namespaces.fits_state(name) and prune_guard.clear(state, name):
+            state.event("PruneCancelled", name, "its manifest is back: the confirmed prune is dropped")
     state.expire_deleted(gone, now)
 
 
 def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> None:
     d, p = snap.desired.recipes.get(name), snap.plan
+    kept = snap.desired.kept.get(name)  # held by the prune guard: shown from its last applied spec
     prev = state.status(name)
     launches = state.launches(name)
-    st = build_status(name, d, snap.observed, p.recipes.get(name), snap.manifests.invalid.get(name), prev,
-                      launches, now, state.exits(name), gateway=gateway_facts(state.root, name))
-    reasons.annotate(st["workers"], d, state.root, name, launches)  # why a unit is down, for get and the UI
+    st = build_status(name, d or kept, snap.observed, None if kept else p.recipes.get(name),
+                      snap.manifests.invalid.get(name), prev, launches, now, state.exits(name),
+                      gateway=gateway_facts(state.root, name))
+    reasons.annotate(st["workers"], d or kept, state.root, name, launches)  # why a unit is down, for get and the UI
     st["reason"], st["reasonMessage"] = reasons.deployment_reason(st)
+    if kept is not None:
+        why = prune_guard.why(name, state.files())
+        if prev.get("phase") != prune_guard.REASON:
+            log.warning("manifest missing: the prune guard keeps the deployment running", recipe=name)
+            state.event(prune_guard.REASON, name, why, type="Warning")
+        prune_guard.mark(st, prev, why, now)
     lost = state.read_json(state.path_of(name, "allocation-lost.json"), None, lambda x: isinstance(x, dict))
     if lost:
         st["lastAllocationLost"] = lost  # Slurm's state and reason for the last allocation that went away

@@ -141,6 +141,20 @@ def test_prune_guard(seen, allow_empty, refused):
     assert bool(p.actions) is not refused
 
 
+def test_prune_confirmed_tears_down_that_one_and_the_guard_holds_the_others():
+    """`reconciler prune NAME` (Desired.prune_confirmed): NAME is torn down, another held one is not;
+    once every held recipe is confirmed the guard holds nothing (gateways and ports are let go)."""
+    from dataclasses import replace
+
+    o = observed(step(index=0), step(index=0, recipe="s", job="200"), allocs=(alloc(), alloc(job="200", recipe="s")))
+    p = plan(replace(desired(manifests_seen=0), prune_confirmed=frozenset({"r"})), o, 0)
+    assert p.recipes["r"].state is RecipeState.TEARDOWN and p.for_recipe("r")
+    assert p.recipes["s"].state is RecipeState.PRUNE_REFUSED and not p.for_recipe("s") and p.recipes["s"].deferred
+    assert p.refused_prune and "reconciler prune" in p.recipes["s"].detail
+    p = plan(replace(desired(manifests_seen=0), prune_confirmed=frozenset({"r", "s"})), o, 0)
+    assert not p.refused_prune and {rp.state for rp in p.recipes.values()} == {RecipeState.TEARDOWN}
+
+
 def test_a_held_recipe_is_left_alone():
     p = plan(desired(held={"r": "PortsExhausted: no free port"}), observed(step(index=0)), 0)
     assert p.recipes["r"].state is RecipeState.HELD and not p.actions

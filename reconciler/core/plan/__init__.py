@@ -72,13 +72,14 @@ def plan(desired: Desired, observed: Observed, now: float, edited: Mapping[str, 
     for name, why in desired.held.items():
         out[name] = RecipePlan(name, RecipeState.HELD, detail=why)
     gone = sorted(observed.recipes() - set(desired.recipes) - set(desired.held))
-    refused = bool(gone) and prune_refused(desired)
+    # `reconciler prune NAME` confirmed that one's teardown: the guard holds only the others
+    refused = bool(set(gone) - desired.prune_confirmed) and prune_refused(desired)
     for name in gone:
-        if refused:
+        if refused and name not in desired.prune_confirmed:
             td = teardown(name, observed, StopReason.RECIPE_DELETED)
             out[name] = RecipePlan(name, RecipeState.PRUNE_REFUSED, deferred=td.actions, detail=(
                 "every manifest is gone at once (a mis-mounted directory?); "
-                "run with --allow-empty to tear everything down"))
+                "`reconciler prune NAME` tears one down, `run --allow-empty` all of them"))
         else:
             out[name] = teardown(name, observed, StopReason.RECIPE_DELETED)
     for name in sorted(desired.recipes):

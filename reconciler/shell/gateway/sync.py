@@ -99,7 +99,8 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot, answering
         log.error("gateway probe not recorded", error=str(e))
     keep = wanted | set(d.held) | set(snap.manifests.invalid)
     for name in gateways.known():
-        if name not in keep and not snap.plan.refused_prune:
+        # the prune guard keeps what it holds, but not one whose teardown `reconciler prune` confirmed
+        if name not in keep and (not snap.plan.refused_prune or name in d.prune_confirmed):
             try:
                 changes = gateways.stop(name, snap.ports)
             except Exception as e:  # noqa: BLE001 - one gateway's failure must not stop the tick
