@@ -179,7 +179,9 @@ def main() -> None:
     (tmp / "home").mkdir()
     (tmp / "srtslurm.yaml").write_text(json.dumps({"host_runtime": {"python": str(VLLM_BIN / "python"), "env": {
         "PATH": f"{VLLM_BIN}:/usr/local/bin:/usr/bin:/bin", "VLLM_CPU_KVCACHE_SPACE": "1", "HOME": str(tmp / "home"),
-        "HF_HUB_OFFLINE": "1"}}}))
+        "HF_HUB_OFFLINE": "1",
+        # unpinned, one thread each: vLLM's automatic binding puts every engine on the same core here
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}}}))
     run = Run(tmp)
     (run.manifests / "parked.yaml").write_text(MOCKER.format(name="parked", model=model, startup=0, python=sys.executable)
                                                + "  suspend: true\n")

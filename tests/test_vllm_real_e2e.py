@@ -126,9 +126,6 @@ def test_a_killed_engine_is_relaunched_and_serves_again(dep, summary):
     assert 0 < s.warmup < s.total and s.imports < s.total
 
 
-# deselected by default: every engine's worker is pinned to CPU 0 by vLLM's automatic OpenMP binding,
-# and with two or more lives at once this has not finished within its bounds here (2026-12-07)
-@pytest.mark.vllm_unverified
 def test_a_flag_change_rolls_the_engine_with_no_failed_request(dep, summary):
     """A new engine flag: the new life starts beside the old (surge), the old leaves only once the
     new one is Ready and routed; a client sending all along sees no failure."""

@@ -55,7 +55,11 @@ def write_cluster_config(tmp: Path) -> None:
     (tmp / "srtslurm.yaml").write_text(json.dumps({
         "host_runtime": {"python": str(VLLM_BIN / "python"), "env": {
             "PATH": f"{VLLM_BIN}:/usr/local/bin:/usr/bin:/bin", "VLLM_CPU_KVCACHE_SPACE": "1",
-            "HOME": str(home), "HF_HUB_OFFLINE": "1"}},
+            "HOME": str(home), "HF_HUB_OFFLINE": "1",
+            # vLLM's automatic OpenMP binding pins every engine here to the same core (one NUMA
+            # node, one core kept back): two lives at once (a surge, two workers) then share it.
+            # Unbound with one thread each, the kernel spreads them.
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}},
     }))
 
 
