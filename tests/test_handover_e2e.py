@@ -55,3 +55,16 @@ def test_a_deployment_outlives_two_time_limits_with_no_failed_request(tmp_path):
             released = events(h, name, "CancelAlloc")
             assert len(released) >= 2 and all("no longer needed" in e["message"] for e in released)
             assert client.failed == [], (client.ok, client.failed[:5])
+            # the hand-overs are planned: Available came up once and never moved after (the old
+            # job's lives served until the successor's did), and Progressing stayed True from each
+            # successor's submission until the old job was released (it said Converged while the
+            # successor queued); from the record of every transition, not from polls
+            record = events(h, name)
+            avail = [e["status"] for e in record if e["kind"] == "Condition" and e.get("condition") == "Available"]
+            assert avail[-1] == "True" and avail.count("True") == 1, avail
+            for i, e in enumerate(record):
+                if e["kind"] == "SubmitAlloc" and "successor" in e["message"]:
+                    # the last one may still be under way when the test ends: up to now, then
+                    end = next((j for j in range(i, len(record)) if record[j]["kind"] == "CancelAlloc"), len(record))
+                    prog = [x for x in record[i:end] if x["kind"] == "Condition" and x.get("condition") == "Progressing"]
+                    assert all(x["status"] == "True" for x in prog), (e["message"], prog)
