@@ -220,3 +220,30 @@ def test_the_cluster_configs_keys_file_is_every_recipes_unless_it_names_its_own(
     assert apply(opted_out, c)[0]["reconcile"]["gateway"]["api_keys"] is None
     with pytest.raises(ValueError, match="absolute path of a keys file"):
         ClusterConfig.model_validate({"default_gateway_api_keys": "keys.txt"})
+
+
+def _outside_address() -> str | None:
+    """An address of this host that is not loopback (a connection to it comes from it, not 127.0.0.1)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # no packet is sent: the route picks the source address
+            addr = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if addr.startswith("127.") else addr
+
+
+@needs_nginx
+def test_the_gateways_health_page_answers_on_loopback_only(gw, tmp_path):  # noqa: F811
+    addr = _outside_address()
+    if addr is None:
+        pytest.skip("this host has no address but loopback")
+    ports = _ports()
+    gw.sync("r1", ["127.0.0.1:9"], ports, 1000.0)
+    port = int(facts(gw.state.root, "r1")["url"].rsplit(":", 1)[1])
+    st, _, body = call(f"http://127.0.0.1:{port}", "/gateway/health", method="GET")
+    assert st == 200 and b"127.0.0.1:9" in body
+    st, _, body = call(f"http://{addr}:{port}", "/gateway/health", method="GET")
+    assert st == 404 and b"127.0.0.1:9" not in body, (st, body)  # the frontends' addresses stay on the host

@@ -82,6 +82,9 @@ class GatewayConfig:
     # nobody, can neither traverse a state directory at 0700 nor spool a body under it (500)
     user: str | None = None
     tls: tuple[str, str] | None = None  # (cert, key) PEM paths: TLS on the listener; 127.0.0.1 stays plain
+    # /gateway/health (it names the frontends' addresses) answered on loopback only: a gateway on the
+    # reconciler's host, whose probe and holder ask it there (one in its own job is probed from afar)
+    loopback_health: bool = False
 
 
 def _check(cfg: GatewayConfig) -> None:
@@ -125,7 +128,8 @@ def version(cfg: GatewayConfig) -> str:
     """A digest of everything the config is rendered from: two configs serve alike iff it matches."""
     return _digest([cfg.recipe, cfg.port, str(cfg.prefix), list(cfg.upstreams), cfg.unproven, cfg.listen, cfg.holder]
                    + ([cfg.auth] if cfg.auth is not None else [])  # without keys: the digest of before
-                   + ([list(cfg.tls)] if cfg.tls is not None else []))
+                   + ([list(cfg.tls)] if cfg.tls is not None else [])
+                   + (["loopback-health"] if cfg.loopback_health else []))
 
 
 OPENAI = ("/v1/", "= /health")  # what is passed on to the frontends; anything else is nginx's 404
@@ -139,10 +143,13 @@ def _checked(cfg: GatewayConfig) -> str:
             "            error_page 401 = @unauthorized;\n") if cfg.auth is not None else ""
 
 
+_NOT_HERE = json.dumps({"error": {"message": "not found: the gateway passes on /v1/... and /health only",
+                                  "type": "not_found", "code": 404}})
+
+
 def _front_door(cfg: GatewayConfig) -> str:
     """The 404 for every path that is not OpenAI's; with keys, the check's subrequest and its 401."""
-    not_here = json.dumps({"error": {"message": "not found: the gateway passes on /v1/... and /health only",
-                                     "type": "not_found", "code": 404}})
+    not_here = _NOT_HERE
     text = ("        location / {\n"
             "            default_type application/json;\n"
             f"            return 404 '{not_here}\\n';\n"
@@ -252,7 +259,11 @@ def render(cfg: GatewayConfig) -> str:
            "        ssl_protocols TLSv1.2 TLSv1.3;\n" if cfg.tls else "")
         + "        location = /gateway/health {\n"
         "            default_type application/json;\n"
-        f"            return 200 '{health}\\n';\n"
+        # `return` runs before allow/deny would (rewrite phase): the address is tested in an `if`
+        + ("            if ($remote_addr !~ '^(127\\.0\\.0\\.1|::1|::ffff:127\\.0\\.0\\.1)$') {\n"
+           f"                return 404 '{_NOT_HERE}\\n';\n"
+           "            }\n" if cfg.loopback_health else "")
+        + f"            return 200 '{health}\\n';\n"
         "        }\n"
         + location
         + "    }\n"

@@ -182,7 +182,7 @@ class Gateways(Records):
             self._write(recipe, rec := {**rec, "tls": bool(tls)})
         text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven, listen,
                                     held if hold is not None else None, held if keys else None, user=nginx_user(),
-                                    tls=tls))
+                                    tls=tls, loopback_health=True))
         pid = master_pid(prefix)
         moved = pid is not None and rec.get("listen", ANY) != listen  # asked for: not a restart
         if moved:  # a reload cannot bind the port anew
