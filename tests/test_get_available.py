@@ -102,3 +102,11 @@ def test_the_status_page_shows_available_and_the_counts():
     assert model.deployment("r", DOWN, {}, None)["available"] is False
     assert model.deployment("r", {"phase": "Ready", "conditions": []}, {}, None)["available"] is None  # an old record
     assert "<th>UP-TO-DATE</th><th>AVAILABLE</th>" in PAGE and 'count(d, "available")' in PAGE
+
+
+def test_a_refused_rollout_ends_the_wait_for_available_with_its_message(tmp_path, capsys):
+    """Rollout analysis refused the edit: the old lives serve (Available), and the wait still fails."""
+    refused = doc("Degraded", False, True, (False, "RolloutFailed"), ROLLING["replicas"])
+    write(tmp_path, refused)
+    assert get_wait.wait(tmp_path, ["r"], {"r": "g2"}, timeout=20, poll=0.05, until="available") is False
+    assert "error: r: m" in capsys.readouterr().err

@@ -82,14 +82,18 @@ def wait(state: Path, names: list[str], generations: dict[str, str | None], time
     warned = False
     while True:
         rows = recorded_rows(state, names, generations, until)
+        # first: a refused rollout leaves the deployment Available (its old lives serve), and an
+        # "apply and wait" must still hear that the file it applied will not be rolled out
+        if refused := [r for r in rows if r["refused"]]:
+            if tty and last:
+                click.echo("", err=True)
+            for r in refused:
+                click.echo(f"error: {r['name']}: {r['refused']}", err=True)
+            return False
         if all(r["ready"] for r in rows):
             if tty and last:
                 click.echo("\r\033[K", nl=False, err=True)
             return True
-        if refused := [r for r in rows if r["refused"]]:
-            for r in refused:
-                click.echo(f"error: {r['name']}: {r['refused']}", err=True)
-            return False
         if not warned and not run_settings.run_alive(state):
             warned = True
             click.echo(click.style("warning: ", fg="yellow") + f"no `reconciler run` is running on {state}: "
