@@ -55,3 +55,14 @@ def test_no_autoscaled_deployment_says_so(tmp_path):
     assert a == {"available": False, "deployments": {}, "decisions": []}
     assert "no deployment is autoscaled" in PAGE and "no autoscaler is configured" not in PAGE
     assert "autoscale-decisions" in PAGE  # the page draws the decisions it is given
+
+
+def test_each_deployment_carries_its_measured_startup(tmp_path):
+    _status(tmp_path, "r")
+    _status(tmp_path, "new")  # nothing launched yet: no startup file, nothing shown
+    summary = {"agg": {"p50": 30.0, "p90": 33.0, "lives": 2, "last": 31.0, "routedP90": 40.0, "source": "measured",
+                       "text": "startup p90 33s, p50 30s (measured over 2 lives)"}}
+    (tmp_path / "r" / "startup.json").write_text(json.dumps({"recipe": "r", "budget": 1800, "roles": {}, "summary": summary}))
+    deps = {d["name"]: d for d in model.build(_ctl(tmp_path), ["r", "new"], {})["deployments"]}
+    assert deps["r"]["startup"] == summary and deps["new"]["startup"] is None
+    assert "function startup(s)" in PAGE and "${startup(d.startup)}" in PAGE  # drawn on each deployment's card
