@@ -78,6 +78,12 @@ def test_no_block_is_no_autoscaling():
      "reconcile.autoscale.hold_timeout_seconds", 15, "greater than or equal to 1"),
     ("scale_down_after_seconds: 120", "hold_timeout_seconds: 3600",
      "reconcile.autoscale.hold_timeout_seconds", 15, "less than or equal to 1800"),
+    ("scale_down_after_seconds: 120", "policy: forecast",
+     "reconcile.autoscale.policy", 15, "'reactive' or 'predictive'"),
+    ("scale_down_after_seconds: 120", "policy: predictive\n    forecast_window_seconds: 1",
+     "reconcile.autoscale.forecast_window_seconds", 16, "greater than or equal to 2"),
+    ("scale_down_after_seconds: 120", "policy: predictive\n    forecast_window_seconds: 7200",
+     "reconcile.autoscale.forecast_window_seconds", 16, "less than or equal to 3600"),
 ])
 def test_schema_rejections_are_located(old, new, key, line, fragment):
     assert old in DISAGG
@@ -87,6 +93,15 @@ def test_schema_rejections_are_located(old, new, key, line, fragment):
     assert e.key == key, str(e)
     assert e.line == line, str(e)
     assert fragment in e.message, str(e)
+
+
+def test_forecast_window_needs_the_predictive_policy_and_predictive_loads():
+    assert load(DISAGG.replace("scale_down_after_seconds: 120", "policy: predictive\n    forecast_window_seconds: 60")
+                ).recipe.reconcile.autoscale.forecast_window_seconds == 60
+    assert load(DISAGG).recipe.reconcile.autoscale.policy == "reactive"  # the default: today's behaviour
+    with pytest.raises(RecipeError) as ei:
+        load(DISAGG.replace("scale_down_after_seconds: 120", "forecast_window_seconds: 60"))
+    assert ei.value.key.startswith("reconcile.autoscale") and "needs policy: predictive" in ei.value.message, str(ei.value)
 
 
 @pytest.mark.parametrize("old, new, key, fragment", [
