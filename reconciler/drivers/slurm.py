@@ -15,6 +15,7 @@ from reconciler.drivers.base import DriverError, rotate, step_env, step_paths, w
 from reconciler import fsutil
 from reconciler.drivers.exits import ExitWatch
 from reconciler.core.plan.reservations import Reservation
+from reconciler.core.refusal import LAUNCH_HEADER
 from reconciler.world import Launch, Unit
 from reconciler.world import Alloc, AllocSpec, Step
 from reconciler.recipe.types import SBATCH_ALLOWED, SBATCH_OWNED, SRUN_ALLOWED
@@ -96,6 +97,10 @@ class SlurmDriver:
         self.commands += 1
         self.tally[("srun", True)] += 1  # started; a launch that fails shows as LaunchFailed
         with fsutil.open_append(paths.srun, self.state_dir) as out:
+            # which launch (and spec) the srun output after it is of: a refusal is told from an
+            # older spec's, and a LaunchFailed shows this launch's words only (shell/refused.py)
+            out.write(f"{LAUNCH_HEADER}{unit.spec_hash} {step_name}\n".encode())
+            out.flush()
             # own session: the srun client (and so the step) outlives a reconciler restart; the
             # step's files are made with the umask the reconciler was started with (srun passes it)
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

@@ -1,4 +1,4 @@
-"""Why a unit is down, in kubectl's words: CrashLoopBackOff, Error, Killed, FatalLogLine, Unhealthy...
+"""Why a unit is down, in kubectl's words: ConfigError, CrashLoopBackOff, Error, Killed, FatalLogLine, Unhealthy...
 
 A unit whose last life failed gets a ``reason`` (one word, for a REASON column) and a ``message``
 (the exit, the reconciler's own reason for stopping it, and the first fatal line of that life's
@@ -12,7 +12,9 @@ import re
 import signal
 from pathlib import Path
 
+from reconciler.core.refusal import WORD
 from reconciler.drivers.base import step_log_paths
+from reconciler.shell.refused import unit_refusal
 from reconciler.world import life_name
 from reconciler.logpattern import compile_pattern
 
@@ -103,6 +105,11 @@ def unit_reason(row: dict, launch: dict, state: Path, recipe: str, patterns: tup
     down = row["phase"] in ("BackOff", "Failed")  # the plan holds it back after a failure
     if not down and not ((ex and ex["code"] != 0 and row.get("restarts")) or stop_word):
         return None
+    log = failed_life_log(state, recipe, row["name"], bool(row.get("steps")), launch.get("lastLaunch"),
+                          launch.get("slot"))
+    refusal = None if row.get("steps") else unit_refusal(state, recipe, row["name"], launch.get("slot"), log)
+    if refusal:  # the recipe's or the cluster config's to fix, whatever the backoff: srun's or the engine's words
+        return WORD, f"{refusal} (refused for the recipe's or the cluster config's own reason, not the node's)"
     if row["phase"] == "BackOff":
         word = "CrashLoopBackOff"
     elif stop_word:
@@ -121,8 +128,6 @@ def unit_reason(row: dict, launch: dict, state: Path, recipe: str, patterns: tup
         parts.append("ended without an exit status (cancelled outside the reconciler, or its node went away)")
     if row["phase"] == "Failed":
         parts.append("not restarted (restart policy)")
-    log = failed_life_log(state, recipe, row["name"], bool(row.get("steps")), launch.get("lastLaunch"),
-                          launch.get("slot"))
     line = first_fatal_line(log, patterns) if log else None
     if line is None and log is not None and not log.name.endswith(".1") and log.with_name(log.name + ".1").exists():
         # the exit record can land before slurmstepd has written the life's last output: the life

@@ -10,7 +10,8 @@ import structlog
 
 from reconciler.drivers.base import step_log_paths
 from reconciler.recipe import namespaces
-from reconciler.shell.observe import tail
+from reconciler.core.refusal import WORD
+from reconciler.shell import refused
 from reconciler.shell.snapshot import Snapshot
 from reconciler.drivers.state import StateDir, set_suspended, suspended_names
 from reconciler.shell.status import build_status
@@ -33,9 +34,12 @@ def record(state: StateDir, snap: Snapshot, routers: router_sync.RouterSync) -> 
     for f in snap.failed_launches:
         s = f.step
         srun = step_log_paths(state.root, s.recipe, s.life, s.rank).srun
-        msg = f"{s.role}_{s.index} rank {s.rank}: launcher exited {f.exited}: {tail(srun)}"
-        log.error("launch failed", recipe=s.recipe, unit=f"{s.role}_{s.index}", exit=f.exited)
-        state.event("LaunchFailed", s.recipe, msg)
+        # refused for the recipe's (or the cluster config's) own reason: srun's first line says why
+        line = refused.launch_refusal(state.root, s)
+        msg = f"{s.role}_{s.index} rank {s.rank}: launcher exited {f.exited}: {line or refused.launch_said(srun, s.spec_hash)}"
+        log.error("launch failed", recipe=s.recipe, unit=f"{s.role}_{s.index}", exit=f.exited,
+                  **({"reason": WORD, "refused": line} if line else {}))
+        state.event("LaunchFailed", s.recipe, msg, **({"reason": WORD} if line else {}))
     for r in snap.reassigned:
         taken = ", ".join(f"{n}:{port}" for n, port in r.taken)
         log.warning("port conflict: new ports for the worker", recipe=r.recipe, unit=r.unit, ports=taken)

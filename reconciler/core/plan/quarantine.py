@@ -7,7 +7,9 @@ The policy (docs/operations.md, "Quarantine"):
   failed (srun could not start the step), and a relaunch after a life that ended by itself with a
   non-zero exit code (the engine printed its fatal line and exited before we could stop it) —
   but not one that exited because another process holds one of its ports (a PortConflict: the
-  worker moves to other ports; the node is not at fault).
+  worker moves to other ports; the node is not at fault), nor one the cluster refused for the
+  recipe's or the cluster config's own reason (``core/refusal.py``: an unknown srun option, a bad
+  partition, a missing container image, an unrecognised engine flag): it fails alike on every node.
 - A node charged ``threshold`` failures within ``window`` seconds is quarantined for
   ``cooldown`` seconds: new allocations exclude it (through ``exclusion.placeable_exclusion``,
   so never so many nodes that a worker becomes unplaceable), and a running allocation of ours
@@ -63,12 +65,14 @@ class Policy:
 
 def failures(actions: Iterable[object], observed: Observed, failed_launches: Iterable[Step], now: float,
              rank_nodes: Mapping[tuple[str, str], tuple[str, ...]] | None = None,
-             bind_failed: frozenset[str] = frozenset()) -> list[Failure]:
+             bind_failed: frozenset[str] = frozenset(), refused: frozenset[str] = frozenset()) -> list[Failure]:
     """The worker failures this tick's actions and launches reveal, one per node and unit.
     ``rank_nodes``: (recipe, unit) -> the node of each rank (the desired units'), to find the
     node of a rank that is gone. ``bind_failed``: "<recipe>/<unit>" whose last life exited because
     another process holds one of its ports: the worker moves to other ports (a PortConflict), and
-    the node, whose GPUs did nothing wrong, is not charged for it."""
+    the node, whose GPUs did nothing wrong, is not charged for it. ``refused``: "<recipe>/<unit>"
+    whose launch or last life the cluster refused for the recipe's own reason (a ConfigError):
+    not charged either."""
     steps = {s.step_id: s for s in observed.steps}
     out: list[Failure] = []
     for a in actions:
@@ -83,7 +87,7 @@ def failures(actions: Iterable[object], observed: Observed, failed_launches: Ite
             code = h.ended(now)[0] if h else None
             # a life that ended by itself with an error (not one we stopped: that is charged above)
             if h is not None and h.stopped_for is None and code not in (None, 0) \
-                    and f"{a.unit.recipe}/{a.unit.name}" not in bind_failed:
+                    and f"{a.unit.recipe}/{a.unit.name}" not in bind_failed | refused:
                 what = "exited with a fatal line" if h.fatal else f"exited {code}"
                 out += [Failure(n, now, what, f"{a.unit.recipe}/{a.unit.name}", life_span(h, now)) for n in a.unit.nodes]
     for a in actions:  # a worker that lost a rank: the node whose rank is gone
@@ -94,7 +98,8 @@ def failures(actions: Iterable[object], observed: Observed, failed_launches: Ite
             gone = [n for r, n in enumerate(nodes) if r not in have]
             span = life_span(observed.health.get(s.unit_key), now)
             out += [Failure(n, now, "lost rank", f"{s.recipe}/{a.unit}", span) for n in gone]
-    out += [Failure(n, now, "launch failed", f"{s.recipe}/{s.role}_{s.index}") for s in failed_launches for n in s.nodes]
+    out += [Failure(n, now, "launch failed", f"{s.recipe}/{s.role}_{s.index}") for s in failed_launches for n in s.nodes
+            if f"{s.recipe}/{s.role}_{s.index}" not in refused]
     seen: set[tuple[str, str]] = set()
     return [f for f in out if (f.node, f.unit) not in seen and not seen.add((f.node, f.unit))]  # type: ignore[func-returns-value]
 

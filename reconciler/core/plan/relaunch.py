@@ -3,7 +3,8 @@
 Same nodes, same ports (the port assignment is keyed by the worker), subject to its role's
 restart policy: ``never``, ``on-failure`` (exit code 0 is final), ``always``;
 ``max_restarts``; exponential backoff from the end of the last life. A worker we stopped
-on purpose (a rollout) comes back at once, and that launch is not a restart.
+on purpose (a rollout) comes back at once, and that launch is not a restart; so does one whose
+spec changed since its last life failed (the old spec's backoff is not the new one's).
 compute_backoff_reset: a worker Ready for ``reset_after_seconds`` starts its backoff
 from scratch.
 """
@@ -38,6 +39,10 @@ def restart_gate(policy: RestartPolicy, h: UnitHealth | None, now: float, spec: 
         return Gate.STOP, WaitReason.GAVE_UP, f"{how}; restart policy is never", None
     if policy.policy == "on-failure" and code == 0:
         return Gate.STOP, WaitReason.GAVE_UP, f"{how}; restart policy on-failure does not restart a clean exit", None
+    if spec and h.last_spec and h.last_spec != spec:
+        # the failing life ran another spec (a fixed recipe, a new cluster config): the new spec has
+        # not failed yet, so it starts at once, with a fresh backoff (drivers/state.count_launch)
+        return Gate.LAUNCH, PlaceReason.REPLACEMENT, f"{how}; its spec changed since: a fresh start", None
     if policy.max_restarts is not None and h.restarts >= policy.max_restarts:
         return Gate.STOP, WaitReason.GAVE_UP, f"{how}; gave up after {h.restarts} restarts (max_restarts)", None
     due = ended + policy.delay(h.restarts)

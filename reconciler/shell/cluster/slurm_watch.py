@@ -18,9 +18,11 @@ import structlog
 
 from reconciler.core.plan import quarantine as qpolicy
 from reconciler.core.plan.exclusion import placeable_exclusion
+from reconciler.core.plan.results import LaunchStep, PlaceReason
 from reconciler.core.plan.pending import PendingInfo, start_due
 from reconciler.core.plan.reservations import Member, Reservation, reserved_nodes, threat
 from reconciler.drivers.state import StateDir
+from reconciler.shell import refused
 from reconciler.timefmt import iso, slurm_seconds
 from reconciler.world import Alloc, AllocSpec, Desired, Step
 
@@ -155,7 +157,9 @@ class SlurmWatch:
         ``bind_failed``: the workers whose last life could not bind a port (not charged)."""
         rank_nodes = {(d.name, u.name): tuple(n for l in u.launches for n in l.nodes[:1])
                       for d in desired.recipes.values() for u in d.units}
-        new = qpolicy.failures(actions, observed, failed_launches, now, rank_nodes, bind_failed)
+        failed_launches = list(failed_launches)
+        new = qpolicy.failures(actions, observed, failed_launches, now, rank_nodes, bind_failed,
+                               self.refused(actions, failed_launches))
         before = dict(self.quarantined)
         history, quarantined = qpolicy.step(self.history, before, new, now, self.policy)
         for node in sorted(set(quarantined) - set(before)):
@@ -170,6 +174,17 @@ class SlurmWatch:
         if new or quarantined != before:
             self.history, self.quarantined = history, quarantined
             self._save()
+
+    def refused(self, actions: Iterable[object], failed_launches: list[Step]) -> frozenset[str]:
+        """"<recipe>/<unit>" whose failed launch, or whose life before this tick's relaunch, the
+        cluster refused for the recipe's or the cluster config's own reason: no node is at fault."""
+        out = {f"{s.recipe}/{s.role}_{s.index}" for s in failed_launches if refused.launch_refusal(self.state.root, s)}
+        for a in actions:
+            if isinstance(a, LaunchStep) and a.reason is PlaceReason.RELAUNCH and a.launch.rank == 0 \
+                    and refused.relaunched_refusal(self.state.root, a.unit.recipe, a.unit.name, a.unit.slot,
+                                               a.unit.spec_hash):
+                out.add(f"{a.unit.recipe}/{a.unit.name}")
+        return frozenset(out)
 
     # ---------------------------------------------------------------- state
     def _load(self) -> tuple[list[qpolicy.Failure], dict[str, qpolicy.Quarantined]]:
