@@ -135,6 +135,9 @@ def test_metrics_json_logs_and_condition_notifications(h):
         assert _metric(text, "reconciler_tick_seconds_count") >= 1
         wait_until(lambda: _metric(scrape(), "reconciler_launch_to_ready_seconds_count", role="agg") == 2,
                    timeout=30, what="two launch-to-Ready observations")
+        # each role's measured startup (state/<recipe>/startup.json), p50 and p90 of its lives
+        wait_until(lambda: (_metric(scrape(), "reconciler_startup_seconds", recipe=name, role="agg", quantile="0.9",
+                                    source="measured") or 0) > 0, timeout=30, what="the agg role's measured startup")
 
         avail = wait_until(lambda: [e for e in _Hook.received if e["recipe"] == name and e["kind"] == "Condition"
                                     and e["message"].startswith("Available=True")], timeout=30,
