@@ -232,10 +232,13 @@ class UnitHealth:
 
 @dataclass(frozen=True)
 class ActionFailures:
-    """A recipe's actions failed ``count`` times in a row, the last at ``last_at``."""
+    """A recipe's actions failed ``count`` times in a row, the last at ``last_at``; ``reason`` and
+    ``message``: what the deployment's REASON shows for the last failure (a submission Slurm refused)."""
 
     count: int
     last_at: float
+    reason: str = ""
+    message: str = ""
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,21 @@ def clear_marker(recipe_dir: Path, marker: Path) -> bool:
     return inside
 
 
+SUBMIT_FAILED = "SubmitFailed"  # get's REASON while sbatch refuses a recipe's allocation
+REASON_MAX = 300  # one line in a REASON column
+
+
+def submit_refused(a: Action, why: str) -> tuple[str, str]:
+    """(reason, message) for a failed submission: sbatch's own first error line (an invalid
+    partition, account, QOS...), which get shows as REASON; nothing for other actions."""
+    if not isinstance(a, SubmitAlloc):
+        return "", ""
+    lines = [ln.strip() for ln in why.splitlines() if ln.strip()]
+    said = next((ln for ln in lines if "error:" in ln), lines[0] if lines else why)
+    said = said[said.find("sbatch:"):] if "sbatch:" in said else said  # from sbatch's own words on
+    return SUBMIT_FAILED, f"allocation {a.spec.index}: {said}"[:REASON_MAX]
+
+
 class Executor:
     def __init__(self, state: StateDir, driver: Driver, observer: Observer):
         self.state = state
@@ -82,9 +97,10 @@ class Executor:
             except Exception as e:  # noqa: BLE001 - DriverError, OSError, or anything else: this recipe only
                 failed.add(a.recipe)
                 prev = self.failures.get(a.recipe)
-                self.failures[a.recipe] = ActionFailures((prev.count if prev else 0) + 1, time.time())
                 full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
                 why = f"state/ could not be written, the disk is full: {e}" if full else str(e)
+                self.failures[a.recipe] = ActionFailures((prev.count if prev else 0) + 1, time.time(),
+                                                         *submit_refused(a, why))
                 log.error("action failed", recipe=a.recipe, action=a.describe(), error=why,
                           exc_info=not isinstance(e, DriverError | OSError))
                 try:

@@ -93,6 +93,7 @@ def record(state: StateDir, snap: Snapshot, routers: router_sync.RouterSync) -> 
                 state.prune_launches(name, set())
                 Autoscaler.forget(state, name)
             prune_guard.clear(state, name)
+    state.expire_deleted(gone, now)
 
 
 def _prune_guard_marks(state: StateDir, snap: Snapshot) -> None:
@@ -109,7 +110,6 @@ def _prune_guard_marks(state: StateDir, snap: Snapshot) -> None:
     for name in set(d.recipes) | set(d.held):
         if namespaces.fits_state(name) and prune_guard.clear(state, name):
             state.event("PruneCancelled", name, "its manifest is back: the confirmed prune is dropped")
-    state.expire_deleted(gone, now)
 
 
 def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> None:
@@ -122,6 +122,9 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
                       gateway=gateway_facts(state.root, name))
     reasons.annotate(st["workers"], d or kept, state.root, name, launches)  # why a unit is down, for get and the UI
     st["reason"], st["reasonMessage"] = reasons.deployment_reason(st)
+    failed = snap.observed.action_failures.get(name)
+    if st["reason"] is None and failed is not None and failed.reason:  # e.g. sbatch refused its partition
+        st["reason"], st["reasonMessage"] = failed.reason, failed.message
     if kept is not None:
         why = prune_guard.why(name, state.files())
         if prev.get("phase") != prune_guard.REASON:
