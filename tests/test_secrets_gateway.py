@@ -133,3 +133,23 @@ def test_a_symlink_planted_where_nginx_writes_is_refused(private_gw, tmp_path):
     changes = private_gw.sync("r", [], _ports(), 100.0)
     assert [c.kind for c in changes] == ["GatewayFailed"] and "symbolic link" in changes[0].message, changes
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_symlink_planted_at_the_holders_log_is_refused(private_gw, tmp_path):
+    """The holder (scale to zero) is started by the reconciler with its output appended to
+    gateway/holder.log: a link planted there was followed (the reconciler as root appended to
+    its target)."""
+    import sys
+
+    from reconciler.shell.gateway import holder_supervisor
+
+    target = tmp_path / "target"
+    target.write_text("precious\n")
+    prefix = prefix_of(private_gw.state.root, "r")
+    prefix.mkdir(parents=True)
+    (prefix / "holder.log").symlink_to(target)
+    ports = _ports()
+    want = holder_supervisor.argv(sys.executable, "r", ports.base, ports.base + 1, 10.0, prefix)
+    pid, err = holder_supervisor.ensure(prefix, want, ports.base)
+    assert pid is None and "symbolic link" in (err or ""), (pid, err)
+    assert target.read_text() == "precious\n" and not (prefix / "holder.pid").exists()

@@ -29,7 +29,7 @@ import structlog
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.gateway.keys import KeyFile
 from reconciler.shell.gateway.bindcheck import bind_free
-from reconciler.fsutil import atomic_write_text
+from reconciler.fsutil import atomic_write_text, open_append
 
 log = structlog.get_logger("reconciler")
 MODULE = "reconciler.gateway.holder"
@@ -203,14 +203,13 @@ def ensure(prefix: Path, want: list[str], port: int) -> tuple[int | None, str | 
             since = None
         if since is not None and since < RESPAWN_S and stats(port, timeout=0.2) is None:
             return None, f"the holder exited within {RESPAWN_S:g}s of its start (see {prefix / 'holder.log'})"
-    prefix.mkdir(parents=True, exist_ok=True)
-    with open(prefix / "holder.log", "ab") as out:
-        try:
+    try:  # its log and pid file: private, and never written through a planted symlink
+        with open_append(prefix / "holder.log") as out:
             p = subprocess.Popen(want, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                  start_new_session=True, cwd=prefix)
-        except OSError as e:
-            return None, f"cannot start the holder: {e}"
-    (prefix / "holder.pid").write_text(f"{p.pid}\n")
+    except OSError as e:
+        return None, f"cannot start the holder: {e}"
+    atomic_write_text(prefix / "holder.pid", f"{p.pid}\n")
     _children.append(p)  # reaped by the next start (no zombie left for a long-lived reconciler)
     _children[:] = [c for c in _children if c.poll() is None]
     return p.pid, did
