@@ -84,6 +84,9 @@ def test_no_block_is_no_autoscaling():
      "reconcile.autoscale.forecast_window_seconds", 16, "greater than or equal to 2"),
     ("scale_down_after_seconds: 120", "policy: predictive\n    forecast_window_seconds: 7200",
      "reconcile.autoscale.forecast_window_seconds", 16, "less than or equal to 3600"),
+    ("scale_down_after_seconds: 120", "warm: -1", "reconcile.autoscale.warm", 15, "greater than or equal to 0"),
+    ("scale_down_after_seconds: 120", "warm: 101", "reconcile.autoscale.warm", 15, "less than or equal to 100"),
+    ("scale_down_after_seconds: 120", "warm: two", "reconcile.autoscale.warm", 15, "valid integer"),
 ])
 def test_schema_rejections_are_located(old, new, key, line, fragment):
     assert old in DISAGG
@@ -93,6 +96,21 @@ def test_schema_rejections_are_located(old, new, key, line, fragment):
     assert e.key == key, str(e)
     assert e.line == line, str(e)
     assert fragment in e.message, str(e)
+
+
+def test_warm_spares_default_to_none_and_load():
+    assert load(DISAGG).recipe.reconcile.autoscale.warm == 0
+    assert load(DISAGG.replace("scale_down_after_seconds: 120", "warm: 2")).recipe.reconcile.autoscale.warm == 2
+
+
+def test_warm_spares_need_a_role_that_can_grow():
+    fixed = (DISAGG.replace("{min: 1, max: 8, target: {itl_p90_ms: 40}}", "{min: 2, max: 2, target: {itl_p90_ms: 40}}")
+             .replace("prefill: {min: 1, max: 4,", "prefill: {min: 1, max: 1,"))
+    assert load(fixed).recipe.reconcile.autoscale.warm == 0  # fixed roles alone are fine
+    with pytest.raises(RecipeError) as ei:
+        load(fixed.replace("scale_down_after_seconds: 120", "scale_down_after_seconds: 120\n    warm: 1"))
+    assert ei.value.key == "reconcile.autoscale.warm" and ei.value.line is not None, str(ei.value)
+    assert "every role here has max == min" in ei.value.message, str(ei.value)
 
 
 def test_forecast_window_needs_the_predictive_policy_and_predictive_loads():

@@ -91,6 +91,10 @@ class AutoscaleConfig(Strict):
     policy: Literal["reactive", "predictive"] = "reactive"
     # predictive only: the trend's window (None: derived from the role's measured startup)
     forecast_window_seconds: float | None = Field(None, ge=2, le=3600)
+    # warm spares: per autoscaled role, this many workers kept started and Ready but out of the
+    # routers (core/plan/spares.py); a scale-up routes one at once and a new spare starts behind it.
+    # Within max (a spare beyond it could never be routed), none while the role is at zero
+    warm: int = Field(0, ge=0, le=100)
 
     @model_validator(mode="after")
     def _some_role(self) -> AutoscaleConfig:
@@ -123,6 +127,10 @@ def check(recipe) -> None:
             raise KeyedError(key, "roles.decode colocates on the prefill nodes: its workers' GPUs follow the "
                                   "prefill count, so each prefill change would move (roll) every decode worker; "
                                   "give decode nodes of its own to autoscale prefill (decode alone may be)")
+    if cfg.warm and all(rs.max == rs.min for _, rs in cfg.roles.items()):
+        # a spare is kept only below max: with max == min every role is always at it
+        raise KeyedError("reconcile.autoscale.warm", f"warm ({cfg.warm}) spares are kept within each role's max, "
+                                                     "and every role here has max == min: none would ever be kept")
     _check_zero(recipe, cfg, layouts)
 
 
