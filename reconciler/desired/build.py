@@ -82,8 +82,8 @@ def build(
                 out[name] = build_recipe(r, allocs, ports, state_dir, python, steps, sc)
             else:
                 out[name] = _cached(cache, r, allocs, steps, ports, state_dir, python, before, sc)
-            if sc is not None and sc.draining:
-                out[name] = replace(out[name], draining=sc.draining)  # out of the routers, still running
+            if sc is not None and (sc.draining or sc.spares):  # out of the routers, still running
+                out[name] = replace(out[name], draining=sc.draining, spares=sc.spares)
             if name in suspended or r.reconcile.suspend:
                 out[name] = replace(out[name], suspended=True)  # fully computed, never acted on
         except PortsExhausted as e:

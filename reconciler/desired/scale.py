@@ -1,8 +1,8 @@
 """The autoscaler's counts, taken by the topology stage: the recipe with each role's ``workers``.
 
 The autoscaler (``core/plan/autoscale.py`` decides, ``shell/elastic/autoscale.py`` keeps its memory)
-hands the pipeline one ``Scale`` per recipe: a count per role and the workers that drain (out of
-the routers, still running). The topology stage builds the recipe at those counts, so every stage
+hands the pipeline one ``Scale`` per recipe: a count per role (warm spares included) and the
+workers kept out of the routers, still running: those that drain and the warm spares. The topology stage builds the recipe at those counts, so every stage
 after it (placement, the sources, the frontend's worker list) sees one consistent recipe: there is
 no second path that builds workers. The recipe's generation stays the file's.
 """
@@ -20,6 +20,7 @@ from reconciler.recipe.topology import Mode, RoleLayout
 class Scale:
     counts: Mapping[str, int] = field(default_factory=dict)  # role -> workers to build
     draining: frozenset[str] = frozenset()  # unit names out of the routers, waiting to be stopped
+    spares: frozenset[str] = frozenset()  # warm spares: built, Ready, out of the routers (core/plan/spares.py)
 
     def key(self) -> tuple:
         return tuple(sorted(self.counts.items()))

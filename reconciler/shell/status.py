@@ -151,8 +151,8 @@ def serves(d: DesiredRecipe, o: Observed, u, ok: bool) -> bool:
     """Whether the unit's capacity takes requests now, from either of its lives and whatever its
     spec: the current life by the routers' rule (Ready, or Ready before and failing below the
     liveness threshold), else the old life a surge or a hand-over keeps beside it. A scale-down
-    victim draining is out of the routers: it serves nobody new."""
-    if u.name in d.draining:
+    victim draining is out of the routers: it serves nobody new; nor does a warm spare, yet."""
+    if u.name in d.draining or u.name in d.spares:
         return False
     if serve_rules.serving(d, ok, o.health.get(u.key)):
         return True

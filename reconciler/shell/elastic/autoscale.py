@@ -24,6 +24,7 @@ import structlog
 from reconciler.core.plan.autoscale import (
     Load, RoleFacts, RoleMemory, compute_autoscale, from_json, start, to_json,
 )
+from reconciler.core.plan.spares import promoted, spare_indices
 from reconciler.core.plan.demand import beyond_canaries, canary_allowance, held_requests
 from reconciler.core.plan.demand import demand as wants_workers
 from reconciler.core.plan.stop import loading as still_loading
@@ -82,8 +83,10 @@ class Autoscaler:
             except Exception as e:  # noqa: BLE001 - a bad memory file never stops a tick: the file's counts
                 log.warning("autoscale: cannot read the memory", recipe=name, error=f"{type(e).__name__}: {e}")
                 continue
-            out[name] = Scale({role: m.built for role, m in mem.items()},
-                              frozenset(f"{role}_{i}" for role, m in mem.items() for i in m.draining))
+            spares = _spares(r.reconcile.autoscale, mem)
+            out[name] = Scale({role: m.built + len(spares[role]) for role, m in mem.items()},
+                              frozenset(f"{role}_{i}" for role, m in mem.items() for i in m.draining),
+                              frozenset(f"{role}_{i}" for role, idx in spares.items() for i in idx))
         return out
 
     # ---------------------------------------------------------------- after a tick (run only)
@@ -128,7 +131,9 @@ class Autoscaler:
         now, d, o = snap.now, snap.desired.recipes[name], snap.observed
         mem = self.memory(name, recipe, now)
         roles = dict(cfg.roles.items())
-        serving = [u for u in d.units if u.role in roles and o.ready.get(u.key) and u.name not in d.draining]
+        # warm spares are Ready but out of the routers: no serving capacity, no load, not idle-keeping
+        serving = [u for u in d.units if u.role in roles and o.ready.get(u.key) and u.name not in d.draining
+                   and u.name not in d.spares]
         victims = [u for u in d.units if u.name in d.draining]
         pages = _pages([*serving, *victims, *d.frontends])
         # the readiness canaries of the time since the last look (not the configured interval: a look
@@ -148,7 +153,7 @@ class Autoscaler:
                                for u in victims if u.role == role)
             # a wake-up's (or relaunch's) worker still loading: the role is not idle (scale to zero)
             loading = any(still_loading(d, o.health.get(u.key), now) for u in d.units if u.role == role
-                          and (u.role, u.index) in launched and not o.ready.get(u.key))
+                          and (u.role, u.index) in launched and not o.ready.get(u.key) and u.name not in d.spares)
             facts[role] = RoleFacts(len(mine), load, busy_victims, demand, loading)
         for u in victims:  # a victim's reading is not kept once it is gone
             self._before.pop(_url(u), None)
@@ -157,6 +162,8 @@ class Autoscaler:
         self._note_routed(name, serving, pages, o, now)
         startups = self.startup.startups(name, list(roles), d.startup_grace)
         decisions = compute_autoscale(cfg, facts, mem, now, startups)
+        spares_before = _spares(cfg, mem)
+        spares_after = _spares(cfg, {role: dec.memory for role, dec in decisions.items()})
         doc = self.state.read_json(self.state.path_of(name, FILE), {}, lambda x: isinstance(x, dict))
         history = list(doc.get("decisions", []))[-KEEP_DECISIONS:] if isinstance(doc.get("decisions"), list) else []
         last = {}
@@ -167,7 +174,8 @@ class Autoscaler:
                           "ready": facts[role].ready, "target": after.target, "built": after.built,
                           "min": roles[role].min, "max": roles[role].max,
                           "draining": [f"{role}_{i}" for i in after.draining], "coming": coming(d, o, role, now),
-                          "policy": cfg.policy, "startup": brief(startups[role])}
+                          "policy": cfg.policy, "startup": brief(startups[role]),
+                          "spares": [{"name": f"{role}_{i}", "ready": _ready(d, o, role, i)} for i in spares_after[role]]}
             if held:
                 last[role]["held"] = held
             if dec.scaled:
@@ -184,7 +192,15 @@ class Autoscaler:
                 self.state.event("Draining", name, f"{', '.join(last[role]['draining'])} out of the routers; "
                                  f"stopped once their requests are done (at most {cfg.drain_timeout_seconds:g}s)",
                                  role=role)
-            moved |= (after.built, list(after.draining)) != (before.built, list(before.draining))
+            up = promoted(spares_before[role], after.built)
+            if up:
+                names = ", ".join(f"{role}_{i}" + ("" if _ready(d, o, role, i) else " (not Ready yet: routed once it is)")
+                                  for i in up)
+                self.state.event("SparePromoted", name, f"{names} routed from the warm spares (no cold start); "
+                                 f"{len(spares_after[role])} spare(s) kept behind it", role=role,
+                                 promoted=[f"{role}_{i}" for i in up])
+            moved |= ((after.built, list(after.draining), spares_after[role])
+                      != (before.built, list(before.draining), spares_before[role]))
         wake = wake_eta.track(doc.get("wake"), decisions, facts, now)
         if cfg.scale_to_zero_after_seconds is not None:
             measured = [s.p90 for s in startups.values() if s.lives]
@@ -248,6 +264,16 @@ class Autoscaler:
             self._before[_url(u)] = (now, r)
             total += em.requests_since(r, prev[1] if prev else None)
         return total
+
+
+def _spares(cfg: AutoscaleConfig, mem: Mapping[str, RoleMemory]) -> dict[str, range]:
+    """role -> its warm spares' indices, above the workers built for it (core/plan/spares.py)."""
+    maxes = dict(cfg.roles.items())
+    return {role: spare_indices(m.target, m.built, cfg.warm, maxes[role].max) for role, m in mem.items()}
+
+
+def _ready(d, o, role: str, index: int) -> bool:
+    return any(bool(o.ready.get(u.key)) for u in d.units if u.role == role and u.index == index)
 
 
 def coming(d, o, role: str, now: float) -> list[str]:

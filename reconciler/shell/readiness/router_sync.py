@@ -35,8 +35,8 @@ class Change:
 
 def serving(d: DesiredRecipe, o: Observed, u) -> bool:
     """Ready, or Ready before and not (yet) judged dead: one failed probe does not flap the router.
-    A worker the autoscaler drains is out of the routers, whatever its health."""
-    return (u.name not in d.draining and stop.serving(d, bool(o.ready.get(u.key)), o.health.get(u.key))
+    A worker the autoscaler drains, or keeps as a warm spare, is out of the routers, whatever its health."""
+    return (u.name not in d.draining and u.name not in d.spares and stop.serving(d, bool(o.ready.get(u.key)), o.health.get(u.key))
             and not analysis.held(d, o, u))  # a surge life under rollout analysis takes no request yet
 
 

@@ -1,0 +1,76 @@
+"""Warm spares' wiring, without processes: the autoscaler's counts carry the spares, the desired state
+builds them, and neither the endpoints file nor a router's worker set gets them."""
+
+from __future__ import annotations
+
+import json
+
+from fakes import FakeCluster, recipe
+from reconciler.desired.build import build
+from reconciler.desired.scale import Scale
+from reconciler.drivers.state import StateDir
+from reconciler.shell.elastic.autoscale import Autoscaler
+from reconciler.shell.readiness import router_sync
+from reconciler.shell.record import write_endpoints
+from support.autoscale import converge
+
+TEXT = """\
+name: r
+model: {path: /m}
+resources: {gpus_per_node: 8}
+engine: mocker
+frontend: {type: builtin}
+roles:
+  prefill: {workers: 1, gpus: 1}
+  decode: {workers: 1, gpus: 2}
+reconcile:
+  autoscale:
+    warm: 1
+    roles:
+      decode: {min: 1, max: 3, target: {waiting_per_worker: 2}}
+"""
+
+
+def memory(tmp_path, roles: dict) -> None:
+    (tmp_path / "r").mkdir(exist_ok=True)
+    (tmp_path / "r" / "autoscale.json").write_text(json.dumps({"roles": roles}))
+
+
+def test_the_counts_carry_the_spares_above_the_built_workers(tmp_path):
+    r = recipe(TEXT)
+    a = Autoscaler(StateDir(tmp_path))
+    # nothing kept: the file's one worker and one spare behind it
+    assert a.overrides({"r": r}, 0.0)["r"] == Scale({"decode": 2}, frozenset(), frozenset({"decode_1"}))
+    memory(tmp_path, {"decode": {"built": 2, "target": 2}})  # scaled up: the next index is the spare
+    assert a.overrides({"r": r}, 0.0)["r"] == Scale({"decode": 3}, frozenset(), frozenset({"decode_2"}))
+    memory(tmp_path, {"decode": {"built": 3, "target": 3}})  # at max: no spare (it could never be routed)
+    assert a.overrides({"r": r}, 0.0)["r"] == Scale({"decode": 3})
+    # draining from 3 to 2: the victim keeps its place within max, so no spare until it is gone
+    memory(tmp_path, {"decode": {"built": 3, "target": 2, "drain_since": 5.0}})
+    assert a.overrides({"r": r}, 9.0)["r"] == Scale({"decode": 3}, frozenset({"decode_2"}))
+    memory(tmp_path, {"decode": {"built": 1, "target": 1}})
+    assert a.overrides({"r": r.model_copy(update={"reconcile": r.reconcile.model_copy(update={
+        "autoscale": r.reconcile.autoscale.model_copy(update={"warm": 0})})})}, 0.0)["r"] == Scale({"decode": 1})
+
+
+def test_a_spare_is_built_and_running_but_given_to_no_router(tmp_path):
+    r = recipe(TEXT)
+    c = FakeCluster()
+    sc = {"r": Scale({"decode": 2}, frozenset(), frozenset({"decode_1"}))}
+    converge(c, r, sc)
+    full = build({"r": r}, c.observed(), c.ports, tmp_path, "py", 1, scale=sc)
+    d = full.recipes["r"]
+    o = c.observed(full)
+    assert sorted(u.name for u in d.units) == ["decode_0", "decode_1", "prefill_0"]  # built, launched
+    assert d.spares == frozenset({"decode_1"})
+    write_endpoints(StateDir(tmp_path), d, o, 0.0)
+    names = [w["name"] for w in json.loads((tmp_path / "r" / "endpoints.json").read_text())["workers"]]
+    assert sorted(names) == ["decode_0", "prefill_0"]
+    spare = next(u for u in d.units if u.name == "decode_1")
+    assert spare.url not in router_sync.wanted(d, o, 0.0)
+    # promoted (no longer a spare): the same unit, nothing relaunched, now routed
+    up = build({"r": r}, c.observed(), c.ports, tmp_path, "py", 1,
+               scale={"r": Scale({"decode": 3}, frozenset(), frozenset({"decode_2"}))}).recipes["r"]
+    same = next(u for u in up.units if u.name == "decode_1")
+    assert same.spec_hash == spare.spec_hash
+    assert same.url in router_sync.wanted(up, o, 0.0)

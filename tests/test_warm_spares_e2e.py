@@ -1,0 +1,115 @@
+"""reconcile.autoscale.warm on the real Slurm (issue 49, item 3): a mocker whose engine takes 20 s to
+start, behind the built-in router, with one warm spare. The spare is started and Ready but out of the
+router (its endpoints file) and serves no request (its own /metrics); under a load step the scale-up
+routes it at once — its first request comes well before a cold start could have finished — and a
+new spare is launched behind it.
+
+The comparisons are between timestamps the reconciler recorded: the scale-up's event, the promoted
+spare's first routed request (startup.json's ``routedAfter``, noted at most one decision late) and
+the replacement's own launch-to-Ready (a cold start, measured on the same node)."""
+
+from __future__ import annotations
+
+import calendar
+import json
+import time
+import urllib.request
+
+import pytest
+
+from helpers import wait_until
+from support.autoscale import Load
+from support.clients import Client, stop
+from support.clusters import deployed, workers
+from support.record import events, routed
+
+from reconciler.shell.elastic import engine_metrics as em
+
+pytestmark = pytest.mark.slurm
+
+STARTUP = 20
+TEXT = f"""\
+name: {{name}}
+model: {{{{path: m}}}}
+resources: {{{{gpus_per_node: 8}}}}
+engine: {{{{type: mocker, speedup_ratio: 1, max_num_seqs: 2, startup_time: {STARTUP}}}}}
+roles: {{{{agg: {{{{workers: 1, gpus: 1}}}}}}}}
+frontend: {{{{type: builtin, args: {{{{poll-interval: 0.2}}}}}}}}
+reconcile:
+  autoscale:
+    warm: 1
+    roles:
+      agg: {{{{min: 1, max: 3, target: {{{{waiting_per_worker: 2}}}}}}}}
+    interval_seconds: 1
+    scale_down_after_seconds: 600
+"""
+
+
+def spares(h, name: str) -> list[dict]:
+    """The last decision's spares (autoscale.json): [{name, ready}]."""
+    try:
+        return json.loads((h.state / name / "autoscale.json").read_text())["last"]["agg"].get("spares", [])
+    except (FileNotFoundError, ValueError, KeyError):
+        return []
+
+
+def lives(h, name: str) -> dict[str, dict]:
+    """unit -> its last recorded life (launched, readyAfter, routedAfter) from startup.json."""
+    try:
+        doc = json.loads((h.state / name / "startup.json").read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return {x["unit"]: x for x in doc.get("roles", {}).get("agg", [])}
+
+
+def served(h, name: str, unit: str) -> float:
+    """Requests the worker itself finished (the mocker's own counter on its /metrics)."""
+    url = workers(h, name)[unit]["url"]
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
+        return em.parse(r.read().decode()).requests
+
+
+def at(iso: str) -> float:
+    return calendar.timegm(time.strptime(iso, "%Y-%m-%dT%H:%M:%SZ"))  # whole seconds: never later
+
+
+def test_a_warm_spare_is_routed_at_once_and_replaced(tmp_path):
+    with deployed(tmp_path, TEXT, "warm", timeout=150) as (h, name, endpoint):
+        # the spare: started, Ready, out of the router
+        wait_until(lambda: spares(h, name) == [{"name": "agg_1", "ready": True}], timeout=90, interval=0.5,
+                   what=lambda: f"agg_1 Ready as a spare (spares: {spares(h, name)})")
+        assert lives(h, name)["agg_1"]["readyAfter"] >= STARTUP, lives(h, name)
+        assert routed(h, name) == ["agg_0"], routed(h, name)
+        # requests go to the serving worker only: the spare's own counter stays at zero
+        light = Client(endpoint, limit=20)
+        light.start()
+        wait_until(lambda: light.ok + len(light.failed) >= 20, timeout=60, what="20 light requests")
+        stop(light)
+        assert light.failed == [], light.failed[:3]
+        assert served(h, name, "agg_0") >= 20 and served(h, name, "agg_1") == 0
+        assert lives(h, name)["agg_1"]["routedAfter"] is None
+        with Load(endpoint, heavy=5):
+            promoted = wait_until(lambda: events(h, name, "SparePromoted"), timeout=60, interval=0.5,
+                                  what=lambda: f"the spare promoted (Scaled: {[e['message'] for e in events(h, name, 'Scaled')]})")
+            first = wait_until(lambda: lives(h, name)["agg_1"]["routedAfter"], timeout=30, interval=0.5,
+                               what="agg_1's first routed request recorded")
+            assert "agg_1" in routed(h, name)
+            # the replacement spare behind it: launched after the scale-up, Ready, out of the router
+            wait_until(lambda: spares(h, name) == [{"name": "agg_2", "ready": True}], timeout=90, interval=0.5,
+                       what=lambda: f"agg_2 Ready as the new spare (spares: {spares(h, name)})")
+            assert "agg_2" not in routed(h, name), routed(h, name)
+            assert served(h, name, "agg_2") == 0
+        up = [e for e in events(h, name, "Scaled") if e["to"] > e["from"]]
+        assert up and up[0]["from"] == 1 and up[0]["to"] == 2, up
+        decided = at(up[0]["time"])
+        spare, cold = lives(h, name)["agg_1"], lives(h, name)["agg_2"]
+        routed_at = spare["launched"] + first
+        figures = (f"scale-up at {up[0]['time']}; agg_1 (spare) first request {routed_at - decided:.1f}s after it; "
+                   f"agg_2 (the replacement) launched {cold['launched'] - decided:+.1f}s, cold launch-to-Ready "
+                   f"{cold['readyAfter']}s; promoted: {promoted[0]['message']}")
+        print(figures)
+        assert promoted[0]["promoted"] == ["agg_1"], promoted[0]
+        assert cold["launched"] >= decided - 1, figures  # launched behind the promoted one, not before
+        assert cold["readyAfter"] >= STARTUP, figures  # what a cold start costs here
+        # the spare's requests came well before a cold start decided at the same moment could be Ready
+        assert routed_at - decided < cold["readyAfter"] / 2, figures
