@@ -53,7 +53,7 @@ PROBES = [
     # every entry at the top of state/ (recipe/bounds.py), and a variant of one (a file set aside)
     *((f"reserved {n}", GOOD.format(name=n), f"probe.yaml:1: name: '{n}' is reserved", 1) for n in (
         "quarantine.json", "run.json", "nodes.json", "standby.json", "suspended", "events.jsonl.1",
-        "files.json.corrupt-20260101T000000")),
+        "files.json.corrupt-20260101T000000", "cluster-config.json")),
     ("NUL in a value", GOOD.format(name="n") + 'environment: {X: "a\\0b"}\n', "environment.X: a NUL byte", 1),
     ("NUL in the file", GOOD.format(name="n").encode() + b"#\x00\n", "NUL byte", 1),
     ("NaN", GOOD.format(name="nan").replace("engine: mocker", "engine: {type: mocker, speedup_ratio: .nan}"),

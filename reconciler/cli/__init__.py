@@ -328,7 +328,8 @@ def run(manifests: str, state: str, driver: str | None, port_range: str, instanc
 
     structlog.get_logger("reconciler").info(
         "reconciler started", manifests=str(Path(manifests).absolute()), state=str(Path(state).absolute()),
-        driver=ctl.driver.name, instance=ctl.driver.owner, resync=resync, metrics=metrics_addr, notify=notify_url)
+        driver=ctl.driver.name, instance=ctl.driver.owner, resync=resync, metrics=metrics_addr, notify=notify_url,
+        cluster_config=ctl.cluster_watch.describe())
     from reconciler.cli import run_settings
 
     settings = {
@@ -336,6 +337,7 @@ def run(manifests: str, state: str, driver: str | None, port_range: str, instanc
         "driver": ctl.driver.name, "manifests": str(Path(manifests).absolute()), "state": str(Path(state).absolute()),
         "clusterConfig": str(Path(ctl.cluster.path).absolute()) if ctl.cluster else None,
         "metricsAddr": metrics_addr, "uiAddr": ui_addr, "leaseTimeout": lease_timeout}
+    ctl.cluster_watch.follow(settings, lambda: run_settings.write(Path(state), settings))  # srtslurm.yaml rewritten
 
     def started() -> None:  # holding the lock: read commands default to these (cli_context.resolve)
         run_settings.write(Path(state), settings)

@@ -93,6 +93,9 @@ def describe(name: str, manifests: str, state: str, driver: str | None, port_ran
         doc = _snapshot_doc(manifests, state, driver, port_range, instance, namespaces.from_ref(name))
     except ReconcilerError as e:
         _fail(str(e))
+    from reconciler.shell import cluster_config  # what run has in force (state/cluster-config.json)
+
+    doc["clusterConfig"] = cluster_config.recorded(Path(state))
     if output == "json":
         click.echo(json.dumps(doc, indent=2))
         return
@@ -104,6 +107,7 @@ def describe(name: str, manifests: str, state: str, driver: str | None, port_ran
         click.echo(click.style(f"Warning: {doc['warning']['reason']}: ", fg="yellow") + doc["warning"]["message"])
     if doc["error"]:
         click.echo(click.style("Error: ", fg="red") + doc["error"])
+    click.echo(f"Cluster config: {cluster_config.line(doc['clusterConfig'])}")
     click.echo("Conditions:")
     for c in doc["conditions"]:
         click.echo(f"  {c['type']:<12} {c['status']:<6} {c['reason']:<18} {c['message']}  (since {c['lastTransitionTime']})")

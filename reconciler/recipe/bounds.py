@@ -30,10 +30,11 @@ MAX_VARIANTS = 256  # deployments one sweep/override file may expand into (a gri
 # state/quarantine.json/last-applied.yaml). Each is written by: drivers/state.py (files.json,
 # events.jsonl, suspended/), shell/record.py (ports.json), shell/loop.py (controller.json,
 # run.lock), cli/run_settings.py (run.json), shell/lease.py (standby.json), shell/slurm_watch.py
-# (quarantine.json), shell/nodes.py (nodes.json), drivers/local.py (local/). A new one goes here.
+# (quarantine.json), shell/nodes.py (nodes.json), drivers/local.py (local/), shell/cluster_config.py
+# (cluster-config.json). A new one goes here.
 RESERVED_NAMES = frozenset({
     "ports.json", "files.json", "events.jsonl", "controller.json", "run.lock", "run.json", "standby.json",
-    "quarantine.json", "nodes.json", "suspended", "local",
+    "quarantine.json", "nodes.json", "suspended", "local", "cluster-config.json",
 })
 # engine arguments that only make sense as positive numbers (either spelling)
 POSITIVE_ARGS = frozenset({

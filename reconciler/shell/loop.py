@@ -37,6 +37,7 @@ from reconciler.shell.gateway.job import GatewayJobs
 from reconciler.shell.gateway.answering import GatewayProbe
 from reconciler.shell.gateway.sync import sync_gateways
 from reconciler.shell.manifests import DEBOUNCE, Manifests, applied_since, load_manifests
+from reconciler.shell.cluster_config import ClusterConfigWatch
 from reconciler.shell.observe import Observer
 from reconciler.shell.record import record
 from reconciler.shell import prune_guard
@@ -68,6 +69,7 @@ class Controller:
         self.driver = driver
         self.allow_empty = allow_empty
         self.cluster = cluster
+        self.cluster_watch = ClusterConfigWatch(self.state, cluster)  # srtslurm.yaml, looked at again each pass of run
         self.python = python or sys.executable
         self.ports = self._load_ports()
         if port_range:
@@ -149,6 +151,8 @@ class Controller:
         return ports
 
     def load_manifests(self, now: float | None = None) -> Manifests:
+        if not self.state.read_only:  # run: a rewritten cluster config is put in force (or refused)
+            self.cluster = self.cluster_watch.refresh()
         # a file gone for a moment (an editor's save) waits for a next pass; run --once has none
         return load_manifests(self.manifests_dir, self.state, now, self.debounce, self.cluster, self._manifest_cache,
                               self._gone if self.debounce > 0 and not self.single_pass else None)
@@ -300,6 +304,8 @@ class Controller:
             self.observer.canary_wait = ONE_SHOT_CANARY_WAIT
         if not once:
             threading.Thread(target=self._watch, name="manifest-watch", daemon=True).start()
+            threading.Thread(target=self.cluster_watch.watch, args=(self._stop, self._wake.set), name="cluster-config-watch",
+                             daemon=True).start()
         while not self._stop.is_set():
             self._wake.clear()
             wait = resync

@@ -85,7 +85,7 @@ function drawAutoscaler(a){
     : `<div class="empty-section">no count changed yet</div>`);
 }
 function draw(s){
-  $("#meta").textContent = `instance ${s.settings.instance} · ${s.settings.driver} · tick ${s.controller.ticks} · ${s.generatedAt}`;
+  $("#meta").textContent = `instance ${s.settings.instance} · ${s.settings.driver} · cluster config ${s.settings.clusterConfigInForce||"none"} · tick ${s.controller.ticks} · ${s.generatedAt}`;
   $("#deployments tbody").innerHTML = s.deployments.map(d => `<tr data-recipe="${esc(d.name)}">
     <td><a href="#${esc(d.name)}">${esc(d.shown||d.name)}</a></td><td class="roles">${ready(d.roles)}</td><td class="uptodate">${count(d, "upToDate")}</td><td class="available">${count(d, "available")}</td><td class="status">${pill(d.phase)}</td>
     <td>${d.reason ? `<span class="${d.warning ? "warning" : "reason"}">${esc(d.reason)}</span>` : "-"}</td>
