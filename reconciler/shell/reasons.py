@@ -14,7 +14,7 @@ from pathlib import Path
 
 from reconciler.core.refusal import WORD
 from reconciler.drivers.base import step_log_paths
-from reconciler.shell.refused import unit_refusal
+from reconciler.shell.refused import log_refusal, unit_refusal
 from reconciler.world import life_name
 from reconciler.logpattern import compile_pattern
 
@@ -107,9 +107,12 @@ def unit_reason(row: dict, launch: dict, state: Path, recipe: str, patterns: tup
         return None
     log = failed_life_log(state, recipe, row["name"], bool(row.get("steps")), launch.get("lastLaunch"),
                           launch.get("slot"))
-    refusal = None if row.get("steps") else unit_refusal(state, recipe, row["name"], launch.get("slot"), log)
-    if refusal:  # the recipe's or the cluster config's to fix, whatever the backoff: srun's or the engine's words
-        return WORD, f"{refusal} (refused for the recipe's or the cluster config's own reason, not the node's)"
+    # the recipe's or the cluster config's to fix, whatever the backoff: srun's words, or the engine's
+    srun_said = None if row.get("steps") else unit_refusal(state, recipe, row["name"], launch.get("slot"), None)
+    engine_said = None if srun_said or log is None else log_refusal(log)
+    if srun_said or engine_said:
+        said = [srun_said] if srun_said else [f"exited {ex['code']} at {ex['at']}"] * bool(ex) + [f"log: {engine_said}"]
+        return WORD, "; ".join(said) + " (refused for the recipe's or the cluster config's own reason, not the node's)"
     if row["phase"] == "BackOff":
         word = "CrashLoopBackOff"
     elif stop_word:
