@@ -10,7 +10,7 @@ import json
 import pytest
 
 from harness import Harness
-from helpers import wait_until
+from helpers import free_port, get, wait_until
 from load import scaled
 from support.recipes import KEEP
 
@@ -78,7 +78,8 @@ def test_the_cluster_config_is_watched_a_bad_rewrite_is_refused_and_the_old_kept
     cfg.write_text('default_srun_options: {container-mounts: "/tmp:/tmp"}\n')  # the wrong config
     name = h.name("cfg")
     (h.manifests / f"{name}.yaml").write_text(KEEP.format(name=name))
-    h.start()
+    ui = free_port()
+    h.start("--ui-addr", f"127.0.0.1:{ui}")
     wait_until(lambda: "reconciler started" in h.log(), timeout=scaled(30), what="run's start line")
     start = next(json.loads(l) for l in h.log().splitlines() if '"reconciler started"' in l)
     assert start["cluster_config"].startswith(f"{cfg} (sha256 ")
@@ -102,6 +103,9 @@ def test_the_cluster_config_is_watched_a_bad_rewrite_is_refused_and_the_old_kept
     assert quarantined(h) == {}
     d = h.cli("describe", name)
     assert f"Cluster config: {cfg} (sha256 {rec['sha256']}" in d.stdout, d.stdout
+    # the status page's header (its settings) names the one in force
+    wait_until(lambda: json.loads(get(f"http://127.0.0.1:{ui}/api/status")[1])["settings"]["clusterConfigInForce"]
+               .startswith(f"{cfg} (sha256 {rec['sha256']}"), timeout=scaled(30), what="the page's cluster config")
     steps = h.steps(name)
 
     cfg.write_text("default_time_limit: \"2:00:00\"\nno_such_key: 1\n")  # invalid: refused, located
