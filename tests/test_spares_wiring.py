@@ -74,3 +74,15 @@ def test_a_spare_is_built_and_running_but_given_to_no_router(tmp_path):
     same = next(u for u in up.units if u.name == "decode_1")
     assert same.spec_hash == spare.spec_hash
     assert same.url in router_sync.wanted(up, o, 0.0)
+
+
+def test_get_counts_a_ready_spare_as_no_serving_worker():
+    from reconciler.cli.autoscale_view import serving_ready
+    from reconciler.cli.recorded import autoscale
+
+    last = {"target": 1, "ready": 1, "spares": [{"name": "agg_1", "ready": True}]}
+    assert serving_ready(2, last) == 1  # agg_0 serves; agg_1 is Ready but out of the routers
+    assert serving_ready(1, {**last, "spares": [{"name": "agg_1", "ready": False}]}) == 1
+    assert serving_ready(None, last) == 1  # no Ready count now: the last look's
+    got = autoscale({"last": {"agg": last}}, {"agg": {"ready": 2}})
+    assert got is not None and got["agg"]["current"] == 1 and got["agg"]["spares"] == last["spares"]

@@ -80,6 +80,11 @@ def test_a_warm_spare_is_routed_at_once_and_replaced(tmp_path):
                    what=lambda: f"agg_1 Ready as a spare (spares: {spares(h, name)})")
         assert lives(h, name)["agg_1"]["readyAfter"] >= STARTUP, lives(h, name)
         assert routed(h, name) == ["agg_0"], routed(h, name)
+        # shown: get counts it as no serving worker, describe names it
+        auto = wait_until(lambda: h.get(name)["autoscale"]["agg"], timeout=30, what="get's autoscale")
+        assert auto["current"] == 1 and [x["name"] for x in auto["spares"]] == ["agg_1"], auto
+        r = h.cli("describe", name)
+        assert r.returncode == 0 and "warm spares (out of the routers): agg_1 (Ready)" in r.stdout, r.stdout
         # requests go to the serving worker only: the spare's own counter stays at zero
         light = Client(endpoint, limit=20)
         light.start()

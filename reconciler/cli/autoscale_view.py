@@ -31,11 +31,24 @@ def summary(sd: StateDir, name: str, roles: dict) -> dict | None:
     for role, last in doc["last"].items():
         if not isinstance(last, dict):
             continue
-        out[role] = {"desired": last.get("target"), "current": (roles.get(role) or {}).get("ready", last.get("ready")),
+        out[role] = {"desired": last.get("target"), "current": serving_ready((roles.get(role) or {}).get("ready"), last),
                      "min": last.get("min"), "max": last.get("max"), "draining": last.get("draining") or [],
                      "reason": last.get("reason"), "at": last.get("at"), "coming": last.get("coming") or [],
-                     "held": last.get("held", 0)}
+                     "held": last.get("held", 0), "spares": spares(last)}
     return out or None
+
+
+def spares(last: dict) -> list[dict]:
+    """The role's warm spares at the last look: [{name, ready}] (out of the routers)."""
+    return [s for s in last.get("spares") or [] if isinstance(s, dict)]
+
+
+def serving_ready(ready: int | None, last: dict) -> int | None:
+    """The Ready workers that serve: a Ready warm spare is Ready but serves nobody (the spares' readiness
+    as of the autoscaler's last look); the last look's own count without a Ready count now."""
+    if not isinstance(ready, int):
+        return last.get("ready")
+    return max(0, ready - sum(1 for s in spares(last) if s.get("ready")))
 
 
 def print_get(rows: list[dict]) -> None:
@@ -45,6 +58,7 @@ def print_get(rows: list[dict]) -> None:
             continue
         parts = [f"{role} {a['desired']} desired / {a['current']} current [{a['min']}-{a['max']}]"
                  + (f" draining {','.join(a['draining'])}" if a["draining"] else "")
+                 + (f" spares {','.join(s['name'] for s in a['spares'])}" if a.get("spares") else "")
                  + (f" ({len(a['coming'])} waiting for Slurm)" if a.get("coming") else "")
                  + (f" ({a['held']} request(s) held at the gateway)" if a.get("held") else "")
                  for role, a in auto.items()]
@@ -62,6 +76,9 @@ def print_describe(doc: dict | None) -> None:
                    + (f" [{inputs}]" if inputs else ""))
         for line in last.get("coming") or []:
             click.echo(f"    coming: {line}")
+        if spares(last):
+            click.echo("    warm spares (out of the routers): " + ", ".join(
+                f"{s.get('name')} ({'Ready' if s.get('ready') else 'starting'})" for s in spares(last)))
     for d in doc.get("decisions") or []:
         inputs = " ".join(f"{k}={v}" for k, v in (d.get("inputs") or {}).items())
         click.echo(f"  {d.get('at')} {d.get('role')} {d.get('from')} -> {d.get('to')}: {d.get('reason')}"

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reconciler.cli import startup_view
+from reconciler.cli import autoscale_view, startup_view
 from reconciler.errors import ReconcilerError
 from reconciler.recipe import namespaces
 from reconciler.shell.gates import bench_results
@@ -122,10 +122,11 @@ def autoscale(doc: Any, roles: dict) -> dict | None:
     out = {}
     for role, last in doc["last"].items():
         if isinstance(last, dict):
-            out[role] = {"desired": last.get("target"), "current": (roles.get(role) or {}).get("ready", last.get("ready")),
+            out[role] = {"desired": last.get("target"),
+                         "current": autoscale_view.serving_ready((roles.get(role) or {}).get("ready"), last),
                          "min": last.get("min"), "max": last.get("max"), "draining": last.get("draining") or [],
                          "reason": last.get("reason"), "at": last.get("at"), "coming": last.get("coming") or [],
-                         "held": last.get("held", 0)}
+                         "held": last.get("held", 0), "spares": autoscale_view.spares(last)}
     return out or None
 
 
