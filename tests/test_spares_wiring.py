@@ -86,3 +86,21 @@ def test_get_counts_a_ready_spare_as_no_serving_worker():
     assert serving_ready(None, last) == 1  # no Ready count now: the last look's
     got = autoscale({"last": {"agg": last}}, {"agg": {"ready": 2}})
     assert got is not None and got["agg"]["current"] == 1 and got["agg"]["spares"] == last["spares"]
+
+
+def test_the_status_page_document_carries_the_spares(tmp_path):
+    from types import SimpleNamespace
+
+    from reconciler.ui import model
+    from reconciler.ui.page import PAGE
+
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "status.json").write_text(json.dumps({"name": "r", "phase": "Ready", "conditions": [],
+                                                            "workers": [], "roles": {}}))
+    last = {"at": "2026-12-07T04:00:00Z", "reason": "steady", "ready": 1, "target": 1, "built": 1, "min": 1,
+            "max": 3, "draining": [], "spares": [{"name": "agg_1", "ready": True}]}
+    (tmp_path / "r" / "autoscale.json").write_text(json.dumps({"roles": {}, "last": {"agg": last}, "decisions": []}))
+    ctl = SimpleNamespace(state=StateDir(tmp_path), ticks=1, actions_done=0, tick_failures=0)
+    agg = model.build(ctl, ["r"], {})["autoscaler"]["deployments"]["r"]["agg"]
+    assert agg["spares"] == [{"name": "agg_1", "ready": True}]
+    assert "v.spares" in PAGE and "+ warm" in PAGE  # the page draws them beside DESIRED

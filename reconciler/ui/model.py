@@ -111,7 +111,7 @@ def autoscaler(sd, names: list[str]) -> dict:
         roles[name] = {role: {"desired": v.get("target"), "built": v.get("built"), "ready": v.get("ready"),
                               "min": v.get("min"), "max": v.get("max"), "reason": v.get("reason"),
                               "at": v.get("at"), "inputs": v.get("inputs") or {}, "draining": v.get("draining") or [],
-                              "held": v.get("held", 0)}
+                              "held": v.get("held", 0), "spares": v.get("spares") or []}
                        for role, v in last.items() if isinstance(v, dict)}
         for d in doc.get("decisions") or []:
             if isinstance(d, dict):

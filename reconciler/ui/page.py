@@ -76,7 +76,7 @@ function drawAutoscaler(a){
   if (!a.available) { el.className = "empty-section"; el.textContent = "no deployment is autoscaled (reconcile.autoscale): no decisions to show"; return; }
   el.className = "";
   const roles = Object.entries(a.deployments).flatMap(([n, rs]) => Object.entries(rs).map(([r, v]) => `<tr data-recipe="${esc(n)}" data-role="${esc(r)}">
-    <td>${esc(n)}</td><td>${esc(r)}</td><td class="desired">${esc(v.desired)}</td><td>${esc(v.ready)}</td><td>${esc(v.min)}-${esc(v.max)}</td>
+    <td>${esc(n)}</td><td>${esc(r)}</td><td class="desired">${esc(v.desired)}${(v.spares||[]).length ? `<div class="msg spares">+ warm ${esc(v.spares.map(s => s.name + (s.ready ? "" : " (starting)")).join(", "))}</div>` : ""}</td><td>${esc(v.ready)}</td><td>${esc(v.min)}-${esc(v.max)}</td>
     <td>${esc(v.reason)}<div class="msg mono">${inputs(v.inputs)}</div></td><td class="mono">${esc(v.at)}</td></tr>`)).join("");
   const decs = a.decisions.map(d => `<tr><td class="mono">${esc(d.at)}</td><td>${esc(d.shown||d.recipe)}</td><td>${esc(d.role)}</td>
     <td class="change">${esc(d.from)} &rarr; ${esc(d.to)}</td><td>${esc(d.reason)}<div class="msg mono">${inputs(d.inputs)}</div></td></tr>`).join("");
