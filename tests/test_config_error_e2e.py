@@ -125,3 +125,19 @@ def test_the_cluster_config_is_watched_a_bad_rewrite_is_refused_and_the_old_kept
     wait_until(lambda: json.loads((h.state / "cluster-config.json").read_text())["error"] is None,
                timeout=scaled(30), what="the refused rewrite's error cleared by a good one")
     assert "a rewrite was refused" not in h.cli("describe", name).stdout
+
+
+def test_an_engine_that_refuses_a_flag_is_a_config_error_and_no_node_is_quarantined(h):
+    name = h.name("flag")
+    (h.manifests / f"{name}.yaml").write_text(KEEP.format(name=name).replace(
+        "gpus: 1", 'gpus: 1, args: {no-such-flag: "1"}, restart: {backoff_seconds: 0.5}'))
+    h.start()
+    # each life exits 2 at once (argparse); before this change 3 such relaunches quarantined the node
+    wait_until(lambda: sum(w.get("restarts", 0) for w in status(h, name).get("workers", [])) >= 4, timeout=scaled(90),
+               what=lambda: f"4 relaunches (reconciler log:\n{h.log()[-3000:]})")
+    st = wait_until(lambda: (s := status(h, name)).get("reason") == "ConfigError" and s, timeout=scaled(30),
+                    what=lambda: f"ConfigError in {name}'s status: {status(h, name).get('reasonMessage')}")
+    assert st["reasonMessage"].startswith("agg_0: exited 2 at ") and "unrecognized arguments: --no-such-flag" in \
+        st["reasonMessage"], st["reasonMessage"]
+    assert quarantined(h) == {}
+    assert not [e for e in events(h) if e["kind"] == "NodeQuarantined"]
