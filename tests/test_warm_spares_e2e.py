@@ -80,6 +80,10 @@ def test_a_warm_spare_is_routed_at_once_and_replaced(tmp_path):
                    what=lambda: f"agg_1 Ready as a spare (spares: {spares(h, name)})")
         assert lives(h, name)["agg_1"]["readyAfter"] >= STARTUP, lives(h, name)
         assert routed(h, name) == ["agg_0"], routed(h, name)
+        # the status: a worker that is Ready but not available (it serves nobody)
+        row = wait_until(lambda: workers(h, name)["agg_1"] if workers(h, name)["agg_1"]["ready"] else None,
+                         timeout=30, what="agg_1 Ready in the recorded status")
+        assert row["available"] is False and workers(h, name)["agg_0"]["available"] is True, row
         # shown: get counts it as no serving worker, describe names it
         auto = wait_until(lambda: h.get(name)["autoscale"]["agg"], timeout=30, what="get's autoscale")
         assert auto["current"] == 1 and [x["name"] for x in auto["spares"]] == ["agg_1"], auto
