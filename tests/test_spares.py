@@ -59,3 +59,24 @@ def test_a_scale_down_turns_the_victim_into_the_spare():
     victim (index 1) is the spare and index 2 is stopped."""
     assert list(spare_indices(1, 2, 1, 3)) == [2]  # draining: built is still 2
     assert list(spare_indices(1, 1, 1, 3)) == [1]  # drained: the victim is the spare
+
+
+def test_scale_to_zero_releases_the_spare_and_the_wake_up_brings_it_back():
+    """The autoscaler's own decisions (compute_autoscale) with the spares beside them: idle for the
+    whole idle period, the role goes to zero and keeps no spare; a request at the gateway wakes it,
+    with its spare."""
+    from reconciler.core.plan.autoscale import Load, RoleFacts, compute_autoscale, start
+    from reconciler.recipe.autoscale import AutoscaleConfig
+
+    cfg = AutoscaleConfig.model_validate({"roles": {"agg": {"min": 0, "max": 3, "target": {"waiting_per_worker": 4}}},
+                                          "scale_to_zero_after_seconds": 60, "warm": 1, "drain_seconds": 0})
+    m = start(1, 0.0)
+    idle = RoleFacts(1, Load(1))
+    assert list(spare_indices(m.target, m.built, cfg.warm, 3)) == [1]
+    for t in (10.0, 70.0, 75.0):  # idle: to zero at 70, the last worker drained by 75
+        m = compute_autoscale(cfg, {"agg": idle}, {"agg": m}, t)["agg"].memory
+    assert (m.target, m.built) == (0, 0)
+    assert list(spare_indices(m.target, m.built, cfg.warm, 3)) == []  # nothing held at zero
+    m = compute_autoscale(cfg, {"agg": RoleFacts(0, None, demand=True)}, {"agg": m}, 80.0)["agg"].memory
+    assert (m.target, m.built) == (1, 1)
+    assert list(spare_indices(m.target, m.built, cfg.warm, 3)) == [1]  # woken with its spare
