@@ -62,8 +62,10 @@ def _child(tmp_path, out) -> None:
 
 
 def test_a_pathological_pattern_on_a_long_line_cannot_stall_a_pass(tmp_path):
-    # in a process of its own: a backtracking match holds the GIL, no thread could time it out
-    ctx = multiprocessing.get_context("fork")
+    # in a process of its own: a backtracking match holds the GIL, no thread could time it out.
+    # Spawned, not forked: a fork of an xdist worker whose earlier tests left threads (servers,
+    # pools) can inherit a lock one of them held and hang before the scenario starts (CI, 90 s)
+    ctx = multiprocessing.get_context("spawn")
     got, out = ctx.Pipe(duplex=False)
     p = ctx.Process(target=_child, args=(tmp_path, out), daemon=True)
     p.start()
