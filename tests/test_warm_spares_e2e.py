@@ -122,3 +122,27 @@ def test_a_warm_spare_is_routed_at_once_and_replaced(tmp_path):
         assert cold["readyAfter"] >= STARTUP, figures  # what a cold start costs here
         # the spare's requests came well before a cold start decided at the same moment could be Ready
         assert routed_at - decided < cold["readyAfter"] / 2, figures
+
+
+def test_a_scale_down_keeps_its_victim_as_the_spare(tmp_path):
+    """1 serving + 1 spare, a load step (2 serving + 1 spare), the load's end: the victim agg_1 drains
+    out of the router and stays, running, as the spare (the same step: no relaunch), while agg_2, the
+    spare above it that never served, is stopped."""
+    text = TEXT.replace("scale_down_after_seconds: 600", "scale_down_after_seconds: 8\n    drain_seconds: 1")
+    with deployed(tmp_path, text, "warmdown", timeout=150) as (h, name, endpoint):
+        wait_until(lambda: spares(h, name) == [{"name": "agg_1", "ready": True}], timeout=90, interval=0.5,
+                   what=lambda: f"agg_1 Ready as a spare (spares: {spares(h, name)})")
+        with Load(endpoint, heavy=5) as load:
+            wait_until(lambda: spares(h, name) == [{"name": "agg_2", "ready": True}], timeout=90, interval=0.5,
+                       what=lambda: f"agg_1 promoted, agg_2 Ready as the new spare (spares: {spares(h, name)})")
+            served_by = h.steps(name)["agg_1"][0]
+            load.end()
+            wait_until(lambda: set(h.steps(name)) == {"agg_0", "agg_1", "frontend_0"}
+                       and spares(h, name) == [{"name": "agg_1", "ready": True}], timeout=120, interval=0.5,
+                       what=lambda: f"scaled down with agg_1 kept as the spare (steps {sorted(h.steps(name))}, "
+                                    f"spares {spares(h, name)})")
+        assert h.steps(name)["agg_1"][0] == served_by, "the victim is kept running: no relaunch"
+        assert routed(h, name) == ["agg_0"], routed(h, name)
+        evs = events(h, name)
+        assert any(e["kind"] == "Draining" and "agg_1" in e["message"] for e in evs), [e["message"] for e in evs]
+        assert any(e["kind"] == "CancelStep" and "agg_2" in e["message"] for e in evs), [e["message"] for e in evs]
