@@ -24,8 +24,8 @@ from reconciler.world import Alloc, AllocSpec, Step
 # of that list: without the mapping a worker of the second job on a node would use the first
 # job's GPU 0. No list (no Slurm, no gres, or Slurm's NoDevFiles: a gres with no File=): the
 # indices are used as they are.
-LAUNCHER = r"""status=$1; var=$2; want=$3; names=$4; shift 4
-nth() { _k=$1; _o=$IFS; IFS=,; set -f; set -- $2; set +f; IFS=$_o
+# Maps the recipe's GPU indices to the step's own (above); shared by both launchers below.
+_GPU_MAP = r"""nth() { _k=$1; _o=$IFS; IFS=,; set -f; set -- $2; set +f; IFS=$_o
   [ "$_k" -lt "$#" ] || return 1; shift "$_k"; printf %s "$1"; }
 if [ -n "$var" ]; then
   # another variable (HIP_VISIBLE_DEVICES) goes by Slurm's CUDA list, unless Slurm also narrowed
@@ -44,7 +44,10 @@ if [ -n "$var" ]; then
   fi
   export "$var=$want"
 fi
-# the recipe's environment arrives in this process's own environment, each variable under ENV_PREFIX,
+"""
+
+LAUNCHER = r"""status=$1; var=$2; want=$3; names=$4; shift 4
+""" + _GPU_MAP + r"""# the recipe's environment arrives in this process's own environment, each variable under ENV_PREFIX,
 # and only the names in argv ($names): a value in argv is world-readable in /proc/<pid>/cmdline (ps),
 # an environment only to its owner. Set in the engine's subshell alone, so the launcher's own
 # commands (date, mv) keep their PATH; the subshell execs the engine, so $child is the engine.
@@ -71,26 +74,7 @@ exit "$rc"
 # The launcher of the releases before the environment left argv (`env K=V ...` as arguments): the
 # local driver still recognises its running steps after an upgrade.
 LAUNCHER_BEFORE = r"""status=$1; var=$2; want=$3; shift 3
-nth() { _k=$1; _o=$IFS; IFS=,; set -f; set -- $2; set +f; IFS=$_o
-  [ "$_k" -lt "$#" ] || return 1; shift "$_k"; printf %s "$1"; }
-if [ -n "$var" ]; then
-  # another variable (HIP_VISIBLE_DEVICES) goes by Slurm's CUDA list, unless Slurm also narrowed
-  # ROCR_VISIBLE_DEVICES: the runtime then numbers the step's GPUs from 0 already
-  have=$(printenv "$var") || { [ -n "${ROCR_VISIBLE_DEVICES-}" ] || have=${CUDA_VISIBLE_DEVICES-}; }
-  case $have in NoDevFiles) have= ;; esac
-  if [ -n "$have" ]; then
-    map=
-    for k in $(printf %s "$want" | tr , ' '); do
-      g=$(nth "$k" "$have") || {
-        echo "reconciler: GPU $k is not one this step holds ($var=$have): the job holds fewer GPUs than the recipe packs here" >&2
-        printf '97 %s\n' "$(date +%s)" >"$status.tmp" && mv -f "$status.tmp" "$status"; exit 97; }
-      map=${map:+$map,}$g
-    done
-    want=$map
-  fi
-  export "$var=$want"
-fi
-"$@" &
+""" + _GPU_MAP + r""""$@" &
 child=$!
 trap 'kill -TERM "$child" 2>/dev/null' TERM INT HUP
 while :; do
