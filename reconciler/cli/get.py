@@ -25,7 +25,8 @@ WATCHED = ("status", "reason", "restarts", "endpoint", "roles", "replicas")
 @click.option("-o", "--output", type=click.Choice(["text", "wide", "json", "yaml"]), default="text",
               help="wide: also the nodes and why a deployment is down.")
 @click.option("--wait", "wait_ready", is_flag=True,
-              help="Wait until `run` records every listed recipe Available, or what --for names (progress on stderr).")
+              help="Wait until `run` records every listed recipe Available, or what --for names "
+                   "(progress on stderr).")
 @click.option("--for", "until", type=click.Choice(["available", "ready", "progressed"]), default=None,
               help="What --wait waits for (implies --wait): available (default: enough workers and a frontend "
                    "serve), ready (everything at the file's spec Ready), progressed (the rollout finished).")

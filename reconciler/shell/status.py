@@ -181,8 +181,8 @@ def availability(d: DesiredRecipe | None, workers: list[dict], fe_rows: list[dic
     if not per_role:
         return False, "NoWorkers", "no engine worker is placed yet"
     if short or not fe_ok or not routed:
-        why = ([f"too few workers serve: {', '.join(short)}"] if short else []) + (
-            ["no frontend answers"] if not fe_ok else []) + (["the gateway routes nowhere yet"] if fe_ok and not routed else [])
+        why = ([f"no worker serves: {', '.join(short)}"] if short else []) + (["no frontend answers"] if not fe_ok else
+               ["the gateway routes nowhere yet"] if not routed else [])
         return False, "MinimumWorkersUnavailable", "; ".join(why) + f" (serving: {text})"
     return True, "MinimumWorkersAvailable", f"serving: {text}" + (", a frontend answers" if fe_rows else "")
 
