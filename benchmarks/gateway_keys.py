@@ -1,6 +1,9 @@
 """What the gateway's API-key check (``reconcile.gateway.api_keys``) adds to a request.
 
-``python benchmarks/gateway_keys.py [-n 1000] [--ports 45980-45999]``
+    python benchmarks/gateway_keys.py [-n 1000] [--ports 45980-45999]
+    python benchmarks/gateway_keys.py --smoke   # 50 requests, one round: CI runs it
+
+Its table is docs/performance.md, section "The gateway's API-key check (benchmarks/gateway_keys.py)".
 
 A real nginx gateway (shell/gateway/host.py) in front of a real mocker, once open and once with a
 keys file: ``GET /v1/models`` sequentially on one kept-alive connection, 200 requests of warm-up
@@ -71,15 +74,21 @@ def measure(g: Gateways, ports: NodePortAllocator, name: str, up: str, door: dic
     return sorted(out)
 
 
-def show(x: list[float]) -> str:
-    return f"p50 {statistics.median(x):.3f} ms  p99 {x[int(len(x) * .99)]:.3f} ms  mean {statistics.mean(x):.3f} ms"
+def row(rnd: int, gateway: str, x: list[float]) -> str:
+    return (f"{rnd:>5} {gateway:>7} {statistics.median(x):>8.3f} {x[int(len(x) * .99)]:>8.3f} "
+            f"{statistics.mean(x):>8.3f}")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=1000)
-    ap.add_argument("--ports", default="45980-45999", help="the range the two gateways and the holder take")
+    ap.add_argument("--ports", default=os.environ.get("RECONCILER_PORT_RANGE", "45980-45999"),
+                    help="the range the two gateways and the holder take")
+    ap.add_argument("--smoke", action="store_true", help="50 requests, one round: that it runs")
     a = ap.parse_args()
+    n, rounds = (50, 1) if a.smoke else (a.n, 2)
+    if not 1 <= n <= 1_000_000:
+        raise SystemExit(f"-n {n}: between 1 and 1,000,000")
     lo, hi = map(int, a.ports.split("-"))
     tmp = Path(tempfile.mkdtemp(prefix="gateway-keys-"))
     (tmp / "keys").write_text(line_for(KEY) + "\n")
@@ -87,11 +96,12 @@ def main() -> None:
     g = Gateways(StateDir(tmp / "state"), host="127.0.0.1")
     ports = NodePortAllocator(lo, hi)
     try:
-        for rnd in range(2):
-            plain = measure(g, ports, "open", up, None, None, a.n)
-            keyed = measure(g, ports, "keyed", up, holder_supervisor.front_door(str(tmp / "keys"), 1024, 256), KEY, a.n)
-            print(f"round {rnd}: open   {show(plain)}\nround {rnd}: keyed  {show(keyed)}\n"
-                  f"round {rnd}: added  p50 {statistics.median(keyed) - statistics.median(plain):.3f} ms")
+        print(f"{'round':>5} {'gateway':>7} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
+        for rnd in range(rounds):
+            plain = measure(g, ports, "open", up, None, None, n)
+            keyed = measure(g, ports, "keyed", up, holder_supervisor.front_door(str(tmp / "keys"), 1024, 256), KEY, n)
+            print(f"{row(rnd, 'open', plain)}\n{row(rnd, 'keyed', keyed)}\n"
+                  f"{rnd:>5} {'added':>7} {statistics.median(keyed) - statistics.median(plain):>8.3f}")
     finally:
         for name in g.known():
             if (pid := master_pid(prefix_of(g.state.root, name))) is not None:

@@ -44,6 +44,7 @@ SMOKES = {
     "plan_scale.py": Smoke(r"recipes\s+workers\s+plan\(\) ms", 6),
     "read_commands.py": Smoke(r"command\s+median s\s+min s", 6),
     "mocker_bench.py": Smoke(r"path\s+streams\s+req/s", 8),
+    "gateway_keys.py": Smoke(r"round\s+gateway\s+p50 ms", 4, (pytest.mark.needs("nginx"),)),
     "converge.py": Smoke(r"run\s+workers\s+drop -> healthy s", 4, (pytest.mark.slurm,)),
     "mttr.py": Smoke(r"^\s+what\s+figure$", 2, (pytest.mark.slurm,)),
     "node_failure.py": Smoke(r"run\s+how\s+failed node", 4, (pytest.mark.multinode,), root=True),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -18,30 +17,10 @@ from reconciler.gateway.keys import KeysError, line_for, parse
 from reconciler.shell.gateway import holder_supervisor
 from reconciler.shell.gateway.record import facts, prefix_of
 from tests.helpers import start_mocker, wait_until
-from support.gateways import _hp, _ports, CHAT, gw  # noqa: F401 - fixtures among them
+from support.gateways import _hp, _ports, CHAT, Bg, call, gw  # noqa: F401 - fixtures among them
 
 needs_nginx = pytest.mark.needs("nginx")
 KEY = "sk-front-door-test-key-0001"
-
-
-def call(url: str, path: str = "/v1/chat/completions", key: str | None = None, body: bytes | None = None,
-         method: str = "POST", timeout: float = 60) -> tuple[int, dict, bytes]:
-    host, port = url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-    data = body if body is not None else (json.dumps(CHAT).encode() if method == "POST" else None)
-    conn.request(method, path, body=data, headers=headers)
-    r = conn.getresponse()
-    return r.status, dict(r.getheaders()), r.read()
-
-
-class Bg(threading.Thread):
-    def __init__(self, *a, **kw):
-        super().__init__(daemon=True)
-        self.a, self.kw, self.out = a, kw, None
-
-    def run(self) -> None:
-        self.out = call(*self.a, **self.kw)
 
 
 def door(tmp_path: Path, *keys: str, max_held: int = 1024, max_held_mb: int = 256) -> dict:

@@ -16,7 +16,7 @@ from helpers import wait_until
 from reconciler.gateway.keys import line_for
 from reconciler.shell.gateway import holder_supervisor
 from support.record import events
-from test_gateway_front_door import Bg, call
+from support.gateways import Bg, call
 
 pytestmark = [pytest.mark.slurm, pytest.mark.needs("nginx")]
 KEY = "sk-front-door-e2e-key-0001"

@@ -148,9 +148,13 @@ def _explained(tmp_path: Path) -> None:
         # Resources; or Priority when other users' jobs queued behind the hogs are ahead of ours
         assert row[1] in ("Resources", "Priority") and a["reasonText"] == words(row[1])
         assert a["message"].startswith(f"allocation 0 (job {job}) pending ")
-        (g,) = json.loads(h.cli("get", name, "-o", "json").stdout)
-        (p,) = g["pendingAllocations"]
-        assert (p["job"], p["reason"], p["expectedStart"]) == (job, row[1], a["expectedStart"])
+        # get reads what `run` recorded, describe asks Slurm now: the record follows at run's next
+        # look at squeue --start (its slow questions are asked when due, shell/cluster/slurm_watch.py)
+        def recorded():
+            (g,) = json.loads(h.cli("get", name, "-o", "json").stdout)
+            return [(p["job"], p["reason"], p["expectedStart"]) for p in g["pendingAllocations"]]
+        wait_until(lambda: recorded() == [(job, row[1], a["expectedStart"])], timeout=60, interval=2,
+                   what="get's pending allocation to say what describe says")
         # the running reconciler said it in an event, and exports the seconds it has waited
         wait_until(lambda: any(e["kind"] == "AllocationPending" and e.get("expectedStart") == a["expectedStart"]
                                for e in events(h, name)), timeout=60, what="the AllocationPending event")

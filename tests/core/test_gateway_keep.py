@@ -28,7 +28,7 @@ class Gateways:
     def known(self):
         return list(self._known)
 
-    def sync(self, name, upstreams, ports, now, unproven=False, hold=None, listen=None, place=None):
+    def sync(self, name, upstreams, ports, now, unproven=False, hold=None, listen=None, place=None, door=None):
         self.calls.append(("sync", name, tuple(upstreams)) + (("unproven",) if unproven else ()))
         return []
 

@@ -24,6 +24,26 @@ from reconciler.shell.gateway.sweep import master_pid
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
 
+def call(url: str, path: str = "/v1/chat/completions", key: str | None = None, body: bytes | None = None,
+         method: str = "POST", timeout: float = 60) -> tuple[int, dict, bytes]:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    data = body if body is not None else (json.dumps(CHAT).encode() if method == "POST" else None)
+    conn.request(method, path, body=data, headers=headers)
+    r = conn.getresponse()
+    return r.status, dict(r.getheaders()), r.read()
+
+
+class Bg(threading.Thread):
+    def __init__(self, *a, **kw):
+        super().__init__(daemon=True)
+        self.a, self.kw, self.out = a, kw, None
+
+    def run(self) -> None:
+        self.out = call(*self.a, **self.kw)
+
+
 def _ports() -> NodePortAllocator:
     lo = next(_ranges)
     return NodePortAllocator(lo, lo + 100)
