@@ -128,9 +128,18 @@ frontend: {{type: {router}, args: {{policy: round_robin}}}}
 """
 
 
-def router_workers(endpoint: str) -> set[str] | None:
+def router_url(h: Harness, name: str) -> str | None:
+    """The router's own address (the frontend's URL in status.json). Its admin API (``/workers``)
+    is not the gateway's to pass on: the front door answers only OpenAI paths and ``/health``."""
+    st = json.loads((h.state / name / "status.json").read_text())
+    return next((w["url"] for w in st["workers"] if w["role"] == "frontend" and w.get("url")), None)
+
+
+def router_workers(router: str | None) -> set[str] | None:
+    if router is None:
+        return None
     try:
-        status, body = get(endpoint + "/workers", timeout=3)
+        status, body = get(router + "/workers", timeout=3)
     except OSError:
         return None
     return {w["url"] for w in json.loads(body)["workers"] if w.get("is_healthy")} if status == 200 else None
@@ -156,19 +165,19 @@ def test_a_router_follows_readiness(tmp_path, router):
             st = json.loads((h.state / name / "status.json").read_text())
             return {w["url"] for w in st["workers"] if w["role"] == "agg" and w["ready"]}
 
-        wait_until(lambda: router_workers(endpoint) == urls() and len(urls()) == 1, timeout=30,
+        wait_until(lambda: router_workers(router_url(h, name)) == urls() and len(urls()) == 1, timeout=30,
                    what="the router to list the Ready worker")
         assert wait_until(lambda: chat(endpoint, "m")[0] == 200, timeout=20, what="a completion via the router")
         assert served(endpoint) == "m"  # the router learnt the model from the worker's /get_model_info
 
         f.write_text(ROUTED.format(name=name, workers=2, router=router))
-        wait_until(lambda: len(urls()) == 2 and router_workers(endpoint) == urls(), timeout=60,
+        wait_until(lambda: len(urls()) == 2 and router_workers(router_url(h, name)) == urls(), timeout=60,
                    what="the router to list both workers")
 
         victim = h.steps(name)["agg_1"]
         scancel(victim[0])
         wait_until(lambda: (s := h.steps(name).get("agg_1")) and s[0] != victim[0], timeout=60, what="agg_1 back")
-        wait_until(lambda: len(urls()) == 2 and router_workers(endpoint) == urls(), timeout=60,
+        wait_until(lambda: len(urls()) == 2 and router_workers(router_url(h, name)) == urls(), timeout=60,
                    what="the router to list the relaunched worker again")
         # after the bounded wait, no request fails: each of them reaches a Ready worker
         results = [chat(endpoint, "m")[0] for _ in range(20)]
@@ -189,10 +198,12 @@ frontend: {{type: sglang-router}}
 """
 
 
-def pd_workers(endpoint: str) -> dict[str, set[str]] | None:
+def pd_workers(router: str | None) -> dict[str, set[str]] | None:
     """worker type -> the healthy workers' URLs, as the router lists them."""
+    if router is None:
+        return None
     try:
-        status, body = get(endpoint + "/workers", timeout=3)
+        status, body = get(router + "/workers", timeout=3)
     except OSError:
         return None
     if status != 200:
@@ -235,10 +246,10 @@ def test_the_sglang_router_in_prefill_decode_mode_follows_readiness(tmp_path):
 
         def listed(n_prefill: int, n_decode: int) -> bool:
             u = urls()
-            return (len(u["prefill"]), len(u["decode"])) == (n_prefill, n_decode) and pd_workers(endpoint) == u
+            return (len(u["prefill"]), len(u["decode"])) == (n_prefill, n_decode) and pd_workers(router_url(h, name)) == u
 
         wait_until(lambda: listed(1, 1), timeout=30, what=f"the router to list one prefill and one decode worker "
-                                                           f"(router: {pd_workers(endpoint)}, Ready: {urls()})")
+                                                           f"(router: {pd_workers(router_url(h, name))}, Ready: {urls()})")
         assert wait_until(lambda: chat(endpoint, "m")[0] == 200, timeout=20, what="a completion via the PD router")
 
         f.write_text(ROUTED_PD.format(name=name, prefill=2, decode=2))
