@@ -82,6 +82,10 @@ def build_state(root: Path, n: int) -> list[str]:
         (d / "logs").mkdir(parents=True)
         (d / "benchmarks").mkdir()
         (d / "status.json").write_text(json.dumps(status(name, i, now), indent=2))
+        (d / "detail.json").write_text(json.dumps(  # describe's live facts, as run records them
+            {"error": None, "suspended": False, "units": {}, "benchmarkState": None, "allocations": [
+                {"job": str(1000 + i), "index": 0, "state": "RUNNING", "reason": "None", "nodes": ["node1"],
+                 "timeLimit": "4:00:00", "timeLeft": None, "endsAt": now + 3600}]}))
         step_log_paths(root, name, "frontend_0", 0).log.write_text("".join(f"INFO request {k} served\n" for k in range(2000)))
         (d / "benchmarks" / "20261206T100000Z.json").write_text(json.dumps(
             {"run": "20261206T100000Z", "status": "passed", "type": "sa-bench", "req_s": 12.5, "errors": 0}))

@@ -36,6 +36,17 @@ def slurm_seconds(text: str | None) -> float | None:
     return float(((d * 24 + h) * 60 + m) * 60 + s)
 
 
+def slurm_duration(sec: float) -> str:
+    """Seconds as squeue writes a TimeLeft: ``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``."""
+    sec = max(0, int(sec))
+    d, rest = divmod(sec, 86400)
+    h, rest = divmod(rest, 3600)
+    m, s = divmod(rest, 60)
+    if d:
+        return f"{d}-{h:02d}:{m:02d}:{s:02d}"
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
 def span(sec: float) -> str:
     """A wait in words a person reads at a glance: 45s, 14m, 2h05m."""
     sec = max(0, int(sec))

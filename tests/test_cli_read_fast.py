@@ -9,6 +9,7 @@ import fcntl
 import importlib.util
 import json
 import subprocess
+import time
 import sys
 
 import pytest
@@ -50,7 +51,8 @@ def probe(state, *argv: str) -> tuple[subprocess.CompletedProcess, list[str]]:
 
 @pytest.mark.parametrize("argv", [("get",), ("get", "-o", "wide"), ("get", "-o", "json", "dep-001"), ("events",),
                                   ("events", "dep-001"), ("logs", "dep-001"), ("logs", "dep-001", "--tail", "3"),
-                                  ("benchmarks", "dep-001")], ids=" ".join)
+                                  ("benchmarks", "dep-001"), ("describe", "dep-001"),
+                                  ("describe", "dep-001", "-o", "json")], ids=" ".join)
 def test_read_commands_import_no_controller(state, argv):
     r, loaded = probe(state, *argv)
     assert "error" not in r.stderr, r.stderr
@@ -84,6 +86,43 @@ def test_get_rows_are_runs_record(state):
     assert gone["status"] == "ManifestMissing" and "prune guard" in gone["error"] and gone["endpoint"], gone
     r, _ = probe(state, "get", "nope")
     assert r.returncode == 1 and "no recipe named nope" in r.stderr
+
+
+def test_describe_answers_from_runs_record_at_its_own_now(state):
+    """describe reads status.json and detail.json (shell/describe_facts.py writes it after each
+    pass): an allocation's time left counts down from the recorded end, a pending one is explained
+    with its wait so far, a held-back unit shows its next retry, a quarantined node its reason."""
+    now = time.time()
+    st = json.loads((state / "dep-001" / "status.json").read_text())
+    unit = st["workers"][0]["name"]
+    (state / "dep-001" / "detail.json").write_text(json.dumps({
+        "error": None, "suspended": False, "benchmarkState": None,
+        "units": {unit: {"nextRetry": "2026-12-07T10:00:00Z", "waiting": None}},
+        "allocations": [
+            {"job": "71", "index": 0, "state": "RUNNING", "reason": "None", "nodes": ["n1"], "timeLimit": "2:00:00",
+             "timeLeft": None, "endsAt": now + 3725, "endsBy": "2026-12-07T11:00:00Z", "endsWhy": "a maintenance"},
+            {"job": "72", "index": 1, "state": "PENDING", "reason": "Priority", "nodes": [], "timeLimit": "2:00:00",
+             "timeLeft": None, "endsAt": None, "pending": {"reason": "Priority", "start": None, "submitted": now - 300}}]}))
+    (state / "quarantine.json").write_text(json.dumps({"quarantined": {
+        "n9": {"since": now - 10, "until": now + 600, "untilIso": "2026-12-07T11:11:11Z", "why": "3 failures"},
+        "n8": {"since": now - 900, "until": now - 5, "untilIso": "2026-12-07T09:00:00Z", "why": "over"}}}))
+    r, loaded = probe(state, "describe", "dep-001")
+    assert r.returncode == 0 and loaded == [], (r.stderr, loaded)
+    assert "Endpoint: " + st["endpoint"] in r.stdout and "Model: Qwen/Qwen3-0.6B" in r.stdout, r.stdout
+    line = next(x for x in r.stdout.splitlines() if "job 71" in x)
+    left = line.split("time left ")[1].split(" of ")[0]
+    assert left in ("1:02:05", "1:02:04", "1:02:03") and line.endswith("of 2:00:00 granted"), line
+    assert "must end by 2026-12-07T11:00:00Z: a maintenance" in r.stdout
+    assert "allocation 1 (job 72) pending 5m" in r.stdout and "jobs with a higher priority" in r.stdout, r.stdout
+    assert "2026-12-07T10:00:00Z" in next(x for x in r.stdout.splitlines() if x.strip().startswith(unit + " "))
+    assert "node n9 quarantined until 2026-12-07T11:11:11Z: 3 failures" in r.stdout and "n8" not in r.stdout
+    r, _ = probe(state, "describe", "dep-001", "-o", "json")
+    doc = json.loads(r.stdout)
+    assert [a["job"] for a in doc["allocations"]] == ["71", "72"] and doc["allocations"][1]["pendingSeconds"] >= 300
+    assert doc["units"][0]["nextRetry"] == "2026-12-07T10:00:00Z" and doc["recordedAt"] == st["updatedAt"]
+    # a name run has not recorded goes the controller's way, which says what it knows
+    r, loaded = probe(state, "describe", "nope", "--driver", "local", "--manifests", str(state.parent / "m"))
+    assert r.returncode == 1 and "no recipe named nope" in r.stderr, r.stderr
 
 
 def test_without_a_running_run_get_looks_at_the_cluster(tmp_path):

@@ -118,9 +118,13 @@ def test_the_cluster_config_is_watched_a_bad_rewrite_is_refused_and_the_old_kept
     assert h.steps(name) == steps and h.get(name)["status"] == "Ready"
     kept = json.loads((h.state / "cluster-config.json").read_text())
     assert kept["sha256"] == rec["sha256"] and "no_such_key: unknown key" in kept["error"]
-    # a read command loads the file itself: it refuses it with the same located error, runs on no guess
+    # describe answers from what run recorded (it loads no config): the one in force, and the refusal
     d = h.cli("describe", name)
-    assert d.returncode == 1 and f"error: cluster config: {cfg}: no_such_key: unknown key" in d.stderr, d.stderr
+    assert d.returncode == 0 and f"Cluster config: {cfg} (sha256 {rec['sha256']}" in d.stdout, d.stdout
+    assert f"a rewrite was refused: {cfg}: no_such_key: unknown key" in d.stdout, d.stdout
+    # a command that must load the file itself refuses it with the same located error, runs on no guess
+    v = h.cli("plan")
+    assert v.returncode == 1 and f"error: cluster config: {cfg}: no_such_key: unknown key" in v.stderr, v.stderr
     cfg.write_text("default_time_limit: \"2:00:00\"\n")  # valid again (the teardown's run reads it too)
     wait_until(lambda: json.loads((h.state / "cluster-config.json").read_text())["error"] is None,
                timeout=scaled(30), what="the refused rewrite's error cleared by a good one")

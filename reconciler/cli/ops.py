@@ -10,7 +10,8 @@ from pathlib import Path
 import click
 
 from reconciler.recipe import namespaces
-from reconciler.cli import autoscale_view, operate, startup_view
+from reconciler.cli import autoscale_view, describe_recorded, operate, startup_view
+from reconciler.cli import run_settings
 from reconciler.cli.common import DRIVER_OPT, INSTANCE_OPT, MANIFESTS_OPT, PORTS_OPT, STATE_OPT, _controller, _fail
 from reconciler.cli.term import clean
 from reconciler.errors import ReconcilerError
@@ -39,38 +40,26 @@ def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: st
     st = build_status(name, d, snap.observed, None if kept else rp, snap.manifests.invalid.get(name),
                       sd.status(name), sd.launches(name), snap.now, sd.exits(name),
                       gateway=gateway_facts(sd.root, name)) if rp else {}
-    from reconciler.shell import reasons
+    from reconciler.shell import describe_facts, reasons
 
     reasons.annotate(st.get("workers", []), d, sd.root, name, sd.launches(name))
     if kept is not None:
         from reconciler.shell import prune_guard
 
         prune_guard.mark(st, sd.status(name), prune_guard.why(name, sd.files()), snap.now)
-    later = dict(rp.relaunch_later) if rp else {}
-    waits = dict(rp.waiting) if rp else {}
-    for w in st.get("workers", []):
-        at = later.get(w["name"])
-        w["nextRetry"] = iso(at) if at is not None else None
-        wait = waits.get(w["name"])
-        w["waiting"] = f"{wait.reason.value}: {wait.detail}" if wait and wait.detail else (
-            wait.reason.value if wait else None)
-    o = snap.observed
-    allocs = [{"job": a.job_id, "index": a.index, "state": a.state, "reason": a.reason, "nodes": list(a.nodes),
-               "timeLeft": a.time_left or None, "timeLimit": a.time_limit or None,
-               **({"endsBy": iso(o.deadlines[a.job_id][0]), "endsWhy": o.deadlines[a.job_id][1]}
-                  if a.job_id in o.deadlines else {}),
-               **(o.pending[a.job_id].doc(snap.now) if a.job_id in o.pending else {})}
-              for a in o.allocs_of(name)]
+    # the facts `run` records for describe, built from this snapshot and shown the same way
+    f = describe_facts.facts(snap, name)
+    workers = st.get("workers", [])
+    describe_recorded.annotate(workers, f["units"])
     from reconciler.shell.gates import bench_results
 
-    bench = {"state": bench_results.now_state(snap.desired.recipes.get(name), o, rp),
-             "last": bench_results.last(sd.root, name)}
+    bench = {"state": f["benchmarkState"], "last": bench_results.last(sd.root, name)}
     return {"name": name, "phase": st.get("phase", "Unknown"), "endpoint": st.get("endpoint"),
             "servedModel": st.get("servedModel") or sd.status(name).get("servedModel"),
             "benchmark": bench if bench["state"] or bench["last"] else None,
-            "suspended": bool(d and d.suspended), "warning": st.get("warning"),
-            "error": snap.manifests.invalid.get(name) or snap.desired.held.get(name),
-            "conditions": st.get("conditions", []), "units": st.get("workers", []), "allocations": allocs,
+            "suspended": f["suspended"], "warning": st.get("warning"), "error": f["error"],
+            "conditions": st.get("conditions", []), "units": workers,
+            "allocations": describe_recorded.allocations(f["allocations"], snap.now),
             "events": operate.read_events(Path(state), name)[-20:],
             "lastAllocationLost": sd.read_json(sd.recipe_dir(name) / "allocation-lost.json", None,
                                                lambda x: isinstance(x, dict)),
@@ -89,11 +78,15 @@ def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: st
 def describe(name: str, manifests: str, state: str, driver: str | None, port_range: str, instance: str | None,
              output: str) -> None:
     """One deployment in full: conditions, every worker and service, allocations, the last 20 events."""
-    try:
-        doc = _snapshot_doc(manifests, state, driver, port_range, instance, namespaces.from_ref(name))
-    except ReconcilerError as e:
-        _fail(str(e))
-    from reconciler.shell import cluster_config  # what run has in force (state/cluster-config.json)
+    key = namespaces.from_ref(name)
+    # while a `run` holds the state directory it records all of this after each pass: read it
+    doc = describe_recorded.doc(Path(state), key, time.time()) if run_settings.run_alive(Path(state)) else None
+    if doc is None:
+        try:
+            doc = _snapshot_doc(manifests, state, driver, port_range, instance, key)
+        except ReconcilerError as e:
+            _fail(str(e))
+    from reconciler import config_record as cluster_config  # what run has in force (state/cluster-config.json)
 
     doc["clusterConfig"] = cluster_config.recorded(Path(state))
     if output == "json":

@@ -27,7 +27,7 @@ from reconciler.recipe.cluster import Cluster
 from reconciler.timefmt import iso
 
 log = structlog.get_logger("reconciler")
-FILE = "cluster-config.json"
+from reconciler.config_record import FILE, line, recorded  # noqa: F401 - what run records, read back
 
 
 @dataclass(frozen=True)
@@ -150,23 +150,3 @@ class ClusterConfigWatch:
         except OSError:
             return None, None
         return (st.st_ino, st.st_size, st.st_mtime_ns), version_of(path, text, st.st_mtime)
-
-
-def recorded(state: Path) -> dict | None:
-    """What ``run`` has in force, from state/ (describe, the status page); None before any record."""
-    import json
-
-    try:
-        data = json.loads((Path(state) / FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def line(rec: dict | None) -> str:
-    """One line for people: the file and version in force, and a refused rewrite."""
-    if not rec or not rec.get("path"):
-        head = "none"
-    else:
-        head = f"{rec['path']} (sha256 {rec['sha256']}, modified {rec['modified']})"
-    return head + (f"; a rewrite was refused: {rec['error']}" if rec and rec.get("error") else "")

@@ -11,7 +11,7 @@ import structlog
 from reconciler.drivers.base import step_log_paths
 from reconciler.recipe import namespaces
 from reconciler.core.refusal import WORD
-from reconciler.shell import refused
+from reconciler.shell import describe_facts, refused
 from reconciler.shell.snapshot import Snapshot
 from reconciler.drivers.state import StateDir, set_suspended, suspended_names
 from reconciler.shell.status import build_status
@@ -140,6 +140,7 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
             state.event("Condition", name, f"{cond['type']}={cond['status']}: {cond['message']}",
                         reason=cond["reason"], condition=cond["type"], status=cond["status"])
     write_status(state, name, st, prev)
+    describe_facts.write(state, snap, name)  # describe's live facts: it answers from the record
     if d is not None:
         # scaled to zero (no unit at all): the frontend goes too, and its comeback is a new launch, not a restart
         zero = not d.units and not d.frontends and not d.waiting
