@@ -102,6 +102,13 @@ def test_the_readme_first_recipe_answers_the_openai_client(h):
     h.start()
     g = h.wait_ready(name, timeout=120)
     assert g["servedModel"] == "Qwen/Qwen3-0.6B" and g["endpoint"], g
+    # `reconciler get` prints what the README shows: its columns, and this deployment's row in them
+    shown = re.search(r"\$ reconciler get\n(.*?)\n(.*?)\n", (ROOT / "README.md").read_text()).groups()
+    got = h.cli("get", name).stdout.splitlines()
+    assert got[0].split() == shown[0].split(), (got[0], shown[0])
+    row = dict(zip(got[0].split(), got[1].split()))
+    assert (row["READY"], row["UP-TO-DATE"], row["AVAILABLE"], row["STATUS"]) == ("agg:2/2", "2", "2", "Ready"), got
+    assert row["ENDPOINT"] == g["endpoint"], got
     wide = h.cli("get", name, "-o", "wide")
     assert wide.returncode == 0 and "MODEL" in wide.stdout and "Qwen/Qwen3-0.6B" in wide.stdout, wide.stdout
     desc = h.cli("describe", name)
