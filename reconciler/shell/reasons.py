@@ -149,6 +149,19 @@ def annotate(rows: list[dict], d, state: Path, recipe: str, launches: dict[str, 
         row["reason"], row["message"] = got if got else (None, None)
 
 
+def keep_refusal(rows: list[dict], prev_rows: list[dict]) -> None:
+    """A unit refused for the recipe's or the config's own reason is relaunched (after its backoff)
+    with the same spec, which will be refused again: while that life is launching it has no exit
+    of its own yet, and its row would say nothing — `get` flickered between ConfigError and "-"
+    at every relaunch. Keep the refusal until the life is Ready or the spec changes."""
+    before = {r.get("name"): r for r in prev_rows if isinstance(r, dict)}
+    for row in rows:
+        old = before.get(row["name"])
+        if (row.get("reason") is None and not row.get("ready") and row.get("steps") and old is not None
+                and old.get("reason") == WORD and old.get("specHash") == row.get("specHash")):
+            row["reason"], row["message"] = WORD, old.get("message")
+
+
 # the Ready condition's reasons that no worker row carries: the deployment's own path to a client
 PATH_REASONS = ("GatewayDown", "GatewayNotRouting", "FrontendNotAnswering")
 

@@ -121,6 +121,7 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
                       snap.manifests.invalid.get(name), prev, launches, now, state.exits(name),
                       gateway=gateway_facts(state.root, name))
     reasons.annotate(st["workers"], d or kept, state.root, name, launches)  # why a unit is down, for get and the UI
+    reasons.keep_refusal(st["workers"], prev.get("workers") or [])
     st["reason"], st["reasonMessage"] = reasons.deployment_reason(st)
     failed = snap.observed.action_failures.get(name)
     if st["reason"] is None and failed is not None and failed.reason:  # e.g. sbatch refused its partition
