@@ -377,6 +377,7 @@ class DesiredRecipe:
     draining: frozenset[str] = frozenset()  # scale-down victims: out of the routers until drained (desired/scale.py)
     spares: frozenset[str] = frozenset()  # warm spares: running and Ready, out of the routers (core/plan/spares.py)
     analysis: Analysis | None = None  # a surge life is measured before it is routed (core/plan/analysis.py)
+    min_available: int = 1  # reconcile.min_available: serving workers per role for Available (shell/status.py)
     served_model: str = ""  # the name clients send in a request's "model" (desired/runtime.py): get, describe, the page
     dependents: Mapping[tuple[str, int], tuple] | None = field(default=None, compare=False)  # core/plan/dependents
 

@@ -166,6 +166,7 @@ def assemble(ctx: Context) -> DesiredRecipe:
         resize_allocs=where.resize, undersized_allocs=where.undersized, resizing=_resizing(ctx),
         handover_seconds=recipe.reconcile.handover_seconds, time_limit_seconds=slurm_seconds(recipe.slurm.time_limit),
         analysis=analysis_spec(ctx), served_model=ctx.runtime.served_model_name,
+        min_available=recipe.reconcile.min_available,
         # who reads each service's address: once per build (kept with the build cache), not per plan
         dependents=graph(made["services"], (*made["services"], *made["workers"], *made["frontend"])),
     )

@@ -163,7 +163,8 @@ def serves(d: DesiredRecipe, o: Observed, u, ok: bool) -> bool:
 def availability(d: DesiredRecipe | None, workers: list[dict], fe_rows: list[dict], zero: bool,
                  routed: bool) -> tuple[bool, str, str]:
     """Kubernetes' Deployment ``Available``: enough capacity serves, whatever is being rolled out.
-    Every engine role has a worker that serves, a frontend answers (when the recipe has one) and the
+    Every engine role has ``reconcile.min_available`` workers that serve (1 by default; all of them
+    when it has fewer), a frontend answers (when the recipe has one) and the
     gateway routes to it (when there is one). A planned change keeps it True: its old lives serve
     until their successors do."""
     if d is None:
@@ -175,13 +176,15 @@ def availability(d: DesiredRecipe | None, workers: list[dict], fe_rows: list[dic
         c = per_role.setdefault(r["role"], [0, 0])
         c[0] += int(r["available"])
         c[1] += 1
-    short = [f"{role} {n}/{total}" for role, (n, total) in per_role.items() if n == 0]
+    # the recipe's minimum (reconcile.min_available, 1 by default), capped at what the role has
+    short = [f"{role} {n}/{total}" for role, (n, total) in per_role.items() if n < min(d.min_available, total)]
     text = ", ".join(f"{role} {n}/{total}" for role, (n, total) in per_role.items())
     fe_ok = not fe_rows or any(r["available"] for r in fe_rows)
     if not per_role:
         return False, "NoWorkers", "no engine worker is placed yet"
     if short or not fe_ok or not routed:
-        why = ([f"no worker serves: {', '.join(short)}"] if short else []) + (["no frontend answers"] if not fe_ok else
+        why = ([f"fewer than {d.min_available} serving: {', '.join(short)}" if d.min_available > 1
+                 else f"no worker serves: {', '.join(short)}"] if short else []) + (["no frontend answers"] if not fe_ok else
                ["the gateway routes nowhere yet"] if not routed else [])
         return False, "MinimumWorkersUnavailable", "; ".join(why) + f" (serving: {text})"
     return True, "MinimumWorkersAvailable", f"serving: {text}" + (", a frontend answers" if fe_rows else "")

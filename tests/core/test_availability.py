@@ -73,6 +73,44 @@ def test_condition_table(what, d, o, want):
     assert {k: got[k] for k in want} == want, what
 
 
+A2 = unit(index=2)
+
+
+@pytest.mark.parametrize("minimum, ready, available", [
+    (1, [0], True),  # the default: one serving worker per role
+    (2, [0], False),  # the recipe asks for two: one is not enough
+    (2, [0, 1], True),
+    (3, [0, 1, 2], True),
+    (5, [0, 1, 2], True),  # more than the role has: all of them
+    (5, [0, 1], False),
+])
+def test_the_recipes_minimum_decides_available(minimum, ready, available):
+    d = replace(desired_recipe(A0, A1, A2), min_available=minimum)
+    o = observed(step(index=0), step(index=1), step(index=2), ready=[("agg", i) for i in ready])
+    status_, reason = conds(status(d, o))["Available"]
+    assert (status_ == "True") is available, (minimum, ready)
+    assert reason == ("MinimumWorkersAvailable" if available else "MinimumWorkersUnavailable")
+
+
+def test_min_available_reaches_the_desired_recipe():
+    text = SURGE % {"speed": 100, "workers": 3, "surge": 1, "unavail": 0}
+    c = FakeCluster()
+    assert c.desired({"r": recipe(text)}).recipes["r"].min_available == 1
+    text = text.replace("reconcile: {", "reconcile: {min_available: 2, ")
+    assert c.desired({"r": recipe(text)}).recipes["r"].min_available == 2
+
+
+def test_min_available_is_a_bounded_recipe_key():
+    from pydantic import ValidationError
+
+    from reconciler.recipe.reconcile import ReconcileConfig
+
+    assert ReconcileConfig().min_available == 1 and ReconcileConfig(min_available=3).min_available == 3
+    for bad in (0, -1, 10**9):
+        with pytest.raises(ValidationError, match="min_available"):
+            ReconcileConfig(min_available=bad)
+
+
 def test_the_columns_count_ready_up_to_date_and_available_workers():
     d = desired_recipe(A0, A1, unit(index=2))
     o = observed(step(index=0), step(index=1, spec="old"), step(index=2), ready=[("agg", 0), ("agg", 1)])
