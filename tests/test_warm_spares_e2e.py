@@ -28,6 +28,16 @@ from reconciler.shell.elastic import engine_metrics as em
 pytestmark = pytest.mark.slurm
 
 STARTUP = 20
+# The load step (support/autoscale.Load, heavy=5) keeps 6 sequential clients in flight, and the
+# frontend's readiness canary (a one-token completion through the router about every second) is a 7th
+# whenever a scrape finds it queued. The target must ask for 2 workers whichever it finds, on agg_0
+# alone and the next second on agg_0 and the promoted agg_1 (which has not taken its share of the queue
+# yet): an ask of max (3) leaves no room for a spare (spares live within max), and an ask of 1 during
+# the load would scale down under it (scale_down_after_seconds 8 in the second test). Waiting per worker
+# cannot: max_num_seqs 2 makes it 4 or 5 on one worker but 2 to 5 on two, depending on where the queue
+# sits, and at waiting_per_worker 2 the canary's 5 waiting asked 3 (two runs out of three under load).
+# Requests in flight per worker (running_per_worker: running + waiting) sum to the same whatever the
+# split: at 4, 5 to 8 in flight ask 2 on one Ready worker or two, 3 needs 9 and 1 needs at most 4.
 TEXT = f"""\
 name: {{name}}
 model: {{{{path: m}}}}
@@ -39,7 +49,7 @@ reconcile:
   autoscale:
     warm: 1
     roles:
-      agg: {{{{min: 1, max: 3, target: {{{{waiting_per_worker: 2}}}}}}}}
+      agg: {{{{min: 1, max: 3, target: {{{{running_per_worker: 4}}}}}}}}
     interval_seconds: 1
     scale_down_after_seconds: 600
 """
@@ -105,7 +115,8 @@ def test_a_warm_spare_is_routed_at_once_and_replaced(tmp_path):
             assert "agg_1" in routed(h, name)
             # the replacement spare behind it: launched after the scale-up, Ready, out of the router
             wait_until(lambda: spares(h, name) == [{"name": "agg_2", "ready": True}], timeout=90, interval=0.5,
-                       what=lambda: f"agg_2 Ready as the new spare (spares: {spares(h, name)})")
+                       what=lambda: f"agg_2 Ready as the new spare (spares: {spares(h, name)}; "
+                                    f"Scaled: {[e['message'] for e in events(h, name, 'Scaled')]})")
             assert "agg_2" not in routed(h, name), routed(h, name)
             assert served(h, name, "agg_2") == 0
         up = [e for e in events(h, name, "Scaled") if e["to"] > e["from"]]
