@@ -41,8 +41,9 @@ _STEP = re.compile(
 )
 _COMMENT = re.compile(
     r"\breconciler/v1 owner=(?P<owner>\S+) recipe=(?P<recipe>\S+) alloc=(?P<index>\d+) start=(?P<start>\d+)"
-    r" nodes=(?P<count>\d+)(?: gpus=(?P<gpus>\d+))?"
+    r" nodes=(?P<count>\d+)(?: gpus=(?P<gpus>\d+))?(?: packed=(?P<packed>[a-z]+:\d+(?:,[a-z]+:\d+)*))?"
 )
+Packed = tuple[tuple[str, int], ...]  # role -> workers, sorted by role
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class JobLabel:
     start: int
     count: int
     gpus: int | None = None  # GPUs per node it was submitted for (None: a job labelled before this was written)
+    packed: Packed | None = None  # the workers per role the file's node ordinals were packed for (None: not written)
 
 
 @dataclass(frozen=True)
@@ -95,9 +97,13 @@ def gateway_job_name(owner: str, recipe: str) -> str:
     return f"{MARKER}:{owner}:{recipe_tag(recipe)}:gw"
 
 
-def job_comment(owner: str, recipe: str, index: int, start: int, count: int, gpus: int | None = None) -> str:
-    # the GPUs it holds per node, read back as Alloc.gpus (a surge life gets mirror GPUs only where they are held)
+def job_comment(owner: str, recipe: str, index: int, start: int, count: int, gpus: int | None = None,
+                packed: Packed = ()) -> str:
+    # the GPUs it holds per node, read back as Alloc.gpus (a surge life gets mirror GPUs only where they are held);
+    # the counts its layout was packed for, read back as Alloc.packed (desired/baseline.py: an edit that adds
+    # workers keeps the running ones where they are)
     tail = f" gpus={gpus}" if gpus is not None else ""
+    tail += " packed=" + ",".join(f"{role}:{n}" for role, n in packed) if packed else ""
     return f"{COMMENT_MARKER} owner={owner} recipe={recipe} alloc={index} start={start} nodes={count}{tail}"
 
 
@@ -109,8 +115,10 @@ def parse_job(name: str, comment: str, owner: str) -> JobLabel | None:
     # a job submitted before names were abbreviated carries the whole name: still ours
     if n["recipe"] not in (recipe_tag(c["recipe"]), c["recipe"]) or n["index"] != c["index"]:
         return None
+    packed = tuple(sorted((r, int(k)) for r, _, k in (f.partition(":") for f in c["packed"].split(",")))) \
+        if c["packed"] else None
     return JobLabel(c["recipe"], int(n["index"]), int(c["start"]), int(c["count"]),
-                    int(c["gpus"]) if c["gpus"] is not None else None)
+                    int(c["gpus"]) if c["gpus"] is not None else None, packed)
 
 
 def step_name(owner: str, recipe: str, role: str, index: int, rank: int, spec_hash: str, slot: int = 0) -> str:

@@ -149,6 +149,7 @@ class Alloc:
     submitted: float | None = None  # squeue's SubmitTime (epoch): how long a pending one has waited
     time_limit: str = ""  # squeue's TimeLimit: the limit Slurm granted (with --time-min, maybe less than asked)
     gpus: int | None = None  # GPUs per node it holds (its label); None: not known, taken to hold what it covers
+    packed: tuple[tuple[str, int], ...] | None = None  # (role, workers) it was packed for (label; desired/baseline.py)
 
     @property
     def running(self) -> bool:
@@ -307,6 +308,7 @@ class AllocSpec:
     exclude: tuple[str, ...] = ()  # suspect, quarantined, reserved nodes: the executor sets them at submit
     time_min: str | None = None  # sbatch --time-min (slurm.time_min)
     reservation: str | None = None  # sbatch --reservation (slurm.reservation)
+    packed: tuple[tuple[str, int], ...] = ()  # (role, workers) its ordinals are packed for (desired/baseline.py)
 
 
 @dataclass(frozen=True)

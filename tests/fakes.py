@@ -35,6 +35,8 @@ class FakeCluster:
     _jobs: itertools.count = field(default_factory=lambda: itertools.count(100))
     _steps: dict = field(default_factory=dict)
     node_names: str = "n{}"
+    # False: jobs labelled as before desired/baseline.py (no packed=): the file's packing decides
+    packed_labels: bool = True
 
     def observed(self, desired: Desired | None = None) -> Observed:
         """Every step answers its probe unless its unit key (or (unit key, slot)) is in ``unready``.
@@ -74,7 +76,8 @@ class FakeCluster:
                 state = "PENDING" if self.pending else "RUNNING"
                 nodes = () if self.pending else tuple(self.node_names.format(f"{s.recipe}-{s.index}-{i}") for i in range(s.count))
                 self.allocs[job] = Alloc(job, s.recipe, s.index, s.start, s.count, state,
-                                         "Resources" if self.pending else "None", nodes, gpus=s.gpus_per_node)
+                                         "Resources" if self.pending else "None", nodes, gpus=s.gpus_per_node,
+                                         packed=(s.packed or None) if self.packed_labels else None)
             elif isinstance(a, LaunchStep):
                 held = self.allocs[a.job_id].gpus
                 assert held is None or max(a.launch.gpus, default=-1) < held, \

@@ -9,7 +9,7 @@ from fakes import FakeCluster, recipe
 from reconciler.core.plan import (
     CancelAlloc, CancelStep, LaunchStep, PlaceReason, StopReason, SubmitAlloc, WaitReason,
 )
-
+from reconciler.desired.elastic import GROWN_BASE
 
 
 def launched_on(c):
@@ -52,8 +52,10 @@ def test_scale_up_launches_exactly_the_lowest_free_indices():
 def test_more_workers_packed_than_the_job_holds_get_a_successor_sized_for_them():
     """The file packs 4 one-GPU workers on a node whose job holds 2: the new ones are never
     launched there (the GPUs are not the job's); a successor for 4 is submitted, every worker moves
-    onto it (with surge: a hand-over), and the old job is released once its steps are gone."""
-    c = FakeCluster()
+    onto it (with surge: a hand-over), and the old job is released once its steps are gone. (A job
+    labelled with the counts it was packed for keeps its workers and the new ones get jobs of their
+    own: tests/test_edit_adds_workers.py; this one was submitted before jobs were so labelled.)"""
+    c = FakeCluster(packed_labels=False)
     c.converge(agg(2))
     (old,) = c.allocs
     p = c.plan(agg(4))
@@ -250,7 +252,9 @@ def test_scale_up_beyond_the_allocation_submits_another():
     c = FakeCluster()
     c.converge(agg(1, gpus=8))
     p = c.plan(agg(2, gpus=8))
-    assert kinds(p) == ["SubmitAlloc"] and (p.actions[0].spec.index, p.actions[0].spec.start) == (1, 1)
+    # the added worker is an allocation of its own, on ordinals past the file's (desired/elastic.py)
+    assert kinds(p) == ["SubmitAlloc"] and (p.actions[0].spec.index, p.actions[0].spec.count) == (1, 1)
+    assert p.actions[0].spec.start >= GROWN_BASE and p.actions[0].spec.gpus_per_node == 8
 
 
 # ---------------------------------------------------------------- convergence property

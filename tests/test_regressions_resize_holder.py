@@ -337,10 +337,11 @@ def test_a_second_edit_while_the_resize_successor_queues_is_one_hand_over_not_tw
     still queues. compute_handover skips an index with a queued successor (len(held) > 1) and never
     checks that the successor is itself too small: once 101 runs, every worker moves onto it, then
     agg_4/agg_5 find it short and a third job (6) is submitted and every worker moves again — two
-    hand-overs (10 launches for 6 workers; each a queue wait on a busy cluster)."""
+    hand-overs (10 launches for 6 workers; each a queue wait on a busy cluster). (Jobs labelled
+    before desired/baseline.py: a labelled one keeps its workers, the added ones get jobs of their own.)"""
     from reconciler.core.plan import LaunchStep
 
-    c = FakeCluster()
+    c = FakeCluster(packed_labels=False)
     c.converge(agg(2))
     c.pending = True
     c.apply(c.plan(agg(4)))

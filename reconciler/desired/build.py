@@ -23,6 +23,7 @@ from pathlib import Path
 from reconciler.core.plan.dependents import graph
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.desired.analysis import analysis_spec
+from reconciler.desired.baseline import running_packing
 from reconciler.desired.context import Context, context
 from reconciler.desired.passes import live
 from reconciler.desired.placement import Placement, placement
@@ -125,7 +126,8 @@ def build_recipe(
     """``steps``: the recipe's observed steps; they tell each unit's life slot (``core.slots``).
     ``sc``: the autoscaler's counts, which the topology stage builds the recipe at."""
     steps = steps or []
-    top = topology(recipe, counts=sc.counts if sc else None)
+    # the live allocations' labels say what they were packed for: an edit's added workers go beside them
+    top = topology(recipe, counts=sc.counts if sc else None, packed=running_packing(allocs))
     where = placement(top, allocs, steps)
     return assemble(context(top, where, ports, state_dir, python, steps))
 

@@ -176,7 +176,7 @@ def place(
         start = min(e.nodes[0] for e in g)
         count = max(e.nodes[-1] for e in g) - start + 1
         gpus = max(gpus_on.get(o, 0) for o in range(start, start + count))
-        new_specs.append(_spec(recipe, next_index, start, count, min(gpus * surge, gpn)))
+        new_specs.append(_spec(recipe, next_index, start, count, min(gpus * surge, gpn), lay.packed))
         wanted = Alloc("", recipe.name, next_index, start, count, "WANTED")  # not submitted yet: never running
         for e in g:
             placement[(e.mode, e.index)] = wanted
@@ -184,7 +184,8 @@ def place(
     keep = [a.job_id for a in live if used_by[a.job_id]]
     kept_specs = [
         _spec(recipe, a.index, a.start, a.count,
-              min(gpn, surge * max((gpus_on.get(o, 0) for o in range(a.start, a.start + a.count)), default=0)))
+              min(gpn, surge * max((gpus_on.get(o, 0) for o in range(a.start, a.start + a.count)), default=0)),
+              lay.packed)
         for a in live if used_by[a.job_id]
     ]
     return kept_specs + new_specs, keep, placement, unplaceable, resize, frozenset(resizing)
@@ -219,10 +220,11 @@ def _short(a: Alloc, ep: Endpoint) -> str:
     return f"uses {used}, job {a.job_id} holds {a.gpus} per node"
 
 
-def _spec(recipe: Recipe, index: int, start: int, count: int, gpus: int) -> AllocSpec:
+def _spec(recipe: Recipe, index: int, start: int, count: int, gpus: int,
+          packed: tuple[tuple[str, int], ...] = ()) -> AllocSpec:
     return AllocSpec(
         recipe=recipe.name, index=index, start=start, count=count, gpus_per_node=gpus,
         partition=recipe.slurm.partition, account=recipe.slurm.account, time_limit=recipe.slurm.time_limit,
         time_min=recipe.slurm.time_min, reservation=recipe.slurm.reservation,
-        directives=tuple(sorted(recipe.sbatch_directives.items())),
+        directives=tuple(sorted(recipe.sbatch_directives.items())), packed=packed,
     )

@@ -16,10 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from reconciler.backends.failover import engines_per_worker
 from reconciler.backends.registry import Engines, engines
+from reconciler.desired.baseline import baseline, packing_of
 from reconciler.desired.elastic import layout_at
 from reconciler.desired.scale import scaled
 from reconciler.desired.services.layout import NodeLayout, file_layout
@@ -61,9 +62,12 @@ def generation(recipe: Recipe) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def topology(recipe: Recipe, gen: str | None = None, counts: Mapping[str, int] | None = None) -> Topology:
+def topology(recipe: Recipe, gen: str | None = None, counts: Mapping[str, int] | None = None,
+             packed: Mapping[str, int] | None = None) -> Topology:
     """``counts``: the autoscaler's workers per role (desired/scale.py); the generation stays the file's,
-    and so do the file's workers' places (desired/elastic.py)."""
+    and so do the file's workers' places (desired/elastic.py). ``packed``: the workers per role the
+    recipe's live allocations were packed for (``baseline.running_packing``): the workers an edit adds
+    beyond them go on allocations of their own, the running ones stay (desired/baseline.py)."""
     gen = gen or generation(recipe)
     allocation = Allocation(recipe)  # the file's layouts and workers, whatever the counts
     at = scaled(recipe, counts, allocation.layouts) if counts else recipe
@@ -72,5 +76,11 @@ def topology(recipe: Recipe, gen: str | None = None, counts: Mapping[str, int] |
     eps = tuple(backends.endpoints())  # each engine checks its roles, then the shared allocation
     facts = Facts(allocation.layouts, eps, allocation.nodes, store_of(recipe), discovery_of(recipe))
     specs = resolve(recipe, facts)
-    lay = layout_at(recipe, file_layout(eps, allocation.nodes, specs), counts, allocation.layouts)
+    base = baseline(recipe, allocation, packed)
+    if base is None:  # nothing runs, or it was packed for the file's counts: the file's own layout
+        lay = layout_at(recipe, file_layout(eps, allocation.nodes, specs), counts, allocation.layouts)
+    else:
+        grown = {mode: lay.workers for mode, lay in allocation.layouts.items()}
+        lay = layout_at(recipe, file_layout(base.endpoints, base.nodes, specs), counts, base.layouts, grown)
+    lay = replace(lay, packed=packing_of((base or allocation).layouts))
     return Topology(at, gen, lay, tuple(specs), engines_per_worker(recipe), backends, facts)

@@ -126,7 +126,8 @@ class LocalDriver:
             lab = labels.parse_job(rec["name"], rec["comment"], self.owner)
             if lab:
                 allocs.append(Alloc(job_id, lab.recipe, lab.index, lab.start, lab.count, "RUNNING", "None",
-                                    tuple([self.host] * lab.count), submitted=_number(rec.get("submitted"))))
+                                    tuple([self.host] * lab.count), submitted=_number(rec.get("submitted")),
+                                    packed=lab.packed))
         procs = self._processes()
         steps = []
         recipes = labels.tags({a.recipe for a in allocs})
@@ -157,7 +158,8 @@ class LocalDriver:
         job_id = str(max([int(j) for j in allocs] + [int(meta.get("last_job", 0))]) + 1)
         allocs[job_id] = {
             "name": labels.job_name(self.owner, spec.recipe, spec.index),
-            "comment": labels.job_comment(self.owner, spec.recipe, spec.index, spec.start, spec.count),
+            "comment": labels.job_comment(self.owner, spec.recipe, spec.index, spec.start, spec.count,
+                                          packed=spec.packed),
             "submitted": time.time(),
         }
         self._save("meta", {**meta, "last_job": int(job_id)})

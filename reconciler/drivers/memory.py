@@ -40,7 +40,8 @@ class MemoryDriver:
         running = self.alloc_state == "RUNNING"
         self.allocs[job] = Alloc(job, spec.recipe, spec.index, spec.start, spec.count, self.alloc_state, self.reason,
                                  (self.host,) * spec.count if running else (),
-                                 submitted=self.clock() - self.queued_for, gpus=spec.gpus_per_node)
+                                 submitted=self.clock() - self.queued_for, gpus=spec.gpus_per_node,
+                                 packed=spec.packed or None)
         return job
 
     def launch(self, job_id: str, unit: Unit, launch: Launch, step_name: str) -> None:

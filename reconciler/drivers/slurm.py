@@ -179,7 +179,7 @@ def sbatch_argv(spec: AllocSpec, owner: str, log: Path) -> list[str]:
     argv = [
         "sbatch", "--parsable",
         f"--job-name={labels.job_name(owner, spec.recipe, spec.index)}",
-        f"--comment={labels.job_comment(owner, spec.recipe, spec.index, spec.start, spec.count, spec.gpus_per_node)}",
+        f"--comment={labels.job_comment(owner, spec.recipe, spec.index, spec.start, spec.count, spec.gpus_per_node, spec.packed)}",
         f"--nodes={spec.count}", "--ntasks-per-node=1", f"--output={log}",
         # a job that loses a node ends (NODE_FAIL) instead of waiting out Slurm's requeue delay:
         # the reconciler replaces it at once, away from the node (docs/operations.md, node failures)
@@ -282,7 +282,7 @@ def parse_jobs(text: str, owner: str) -> list[Alloc]:
             continue  # not ours: never touched
         nodes = tuple(hostlist.expand(nodelist)) if state == "RUNNING" else ()
         out.append(Alloc(job_id, lab.recipe, lab.index, lab.start, lab.count, state, reason, nodes, time_left,
-                         submitted, granted, lab.gpus))
+                         submitted, granted, lab.gpus, lab.packed))
     return out
 
 

@@ -25,6 +25,9 @@ class NodeLayout:
     gpus_on: Mapping[int, int] = field(default_factory=dict)
     elastic_from: int | None = None  # the extra workers' first ordinal: each is an allocation of its own
     file_endpoints: tuple[Endpoint, ...] = ()  # the file's workers at its own count: instance indices
+    # (role, workers) the file's ordinals are packed for, written into each allocation's label
+    # (desired/baseline.py: the file's counts, or those the live allocations were packed for)
+    packed: tuple[tuple[str, int], ...] = ()
 
     def elastic(self, ordinal: int) -> bool:
         return self.elastic_from is not None and ordinal >= self.elastic_from
