@@ -35,14 +35,14 @@ from reconciler.core.plan.gateway import backoff_after, restart_delay
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.drivers.exits import ExitWatch
 from reconciler.drivers.state import StateDir
-from reconciler.shell.gateway import holder_supervisor
+from reconciler.shell.gateway import holder_supervisor, refind
 from reconciler.shell.gateway.bindcheck import bind_free
 from reconciler.shell.gateway.confine import nginx_user, unsafe_prefix
 from reconciler.shell.gateway.job import GatewayJobs, Placement
 from reconciler.shell.gateway.record import (
     OWNER_NAME, Change, Records, health_page, in_job, prefix_of, record_path,
 )
-from reconciler.shell.gateway.sweep import end_master, held_by, master_pid, orphan_nginx_workers
+from reconciler.shell.gateway.sweep import end_master, held_by, master_pid, nginx_masters, orphan_nginx_workers
 
 log = structlog.get_logger("reconciler")
 STALE_DUE_S = 2.0
@@ -93,6 +93,7 @@ class Gateways(Records):
         self._exits.wake = wake
         self._lock = threading.Lock()
         self.jobs: GatewayJobs | None = None  # gateways in their own Slurm job (the loop sets it)
+        self._masters: tuple[float, dict[int, str]] | None = None  # (pass, this host's nginx masters)
 
     # ---------------------------------------------------------------- address
     def address(self, recipe: str, ports: NodePortAllocator, now: float) -> tuple[str, int]:
@@ -152,9 +153,12 @@ class Gateways(Records):
         if self.nginx is None:
             return self._failed(recipe, "nginx is not installed (apt-get install nginx-light); "
                                            "the endpoint is the frontend's own address")
-        host, port = self.address(recipe, ports, now)
         prefix = prefix_of(self.state.root, recipe)
         conf = prefix / "nginx.conf"
+        # its state removed under a master that still serves: found again before an address is
+        # taken, or a new port and a second master would move the endpoint (refind.py)
+        found = refind.again(self, recipe, prefix, ports, now)[1] if refind.lost(self._record(recipe), conf) else []
+        host, port = self.address(recipe, ports, now)
         rec = self._record(recipe)
         listen = listen or rec.get("listen") or ANY  # the record says what nginx binds now
         held, fields, said = holder_supervisor.sync(recipe, rec, prefix, port, hold, ports, self.host,
@@ -165,7 +169,7 @@ class Gateways(Records):
                 recipe, "reconcile.gateway.api_keys: no holder to check the keys: " + str(fields.get("holderError")))
         if any(rec.get(k) != v for k, v in fields.items()):
             self._write(recipe, rec := {**rec, **fields})
-        changes = [Change(kind, recipe, msg) for kind, msg in said]
+        changes = found + [Change(kind, recipe, msg) for kind, msg in said]
         if rec.get("listen", ANY) != listen and (err := bind_error(listen)):
             # not an address of this host: the gateway goes on where it listens now (its upstreams
             # still follow the frontends), and says why once
@@ -194,8 +198,9 @@ class Gateways(Records):
             self._watch(recipe, pid)
             served = sorted(upstreams)
             # the text this process last wrote and nginx took (kept: not read back every tick); after
-            # a restart of the reconciler, the file
-            previous = self._conf.get(recipe) or (conf.read_text() if conf.exists() else None)
+            # a restart of the reconciler, the file; none when the file was removed under the master
+            # (refind.py): written again by a reload, which recreates its temp and log paths too
+            previous = (self._conf.get(recipe) or conf.read_text()) if conf.exists() else None
             # a reload is due when the text changed, or when the last one was not confirmed: the
             # record holds what nginx was confirmed to serve, never what was only asked of it
             if (previous != text or rec.get("upstreams") != served or bool(rec.get("unproven")) != unproven
@@ -236,6 +241,11 @@ class Gateways(Records):
         if rec.get("notBefore") and now < rec["notBefore"]:
             return []
         stop_orphans(list(rec.get("workers") or []), port)
+        if not bind_free(port):  # ours after all (its pid lost)? then served as running from the next pass
+            kept, said = refind.again(self, recipe, prefix, ports, now)
+            if kept:
+                return changes + said
+            changes += said  # a master that could not be adopted is ended: the port is free for the start
         # held by something not ours: said at once, without nginx's own bind retries (5 x 0.5 s,
         # a stalled tick each time); the endpoint is promised stable, so the port is not changed
         err = unsafe_prefix(prefix, self.state.root) or (None if bind_free(port) else (
@@ -299,6 +309,12 @@ class Gateways(Records):
     def known(self) -> list[str]:
         """Recipes that have a gateway record."""
         return sorted(p.parent.name for p in self.state.root.glob("*/gateway.json"))
+
+    def nginx_masters(self, now: float) -> dict[int, str]:
+        """This host's nginx masters, scanned once per pass (refind.py looks for lost ones)."""
+        if self._masters is None or self._masters[0] != now:
+            self._masters = (now, nginx_masters())
+        return self._masters[1]
 
     # ---------------------------------------------------------------- helpers
     def _run(self, extra: list[str], prefix: Path) -> str | None:

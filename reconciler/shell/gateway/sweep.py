@@ -21,28 +21,38 @@ def quit_under(root: Path) -> list[int]:
     own pid; the pids told. A gateway is a daemon on this host that outlives the reconciler by design
     (workloads keep running when it stops): whoever removes a state directory for good (a benchmark's
     teardown, a test session) stops its gateways first, or they hold their ports with no record left."""
-    found: dict[int, int] = {}  # pid -> parent pid
-    # by the processes themselves, not only the pid files: a state directory wiped under a running
-    # reconciler leaves its gateway's master running with no pid file to find it by
-    where = f"-p {Path(root)}/"  # under root: not a sibling whose name only begins with root's
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if cmd.startswith("nginx: master process") and where in cmd:
-                found[int(proc.name)] = _ppid(int(proc.name))
-        except (OSError, ValueError, IndexError):
-            continue
-    # a worker the master has just forked bears the master's command line until it renames itself:
-    # a fork of a found master is not a master (it goes with its master)
-    told = [pid for pid, parent in sorted(found.items()) if parent not in found]
+    told = masters_under(Path(root))
     for pid in told:
         try:
             os.kill(pid, signal.SIGQUIT)
         except OSError:
             continue
     return told + holder_supervisor.quit_holders_under(Path(root))
+
+
+def masters_under(root: Path, among: dict[int, str] | None = None) -> list[int]:
+    """The nginx masters whose prefix (``-p``) is ``root`` or under it, by the processes themselves,
+    not the pid files: a state directory wiped under a running reconciler leaves its gateway's
+    master running with no pid file to find it by. ``among``: a scan already made (nginx_masters)."""
+    where = f"-p {Path(root)}/"  # under root: not a sibling whose name only begins with root's
+    return [pid for pid, cmd in (nginx_masters() if among is None else among).items() if where in cmd]
+
+
+def nginx_masters() -> dict[int, str]:
+    """pid -> command line of every nginx master on this host (one /proc scan)."""
+    found: dict[int, tuple[int, str]] = {}  # pid -> (parent pid, command line)
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if cmd.startswith("nginx: master process"):
+                found[int(proc.name)] = (_ppid(int(proc.name)), cmd)
+        except (OSError, ValueError, IndexError):
+            continue
+    # a worker the master has just forked bears the master's command line until it renames itself:
+    # a fork of a found master is not a master (it goes with its master)
+    return {pid: cmd for pid, (parent, cmd) in sorted(found.items()) if parent not in found}
 
 
 def _stat(pid: int) -> list[str]:
