@@ -58,6 +58,7 @@ def serving_job(rec: dict) -> bool:
 @dataclass
 class Change:
     kind: str  # GatewayStarted | GatewayRestarted | GatewayMoved | GatewayReloaded | GatewayFailed | GatewayStopped
+    # | GatewayFound (its state removed, the running master adopted) | GatewayReplaced (one not adoptable ended)
     recipe: str
     message: str
 
