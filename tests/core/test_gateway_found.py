@@ -14,6 +14,7 @@ A = m(100, ("0.0.0.0", 22002))
 B = m(200, ("0.0.0.0", 22004))
 MUTE = m(300, ("0.0.0.0", 22002), answers=False)
 TWO_PORTS = m(400, ("0.0.0.0", 22002), ("0.0.0.0", 22010))
+DRAINING = m(500)  # told to quit: its listeners closed, it finishes what it carries
 
 
 @pytest.mark.parametrize("recorded, masters, keep, port, end", [
@@ -27,6 +28,8 @@ TWO_PORTS = m(400, ("0.0.0.0", 22002), ("0.0.0.0", 22010))
     (None, [MUTE], None, 22002, (300,)),  # not answering as this gateway: replaced on its port
     (22002, [MUTE, A], 100, 22002, (300,)),
     (None, [TWO_PORTS], None, None, (400,)),  # not a gateway's shape: no port to keep
+    (22002, [DRAINING], None, 22002, ()),  # left to finish: not the gateway, not in the way
+    (None, [DRAINING, A], 100, 22002, ()),
 ])
 def test_the_running_master_is_adopted_and_its_port_kept(recorded, masters, keep, port, end):
     f = found(recorded, masters)

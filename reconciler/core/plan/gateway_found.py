@@ -56,9 +56,12 @@ def listen_of(m: Master) -> str:
 
 def found(recorded_port: int | None, masters: list[Master]) -> Found:
     """The gateway among ``masters``: one that answers as this gateway on one port — the recorded
-    one when a record says it — is adopted (the oldest if several do); every other is ended. When
-    none can be adopted, all are ended and the endpoint's port is kept for the one started next:
-    the recorded port, else the only port they served."""
+    one when a record says it — is adopted (the oldest if several do); every other that listens is
+    ended. When none can be adopted, all are ended and the endpoint's port is kept for the one
+    started next: the recorded port, else the only port they served."""
+    # one that listens on nothing was told to quit (a stop, a listen change) and only finishes what it
+    # carries: neither the gateway nor in the way; ending it again would say a replacement that is not one
+    masters = [m for m in masters if m.listens]
     if not masters:
         return Found(None, recorded_port, None, (), None)
     fit = [m for m in masters if m.answers and port_of(m) is not None
