@@ -48,6 +48,19 @@ def nginx_masters_on(port: int) -> set[int]:
     return {pid for pid, cmd in listeners(port).items() if cmd.startswith("nginx: master process")}
 
 
+def remove(path: Path) -> None:
+    """``rm -rf``: the running reconciler (the holder) may write a file into it meanwhile; again then."""
+    for _ in range(50):
+        try:
+            shutil.rmtree(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:  # "Directory not empty": a file written in it while it was emptied
+            time.sleep(0.05)
+    raise AssertionError(f"{path} could not be removed")
+
+
 def passes(h, n: int) -> None:
     """``n`` more passes of the running reconciler, counted from the end of the one in progress."""
     wait_until(lambda: h.ticks() > 0, timeout=scaled(60), what="the reconciler's first pass")
@@ -82,15 +95,15 @@ def test_the_gateway_is_found_again_after_its_state_is_removed(h):
     try:
         assert traffic.wait_ok(time.monotonic(), 20) is not None
         # 1. its directory (config, pid file, logs, the holder's files) under the running reconciler
-        shutil.rmtree(prefix)
+        remove(prefix)
         same_gateway("directory removed")
         # 2. the directory and its record (its port) under the running reconciler
-        shutil.rmtree(prefix)
+        remove(prefix)
         record.unlink()
         same_gateway("directory and record removed")
         # 3. all of it and the port registry, the reconciler stopped meanwhile and started again
         h.kill9()
-        shutil.rmtree(prefix)
+        remove(prefix)
         record.unlink()
         (h.state / "ports.json").unlink()
         h.start()
