@@ -31,7 +31,7 @@ from reconciler.fsutil import atomic_write_text
 from reconciler.gateway.procs import children_of
 from reconciler.drivers.state import StateDir
 from reconciler.shell.gateway.record import OWNER_NAME, Change, health_page, ours
-from reconciler.shell.gateway.sweep import end_master, masters_under
+from reconciler.shell.gateway.sweep import end_master, listening, masters_under
 
 log = structlog.get_logger("reconciler")
 HEALTH_TIMEOUT_S = 2.0  # a loaded host: a master that serves answers its own static page well within
@@ -130,18 +130,8 @@ def sockets_of(pid: int) -> tuple[tuple[str, int], ...]:
         inodes = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
     except OSError:
         return ()
-    out = set()
-    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
-        try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            f = row.split()
-            if len(f) > 9 and f[3] == "0A" and f"socket:[{f[9]}]" in inodes:  # 0A: LISTEN
-                addr, port = f[1].rsplit(":", 1)
-                out.add((_address(addr, family), int(port, 16)))
-    return tuple(sorted(out))
+    return tuple(sorted({(_address(addr, socket.AF_INET6 if table.endswith("6") else socket.AF_INET), port)
+                         for table, addr, port, inode in listening() if inode in inodes}))
 
 
 def _address(hexed: str, family: int) -> str:

@@ -64,10 +64,10 @@ def _ppid(pid: int) -> int:
     return int(_stat(pid)[1])
 
 
-def listeners(port: int) -> dict[int, str]:
-    """pid -> command line of every process holding a TCP socket that listens on ``port`` (any
-    address), read from /proc: who keeps a gateway's port when it cannot bind."""
-    inodes = set()
+def listening() -> list[tuple[str, str, int, str]]:
+    """Every TCP socket in LISTEN on this host, from /proc/net/tcp{,6} (no ss, no root):
+    (table, the address as the table prints it, port, ``socket:[inode]``)."""
+    out = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             rows = Path(table).read_text().splitlines()[1:]
@@ -75,8 +75,16 @@ def listeners(port: int) -> dict[int, str]:
             continue
         for row in rows:
             f = row.split()
-            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
-                inodes.add(f"socket:[{f[9]}]")
+            if len(f) > 9 and f[3] == "0A":  # 0A: LISTEN
+                addr, port = f[1].rsplit(":", 1)
+                out.append((table, addr, int(port, 16), f"socket:[{f[9]}]"))
+    return out
+
+
+def listeners(port: int) -> dict[int, str]:
+    """pid -> command line of every process holding a TCP socket that listens on ``port`` (any
+    address), read from /proc: who keeps a gateway's port when it cannot bind."""
+    inodes = {inode for _, _, p, inode in listening() if p == port}
     found: dict[int, str] = {}
     if not inodes:
         return found
