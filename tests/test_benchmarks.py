@@ -59,7 +59,8 @@ SMOKES = {
 }
 # not a benchmark of its own: tick.py's stand-in engine, run by test_health_farm_answers_as_engine_and_router
 HELPERS = {"health_farm.py": "test_health_farm_answers_as_engine_and_router",
-           "traffic.py": "test_benchmark_runs_at_its_smallest_size[continuity]"}  # its client loop
+           "traffic.py": "test_benchmark_runs_at_its_smallest_size[continuity]",  # its client loop
+           "autoscale_load.py": "test_benchmark_runs_at_its_smallest_size[autoscale]"}  # its load and clients
 
 
 def table(out: str, header: str, numbers: int) -> tuple[str, str]:
