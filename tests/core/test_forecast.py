@@ -59,6 +59,13 @@ def test_samples_kept_within_the_trend_window():
     assert keep(s, None, 60.0, 40.0) == s[1:]
 
 
+def test_a_short_span_is_carried_at_most_four_times_its_length():
+    pts = ((0.0, 0, 0.0, 0), (1.0, 0, 1.0, 0), (2.0, 0, 2.0, 0))  # 1/s over 2 s
+    assert ahead(pts, 2, 40)[0] == pytest.approx(2.0 + 8.0)  # 8 s ahead, not 40
+    wide = tuple((10.0 * i, 0, float(i), 0) for i in range(3))  # 0.1/s over 20 s: 80 s >= 40
+    assert ahead(wide, 2, 40)[0] == pytest.approx(2.0 + 4.0)
+
+
 def test_ahead_never_below_zero():
     assert ahead(((0, 0, 4, 0), (10, 0, 0, 0)), 2, 40) == (0.0, -0.4)
 
@@ -93,6 +100,10 @@ PREDICT = [
     ("a noisy load: sized for its swings above the line (10.4 in 40 s), not its mean (8)",
      ((0.0, 0, 2.0, 0), (5.0, 0, 6.0, 0), (10.0, 0, 2.0, 0), (15.0, 0, 6.0, 0), (20.0, 0, 4.0, 0)), 1, 1, 3),
     ("two samples: not yet a trend (a step is no ramp), no ask", RISING[:2], 1, 1, None),
+    # the policy benchmark's first client after a quiet start: 3 reads 2 s apart rising 0.24/s are
+    # carried 16 s ahead (4 x their 4 s), not the 40 s horizon: 1.5 + 3.8 in flight, two workers, not three
+    ("three reads 2 s apart: carried 4x their span, not the whole horizon",
+     ((0.0, 0, 1.0, 0), (2.0, 0, 1.5, 0), (4.0, 0, 1.96, 0)), 1, 1, 2),
     ("no ready worker: no ask", RISING, 0, 1, None),
 ]
 

@@ -32,6 +32,10 @@ from reconciler.recipe.autoscale import AutoscaleConfig, RoleScale
 
 MAX_WINDOW = 600.0  # a trend longer than ten minutes is not the one a startup has to catch up with
 MIN_SAMPLES = 3  # a line through two reads is any step extrapolated (idle -> one client read as a ramp)
+# a trend is carried at most this many times as far ahead as the samples span: three reads 2 s
+# apart at the first client after a quiet start are no evidence for 67 s ahead (the policy benchmark
+# saw 1 -> max on the first client, docs/performance.md); the full horizon once they span a quarter of it
+MAX_LEAD_RATIO = 4.0
 # target -> the sample's field it is a per-worker share of (Sample = (at, waiting, in flight, kv))
 TOTALS = {"waiting_per_worker": 1, "running_per_worker": 2, "kv_usage": 3}
 
@@ -86,8 +90,8 @@ def keep(samples: tuple[Sample, ...], new: Sample | None, now: float, window: fl
 
 
 def ahead(samples: tuple[Sample, ...], field: int, horizon: float) -> tuple[float, float] | None:
-    """(the total expected ``horizon`` seconds after the latest sample, the slope); None without a
-    trend yet. The line there, plus the largest amount a sample rose above the line (never less
+    """(the total expected ``horizon`` seconds after the latest sample — no further than
+    ``MAX_LEAD_RATIO`` times the samples' span — and the slope); None without a trend yet. The line there, plus the largest amount a sample rose above the line (never less
     than the latest sample's own trend ahead); a falling trend forecasts no less than zero."""
     pts = [(s[0], s[field]) for s in samples]
     fit = line(pts)
@@ -95,7 +99,8 @@ def ahead(samples: tuple[Sample, ...], field: int, horizon: float) -> tuple[floa
         return None
     k, mv, mt = fit
     band = max(0.0, *(v - (mv + k * (t - mt)) for t, v in pts))
-    return max(0.0, mv + k * (pts[-1][0] + horizon - mt) + band), k
+    lead = min(horizon, MAX_LEAD_RATIO * (pts[-1][0] - pts[0][0]))
+    return max(0.0, mv + k * (pts[-1][0] + lead - mt) + band), k
 
 
 def predict(rs: RoleScale, ready: int, samples: tuple[Sample, ...], current: int, tolerance: float,
