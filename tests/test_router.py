@@ -94,6 +94,48 @@ def test_survives_a_worker_killed_mid_test(router, tmp_path):
         b.stop()
 
 
+def _resetting_worker() -> tuple[str, threading.Event]:
+    """A worker that reads each request and resets the connection (RST, no answer): a life that
+    is stopped as the router sends to it."""
+    import socket
+    import struct
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    srv.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            conn.recv(65536)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+        srv.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"http://127.0.0.1:{srv.getsockname()[1]}", stop
+
+
+def test_a_worker_that_resets_the_connection_is_retried_elsewhere(router, tmp_path):
+    url, ep, _ = router
+    bad, stop = _resetting_worker()
+    b, burl = start_mocker(tmp_path, "--speedup-ratio", "0", name="b")
+    try:
+        write_endpoints(ep, [{"url": bad, "role": "agg"}, {"url": burl, "role": "agg"}])
+        wait_workers(url, agg=2)
+        results = [post(url + "/v1/completions", {"prompt": "x", "max_tokens": 3})[0] for _ in range(10)]
+        assert results == [200] * 10
+        assert metric(url, "router_retries_total") >= 1
+    finally:
+        stop.set()
+        b.stop()
+
+
 def test_disaggregated_prefill_then_decode(router, tmp_path):
     url, ep, _ = router
     p, purl = start_mocker(tmp_path, "--mode", "prefill", "--speedup-ratio", "0", name="p")

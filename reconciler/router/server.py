@@ -25,7 +25,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from reconciler.serving.openai import ApiError, error_response, openai_app, parse_json_body
 
-RETRYABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError)
+# the worker refused, closed or reset the connection before any byte of an answer (a life being
+# stopped as it is taken out of the routers, a slow endpoints-file pickup): tried once elsewhere.
+# ClientOSError is a reset (ECONNRESET) or broken pipe: a rolling update's client saw a 502 for one
+RETRYABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 COOLDOWN = 2.0  # seconds a worker that refused a connection is skipped
 
 
