@@ -9,21 +9,14 @@ say the same thing. Standard library and leaf modules only (tests/test_cli_read_
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from reconciler.cli.recorded import _json
 from reconciler.pending_words import PendingInfo
 from reconciler.timefmt import slurm_duration
 
 FILE = "detail.json"  # shell/describe_facts.FILE
-
-
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def allocations(recorded: list[Any], now: float) -> list[dict]:

@@ -28,7 +28,7 @@ from reconciler.serving.openai import ApiError, error_response, openai_app, pars
 # the worker refused, closed or reset the connection before any byte of an answer (a life being
 # stopped as it is taken out of the routers, a slow endpoints-file pickup): tried once elsewhere.
 # ClientOSError is a reset (ECONNRESET) or broken pipe: a rolling update's client saw a 502 for one
-RETRYABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+RETRYABLE = (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError)  # ClientOSError: refused (ClientConnectorError) too
 COOLDOWN = 2.0  # seconds a worker that refused a connection is skipped
 
 
