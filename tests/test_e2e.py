@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import Harness, scancel, sh  # noqa: F401 - other test files import them from here
+from harness import Harness, scancel, sh
 from helpers import get, post, wait_until
 from support.clusters import h  # noqa: F401 - fixtures among them
 from support.recipes import DISAGG, KEEP

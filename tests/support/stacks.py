@@ -10,7 +10,7 @@ import pytest
 
 from programs import require_program
 from support.recipes import PARKED
-from test_e2e import Harness, sh
+from harness import Harness, sh
 
 ROOT = Path(__file__).resolve().parents[2]
 
