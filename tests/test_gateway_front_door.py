@@ -226,3 +226,20 @@ def test_the_gateways_health_page_answers_on_loopback_only(gw, tmp_path):  # noq
     assert st == 200 and b"127.0.0.1:9" in body
     st, _, body = call(f"http://{addr}:{port}", "/gateway/health", method="GET")
     assert st == 404 and b"127.0.0.1:9" not in body, (st, body)  # the frontends' addresses stay on the host
+
+
+def test_what_is_said_of_a_keys_file_is_each_controllers_own(tmp_path):
+    """A keys file that cannot be used is said once per new error by each controller's gateways:
+    the memory of it is theirs, not the module's (two controllers in one process each say it)."""
+    keys = tmp_path / "keys"
+    keys.write_text("sk-a-plain-key\n")
+    d = holder_supervisor.front_door(str(keys), 8, 8)
+    first, second = holder_supervisor.DoorMemory(), holder_supervisor.DoorMemory()
+    prefix = tmp_path / "gw"
+    said = holder_supervisor.write_door(prefix, {}, d, first)
+    assert [k for k, _ in said] == ["GatewayFailed"]
+    assert holder_supervisor.write_door(prefix, {}, d, first) == []  # said once
+    assert [k for k, _ in holder_supervisor.write_door(prefix, {}, d, second)] == ["GatewayFailed"]
+    keys.write_text("# fixed\n" + line_for(KEY, "alice") + "\n")
+    assert [k for k, _ in holder_supervisor.write_door(prefix, {}, d, first)] == ["GatewayKeys"]
+    assert json.loads((prefix / "door.json").read_text())["keys"] == str(keys)

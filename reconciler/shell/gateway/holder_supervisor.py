@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
@@ -39,9 +40,16 @@ RESPAWN_S = 30.0  # a holder gone within this of its start waits this long befor
 _children: list[subprocess.Popen] = []
 STOP_WAIT_S = 5.0
 DEFAULT_CHECK_HOLD_S = 10.0  # the --timeout of a holder that only checks keys (it is sent nothing to hold)
-_keyfiles: dict[str, KeyFile] = {}  # keys file -> its parse (read again when it changes), for the events
-_said_keys: dict[str, str] = {}  # gateway prefix -> what was last said of its keys file
 IDLE_EXIT_S = 1.0  # a stopped holder with nothing held ends within this (its port freed, no drain)
+
+
+@dataclass
+class DoorMemory:
+    """What one controller's gateways have read of the keys files and said of each front door.
+    Owned by the gateways object, not the module: two controllers in one process each say it."""
+
+    keyfiles: dict[str, KeyFile] = field(default_factory=dict)  # keys file -> its parse (read again when it changes)
+    said: dict[str, str] = field(default_factory=dict)  # gateway prefix -> what was last said of its keys file
 
 
 def argv(python: str, recipe: str, port: int, gateway_port: int, timeout: float, prefix: Path) -> list[str]:
@@ -88,14 +96,14 @@ def port_of(rec: dict, recipe: str, host_names: set[str], ports: NodePortAllocat
 
 
 def sync(recipe: str, rec: dict, prefix: Path, gateway_port: int, hold: float | None, ports: NodePortAllocator,
-         host: str, names: set[str], door: dict | None = None) -> tuple[int | None, dict, list[tuple[str, str]]]:
+         host: str, names: set[str], door: dict | None, memory: DoorMemory) -> tuple[int | None, dict, list[tuple[str, str]]]:
     """The holder as the recipe wants it: (its port for the config, or None: no holder; the gateway
     record's new holder fields; events (kind, message)). ``hold``: the hold timeout, None when
     the recipe holds no request (a holder left from an earlier spec is stopped, unless it must
     check API keys). ``door``: the front door's settings (``front_door``), written for the holder
-    before it is started or asked."""
+    before it is started or asked; ``memory``: the caller's record of what was said of it."""
     _reap()
-    said_door = write_door(prefix, rec, door) if door is not None else []
+    said_door = write_door(prefix, rec, door, memory) if door is not None else []
     if hold is None and door is not None and door.get("keys"):
         hold = DEFAULT_CHECK_HOLD_S  # it runs to check keys; nginx sends it no request to hold
     if hold is None:
@@ -143,7 +151,7 @@ def front_door(keys: str | None, max_held: int, max_held_mb: int, tls: tuple[str
             "tls": list(tls) if tls else None}
 
 
-def write_door(prefix: Path, rec: dict, door: dict) -> list[tuple[str, str]]:
+def write_door(prefix: Path, rec: dict, door: dict, memory: DoorMemory) -> list[tuple[str, str]]:
     """``door.json`` says ``door`` (written only when it changes); events: a keys file that cannot
     be used (said once per new error: the gateway then refuses every request, it never opens)."""
     path = prefix / "door.json"
@@ -156,18 +164,19 @@ def write_door(prefix: Path, rec: dict, door: dict) -> list[tuple[str, str]]:
         atomic_write_text(path, json.dumps(door))
     said: list[tuple[str, str]] = []
     where = door.get("keys")
-    if not where and _said_keys.get(str(prefix)) != "open":
+    last = memory.said.get(str(prefix))
+    if not where and last != "open":
         log.warning("gateway open: no reconcile.gateway.api_keys, anyone who reaches it may call the deployment",
                     recipe=prefix.parent.name)
-        _said_keys[str(prefix)] = "open"
+        memory.said[str(prefix)] = "open"
     if where:
-        kf = _keyfiles.setdefault(where, KeyFile(Path(where)))
+        kf = memory.keyfiles.setdefault(where, KeyFile(Path(where)))
         kf.refresh()  # read again only when the file changed
-        if kf.error and _said_keys.get(str(prefix)) != kf.error:
+        if kf.error and last != kf.error:
             said.append(("GatewayFailed", f"reconcile.gateway.api_keys: {kf.error}; every request gets 401 until it is fixed"))
-        elif not kf.error and _said_keys.get(str(prefix)) not in (None, f"{len(kf.keys)} keys"):
+        elif not kf.error and last not in (None, f"{len(kf.keys)} keys"):
             said.append(("GatewayKeys", f"reconcile.gateway.api_keys: {where}: {len(kf.keys)} key(s)"))
-        _said_keys[str(prefix)] = kf.error or f"{len(kf.keys)} keys"
+        memory.said[str(prefix)] = kf.error or f"{len(kf.keys)} keys"
     return said
 
 

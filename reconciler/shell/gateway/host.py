@@ -92,6 +92,7 @@ class Gateways(Records):
         self._exits = ExitWatch()
         self._exits.wake = wake
         self._lock = threading.Lock()
+        self.door_memory = holder_supervisor.DoorMemory()
         self.jobs: GatewayJobs | None = None  # gateways in their own Slurm job (the loop sets it)
         self._masters: tuple[float, dict[int, str]] | None = None  # (pass, this host's nginx masters)
 
@@ -162,7 +163,7 @@ class Gateways(Records):
         rec = self._record(recipe)
         listen = listen or rec.get("listen") or ANY  # the record says what nginx binds now
         held, fields, said = holder_supervisor.sync(recipe, rec, prefix, port, hold, ports, self.host,
-                                                    {self.host, *self.aliases}, door)
+                                                    {self.host, *self.aliases}, door, self.door_memory)
         keys = bool(door and door.get("keys"))
         if keys and held is None:  # never open what the recipe closes: the running config stays
             return [Change(k, recipe, m) for k, m in said] + self._failed(

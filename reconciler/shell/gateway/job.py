@@ -65,6 +65,7 @@ class GatewayJobs(Records):
         self.python = python or holder_supervisor.python()
         self._seen: dict[str, float] = {}  # recipe -> when squeue last listed its job (kept in memory)
         self._checked: dict[str, float] = {}  # recipe -> the last look at a settled gateway's page
+        self.door_memory = holder_supervisor.DoorMemory()
 
     # ---------------------------------------------------------------- each tick
     def sync(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float, place: Placement,
@@ -78,7 +79,7 @@ class GatewayJobs(Records):
         if hold is not None:
             holder_supervisor.write_hold(prefix, hold)
         # the job's holder always runs: it reads the keys file named here from the shared file system
-        said = holder_supervisor.write_door(prefix, rec, door) if door is not None else []
+        said = holder_supervisor.write_door(prefix, rec, door, self.door_memory) if door is not None else []
         changes += [Change(kind, recipe, msg) for kind, msg in said]
         cfg = GatewayConfig(recipe, rec["port"], prefix, tuple(sorted(upstreams)), unproven, ANY,
                             rec["holderPort"] if hold is not None else None,
