@@ -88,6 +88,24 @@ def test_last_applied_is_shown_redacted_and_kept_whole_privately(tmp_path):
     assert not full.exists() and s.last_applied("r") == "name: r\n"
 
 
+def test_status_is_written_redacted_and_a_settled_one_is_not_rewritten(tmp_path):
+    """A condition may quote an engine's refusal line: status.json (get, describe, the page) shows
+    no secret's value, by key or by a value known from the recipe."""
+    s = StateDir(tmp_path / "state")
+    s.write_last_applied("r", RECIPE)
+    status = {"name": "r", "conditions": [
+        {"type": "Ready", "message": "agg_0 refused: error: --api-key=sk-live-9999 HF_TOKEN=hf_any_5678"},
+        {"type": "Degraded", "message": "the engine said hf_block_1234"}], "roles": {"agg": {"ready": 0}}}
+    assert s.status_changed("r", status)
+    s.write_status("r", status)
+    text = (tmp_path / "state" / "r" / "status.json").read_text()
+    for secret in ("sk-live-9999", "hf_any_5678", "hf_block_1234"):
+        assert secret not in text, text
+    assert json.loads(text)["conditions"][0]["message"] == \
+        "agg_0 refused: error: --api-key=REDACTED HF_TOKEN=REDACTED"
+    assert not s.status_changed("r", status)  # the redacted file is what it compares with
+
+
 # ---------------------------------------------------------------- state files
 def test_state_files_are_private_and_symlinks_refused(tmp_path):
     root = tmp_path / "state"

@@ -95,6 +95,7 @@ def test_a_token_is_in_no_argv_and_nowhere_shown(h, tmp_path):
     assert token not in shown_text and "HF_TOKEN: 'REDACTED'" in shown_text, shown_text
     assert token in (h.state / name / "last-applied.full.yaml").read_text()
     assert token not in (h.state / "events.jsonl").read_text()
+    assert token not in (h.state / name / "status.json").read_text()
     described = h.cli("describe", name)
     assert described.returncode == 0 and token not in described.stdout + described.stderr, described.stderr
 

@@ -85,3 +85,29 @@ def redact(text: str, known: set[str] | frozenset[str] = frozenset()) -> str:
         if len(v) >= _MIN_ECHO:
             out = out.replace(v, REDACTED)
     return out
+
+
+class Shown:
+    """Every string in a JSON-like value redacted (status.json: a condition's message may quote an
+    engine's refusal line or a flag). Remembers each string's answer for the same secrets, so a
+    settled status written every pass costs a dict look-up per string, not three regex scans."""
+
+    MAX = 4096  # strings remembered (a status has tens; cleared, not grown, beyond)
+
+    def __init__(self) -> None:
+        self._said: dict[tuple[str, frozenset[str]], str] = {}
+
+    def __call__(self, value, known: frozenset[str] = frozenset()):
+        if isinstance(value, str):
+            key = (value, known)
+            out = self._said.get(key)
+            if out is None:
+                if len(self._said) >= self.MAX:
+                    self._said.clear()
+                out = self._said[key] = redact(value, known)
+            return out
+        if isinstance(value, dict):
+            return {k: self(v, known) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self(v, known) for v in value]
+        return value

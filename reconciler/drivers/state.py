@@ -66,6 +66,8 @@ class StateDir:
     _paths: dict = field(default_factory=dict, repr=False)
     _fold: EventFold = field(default_factory=EventFold, repr=False)  # repeated events folded (drivers/event_fold.py)
     _applied: dict = field(default_factory=dict, repr=False)  # recipe -> (its last text, its secrets, shown)
+    _shown: redact.Shown = field(default_factory=redact.Shown, repr=False)  # status.json as people may read it
+    _secrets: frozenset | None = field(default=None, repr=False)  # secrets()' answer until a recipe's text changes
     events_max: int = EVENTS_MAX_BYTES
     deleted_retention: float = DELETED_RETENTION
     deleted_keep: int = DELETED_KEEP
@@ -149,10 +151,12 @@ class StateDir:
 
     def status_changed(self, name: str, status: dict) -> bool:
         """Whether writing ``status`` would change the file (one compact encoding when it would not)."""
-        return self.memo.json_differs(self.path_of(name, "status.json"), status)
+        return self.memo.json_differs(self.path_of(name, "status.json"), self._shown(status, self.secrets()))
 
     def write_status(self, name: str, status: dict) -> None:
-        self.write_json(self.path_of(name, "status.json"), status)
+        # read by get, describe, the page and anyone on the host: an engine's refusal line quoted in
+        # a condition may carry a flag's or an env value's secret
+        self.write_json(self.path_of(name, "status.json"), self._shown(status, self.secrets()))
 
     def last_applied(self, name: str) -> str | None:
         """The text last applied, secrets included (what a reload of the recipe needs)."""
@@ -180,6 +184,7 @@ class StateDir:
         if new:  # found and redacted once per text, not every pass
             found = frozenset(redact.find(text))
             self._applied[name] = seen = (text, found, redact.redact(text, found))
+            self._secrets = None
         if self.read_only:
             return
         shown = seen[2]
@@ -196,7 +201,9 @@ class StateDir:
 
     def secrets(self) -> frozenset[str]:
         """Every secret value of the recipes written this run (redacted wherever they would show)."""
-        return frozenset().union(*(s for _, s, _ in self._applied.values())) if self._applied else frozenset()
+        if self._secrets is None:  # asked for each status and event: the union is made once per change
+            self._secrets = frozenset().union(*(s for _, s, _ in self._applied.values()))
+        return self._secrets
 
     def launches(self, name: str) -> dict[str, dict]:
         """unit -> {"launches": lives started, "restarts": relaunches after a failure (what users see),
