@@ -92,6 +92,11 @@ def get_rows(ctl, names: tuple[str, ...], manifests: str) -> list[dict]:
 
             prune_guard.mark(st, prev, prune_guard.why(name, sd.files()), now)
             reason, why = st["reason"], st["reasonMessage"]
+        from reconciler.shell import renames
+
+        st["reason"], st["reasonMessage"] = reason, why
+        renames.annotate(st, snap.manifests, sd.root, name)  # being replaced by, or replacing, a renamed one
+        reason, why = st["reason"], st["reasonMessage"]
         created = _parse_iso(st["createdAt"])
         invalid = snap.manifests.invalid.get(name) or snap.desired.held.get(name)
         rows.append({

@@ -85,6 +85,10 @@ class GatewayConfig:
     # /gateway/health (it names the frontends' addresses) answered on loopback only: a gateway on the
     # reconciler's host, whose probe and holder ask it there (one in its own job is probed from afar)
     loopback_health: bool = False
+    # SO_REUSEPORT on the listener: a renamed deployment's gateway binds the old name's address beside
+    # the old master, which then stops (core/plan/rename.py); set once, kept (a reload adds it to the
+    # bound socket; one that dropped it could not rebind the clones)
+    reuseport: bool = False
 
 
 def _check(cfg: GatewayConfig) -> None:
@@ -129,7 +133,8 @@ def version(cfg: GatewayConfig) -> str:
     return _digest([cfg.recipe, cfg.port, str(cfg.prefix), list(cfg.upstreams), cfg.unproven, cfg.listen, cfg.holder]
                    + ([cfg.auth] if cfg.auth is not None else [])  # without keys: the digest of before
                    + ([list(cfg.tls)] if cfg.tls is not None else [])
-                   + (["loopback-health"] if cfg.loopback_health else []))
+                   + (["loopback-health"] if cfg.loopback_health else [])
+                   + (["reuseport"] if cfg.reuseport else []))
 
 
 OPENAI = ("/v1/", "= /health")  # what is passed on to the frontends; anything else is nginx's 404
@@ -250,10 +255,11 @@ def render(cfg: GatewayConfig) -> str:
         + "    server {\n"
         # [::] with nginx's default ipv6only=on would refuse every IPv4 client of the host's name
         f"        listen {cfg.listen}:{cfg.port} backlog=4096{' ipv6only=off' if cfg.listen == ANY6 else ''}"
-        f"{' ssl' if cfg.tls else ''};\n"
+        f"{' reuseport' if cfg.reuseport else ''}{' ssl' if cfg.tls else ''};\n"
         # bound to one address: the reconciler's probe and the holder still reach it on loopback;
         # with TLS, loopback stays plain HTTP for them (nginx tells the two apart by local address)
-        + (f"        listen 127.0.0.1:{cfg.port}{'' if cfg.listen == ANY else ' backlog=4096'};\n"
+        + (f"        listen 127.0.0.1:{cfg.port}{'' if cfg.listen == ANY else ' backlog=4096'}"
+           f"{' reuseport' if cfg.reuseport and cfg.listen != ANY else ''};\n"
            if cfg.listen not in (ANY, ANY6, "127.0.0.1") or cfg.tls else "")
         + (f"        ssl_certificate {cfg.tls[0]};\n        ssl_certificate_key {cfg.tls[1]};\n"
            "        ssl_protocols TLSv1.2 TLSv1.3;\n" if cfg.tls else "")

@@ -40,6 +40,7 @@ from reconciler.shell.manifests import DEBOUNCE, Manifests, applied_since, load_
 from reconciler.shell.cluster_config import ClusterConfigWatch
 from reconciler.shell.observe import Observer
 from reconciler.shell.record import record
+from reconciler.shell import renames
 from reconciler.shell import prune_guard
 from reconciler.shell.snapshot import Snapshot
 from reconciler.shell.metrics import Metrics
@@ -154,8 +155,11 @@ class Controller:
         if not self.state.read_only:  # run: a rewritten cluster config is put in force (or refused)
             self.cluster = self.cluster_watch.refresh()
         # a file gone for a moment (an editor's save) waits for a next pass; run --once has none
-        return load_manifests(self.manifests_dir, self.state, now, self.debounce, self.cluster, self._manifest_cache,
-                              self._gone if self.debounce > 0 and not self.single_pass else None)
+        m = load_manifests(self.manifests_dir, self.state, now, self.debounce, self.cluster, self._manifest_cache,
+                           self._gone if self.debounce > 0 and not self.single_pass else None)
+        # a file whose name: changed: the old deployment held until the new one takes its endpoint
+        renames.apply(m, self.state, self.cluster, self.clock() if now is None else now)
+        return m
 
     # ---------------------------------------------------------------- one read of the world
     def snapshot(self) -> Snapshot:

@@ -24,6 +24,10 @@ class Manifests:
     files_seen: int = 0
     settling: dict[str, float] = field(default_factory=dict)  # file path -> when it will have been stable long enough
     skipped: dict[str, str] = field(default_factory=dict)  # *.yaml entry that is no file (FIFO, symlink loop) -> what
+    # file path -> the recipe names it declares and were accepted this pass (read cleanly; not a
+    # file being written, unreadable, or whose every name another file holds)
+    declared: dict[str, list[str]] = field(default_factory=dict)
+    renames: dict = field(default_factory=dict)  # new name -> core.plan.rename.Rename in progress (shell/renames.py)
 
 
 DEBOUNCE = 0.5  # seconds a file must be unchanged before it is applied (an editor may still be writing it)
@@ -68,7 +72,7 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
             if stable_at > now:
                 m.settling[path] = stable_at
                 applied = known.get(path) or _expanded_from(state, path)
-                _keep_last_applied(m, state, path, applied, True, cluster)
+                keep_last_applied(m, state, path, applied, True, cluster)
                 for name in applied or ([stem] if stem in state.known_recipes() else []):
                     if name not in m.recipes:  # held while the file settles: never mistaken for deleted
                         m.invalid[name] = f"{path}: being written; its last applied spec is not usable"
@@ -86,14 +90,16 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
             msg = str(e) if isinstance(e, RecipeError) else f"{path}: cannot load: {type(e).__name__}: {e}"
             for name in names:
                 m.invalid[name] = msg
-            _keep_last_applied(m, state, path, applied, False, cluster)
+            keep_last_applied(m, state, path, applied, False, cluster)
             m.paths[path] = names
             continue
+        refused: list[str] = []
         for lr, name in zip(loaded, keys):
             if name in m.recipes:  # claimed by an earlier file (a broken one keeps its claim)
                 other = next(p for p, ns in m.paths.items() if name in ns)
                 if name not in known.get(path, ()) or name in known.get(other, ()):
                     m.invalid[name] = f"{path}: recipe name {namespaces.display(name)!r} is also used by {other}; this file is ignored"
+                    refused.append(m.invalid[name])
                     continue
                 # the file this recipe was applied from keeps it, though a newcomer sorts first
                 m.paths[other].remove(name)
@@ -103,6 +109,14 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
             m.recipes[name] = _keyed(lr.recipe, name)
             m.texts[name] = lr.text
             m.paths.setdefault(path, []).append(name)
+            m.declared.setdefault(path, []).append(name)
+        if refused and path not in m.declared:
+            # every name it declares now is another file's (a rename onto a name in use): what it
+            # was applied as runs on, on its last applied spec, and shows why, as for an invalid file
+            applied = [n for n in known.get(path, ()) if n not in m.recipes]
+            for name in applied:
+                m.invalid.setdefault(name, refused[0])
+            keep_last_applied(m, state, path, applied, True, cluster)
     present = {str(f) for f in files}
     if gone is not None and now is not None and delete_grace > 0:
         _hold_missing(m, state, known, present, gone, now, delete_grace, cluster)
@@ -125,7 +139,7 @@ def _hold_missing(m: Manifests, state: StateDir, known: dict[str, list[str]], pr
         if now - since >= grace:
             continue  # deleted for good: its recipes go
         m.settling[path] = since + grace
-        _keep_last_applied(m, state, path, names, True, cluster)
+        keep_last_applied(m, state, path, names, True, cluster)
 
 
 def _keyed(recipe: Recipe, key: str) -> Recipe:
@@ -155,7 +169,7 @@ def _expanded_from(state: StateDir, path: str) -> list[str]:
     return [n for n in state.known_recipes() if (state.last_applied(n) or "").startswith(head)]
 
 
-def _keep_last_applied(m: Manifests, state: StateDir, path: str, names: list[str], texts: bool,
+def keep_last_applied(m: Manifests, state: StateDir, path: str, names: list[str], texts: bool,
                        cluster: Cluster | None) -> None:
     """The file cannot be applied now: its recipes stay on the last spec applied from it."""
     known = state.files()

@@ -16,7 +16,7 @@ from reconciler.shell.snapshot import Snapshot
 from reconciler.drivers.state import StateDir, set_suspended, suspended_names
 from reconciler.shell.status import build_status
 from reconciler.timefmt import iso
-from reconciler.shell import prune_guard, reasons
+from reconciler.shell import prune_guard, reasons, renames
 from reconciler.shell.readiness import router_sync
 from reconciler.shell.elastic.autoscale import Autoscaler
 from reconciler.desired.runtime import endpoints_path
@@ -51,6 +51,7 @@ def record(state: StateDir, snap: Snapshot, routers: router_sync.RouterSync) -> 
         except OSError as e:  # one recipe's directory that cannot be written must not stop the others
             log.error("cannot write the recipe's last applied spec", recipe=name, error=f"{type(e).__name__}: {e}")
     state.write_files(m.paths)
+    renames.record_changes(state, m)
     state.write_text(state.root / "ports.json", snap.ports.dumps())  # unchanged: not rewritten
     for dr in d.recipes.values():
         if dr.suspended:
@@ -126,6 +127,7 @@ def _recipe_status(state: StateDir, snap: Snapshot, name: str, now: float) -> No
     failed = snap.observed.action_failures.get(name)
     if st["reason"] is None and failed is not None and failed.reason:  # e.g. sbatch refused its partition
         st["reason"], st["reasonMessage"] = failed.reason, failed.message
+    renames.annotate(st, snap.manifests, state.root, name)  # being replaced by, or replacing, a renamed one
     if kept is not None:
         why = prune_guard.why(name, state.files())
         if prev.get("phase") != prune_guard.REASON:

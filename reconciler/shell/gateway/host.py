@@ -97,16 +97,28 @@ class Gateways(Records):
         self._masters: tuple[float, dict[int, str]] | None = None  # (pass, this host's nginx masters)
 
     # ---------------------------------------------------------------- address
-    def address(self, recipe: str, ports: NodePortAllocator, now: float) -> tuple[str, int]:
+    def address(self, recipe: str, ports: NodePortAllocator, now: float,
+                take_from: str | None = None) -> tuple[str, int]:
         """The deployment's host:port: allocated the first time, the same ever after. The port is
         held under every name this host goes by (the local driver's units run on "localhost"),
-        so no unit is ever given it."""
+        so no unit is ever given it. ``take_from``: a renamed deployment's old name (core/plan/
+        rename.py): its first address is the old one's, whose master still listens there."""
         rec = self._record(recipe)
         owner = f"{recipe}/{OWNER_NAME}"
         if isinstance(rec.get("port"), int) and rec.get("host"):
             for node in {rec["host"], *self.aliases}:  # a registry rebuilt from scratch learns it
                 ports.claim(node, owner, "http", rec["port"])
             return rec["host"], rec["port"]
+        old = self._record(take_from) if take_from else {}
+        if isinstance(old.get("port"), int) and old.get("host") == self.host and not in_job(old):
+            host, port = old["host"], old["port"]
+            for node in {host, *self.aliases}:  # the port is the new name's from now on
+                ports.release_key(node, f"{take_from}/{OWNER_NAME}", "http")
+                ports.claim(node, owner, "http", port)
+            # both masters listen on it (SO_REUSEPORT) until the old one is stopped
+            self._write(recipe, {**rec, "host": host, "port": port, "allocatedAt": now, "takenFrom": take_from,
+                                 "reuseport": True})
+            return host, port
         for _ in range(64):
             port = ports.allocate(self.host, owner, "http")
             if bind_free(port) and all(ports.claim(n, owner, "http", port) for n in self.aliases):
@@ -122,13 +134,16 @@ class Gateways(Records):
     # ---------------------------------------------------------------- each tick
     def sync(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float,
              unproven: bool = False, hold: float | None = None, listen: str | None = None,
-             place: Placement | None = None, door: dict | None = None) -> list[Change]:
+             place: Placement | None = None, door: dict | None = None, take_from: str | None = None,
+             share: bool = False) -> list[Change]:
         """Make the gateway run with exactly these upstreams (host:port of Ready frontends; with
         ``unproven``, where the frontends are relaunched, none of them alive now). ``hold``: the
         holder's timeout (shell/gateway/holder_supervisor.py; None: no holder). ``listen``: the address nginx binds
         (reconcile.gateway.listen; None: as recorded). ``place``: in its own Slurm job there
         (reconcile.gateway.allocation; shell/gateway/job.py) instead of here. ``door``: API keys
-        and the holder's caps (holder_supervisor.front_door; None: open, default caps)."""
+        and the holder's caps (holder_supervisor.front_door; None: open, default caps). A rename
+        (core/plan/rename.py): ``take_from``, the old name whose address this gateway takes;
+        ``share``: this (old) gateway's port may be bound beside it (SO_REUSEPORT, kept once set)."""
         rec = self._record(recipe)
         if place is not None or in_job(rec):
             changes: list[Change] = []
@@ -139,17 +154,18 @@ class Gateways(Records):
                 changes = [Change("GatewayMoved", c.recipe, c.message) for c in changes]
                 holder_supervisor.say_nothing_comes(prefix_of(self.state.root, recipe), None)  # not deleted: moved
             if place is None:
-                return changes + self._sync_here(recipe, upstreams, ports, now, unproven, hold, listen, door)
+                return changes + self._sync_here(recipe, upstreams, ports, now, unproven, hold, listen, door,
+                                                 take_from, share)
             if self.jobs is None:
                 return changes + self._failed(recipe, "reconcile.gateway.allocation: this reconciler runs "
                                                          "no Slurm gateway jobs")
             return changes + self.jobs.sync(recipe, upstreams, ports, now, place, unproven=unproven, hold=hold,
                                             door=door)
-        return self._sync_here(recipe, upstreams, ports, now, unproven, hold, listen, door)
+        return self._sync_here(recipe, upstreams, ports, now, unproven, hold, listen, door, take_from, share)
 
     def _sync_here(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float,
                    unproven: bool, hold: float | None, listen: str | None,
-                   door: dict | None = None) -> list[Change]:
+                   door: dict | None = None, take_from: str | None = None, share: bool = False) -> list[Change]:
         """The gateway as this host's own nginx master."""
         if self.nginx is None:
             return self._failed(recipe, "nginx is not installed (apt-get install nginx-light); "
@@ -159,8 +175,12 @@ class Gateways(Records):
         # its state removed under a master that still serves: found again before an address is
         # taken, or a new port and a second master would move the endpoint (refind.py)
         found = refind.again(self, recipe, prefix, ports, now)[1] if refind.lost(self._record(recipe), conf) else []
-        host, port = self.address(recipe, ports, now)
+        host, port = self.address(recipe, ports, now, take_from)
         rec = self._record(recipe)
+        if share and not rec.get("reuseport"):
+            self._write(recipe, rec := {**rec, "reuseport": True})  # a reload sets it on the bound socket
+        # a renamed deployment's first start beside the old name's master, which listens on the port
+        beside = bool(rec.get("takenFrom")) and rec.get("startedAt") is None
         listen = listen or rec.get("listen") or ANY  # the record says what nginx binds now
         held, fields, said = holder_supervisor.sync(recipe, rec, prefix, port, hold, ports, self.host,
                                                     {self.host, *self.aliases}, door, self.door_memory)
@@ -187,7 +207,7 @@ class Gateways(Records):
             self._write(recipe, rec := {**rec, "tls": bool(tls)})
         text = render(GatewayConfig(recipe, port, prefix, tuple(sorted(upstreams)), unproven, listen,
                                     held if hold is not None else None, held if keys else None, user=nginx_user(),
-                                    tls=tls, loopback_health=True))
+                                    tls=tls, loopback_health=True, reuseport=bool(rec.get("reuseport"))))
         pid = master_pid(prefix)
         moved = pid is not None and rec.get("listen", ANY) != listen  # asked for: not a restart
         if moved:  # a reload cannot bind the port anew
@@ -241,15 +261,16 @@ class Gateways(Records):
             self._write(recipe, rec)
         if rec.get("notBefore") and now < rec["notBefore"]:
             return []
-        stop_orphans(list(rec.get("workers") or []), port)
-        if not bind_free(port):  # ours after all (its pid lost)? then served as running from the next pass
+        if not beside:
+            stop_orphans(list(rec.get("workers") or []), port)
+        if not beside and not bind_free(port):  # ours after all (its pid lost)? then served as running from the next pass
             kept, said = refind.again(self, recipe, prefix, ports, now)
             if kept:
                 return changes + said
             changes += said  # a master that could not be adopted is ended: the port is free for the start
         # held by something not ours: said at once, without nginx's own bind retries (5 x 0.5 s,
         # a stalled tick each time); the endpoint is promised stable, so the port is not changed
-        err = unsafe_prefix(prefix, self.state.root) or (None if bind_free(port) else (
+        err = unsafe_prefix(prefix, self.state.root) or (None if beside or bind_free(port) else (
             f"port {port} is held by another process ({held_by(port)}); the endpoint keeps its address, so the gateway waits "
             f"for the port (free it, or remove {record_path(self.state.root, recipe)} to take a new one)"))
         self._conf.pop(recipe, None)
@@ -275,6 +296,9 @@ class Gateways(Records):
                              "backoff": backoff + int(restarting), "notBefore": None})
         self._watch(recipe, pid)
         kind = "GatewayMoved" if moved else "GatewayRestarted" if restarting else "GatewayStarted"
+        if beside:
+            changes.append(Change("GatewayTakenOver", recipe, f"{host}:{port} taken over from the gateway of "
+                                  f"{rec['takenFrom']} (renamed): both listen until it stops"))
         at = host if listen in (ANY, "[::]") else listen
         return changes + [Change(kind, recipe, f"nginx master {pid} serves http://{at}:{port}"
                                  + (f" (reconcile.gateway.listen: {listen})" if moved else "") + " -> "

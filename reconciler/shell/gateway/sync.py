@@ -8,6 +8,7 @@ from pathlib import Path
 
 import structlog
 
+from reconciler.core.plan.rename import Step, holds_old, new_gateway_waits, old_gateway_stops
 from reconciler.drivers.state import StateDir
 from reconciler.shell.readiness import router_sync
 from reconciler.shell.gateway import holder_supervisor, wake_eta
@@ -73,6 +74,15 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot, answering
     known = set(gateways.known())
     wanted = {n for n, dr in d.recipes.items() if dr.frontend is not None or (
         n in known and (r := snap.manifests.recipes.get(n)) is not None and r.frontend.type != "none")}
+    # a rename (core/plan/rename.py): the new name's gateway waits to take the old one's address,
+    # which it then binds beside the old master (reuseport) before that one is stopped
+    renames = snap.manifests.renames
+    wanted -= {n for n, r in renames.items() if new_gateway_waits(r)}
+    # ... and once the new one serves there, the old one's gateway stops before its deployment goes
+    retiring = {r.old for r in renames.values() if old_gateway_stops(r)}
+    wanted -= retiring
+    take = {n: r.old for n, r in renames.items() if r.step is Step.HANDING_OVER}
+    share = {r.old for r in renames.values() if holds_old(r)}
     for name in sorted(wanted):
         dr = d.recipes[name]
         try:
@@ -86,7 +96,8 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot, answering
                                         hold=hold_timeout(snap, name, state.root),
                                         listen=r.reconcile.gateway.listen if r is not None else None,
                                         place=placement(r) if r is not None else None,
-                                        door=front_door(r.reconcile.gateway) if r is not None else None)
+                                        door=front_door(r.reconcile.gateway) if r is not None else None,
+                                        take_from=take.get(name), share=name in share)
         except Exception as e:  # noqa: BLE001 - one gateway's failure must not stop the tick
             log.exception("gateway sync failed", recipe=name, error=f"{type(e).__name__}: {e}")
             continue
@@ -97,7 +108,7 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot, answering
             state.event(c.kind, c.recipe, c.message)
     except OSError as e:  # its record not written (a full disk): the next pass probes again
         log.error("gateway probe not recorded", error=str(e))
-    keep = wanted | set(d.held) | set(snap.manifests.invalid)
+    keep = (wanted | set(d.held) | set(snap.manifests.invalid)) - retiring
     for name in gateways.known():
         # the prune guard keeps what it holds, but not one whose teardown `reconciler prune` confirmed
         if name not in keep and (not snap.plan.refused_prune or name in d.prune_confirmed):

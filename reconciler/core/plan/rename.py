@@ -1,0 +1,100 @@
+"""A manifest file whose ``name:`` changes is a rename, not a delete and a create.
+
+The file at one path declared ``old`` when it was last applied and declares ``new`` now: the old
+deployment is held on its last applied spec (serving, its gateway the endpoint) while the new one
+comes up; once the new one is Ready its gateway takes the old one's address (both listen on it for
+a moment, SO_REUSEPORT); once the new gateway serves there the old gateway is stopped (what it
+carries finishes on the old deployment, which still runs), and once that master is gone the old
+deployment is let go — a normal delete of a recipe no file declares. Pure: the shell reads the facts (``state/renames.json``,
+``files.json``, the new deployment's status and gateway record) and acts on the step.
+
+A file that cannot be read keeps the rename where it is (the old one serves on). A file renamed
+back to ``old`` ends the rename (the new one is deleted); renamed to a third name, the old one keeps
+the endpoint and the third takes over from it. A sweep / override file (several deployments) has
+no renames: its names are the swept values (docs/recipes.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+
+
+class Step(str, Enum):
+    STARTING = "Starting"  # the new deployment comes up; the old one serves and holds the endpoint
+    HANDING_OVER = "HandingOver"  # the new one is Ready: its gateway takes the old one's address beside it
+    RETIRING = "Retiring"  # the new gateway serves there: the old one's stops, its deployment still runs
+    RELEASED = "Released"  # the new gateway serves the endpoint (or there is none): the old one goes
+
+
+@dataclass(frozen=True)
+class Rename:
+    path: str  # the manifest file
+    old: str  # the deployment it was applied as: held until the new one takes over
+    new: str  # the deployment it declares now
+    since: float  # when the rename was first seen
+    step: Step = Step.STARTING
+
+    def doc(self) -> dict:
+        return {"old": self.old, "new": self.new, "since": self.since, "step": self.step.value}
+
+
+def ongoing(path: str, declared: tuple[str, ...] | None, applied: tuple[str, ...], record: Rename | None,
+            old_spec: bool, claimed: frozenset[str], now: float) -> Rename | None:
+    """The rename the file at ``path`` is in, if any. ``declared``: the deployments the file declares
+    now (None: it could not be read this pass); ``applied``: what it declared when last applied
+    (files.json); ``record``: the rename recorded for it (state/renames.json); ``old_spec``: the
+    old deployment has a last applied spec to be held on; ``claimed``: names other files declare."""
+    if declared is None:
+        return record  # unreadable, or being written: where it was (the old one serves on)
+    if len(declared) != 1:
+        return None  # a sweep: its names are its values; or no deployment at all
+    (new,) = declared
+    if record is not None:
+        if new == record.new:
+            return record
+        if new == record.old:
+            return None  # renamed back: the old one is the file's again; the new one goes
+        # renamed again before the hand-over: the old one still holds the endpoint
+        return Rename(path, record.old, new, now) if record.old not in claimed else None
+    if len(applied) != 1 or applied[0] == new:
+        return None
+    old = applied[0]
+    if old in claimed or not old_spec:
+        return None  # another file declares it now (it is theirs), or there is no spec to hold it on
+    return Rename(path, old, new, now)
+
+
+def advance(r: Rename, new_ready: bool, new_has_frontend: bool, old_endpoint: bool, new_took_endpoint: bool,
+            new_serves_endpoint: bool, old_gateway_runs: bool = False) -> Rename:
+    """The rename's step from the facts of this pass. ``new_ready``: the new deployment is Ready
+    (its status); ``old_endpoint``: the old one has a gateway whose address can be handed over (on
+    this host); ``new_took_endpoint``: the new one's gateway has taken that address (its record);
+    ``new_serves_endpoint``: and its master runs there; ``old_gateway_runs``: the old one's master
+    still runs (stopped, it finishes what it carries: on the old deployment's frontends)."""
+    if new_serves_endpoint:
+        step = Step.RETIRING if old_endpoint or old_gateway_runs else Step.RELEASED
+    elif new_took_endpoint:
+        step = Step.HANDING_OVER  # its gateway is starting there: the old one's still serves
+    elif not new_ready:
+        step = Step.STARTING
+    elif old_endpoint and new_has_frontend:
+        step = Step.HANDING_OVER
+    else:
+        step = Step.RELEASED  # no address to hand over: the old one goes once the new one is Ready
+    return r if step is r.step else replace(r, step=step)
+
+
+def holds_old(r: Rename) -> bool:
+    """The old deployment is kept (on its last applied spec) in this step."""
+    return r.step is not Step.RELEASED
+
+
+def old_gateway_stops(r: Rename) -> bool:
+    """The old deployment's gateway is stopped in this step (the new one's serves its address)."""
+    return r.step is Step.RETIRING
+
+
+def new_gateway_waits(r: Rename) -> bool:
+    """The new deployment's gateway is not started yet: it will take the old one's address."""
+    return r.step is Step.STARTING
