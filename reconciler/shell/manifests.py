@@ -53,6 +53,7 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
     files = iter_recipe_files([directory]) if directory.is_dir() else []
     m.files_seen = len(files)
     m.skipped = skipped_entries(directory) if files or directory.is_dir() else {}
+    refused: dict[str, str] = {}  # file path -> why a name it declares is another file's
     for f in files:
         path = str(f)
         # the folder under manifests/ is the recipe's namespace: its key is folder + name
@@ -93,29 +94,34 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
             keep_last_applied(m, state, path, applied, False, cluster)
             m.paths[path] = names
             continue
-        refused: list[str] = []
         for lr, name in zip(loaded, keys):
             if name in m.recipes:  # claimed by an earlier file (a broken one keeps its claim)
                 other = next(p for p, ns in m.paths.items() if name in ns)
                 if name not in known.get(path, ()) or name in known.get(other, ()):
                     m.invalid[name] = f"{path}: recipe name {namespaces.display(name)!r} is also used by {other}; this file is ignored"
-                    refused.append(m.invalid[name])
+                    refused.setdefault(path, m.invalid[name])
                     continue
                 # the file this recipe was applied from keeps it, though a newcomer sorts first
                 m.paths[other].remove(name)
                 if not m.paths[other]:
                     del m.paths[other]
+                if name in m.declared.get(other, ()):
+                    m.declared[other].remove(name)
+                    if not m.declared[other]:
+                        del m.declared[other]
                 m.invalid[name] = f"{other}: recipe name {namespaces.display(name)!r} is also used by {path}; this file is ignored"
+                refused.setdefault(other, m.invalid[name])
             m.recipes[name] = _keyed(lr.recipe, name)
             m.texts[name] = lr.text
             m.paths.setdefault(path, []).append(name)
             m.declared.setdefault(path, []).append(name)
-        if refused and path not in m.declared:
+    for path, why in refused.items():
+        if path not in m.declared:
             # every name it declares now is another file's (a rename onto a name in use): what it
             # was applied as runs on, on its last applied spec, and shows why, as for an invalid file
             applied = [n for n in known.get(path, ()) if n not in m.recipes]
             for name in applied:
-                m.invalid.setdefault(name, refused[0])
+                m.invalid.setdefault(name, why)
             keep_last_applied(m, state, path, applied, True, cluster)
     present = {str(f) for f in files}
     if gone is not None and now is not None and delete_grace > 0:

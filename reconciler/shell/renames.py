@@ -92,7 +92,7 @@ def apply(m: Manifests, state: StateDir, cluster: Cluster | None, now: float) ->
             keep_last_applied(m, state, path, [r.old], True, cluster)
             if r.old not in m.recipes:
                 continue  # its last applied spec cannot be loaded: no rename, the old one goes
-        m.renames[r.new] = r
+            m.renames[r.new] = r  # released: a normal delete of the old one from here on
 
 
 def old_of(m: Manifests) -> dict[str, Rename]:

@@ -28,7 +28,8 @@ class Gateways:
     def known(self):
         return list(self._known)
 
-    def sync(self, name, upstreams, ports, now, unproven=False, hold=None, listen=None, place=None, door=None):
+    def sync(self, name, upstreams, ports, now, unproven=False, hold=None, listen=None, place=None, door=None,
+             take_from=None, share=False):
         self.calls.append(("sync", name, tuple(upstreams)) + (("unproven",) if unproven else ()))
         return []
 
@@ -41,7 +42,7 @@ def snap(desired: dict, manifests: dict):
     return SimpleNamespace(
         desired=SimpleNamespace(recipes=desired, held={}), observed=SimpleNamespace(ready={}, health={},
                                                                                     previous_ready={}),
-        manifests=SimpleNamespace(recipes=manifests, invalid={}), plan=SimpleNamespace(refused_prune=False),
+        manifests=SimpleNamespace(recipes=manifests, invalid={}, renames={}), plan=SimpleNamespace(refused_prune=False),
         ports=None, now=0.0)
 
 

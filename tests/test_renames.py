@@ -1,0 +1,138 @@
+"""A file whose ``name:`` changes (shell/renames.py over core/plan/rename.py), pass by pass as the
+running controller makes them, from what is on disk: the old deployment held on its last applied
+spec, a restart carrying on, an invalid save, a rename back, a name another file holds."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from reconciler.core.plan.rename import Step
+from reconciler.drivers.local import LocalDriver
+from reconciler.shell import renames
+from reconciler.shell.loop import Controller
+
+TEXT = "name: {name}\nmodel: {{path: m}}\nengine: mocker\nroles: {{agg: {{workers: {workers}, gpus: 1}}}}\n"
+
+
+_saves = iter(range(1, 10**6))
+
+
+def _write(path, text) -> None:
+    path.write_text(text)
+    t = next(_saves)
+    os.utime(path, (t, t))  # settled: applied at once (a new mtime each save, as an editor's)
+
+
+def _pass(c: Controller, now: float):
+    """One pass's manifests, recorded as `record` does (last applied, files, renames, events)."""
+    m = c.load_manifests(now)
+    for name, text in m.texts.items():
+        c.state.write_last_applied(name, text)
+    c.state.write_files(m.paths)
+    renames.record_changes(c.state, m)
+    for name in m.recipes:  # a status row, as record writes one (the rename reads the new one's)
+        if not c.state.status(name):
+            c.state.write_status(name, {"name": name, "phase": "Progressing"})
+    return m
+
+
+def _events(c: Controller) -> list[str]:
+    path = c.state.root / "events.jsonl"
+    return [json.loads(line)["kind"] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _setup(tmp_path):
+    man = tmp_path / "manifests"
+    man.mkdir()
+    f = man / "app.yaml"
+    _write(f, TEXT.format(name="old", workers=2))
+    c = Controller(man, tmp_path / "state", LocalDriver(tmp_path / "state"))
+    m = _pass(c, 100.0)
+    assert set(m.recipes) == {"old"} and not m.renames
+    return man, f, c
+
+
+def test_a_rename_holds_the_old_deployment_until_the_new_one_serves_its_endpoint(tmp_path):
+    man, f, c = _setup(tmp_path)
+    _write(f, TEXT.format(name="new", workers=1))
+    m = _pass(c, 200.0)
+    # the old one runs on, on its last applied spec; the new one comes up beside it
+    assert m.recipes["old"].roles.agg.workers == 2 and m.recipes["new"].roles.agg.workers == 1
+    r = m.renames["new"]
+    assert (r.old, r.step, r.since) == ("old", Step.STARTING, 200.0)
+    assert json.loads((c.state.root / "files.json").read_text()) == {str(f): ["new", "old"]}
+    assert json.loads((c.state.root / "renames.json").read_text())[str(f)]["old"] == "old"
+    assert "Renaming" in _events(c)
+    assert renames.reason(m, "old")[0] == "BeingReplaced" and renames.reason(m, "new")[0] == "Replacing"
+
+    # a restarted reconciler (no memory) decides the same from state/
+    c2 = Controller(man, c.state.root, LocalDriver(c.state.root))
+    m2 = _pass(c2, 300.0)
+    assert set(m2.recipes) == {"old", "new"} and m2.renames["new"].since == 200.0
+
+    # the new one Ready, the old one with no gateway on this host: nothing to hand over, the old goes
+    c2.state.write_status("new", {"name": "new", "phase": "Ready"})
+    m3 = _pass(c2, 400.0)
+    assert set(m3.recipes) == {"new"} and not m3.renames
+    assert not (c.state.root / "renames.json").exists()
+    assert json.loads((c.state.root / "files.json").read_text()) == {str(f): ["new"]}
+    assert _events(c2)[-1] == "Renamed"
+
+
+def test_the_new_one_ready_hands_the_old_gateways_address_over(tmp_path):
+    man, f, c = _setup(tmp_path)
+    (c.state.root / "old" / "gateway.json").write_text(json.dumps({"host": "h", "port": 18123}))
+    _write(f, TEXT.format(name="new", workers=1))
+    assert _pass(c, 200.0).renames["new"].step is Step.STARTING
+    c.state.write_status("new", {"name": "new", "phase": "Ready"})
+    m = _pass(c, 300.0)
+    assert m.renames["new"].step is Step.HANDING_OVER and "old" in m.recipes  # held while the address moves
+    assert "RenameHandOver" in _events(c)
+
+
+def test_an_invalid_save_keeps_the_rename_where_it_is(tmp_path):
+    man, f, c = _setup(tmp_path)
+    _write(f, TEXT.format(name="new", workers=1))
+    _pass(c, 200.0)
+    _write(f, TEXT.format(name="new", workers="[1]"))  # a typo
+    m = _pass(c, 300.0)
+    assert set(m.recipes) == {"old", "new"} and m.renames["new"].step is Step.STARTING
+    assert "new" in m.invalid  # the refusal shown; both run on their last applied specs
+
+
+def test_a_first_save_that_is_invalid_keeps_the_old_one_running_invalid(tmp_path):
+    man, f, c = _setup(tmp_path)
+    _write(f, TEXT.format(name="new", workers="[1]"))
+    m = _pass(c, 200.0)
+    assert set(m.recipes) == {"old"} and "old" in m.invalid and not m.renames
+
+
+def test_renamed_back_before_the_hand_over_the_new_one_goes(tmp_path):
+    man, f, c = _setup(tmp_path)
+    _write(f, TEXT.format(name="new", workers=1))
+    _pass(c, 200.0)
+    _write(f, TEXT.format(name="old", workers=2))
+    m = _pass(c, 300.0)
+    assert set(m.recipes) == {"old"} and not m.renames
+    assert not (c.state.root / "renames.json").exists() and _events(c)[-1] == "RenameAbandoned"
+
+
+def test_renamed_again_the_old_one_keeps_the_endpoint_for_the_third(tmp_path):
+    man, f, c = _setup(tmp_path)
+    _write(f, TEXT.format(name="new", workers=1))
+    _pass(c, 200.0)
+    _write(f, TEXT.format(name="third", workers=1))
+    m = _pass(c, 300.0)
+    assert set(m.recipes) == {"old", "third"} and m.renames["third"].old == "old"
+
+
+def test_a_rename_onto_a_name_another_file_holds_keeps_the_old_one(tmp_path):
+    man, f, c = _setup(tmp_path)
+    _write(man / "other.yaml", TEXT.format(name="taken", workers=1))
+    _pass(c, 150.0)
+    _write(f, TEXT.format(name="taken", workers=3))
+    m = _pass(c, 200.0)
+    assert m.recipes["taken"].roles.agg.workers == 1  # the other file's
+    assert m.recipes["old"].roles.agg.workers == 2 and "also used by" in m.invalid["old"]
+    assert not m.renames
