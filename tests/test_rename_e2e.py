@@ -37,7 +37,10 @@ def _status(h: Harness, name: str) -> dict:
         return {}
 
 
-def test_a_renamed_file_hands_the_endpoint_over_without_a_failed_request(tmp_path):
+@pytest.mark.parametrize("restart", [False, True], ids=["once", "restarted-midway"])
+def test_a_renamed_file_hands_the_endpoint_over_without_a_failed_request(tmp_path, restart):
+    """``restart``: the reconciler is killed (-9) once the rename is recorded and started again: it
+    carries the rename on from state/ (the old one held, the new one's gateway waiting)."""
     h = Harness(tmp_path, "slurm")
     try:
         old, new = h.name("ren-old"), h.name("ren-new")
@@ -56,6 +59,10 @@ def test_a_renamed_file_hands_the_endpoint_over_without_a_failed_request(tmp_pat
             c.wait_more(20, "requests through the gateway before the rename")
             f.write_text(TEXT.format(name=new, startup=STARTUP))
             renamed = time.monotonic()
+            if restart:
+                wait_until(lambda: (h.state / "renames.json").exists(), timeout=30, what="the rename recorded")
+                h.kill9()
+                h.start()
             new_ready = old_gone = None
             reasons: set[str] = set()
             deadline = renamed + 150
@@ -78,7 +85,7 @@ def test_a_renamed_file_hands_the_endpoint_over_without_a_failed_request(tmp_pat
                        what="requests through the gateway after the old deployment left")
             sent_through = time.monotonic() - renamed
         load = os.getloadavg()
-        print(f"\nrename: {c.ok + len(c.failed)} requests, {len(c.failed)} failed; new Ready "
+        print(f"\nrename{' (restarted midway)' if restart else ''}: {c.ok + len(c.failed)} requests, {len(c.failed)} failed; new Ready "
               f"{new_ready if new_ready is None else round(new_ready, 1)} s after the edit, the old's steps gone "
               f"{old_gone:.1f} s after it "
               f"(startup_time {STARTUP} s; loop ran {sent_through:.1f} s after the edit; load {load})")
