@@ -65,11 +65,15 @@ def test_a_renamed_file_hands_the_endpoint_over_without_a_failed_request(tmp_pat
                 h.start()
             new_ready = old_gone = None
             reasons: set[str] = set()
+            midway = None
             deadline = renamed + 150
             # poll both sides until the old deployment has nothing left in Slurm (bounded)
             while time.monotonic() < deadline:
                 now = time.monotonic()
                 reasons.add(str(_status(h, old).get("reason")))
+                if "BeingReplaced" in reasons and midway is None and new_ready is None:
+                    # what an operator sees while the new one comes up (once: `get` plans a pass itself)
+                    midway = (h.cli("describe", old).stdout, h.get(new))
                 if new_ready is None and _status(h, new).get("phase") == "Ready":
                     new_ready = now - renamed
                 if old_gone is None and not h.steps(old):
@@ -94,6 +98,10 @@ def test_a_renamed_file_hands_the_endpoint_over_without_a_failed_request(tmp_pat
                                       f"before the new one was Ready ({new_ready:.1f} s)"
         assert c.failed == [], f"{len(c.failed)} of {c.ok + len(c.failed)} requests failed: {c.failed[:5]}"
         assert "BeingReplaced" in reasons, reasons
+        described, row = midway
+        assert f"Rename: BeingReplaced: renamed to {new} in {f}" in described, described
+        if row["status"] != "Ready":  # still coming up when asked: it shows the endpoint it takes over
+            assert row["reason"] == "Replacing" and row["endpoint"] == endpoint, row
         g = h.get(new)
         assert g["name"] == new and g["status"] == "Ready" and g["endpoint"] == endpoint, g
         assert json.loads((h.state / new / "gateway.json").read_text())["port"] == gw["port"]

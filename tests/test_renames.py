@@ -136,3 +136,16 @@ def test_a_rename_onto_a_name_another_file_holds_keeps_the_old_one(tmp_path):
     assert m.recipes["taken"].roles.agg.workers == 1  # the other file's
     assert m.recipes["old"].roles.agg.workers == 2 and "also used by" in m.invalid["old"]
     assert not m.renames
+
+
+def test_describe_names_the_rename_from_the_record(tmp_path):
+    from reconciler.cli import describe_recorded
+
+    assert describe_recorded.RENAME_REASONS == renames.REASONS  # a copy: describe imports no controller
+    root = tmp_path / "old"
+    root.mkdir()
+    (root / "status.json").write_text(json.dumps({"phase": "Ready", "reason": "BeingReplaced",
+                                                  "reasonMessage": "renamed to new in app.yaml"}))
+    (root / describe_recorded.FILE).write_text("{}")
+    doc = describe_recorded.doc(tmp_path, "old", 0.0)
+    assert doc["rename"] == {"reason": "BeingReplaced", "message": "renamed to new in app.yaml"}

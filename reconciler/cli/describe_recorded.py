@@ -16,6 +16,10 @@ from reconciler.cli.recorded import _json
 from reconciler.pending_words import PendingInfo
 from reconciler.timefmt import slurm_duration
 
+# a deployment's status reason during a rename (shell/renames.py:REASONS; not imported: describe
+# answers from the record without loading the controller)
+RENAME_REASONS = ("BeingReplaced", "Replacing")
+
 FILE = "detail.json"  # shell/describe_facts.FILE
 
 
@@ -67,6 +71,8 @@ def doc(state: Path, name: str, now: float) -> dict | None:
             "servedModel": st.get("servedModel"),
             "benchmark": bench if bench["state"] or bench["last"] else None,
             "suspended": bool(det.get("suspended")), "warning": st.get("warning"),
+            "rename": ({"reason": st["reason"], "message": st.get("reasonMessage")}
+                       if st.get("reason") in RENAME_REASONS else None),
             "error": det.get("error"),
             "conditions": [c for c in st.get("conditions") or [] if isinstance(c, dict)], "units": workers,
             "allocations": allocations(det.get("allocations") or [], now),

@@ -54,7 +54,13 @@ def _snapshot_doc(manifests: str, state: str, driver: str | None, port_range: st
     from reconciler.shell.gates import bench_results
 
     bench = {"state": f["benchmarkState"], "last": bench_results.last(sd.root, name)}
+    from reconciler.shell import renames
+
+    if st:
+        renames.annotate(st, snap.manifests, sd.root, name)  # the endpoint a new name is to take over
+    why = renames.reason(snap.manifests, name, st.get("endpoint"))
     return {"name": name, "phase": st.get("phase", "Unknown"), "endpoint": st.get("endpoint"),
+            "rename": {"reason": why[0], "message": why[1]} if why else None,
             "servedModel": st.get("servedModel") or sd.status(name).get("servedModel"),
             "benchmark": bench if bench["state"] or bench["last"] else None,
             "suspended": f["suspended"], "warning": st.get("warning"), "error": f["error"],
@@ -98,6 +104,8 @@ def describe(name: str, manifests: str, state: str, driver: str | None, port_ran
                + (f"   Model: {doc['servedModel']}" if doc.get("servedModel") else ""))
     if doc.get("warning"):
         click.echo(click.style(f"Warning: {doc['warning']['reason']}: ", fg="yellow") + doc["warning"]["message"])
+    if doc.get("rename"):  # a file whose name: changed (docs/operations.md, "Renaming a deployment")
+        click.echo(f"Rename: {doc['rename']['reason']}: {doc['rename']['message']}")
     if doc["error"]:
         click.echo(click.style("Error: ", fg="red") + doc["error"])
     click.echo(f"Cluster config: {cluster_config.line(doc['clusterConfig'])}")

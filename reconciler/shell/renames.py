@@ -18,6 +18,7 @@ from reconciler.shell.gateway.sweep import master_pid
 from reconciler.shell.manifests import Manifests, keep_last_applied
 
 FILE = "renames.json"
+REASONS = ("BeingReplaced", "Replacing")  # a deployment's status reason during a rename
 
 
 def _valid(d) -> bool:
