@@ -62,10 +62,8 @@ def apply(m: Manifests, state: StateDir, cluster: Cluster | None, now: float) ->
     applied spec while its step says so (``m.renames``: new name -> the rename)."""
     known = state.files()
     records = recorded(state)
-    paths = set(m.paths) | set(records)
-    for path in sorted(paths):
-        if path not in m.paths:
-            continue  # the file is gone for good (deleted): what it declared goes with it
+    # a recorded rename whose file is gone for good (deleted) is over: what it declared goes with it
+    for path in sorted(m.paths):
         # None: not read cleanly this pass (being written, invalid, every name another file's)
         declared = tuple(m.declared[path]) if path in m.declared else None
         applied = tuple(known.get(path, ()))
@@ -89,11 +87,11 @@ def apply(m: Manifests, state: StateDir, cluster: Cluster | None, now: float) ->
             old_endpoint=isinstance(old_gw.get("port"), int) and not in_job(old_gw),
             new_took_endpoint=took, new_serves_endpoint=up,
             old_gateway_runs=master_pid(prefix_of(state.root, r.old)) is not None)
-        if policy.holds_old(r):
-            keep_last_applied(m, state, path, [r.old], True, cluster)
-            if r.old not in m.recipes:
-                continue  # its last applied spec cannot be loaded: no rename, the old one goes
-            m.renames[r.new] = r  # released: a normal delete of the old one from here on
+        if not policy.holds_old(r):
+            continue  # released: from here on the old one is a recipe no file names (a normal delete)
+        keep_last_applied(m, state, path, [r.old], True, cluster)
+        if r.old in m.recipes:  # else its last applied spec cannot be loaded: no rename, the old one goes
+            m.renames[r.new] = r
 
 
 def old_of(m: Manifests) -> dict[str, Rename]:
