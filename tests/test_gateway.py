@@ -448,3 +448,44 @@ def test_bound_to_one_address_it_also_answers_on_loopback_and_that_address_is_th
                         ("127.0.0.1", "http://127.0.0.1:20001"), ("[::1]", "http://[::1]:20001")):
         rec.write_text(json.dumps({"host": "login1", "port": 20001, **({"listen": listen} if listen else {})}))
         assert facts(tmp_path, "r")["url"] == url
+
+
+@needs_nginx
+def test_a_renamed_deployments_gateway_takes_the_old_ones_address_beside_it(gw, tmp_path):
+    """A rename (core/plan/rename.py): the old gateway is reloaded with SO_REUSEPORT, the new one
+    starts on its address beside it, the old one stops: one address throughout, answering. Given
+    up mid-way, the new one stops and the old one has its port back in the registry."""
+    a, a_url = start_mocker(tmp_path, "--speedup-ratio", "100", name="a")
+    try:
+        ports = _ports()
+        gw.sync("old", [_hp(a_url)], ports, 1.0)
+        url = facts(gw.state.root, "old")["url"]
+        port = int(url.rsplit(":", 1)[1])
+        wait_until(lambda: post(url + "/v1/chat/completions", CHAT)[0] == 200, what="served through the gateway")
+        assert [c.kind for c in gw.sync("old", [_hp(a_url)], ports, 2.0, share=True)] == ["GatewayReloaded"]
+        assert " reuseport" in (prefix_of(gw.state.root, "old") / "nginx.conf").read_text()
+        old_pid = master_pid(prefix_of(gw.state.root, "old"))
+
+        kinds = [c.kind for c in gw.sync("new", [_hp(a_url)], ports, 3.0, take_from="old")]
+        assert kinds == ["GatewayTakenOver", "GatewayStarted"], kinds
+        assert facts(gw.state.root, "new")["url"] == url and facts(gw.state.root, "new")["up"]
+        assert master_pid(prefix_of(gw.state.root, "old")) == old_pid  # both listen
+        assert ports.lookup("127.0.0.1", "new/gateway", "http") == port
+        assert ports.lookup("127.0.0.1", "old/gateway", "http") is None
+
+        gw.stop("old", ports)
+        wait_until(lambda: master_pid(prefix_of(gw.state.root, "old")) is None, what="the old master gone")
+        assert post(url + "/v1/chat/completions", CHAT)[0] == 200  # the new one serves the address
+        assert ports.lookup("127.0.0.1", "new/gateway", "http") == port
+        assert gw.sync("new", [_hp(a_url)], ports, 4.0) == []  # settled: its own from now on
+
+        # the same, given up mid-way (renamed back): the new gateway stops, the old one keeps its port
+        gw.sync("back", [_hp(a_url)], ports, 5.0, take_from="new")
+        assert ports.lookup("127.0.0.1", "new/gateway", "http") is None
+        gw.stop("back", ports)
+        assert ports.lookup("127.0.0.1", "new/gateway", "http") == port
+        wait_until(lambda: master_pid(prefix_of(gw.state.root, "back")) is None, what="the abandoned master gone")
+        assert post(url + "/v1/chat/completions", CHAT)[0] == 200
+        gw.stop("new", ports)
+    finally:
+        a.stop()

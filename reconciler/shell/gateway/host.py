@@ -325,6 +325,12 @@ class Gateways(Records):
         holder_supervisor.say_nothing_comes(prefix_of(self.state.root, recipe), holder_supervisor.DELETED)  # what it still holds hears why
         holder_supervisor.stop(prefix_of(self.state.root, recipe))
         ports.release(f"{recipe}/{OWNER_NAME}")
+        rec = self._record(recipe)
+        old = self._record(rec["takenFrom"]) if isinstance(rec.get("takenFrom"), str) else {}
+        if old.get("port") == rec.get("port") and isinstance(old.get("port"), int):
+            # a rename given up mid-hand-over: the old name's gateway, still there, has its port back
+            for node in {old.get("host") or self.host, *self.aliases}:
+                ports.claim(node, f"{rec['takenFrom']}/{OWNER_NAME}", "http", old["port"])
         path = record_path(self.state.root, recipe)
         if not path.exists():
             return []
