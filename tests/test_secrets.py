@@ -90,20 +90,32 @@ def test_last_applied_is_shown_redacted_and_kept_whole_privately(tmp_path):
 
 def test_status_is_written_redacted_and_a_settled_one_is_not_rewritten(tmp_path):
     """A condition may quote an engine's refusal line: status.json (get, describe, the page) shows
-    no secret's value, by key or by a value known from the recipe."""
+    no secret's value in its messages, by key or by a value of the recipe's own; names, URLs and
+    messages that only look like ``key: value`` are left as they are."""
     s = StateDir(tmp_path / "state")
     s.write_last_applied("r", RECIPE)
-    status = {"name": "r", "conditions": [
-        {"type": "Ready", "message": "agg_0 refused: error: --api-key=sk-live-9999 HF_TOKEN=hf_any_5678"},
-        {"type": "Degraded", "message": "the engine said hf_block_1234"}], "roles": {"agg": {"ready": 0}}}
+    s.write_last_applied("other", "name: other\nenv: {OPENAI_API_KEY: EMPTY-ish}\n")
+    status = {"name": "r", "error": "KeyError: 'prefill'", "endpoint": "http://h:1/?api_key=x",
+              "conditions": [
+                  {"type": "Ready", "message": "agg_0 refused: error: --api-key=sk-live-9999 HF_TOKEN=hf_any_5678"},
+                  {"type": "Degraded", "message": "the engine said hf_block_1234 (EMPTY-ish)"},
+                  {"type": "Invalid", "message": "/m/api-key-proxy.yaml: recipe.engine: unknown engine"}],
+              "workers": [{"name": "agg_0", "url": "http://n:2", "notReadyReason": "exit 1: hf_flow_1234"},
+                          {"name": "agg_1", "nodes": ["n"]}]}
     assert s.status_changed("r", status)
     s.write_status("r", status)
     text = (tmp_path / "state" / "r" / "status.json").read_text()
-    for secret in ("sk-live-9999", "hf_any_5678", "hf_block_1234"):
+    for secret in ("sk-live-9999", "hf_any_5678", "hf_block_1234", "hf_flow_1234"):
         assert secret not in text, text
-    assert json.loads(text)["conditions"][0]["message"] == \
-        "agg_0 refused: error: --api-key=REDACTED HF_TOKEN=REDACTED"
+    shown = json.loads(text)
+    assert [c["message"] for c in shown["conditions"]] == [
+        "agg_0 refused: error: --api-key=REDACTED HF_TOKEN=REDACTED",
+        "the engine said REDACTED (EMPTY-ish)",  # another recipe's secret is not this one's
+        "/m/api-key-proxy.yaml: recipe.engine: unknown engine"]
+    assert shown["error"] == "KeyError: 'prefill'" and shown["endpoint"] == "http://h:1/?api_key=x"
+    assert shown["workers"][0]["notReadyReason"] == "exit 1: REDACTED" and shown["workers"][1] == {"name": "agg_1", "nodes": ["n"]}
     assert not s.status_changed("r", status)  # the redacted file is what it compares with
+    assert s.shown_status("r", {"name": "r"}) == {"name": "r"}
 
 
 # ---------------------------------------------------------------- state files

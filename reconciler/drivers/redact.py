@@ -52,10 +52,11 @@ def _unquote(v: str) -> str:
     return v.rstrip()
 
 
-def find(text: str) -> set[str]:
-    """The secret values ``text`` holds (unquoted), found by their keys."""
+def find(text: str, pairs: bool = True) -> set[str]:
+    """The secret values ``text`` holds (unquoted), found by their keys (``pairs``: also in the
+    ``key: value`` form, a recipe's YAML)."""
     found = set()
-    for m in (*_PAIR.finditer(text), *_ASSIGN.finditer(text)):
+    for m in (*(_PAIR.finditer(text) if pairs else ()), *_ASSIGN.finditer(text)):
         if secret_key(m.group("k")) and (v := _unquote(m.group("v"))) and v not in (REDACTED, "''", '""'):
             found.add(v)
     for m in _FLAG.finditer(text):
@@ -64,10 +65,11 @@ def find(text: str) -> set[str]:
     return found
 
 
-def redact(text: str, known: set[str] | frozenset[str] = frozenset()) -> str:
+def redact(text: str, known: set[str] | frozenset[str] = frozenset(), pairs: bool = True) -> str:
     """``text`` with every secret value replaced by REDACTED: those found by their keys, and any of
-    ``known`` (values found earlier, in the recipe an event speaks of)."""
-    values = find(text) | set(known)
+    ``known`` (values found earlier, in the recipe an event speaks of). ``pairs``: the ``key: value``
+    form too (a recipe's YAML; not a one-line message, where it is a path or an error's name)."""
+    values = find(text, pairs) | set(known)
     if not values:
         return text
 
@@ -80,34 +82,69 @@ def redact(text: str, known: set[str] | frozenset[str] = frozenset()) -> str:
     def flag(m: re.Match) -> str:
         return f"--{m.group('k')}{m.group('sep')}{REDACTED}" if secret_key(m.group("k")) else m.group(0)
 
-    out = _FLAG.sub(flag, _ASSIGN.sub(pair, _PAIR.sub(pair, text)))
+    out = _FLAG.sub(flag, _ASSIGN.sub(pair, _PAIR.sub(pair, text) if pairs else text))
     for v in sorted(values, key=len, reverse=True):  # the longest first: one may contain another
         if len(v) >= _MIN_ECHO:
             out = out.replace(v, REDACTED)
     return out
 
 
-class Shown:
-    """Every string in a JSON-like value redacted (status.json: a condition's message may quote an
-    engine's refusal line or a flag). Remembers each string's answer for the same secrets, so a
-    settled status written every pass costs a dict look-up per string, not three regex scans."""
 
-    MAX = 4096  # strings remembered (a status has tens; cleared, not grown, beyond)
+# status.json's free text: where an engine's or Slurm's words may be quoted (a refusal line, an
+# error); names, URLs, nodes and hashes are the reconciler's own and are read back as they are
+FREE_TEXT = ("error", "warning", "reasonMessage")
+ROW_TEXT = ("notReadyReason",)
+
+
+class StatusRedactor:
+    """status.json as people read it (get, describe, the page): its free-text fields carry no value
+    of the recipe's own secrets, nor one given as ``KEY=value`` or ``--flag value`` for a secret's
+    key. Not the ``key: value`` form: in a one-line message it is a path or an error's name
+    (``…/api-key-proxy.yaml: recipe.engine: …``, ``KeyError: 'prefill'``), not YAML. Each recipe's
+    answers are remembered for its secrets (the same frozenset until its text changes), so a settled
+    status costs a look-up per message."""
+
+    MAX = 256  # remembered answers per recipe (a status has tens of messages; cleared beyond)
 
     def __init__(self) -> None:
-        self._said: dict[tuple[str, frozenset[str]], str] = {}
+        self._memo: dict[str, tuple[frozenset[str], dict[str, str]]] = {}
 
-    def __call__(self, value, known: frozenset[str] = frozenset()):
-        if isinstance(value, str):
-            key = (value, known)
-            out = self._said.get(key)
-            if out is None:
-                if len(self._said) >= self.MAX:
-                    self._said.clear()
-                out = self._said[key] = redact(value, known)
-            return out
-        if isinstance(value, dict):
-            return {k: self(v, known) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self(v, known) for v in value]
-        return value
+    def text(self, name: str, value: str, known: frozenset[str]) -> str:
+        seen = self._memo.get(name)
+        if seen is None or seen[0] is not known:
+            seen = self._memo[name] = (known, {})
+        memo = seen[1]
+        out = memo.get(value)
+        if out is None:
+            if len(memo) >= self.MAX:
+                memo.clear()
+            out = memo[value] = redact(value, known, pairs=False)
+        return out
+
+    def __call__(self, name: str, status: dict, known: frozenset[str] = frozenset()) -> dict:
+        out = status
+        for k in FREE_TEXT:
+            if isinstance(v := status.get(k), str) and (r := self.text(name, v, known)) != v:
+                out = {**out, k: r}
+        conds = status.get("conditions")
+        if isinstance(conds, list):
+            shown = [_swap(c, ("message",), lambda v: self.text(name, v, known)) for c in conds]
+            if any(a is not b for a, b in zip(shown, conds)):
+                out = {**out, "conditions": shown}
+        rows = status.get("workers")
+        if isinstance(rows, list):
+            shown = [_swap(r, ROW_TEXT, lambda v: self.text(name, v, known)) for r in rows]
+            if any(a is not b for a, b in zip(shown, rows)):
+                out = {**out, "workers": shown}
+        return out
+
+
+def _swap(d, keys: tuple[str, ...], shown) -> dict:
+    """``d`` with its string ``keys`` as ``shown`` gives them: ``d`` itself when none changes."""
+    if not isinstance(d, dict):
+        return d
+    out = d
+    for k in keys:
+        if isinstance(v := d.get(k), str) and (r := shown(v)) != v:
+            out = {**out, k: r}
+    return out

@@ -66,7 +66,7 @@ class StateDir:
     _paths: dict = field(default_factory=dict, repr=False)
     _fold: EventFold = field(default_factory=EventFold, repr=False)  # repeated events folded (drivers/event_fold.py)
     _applied: dict = field(default_factory=dict, repr=False)  # recipe -> (its last text, its secrets, shown)
-    _shown: redact.Shown = field(default_factory=redact.Shown, repr=False)  # status.json as people may read it
+    _shown: redact.StatusRedactor = field(default_factory=redact.StatusRedactor, repr=False)  # status.json as read
     _secrets: frozenset | None = field(default=None, repr=False)  # secrets()' answer until a recipe's text changes
     events_max: int = EVENTS_MAX_BYTES
     deleted_retention: float = DELETED_RETENTION
@@ -151,12 +151,17 @@ class StateDir:
 
     def status_changed(self, name: str, status: dict) -> bool:
         """Whether writing ``status`` would change the file (one compact encoding when it would not)."""
-        return self.memo.json_differs(self.path_of(name, "status.json"), self._shown(status, self.secrets()))
+        return self.memo.json_differs(self.path_of(name, "status.json"), self.shown_status(name, status))
 
     def write_status(self, name: str, status: dict) -> None:
         # read by get, describe, the page and anyone on the host: an engine's refusal line quoted in
         # a condition may carry a flag's or an env value's secret
-        self.write_json(self.path_of(name, "status.json"), self._shown(status, self.secrets()))
+        self.write_json(self.path_of(name, "status.json"), self.shown_status(name, status))
+
+    def shown_status(self, name: str, status: dict) -> dict:
+        """``status`` as status.json shows it: its messages without the recipe's secrets."""
+        seen = self._applied.get(name)
+        return self._shown(name, status, seen[1] if seen else frozenset())
 
     def last_applied(self, name: str) -> str | None:
         """The text last applied, secrets included (what a reload of the recipe needs)."""

@@ -70,7 +70,7 @@ def record(state: StateDir, snap: Snapshot, routers: router_sync.RouterSync) -> 
         if not namespaces.fits_state(name):
             continue  # a file refused for its name (quarantine.json.yaml): `get` lists it, state/ holds nothing
         prev = state.status(name)
-        if prev.get("error") != why:
+        if prev.get("error") != state.shown_status(name, {"error": why})["error"]:  # the file's is redacted
             log.error("recipe held", recipe=name, error=why)
             state.event("Held", name, f"desired state cannot be computed, nothing is changed: {why}")
         write_status(state, name, {**prev, "name": name, "phase": "Error", "error": why, "updatedAt": iso(now)}, prev)
