@@ -86,7 +86,8 @@ class Controller:
         # the deployments' gateways (nginx on this host); a master that exits wakes the loop
         self.gateways = None if read_only else Gateways(self.state, wake=self._wake_soon)
         if self.gateways is not None:  # reconcile.gateway.allocation: a gateway in its own Slurm job
-            self.gateways.jobs = GatewayJobs(self.state, driver, self.gateways.nginx)
+            self.gateways.jobs = GatewayJobs(self.state, driver, self.gateways.nginx,
+                                             door_memory=self.gateways.door_memory)
         self.gateway_probe = GatewayProbe()  # each running gateway asked end to end, at its pace
         self.routers = RouterSync()  # the routers' worker sets (what was POSTed lately)
         exits = getattr(driver, "exits", None)  # a launched step's end wakes the loop (drivers/exits.py)

@@ -56,7 +56,8 @@ class GatewayJobs(Records):
     """The gateways that run in their own Slurm job. ``driver``: the Slurm driver (its ``slurm``
     runs a command with the cluster's environment); None under the local driver."""
 
-    def __init__(self, state: StateDir, driver, nginx: str | None, python: str | None = None):
+    def __init__(self, state: StateDir, driver, nginx: str | None, python: str | None = None,
+                 door_memory: holder_supervisor.DoorMemory | None = None):
         # the agent and the holder are this package's modules: this interpreter (on the shared file
         # system, as the state directory is), not the engines' (reconcile.engine_python)
         self.state = state
@@ -65,7 +66,8 @@ class GatewayJobs(Records):
         self.python = python or holder_supervisor.python()
         self._seen: dict[str, float] = {}  # recipe -> when squeue last listed its job (kept in memory)
         self._checked: dict[str, float] = {}  # recipe -> the last look at a settled gateway's page
-        self.door_memory = holder_supervisor.DoorMemory()
+        # the host gateways' own: a gateway moved between modes is not said to have a bad keys file twice
+        self.door_memory = door_memory or holder_supervisor.DoorMemory()
 
     # ---------------------------------------------------------------- each tick
     def sync(self, recipe: str, upstreams: list[str], ports: NodePortAllocator, now: float, place: Placement,
