@@ -38,8 +38,9 @@ def scancel(job_or_step: str) -> None:
 # Wide ranges, at the top of the span, apart from every 100-port range: a real vLLM takes 52 ports
 # per life (HTTP, NIXL and the 50 of its VLLM_PORT scan block), so two lives (a surge, or two
 # workers) need more than 100. Each slot belongs to one module (tests/test_vllm_real_e2e.py: 0,
-# test_vllm_real_router_e2e.py: 1), which conftest's scheduler keeps on one worker.
-WIDE, WIDE_SLOTS = 200, 2
+# test_vllm_real_router_e2e.py: 1, test_vllm_real_autoscale_e2e.py: 2), which conftest's scheduler
+# keeps on one worker.
+WIDE, WIDE_SLOTS = 200, 3
 
 
 def _span() -> tuple[int, int]:
@@ -64,7 +65,7 @@ def _port_ranges() -> itertools.cycle:
 
 
 def wide_range(slot: int) -> tuple[int, int]:
-    """Wide range ``slot`` (0 or 1) of the span: each slot belongs to one module (see WIDE)."""
+    """Wide range ``slot`` (0 to WIDE_SLOTS - 1) of the span: each slot belongs to one module (see WIDE)."""
     if not 0 <= slot < WIDE_SLOTS:
         raise ValueError(f"wide range {slot}: there are {WIDE_SLOTS}")
     hi = _span()[1] - WIDE * slot
