@@ -19,8 +19,9 @@ again.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
-from reconciler.world import FRONTEND, Unit, is_service_role
+from reconciler.world import FRONTEND, SERVICE_PREFIX, Unit, is_service_role
 from reconciler.world import DesiredRecipe, Observed, Step, UnitHealth
 
 UnitKey = tuple[str, int]  # (role, index) within a recipe
@@ -31,12 +32,15 @@ def _role_order(role: str) -> int:
     return 0 if is_service_role(role) else ROLE_ORDER.get(role, 9)
 
 
+# the two sort keys below are called for every unit and step of every plan(): _role_order inlined
 def unit_order(key: UnitKey) -> tuple[int, str, int]:
-    return (_role_order(key[0]), key[0], key[1])
+    role = key[0]
+    return (0 if role.startswith(SERVICE_PREFIX) else ROLE_ORDER.get(role, 9), role, key[1])
 
 
 def step_order(s: Step) -> tuple:
-    return (_role_order(s.role), s.role, s.index, s.rank, s.step_id)
+    role = s.role
+    return (0 if role.startswith(SERVICE_PREFIX) else ROLE_ORDER.get(role, 9), role, s.index, s.rank, s.step_id)
 
 
 def step_number(step_id: str) -> tuple[int, str]:
@@ -89,7 +93,7 @@ class Classified:
     extra: tuple[tuple[Step, str], ...] = ()  # (step, "scaled down" | "frontend")
     duplicates: tuple[Step, ...] = ()
 
-    @property
+    @cached_property  # every policy reads it: sorted once per plan, not once per reader
     def units(self) -> tuple[UnitView, ...]:
         return tuple(sorted(self.missing + self.running + self.broken + self.outdated,
                             key=lambda v: unit_order(v.key)))
@@ -130,12 +134,16 @@ def classify(d: DesiredRecipe, observed: Observed, dropped_jobs: frozenset[str])
         unit = wanted[key]
         steps = by_unit.get(key, [])
         job = d.job_of.get(key, "")
-        current = tuple(sorted((s for s in steps if s.spec_hash == unit.spec_hash and s.job_id == job),
-                               key=step_order))
-        old = tuple(sorted((s for s in steps if s not in current), key=step_order))
-        view = UnitView(unit, job, current, old, observed.health.get(unit.key), bool(observed.ready.get(unit.key)),
-                        bool(observed.previous_ready.get(unit.key)) if key in d.previous else bool(
-                            observed.ready.get(unit.key)))
+        cur: list[Step] = []
+        rest: list[Step] = []
+        for s in steps:
+            (cur if s.spec_hash == unit.spec_hash and s.job_id == job else rest).append(s)
+        current = tuple(sorted(cur, key=step_order)) if len(cur) > 1 else tuple(cur)
+        old = tuple(sorted(rest, key=step_order)) if len(rest) > 1 else tuple(rest)
+        ukey = unit.key
+        ready = bool(observed.ready.get(ukey))
+        view = UnitView(unit, job, current, old, observed.health.get(ukey), ready,
+                        bool(observed.previous_ready.get(ukey)) if key in d.previous else ready)
         if not steps:
             sets["missing"].append(view)
         elif old:
@@ -154,6 +162,8 @@ def classify(d: DesiredRecipe, observed: Observed, dropped_jobs: frozenset[str])
 
 def _duplicates(current: tuple[Step, ...]) -> list[Step]:
     """A second step for one rank (a crash between srun and bookkeeping): the older one stays."""
+    if len(current) < 2:
+        return []
     seen: set[int] = set()
     dups = []
     for s in sorted(current, key=lambda s: (s.pending, step_number(s.step_id))):
