@@ -88,7 +88,16 @@ class Backend:
         b = copy.copy(self)
         object.__setattr__(b, "_recipe", recipe)
         object.__setattr__(b, "_allocation", allocation)
+        # what the backend works out once for its recipe and reuses for every worker (``memo``): a
+        # new binding starts empty, never with the memo of the backend it was copied from
+        object.__setattr__(b, "_memo", {})
         return b
+
+    @property
+    def memo(self) -> dict[Any, Any]:
+        """This binding's memo: facts of the bound recipe the backend computes once (a build binds
+        each engine once, so once per build), e.g. the mocker's knobs per role."""
+        return self.__dict__.setdefault("_memo", {})
 
     @property
     def recipe(self) -> Recipe:

@@ -92,11 +92,19 @@ class MockerBackend(MockerEngine, Backend):
                 extra[key] = value
         return merged | {"__extra__": extra}
 
+    def _role(self, mode: Mode, served: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+        """The role's knobs, its other args and the name it serves under: the same for every worker
+        of the role, so worked out once per binding (``Backend.memo``), not once per worker. Read only."""
+        key = ("role", mode, served)
+        if key not in self.memo:
+            s = self._settings(mode)
+            extra = s.pop("__extra__")
+            given = get_key(self.get_config_for_mode(mode), "model-name", "served-model-name")
+            self.memo[key] = (s, extra, str(given) if given else self.get_served_model_name(served))
+        return self.memo[key]
+
     def build_worker_command(self, process: Process, runtime: Runtime) -> list[str]:
-        s = self._settings(process.mode)
-        extra = s.pop("__extra__")
-        given = get_key(self.get_config_for_mode(process.mode), "model-name", "served-model-name")
-        name = str(given) if given else self.get_served_model_name(runtime.served_model_name)
+        s, extra, name = self._role(process.mode, runtime.served_model_name)
         if self._dynamo:
             return self._dynamo_argv(process, runtime, s, extra)
         argv = [runtime.python, "-m", "reconciler.mocker", "--host", "0.0.0.0", "--port", str(process.ports["http"]),

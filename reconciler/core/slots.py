@@ -26,10 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from dataclasses import replace
-
 from reconciler.recipe.topology import Endpoint
-from reconciler.world import Unit
+from reconciler.world import Unit, evolve
 from reconciler.world import Step
 
 Key = tuple[str, int]  # (role, index)
@@ -99,8 +97,9 @@ def in_slot(ep: Endpoint, slot: int, needs_gpus: bool, used: Mapping[int, int], 
     """The endpoint as its life in ``slot`` runs it: slot 1 of a GPU engine on the mirror GPUs
     when its allocation holds ``held`` GPUs per node, enough for them."""
     if not slot or not needs_gpus or not ep.gpus:
-        return replace(ep, slot=slot)
+        # the endpoint itself when its slot is already this one (frozen: nothing to copy)
+        return ep if ep.slot == slot else evolve(ep, slot=slot)
     shift = max(used.get(o, 0) for o in ep.nodes)
     if max(ep.gpus) + shift >= held:
-        return replace(ep, slot=1)
-    return replace(ep, slot=1, gpus=tuple(g + shift for g in ep.gpus))
+        return evolve(ep, slot=1)
+    return evolve(ep, slot=1, gpus=tuple(g + shift for g in ep.gpus))

@@ -23,7 +23,7 @@ from reconciler.core.slots import choose_slots, surge_flips
 from reconciler.desired.preambles import with_cluster_preamble
 from reconciler.desired.sources.base import Key, Life
 from reconciler.recipe.model import Recipe
-from reconciler.world import Step, Unit, life_name, spec_hash
+from reconciler.world import Step, Unit, evolve, life_name, spec_hash
 
 
 def finish(unit: Unit | None, recipe: Recipe, container_srun: Mapping[str, str]) -> Unit | None:
@@ -32,7 +32,7 @@ def finish(unit: Unit | None, recipe: Recipe, container_srun: Mapping[str, str])
     if unit is None:
         return None
     unit = with_cluster_preamble(wrap(unit, container_srun), recipe)
-    return replace(unit, spec_hash=spec_hash(unit.launches, unit.container, unit.files, unit.srun_options))
+    return evolve(unit, spec_hash=spec_hash(unit.launches, unit.container, unit.files, unit.srun_options))
 
 
 def wrap(unit: Unit, own: Mapping[str, str]) -> Unit:
@@ -43,7 +43,7 @@ def wrap(unit: Unit, own: Mapping[str, str]) -> Unit:
     if merged["container-mounts"] != own["container-mounts"]:
         # a recipe's own mounts add to the model and config mounts the argv relies on
         merged["container-mounts"] = own["container-mounts"] + "," + merged["container-mounts"]
-    return replace(unit, srun_options=tuple(sorted(merged.items())))
+    return evolve(unit, srun_options=tuple(sorted(merged.items())))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ discovery plane (``services.spec.Facts``).
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -28,6 +27,7 @@ from reconciler.desired.services.mooncake import store_of
 from reconciler.desired.services.spec import Facts, ServiceSpec, discovery_of, resolve
 from reconciler.recipe.model import Recipe
 from reconciler.recipe.topology import Allocation, Endpoint
+from reconciler.world import SORTED_JSON
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class Topology:
 
 def generation(recipe: Recipe) -> str:
     doc = recipe.model_dump(mode="json", by_alias=True)
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
+    return hashlib.sha256(SORTED_JSON.encode(doc).encode()).hexdigest()[:12]
 
 
 def topology(recipe: Recipe, gen: str | None = None, counts: Mapping[str, int] | None = None,

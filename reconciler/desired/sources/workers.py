@@ -7,9 +7,9 @@ step) per node for per-process engines, one spanning all nodes for MPI engines.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from reconciler.backends.base import Ports, Runtime
+from reconciler.backends.base import Backend, HealthProbe, Ports, Runtime, SrunConfig
 from reconciler.backends.failover import RENDER_JOB, config_of, engines_per_worker, worker_dir
 from reconciler.backends.registry import Engines, engines
 from reconciler.core.slots import in_slot, layout_gpus
@@ -24,8 +24,9 @@ from reconciler.desired.services.units import mooncake_wiring
 from reconciler.desired.sources.base import Life, Offer
 from reconciler.labels import engine_role
 from reconciler.recipe.model import Recipe
-from reconciler.recipe.topology import Endpoint, Process
-from reconciler.world import Launch, RestartPolicy, Unit
+from reconciler.recipe.topology import Endpoint, Mode, Process
+from reconciler.recipe.failover import FailoverConfig
+from reconciler.world import Launch, RestartPolicy, Unit, evolve
 
 # what srtctl's worker stage sets on every dynamo.* worker, under the recipe's env (cli/mixins/worker_stage.py)
 DYNAMO_WORKER_ENV = {"DYN_LOG": "info,dynamo_runtime::pipeline::network::ingress::push_handler=warn",
@@ -45,18 +46,19 @@ def offer(ctx: Context, earlier: tuple[Unit, ...]) -> Offer:
     # only nodes that run a worker here publish their address (netaddr); others keep their name
     worker_hosts = sorted({where.hosts[n] for ep in placed for n in ep.nodes})
     lives, job_of = [], {}
+    roles: dict[str, RoleFacts] = {}  # what each role's workers share, computed for its first one
     for ep in placed:
         job = where.job_of(ep)
         gpu_engine = ctx.backends.of(ep.mode).needs_gpus()
         held = where.held_gpus.get((ep.mode, ep.index), 0)
         for k in range(top.engines):
-            e = replace(ep, engine=k)
+            e = ep if ep.engine == k else evolve(ep, engine=k)
             job_of[(e.role, e.index)] = job
 
             def build(slot: int, e: Endpoint = e, gpu: bool = gpu_engine, held: int = held) -> Unit:
                 return worker_unit(recipe, in_slot(e, slot, gpu, layout, held), where.hosts, ctx.ports, ctx.runtime,
                                    ctx.discovery_env, wiring, job_of[(e.role, e.index)],
-                                   needs.get((e.mode, e.index), ()), worker_hosts, ctx.backends)
+                                   needs.get((e.mode, e.index), ()), worker_hosts, ctx.backends, roles)
 
             def gpus(slot: int, e: Endpoint = e, gpu: bool = gpu_engine, held: int = held) -> tuple[int, ...]:
                 return in_slot(e, slot, gpu, layout, held).gpus
@@ -102,39 +104,62 @@ def worker_units(
     eps = [replace(ep, engine=k) for ep in endpoints for k in range(count)]
     hosts = sorted({hostnames[n] for ep in eps for n in ep.nodes})
     bound = engines(recipe)
-    return [worker_unit(recipe, ep, hostnames, ports, runtime, extra_env, mooncake, RENDER_JOB, (), hosts, bound)
+    roles: dict[str, RoleFacts] = {}
+    return [worker_unit(recipe, ep, hostnames, ports, runtime, extra_env, mooncake, RENDER_JOB, (), hosts, bound, roles)
             for ep in eps]
 
 
 def worker_unit(recipe: Recipe, ep: Endpoint, hostnames: Mapping[int, str], ports: Ports, runtime: Runtime,
                 extra_env: Mapping[str, str] | None, mooncake: Wiring | None, job: str,
-                needs: tuple[tuple[str, int], ...], worker_hosts: list[str], bound: Engines) -> Unit:
+                needs: tuple[tuple[str, int], ...], worker_hosts: list[str], bound: Engines,
+                roles: dict[str, RoleFacts] | None = None) -> Unit:
     """One engine of one worker (all of whose node ordinals must be in ``hostnames``), run by its
     role's backend in ``bound`` (the recipe's, bound once per build);
     ``extra_env``: the discovery environment of a Dynamo recipe, under the recipe's own;
     ``mooncake``: the Mooncake master's wiring, over everything else; ``job`` names a failover
     worker's shared directory, ``needs`` what must be Ready before it; ``worker_hosts``: every
     node that runs a worker now (they publish their addresses, ``netaddr``). Its spec hash is
-    the pipeline's last pass (``desired/passes.py``)."""
+    the pipeline's last pass (``desired/passes.py``). ``roles``: what the build's workers of
+    each role share (``RoleFacts``), filled by the first of them."""
     ps = bound.of(ep.mode).endpoints_to_processes([ep], hostnames, ports, f"{recipe.name}/")  # type: ignore[arg-type]
     if recipe.frontend.port and recipe.frontend.type in DIRECT_FRONTENDS and ep.name == "agg_0":
         # the worker is the recipe's public endpoint: it serves on frontend.port (srtctl: 8000)
         ps = [replace(ps[0], ports={**ps[0].ports, "http": recipe.frontend.port}), *ps[1:]]
-    return _worker_unit(recipe, ep, ps, hostnames, runtime, extra_env, mooncake, job, needs, worker_hosts, bound)
+    return _worker_unit(recipe, ep, ps, hostnames, runtime, extra_env, mooncake, job, needs, worker_hosts, bound, roles)
 
 
-def _worker_unit(recipe: Recipe, ep: Endpoint, ps: list[Process], hostnames: Mapping[int, str], runtime: Runtime,
-                 extra_env: Mapping[str, str] | None, mooncake: Wiring | None, job: str,
-                 needs: tuple[tuple[str, int], ...], worker_hosts: list[str], bound: Engines) -> Unit:
-    backend = bound.of(ep.mode)
-    fo = config_of(recipe)
+@dataclass(frozen=True)
+class RoleFacts:
+    """What every worker of one role gets alike in a build: its backend, launch, container, files,
+    preamble, runtime and the environment under each process's own. Computed for the role's first
+    worker and reused by the others (``roles``, a memo one build passes to its workers), not again
+    per worker: at 10,000 workers this was a tenth of the build (docs/performance.md)."""
+
+    backend: Backend
+    srun: SrunConfig
+    container: str | None  # the role's container, None on the hosts
+    files: Mapping[str, str]
+    pre: tuple[str, ...]  # setup script and Dynamo install before the command
+    runtime: Runtime  # the role's: the model's host path when the role runs on the host
+    env: Mapping[str, str]  # Dynamo's, the discovery env, NVTX, the recipe's, the role's: in that order
+    role_srun: Mapping[str, str]  # the recipe's srun options, then the role's
+    failover: FailoverConfig | None  # engine.failover (every role's engines alike)
+    probe: HealthProbe
+    patterns: tuple[str, ...]  # fatal log patterns: the engine's (when the recipe marks them), the recipe's
+    metrics_path: str | None
+    scheme: str  # how a router reaches the role's workers: grpc or http
+
+
+def role_facts(recipe: Recipe, mode: str, runtime: Runtime, extra_env: Mapping[str, str] | None,
+               mooncake: Wiring | None, bound: Engines) -> RoleFacts:
+    backend = bound.of(mode)
     srun = backend.get_srun_config()
     container = _container(recipe, backend)
     container_ok = _containers_allowed(recipe, backend)
-    role = recipe.roles[ep.mode]
-    files = backend.config_files(ep.mode, runtime)
+    role = recipe.roles[mode]
+    files = backend.config_files(mode, runtime)  # type: ignore[arg-type]
     if mooncake is not None:
-        files = {**files, **mooncake.files.get(ep.mode, {})}
+        files = {**files, **mooncake.files.get(mode, {})}
     role_container = (role.container or container) if container_ok else None
     # srtctl installs the recipe's Dynamo into the container first; on the hosts it is there already
     pre = preambles.setup_script(recipe, bool(role_container))
@@ -142,25 +167,46 @@ def _worker_unit(recipe: Recipe, ep: Endpoint, ps: list[Process], hostnames: Map
     role_runtime = runtime
     if not role_container and runtime.model_path == MODEL_MOUNT and _model_mount(recipe, bound.serving):
         role_runtime = replace(runtime, model_path=recipe.model.path)  # this role runs on the host
+    env = dict(DYNAMO_WORKER_ENV) if recipe.frontend.type == "dynamo" else {}
+    env.update(extra_env or {})
+    if nvtx_preset(recipe):
+        env.update(backend.nvtx_environment)  # under the recipe's and the role's own
+    env.update(recipe.environment)
+    env.update(backend.get_environment_for_mode(mode))  # type: ignore[arg-type]
+    m: Mode = mode  # type: ignore[assignment]
+    patterns = tuple(backend.fatal_log_patterns(m)) if recipe.health_check.fatal_log_markers else ()
+    patterns += tuple(recipe.health_check.extra_fatal_log_patterns)
+    return RoleFacts(backend, srun, role_container, files, tuple(pre), role_runtime, env,
+                     {**recipe.srun_options, **role.srun_options}, config_of(recipe), backend.health_probe(m),
+                     patterns, backend.prometheus_metrics_path, "grpc" if backend.is_grpc_mode() else "http")
+
+
+def _worker_unit(recipe: Recipe, ep: Endpoint, ps: list[Process], hostnames: Mapping[int, str], runtime: Runtime,
+                 extra_env: Mapping[str, str] | None, mooncake: Wiring | None, job: str,
+                 needs: tuple[tuple[str, int], ...], worker_hosts: list[str], bound: Engines,
+                 roles: dict[str, RoleFacts] | None = None) -> Unit:
+    """``roles``: the role facts this build computed so far (filled here), shared by its workers."""
+    rf = roles.get(ep.mode) if roles is not None else None
+    if rf is None:
+        rf = role_facts(recipe, ep.mode, runtime, extra_env, mooncake, bound)
+        if roles is not None:
+            roles[ep.mode] = rf
+    backend, srun, fo = rf.backend, rf.srun, rf.failover
+    pre = list(rf.pre)
+    visible, mask = recipe.reconcile.visible_devices_env, ",".join(map(str, ep.gpus))
     launches = []
     for p in ps:
-        env = dict(DYNAMO_WORKER_ENV) if recipe.frontend.type == "dynamo" else {}
-        env.update(extra_env or {})
-        if nvtx_preset(recipe):
-            env.update(backend.nvtx_environment)  # under the recipe's and the role's own
-        env.update(recipe.environment)
-        env.update(backend.get_environment_for_mode(ep.mode))
+        env = dict(rf.env)
         env.update(backend.get_process_environment(p))
         if fo is not None:
             env.update(backend.get_failover_environment(p, worker_dir(fo, recipe.name, job, ep.mode, ep.index)))
-        visible, mask = recipe.reconcile.visible_devices_env, ",".join(map(str, ep.gpus))
         if backend.should_set_visible_devices() and (ep.partial_node or fo is not None):
             env[visible] = mask  # logical: the step maps it onto the job's GPUs (visible_env below)
         if mooncake is not None:
             env = mooncake.stamp(ep.mode, p.node, env)
         for name in backend.env_unset(p):  # srtctl's env_to_unset: gone whoever set it
             env.pop(name, None)
-        argv = pre + backend.build_worker_command(p, role_runtime)
+        argv = pre + backend.build_worker_command(p, rf.runtime)
         if srun.per_process:
             nodes, ntasks = (p.node,), 1
         else:
@@ -173,20 +219,15 @@ def _worker_unit(recipe: Recipe, ep: Endpoint, ps: list[Process], hostnames: Map
         launches.append(Launch(p.node_rank, nodes, ntasks, srun.mpi, tuple(argv), tuple(sorted(env.items())), ep.gpus,
                                visible_env=visible if env.get(visible) == mask else ""))
     launches_t = tuple(launches)
-    probe = backend.health_probe(ep.mode)
-    patterns = tuple(backend.fatal_log_patterns(ep.mode)) if recipe.health_check.fatal_log_markers else ()
-    patterns += tuple(recipe.health_check.extra_fatal_log_patterns)
+    probe = rf.probe
     hosts = tuple(hostnames[n] for n in ep.nodes)
     # the container's own flags and mounts go under these: desired/passes.py:wrap
-    merged = {**backend.srun_options(ep), **recipe.srun_options, **role.srun_options}
+    merged = {**backend.srun_options(ep), **rf.role_srun}
     srun_opts = tuple(sorted(merged.items()))
     return Unit(
         recipe=recipe.name, role=ep.role, index=ep.index, ordinals=ep.nodes, nodes=hosts, gpus=ep.gpus,
-        ports=dict(ps[0].ports), launches=launches_t, container=role_container, files=files,
+        ports=dict(ps[0].ports), launches=launches_t, container=rf.container, files=dict(rf.files),
         health_port=ps[0].ports.get(probe.port_name), health_path=probe.path, slot=ep.slot,
-        metrics_path=backend.prometheus_metrics_path, fatal_patterns=patterns, probe=probe.kind,
-        srun_options=srun_opts,
-        scheme="grpc" if backend.is_grpc_mode() else "http", needs=needs,
+        metrics_path=rf.metrics_path, fatal_patterns=rf.patterns, probe=probe.kind, srun_options=srun_opts,
+        scheme=rf.scheme, needs=needs,
     )
-
-
