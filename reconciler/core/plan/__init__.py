@@ -37,7 +37,6 @@ Ownership is not a policy here: only objects carrying our marker reach this func
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 
 from reconciler.core.plan.action_backoff import compute_action_backoff
@@ -162,21 +161,24 @@ def converge(d: DesiredRecipe, observed: Observed, now: float,
 
 
 def counts(d: DesiredRecipe, c: Classified) -> dict[str, RoleCounts]:
-    desired: Counter[str] = Counter()
-    running: Counter[str] = Counter()
-    ready: Counter[str] = Counter()
+    # plain dicts, not Counters: counted for every unit of every recipe on each plan()
+    desired: dict[str, int] = {}
+    running: dict[str, int] = {}
+    ready: dict[str, int] = {}
     for v in c.units:
         if v.unit.run_once:  # a benchmark is not part of what serves: it never counts as unavailable
             continue
-        desired[v.unit.role] += 1
-        running[v.unit.role] += any(not s.pending for s in v.steps)
-        ready[v.unit.role] += v.ready
+        role = v.unit.role
+        desired[role] = desired.get(role, 0) + 1
+        running[role] = running.get(role, 0) + any(not s.pending for s in v.steps)
+        ready[role] = ready.get(role, 0) + v.ready
     for role, _ in c.waiting:
-        desired[role] += 1
+        desired[role] = desired.get(role, 0) + 1
     for name in d.unplaceable:  # wanted, but no allocation can hold it yet: desired and unavailable
         if (role := name.rpartition("_")[0]) != "dedicated":
-            desired[role] += 1
-    return {role: RoleCounts(n, running[role], ready[role], n - ready[role]) for role, n in desired.items()}
+            desired[role] = desired.get(role, 0) + 1
+    return {role: RoleCounts(n, running.get(role, 0), ready.get(role, 0), n - ready.get(role, 0))
+            for role, n in desired.items()}
 
 
 def defer(rp: RecipePlan, retry_at: float) -> RecipePlan:

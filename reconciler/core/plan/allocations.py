@@ -66,7 +66,7 @@ def compute_handover(d: DesiredRecipe, observed: Observed, now: float
     for a in observed.allocs_of(d.name):
         if a.live:
             jobs.setdefault(a.index, []).append(a)
-    limit = handover_seconds(d, observed)
+    limit: float | None = None  # the hand-over time: worked out once a running job has a time left
     submit: list[SubmitAlloc] = []
     drop: list[CancelAlloc] = []
     due: float | None = None
@@ -78,9 +78,12 @@ def compute_handover(d: DesiredRecipe, observed: Observed, now: float
         surge = any(observed.ready.get((d.name, *k)) for k in d.surge_allocs.get(spec.index, ()))
         resize = d.resize_allocs.get(spec.index, "")
         left, why = time_left(held[0], observed, now)
-        # the hand-over time is at most half the limit Slurm granted (--time-min may have cut it)
-        granted = slurm_seconds(held[0].time_limit)
-        cap = min(limit, granted / 2) if granted else limit
+        cap = 0.0  # read only with a time left
+        if left is not None:
+            limit = handover_seconds(d, observed) if limit is None else limit
+            # the hand-over time is at most half the limit Slurm granted (--time-min may have cut it)
+            granted = slurm_seconds(held[0].time_limit)
+            cap = min(limit, granted / 2) if granted else limit
         short = left is not None and left <= cap
         if len(held) > 1:
             # a job too small for the file's packing keeps a queued successor: that size does not

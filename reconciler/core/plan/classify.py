@@ -121,9 +121,7 @@ def classify(d: DesiredRecipe, observed: Observed, dropped_jobs: frozenset[str])
     waiting = set(d.waiting)
     sets: dict[str, list] = {k: [] for k in ("missing", "running", "broken", "outdated", "extra", "duplicates")}
 
-    for key in sorted(by_unit, key=unit_order):
-        if key in wanted:
-            continue
+    for key in sorted((k for k in by_unit if k not in wanted), key=unit_order):
         steps = by_unit[key]
         if key in waiting and not any(s.job_id in dropped_jobs for s in steps):
             continue  # its allocation is not running (yet): nothing to do
