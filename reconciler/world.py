@@ -140,13 +140,15 @@ def spec_hash(
     launches: tuple[Launch, ...], container: str | None, files: Mapping[str, str],
     srun_options: tuple[tuple[str, str], ...] = (),
 ) -> str:
+    # tuples encode as the JSON arrays lists do, and the encoder sorts every mapping's keys: the
+    # document is the same text without copying each argv and environment into lists first
     doc = {
-        "launches": [[l.rank, l.ntasks, l.mpi, list(l.argv), [list(e) for e in l.env]] for l in launches],
+        "launches": [(l.rank, l.ntasks, l.mpi, l.argv, l.env) for l in launches],
         "container": container,
-        "files": dict(sorted(files.items())),
+        "files": dict(files),
     }
     if srun_options:
-        doc["srun"] = [list(o) for o in srun_options]
+        doc["srun"] = srun_options
     return hashlib.sha256(SORTED_JSON.encode(doc).encode()).hexdigest()[:10]
 
 

@@ -107,17 +107,21 @@ class MockerBackend(MockerEngine, Backend):
         s, extra, name = self._role(process.mode, runtime.served_model_name)
         if self._dynamo:
             return self._dynamo_argv(process, runtime, s, extra)
-        argv = [runtime.python, "-m", "reconciler.mocker", "--host", "0.0.0.0", "--port", str(process.ports["http"]),
-                "--mode", process.mode, "--model-name", name, "--model-path", runtime.model_path]
-        for knob, flag in OWN_FLAGS.items():
-            v = s[knob]
-            if flag is None or v is None:
-                continue
-            if isinstance(v, bool):
-                argv.append(f"--{flag}" if v else f"--no-{flag}")
-            else:
-                argv += [f"--{flag}", str(v)]
-        return argv + cli_args(extra)
+        head = [runtime.python, "-m", "reconciler.mocker", "--host", "0.0.0.0", "--port", str(process.ports["http"])]
+        # all but the port is the role's: spelled once per binding and runtime, not per worker
+        key = ("own-argv", process.mode, runtime)
+        if key not in self.memo:
+            argv = ["--mode", process.mode, "--model-name", name, "--model-path", runtime.model_path]
+            for knob, flag in OWN_FLAGS.items():
+                v = s[knob]
+                if flag is None or v is None:
+                    continue
+                if isinstance(v, bool):
+                    argv.append(f"--{flag}" if v else f"--no-{flag}")
+                else:
+                    argv += [f"--{flag}", str(v)]
+            self.memo[key] = tuple(argv + cli_args(extra))
+        return head + list(self.memo[key])
 
     def _dynamo_argv(self, process: Process, runtime: Runtime, s: dict[str, Any], extra: dict[str, Any]) -> list[str]:
         argv = [runtime.engine_python, "-m", "dynamo.mocker", "--model-path", runtime.model_path]

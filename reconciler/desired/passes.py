@@ -90,7 +90,8 @@ def _slots(lives: tuple[Life, ...], recipe: str, steps: list[Step], job_of: Mapp
         name = f"{life.key[0]}_{life.key[1]}"
         return f"{recipe}/{name if life.shares_address else life_name(name, s)}"
 
-    held = {life.key: (owner(life, 0) in owners, owner(life, 1) in owners) for life in slotted}
+    # no port held (every unit has steps): no owner name to look up (choose_slots reads held only then)
+    held = {life.key: (owner(life, 0) in owners, owner(life, 1) in owners) for life in slotted} if owners else {}
     chosen = choose_slots([life.key for life in slotted], steps, job_of, held)
     return {life.key: chosen.get(life.key, 0) for life in lives}
 
@@ -117,12 +118,15 @@ def _moving(lives, units, steps, job_of, build, ports: NodePortAllocator, max_su
     there); a unit whose lives share one address keeps its address (its port there, else its own)."""
     if max_surge <= 0:
         return {}
+    by_key: dict[Key, list[Step]] = {}  # each life's steps, looked up, not scanned for per life
+    for s in steps:
+        by_key.setdefault((s.role, s.index), []).append(s)
     out: dict[Key, Unit] = {}
     for life in lives:
         u = units[life.key]
         if u is None or not (life.surges or life.moves):
             continue
-        away = [s for s in steps if (s.role, s.index) == life.key and s.job_id != job_of.get(life.key)
+        away = [s for s in by_key.get(life.key, ()) if s.job_id != job_of.get(life.key)
                 and s.slot != u.slot and s.rank == 0 and s.nodes]
         if not away:
             continue

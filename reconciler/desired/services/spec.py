@@ -289,6 +289,8 @@ def _same_port_same_node(recipe: Recipe, specs: list[ServiceSpec], declared: dic
     from reconciler.backends.registry import engines
     from reconciler.desired.services.layout import file_layout, instance_ordinals
 
+    if not any(not s.external and s.readiness.port is not None for s in specs):
+        return  # no fixed readiness port to collide: no layout to lay out for it
     if facts is None:
         bound = engines(recipe)
         eps, nodes = tuple(bound.endpoints()), bound.allocation.nodes

@@ -14,9 +14,12 @@ from reconciler.world import Unit
 def offer(ctx: Context, earlier: tuple[Unit, ...]) -> Offer:
     recipe, where = ctx.recipe, ctx.where
     specs = list(ctx.top.services)
+    if not any(s.per_worker for s in specs):
+        return Offer()  # no instance, nothing waits, no restart policy: the rest would find none
     placed = [(ep.mode, ep.index) for ep in ctx.workers]
+    built = set(placed)
     waiting_workers = [k for k in [*where.waiting, *((ep.mode, ep.index) for ep in where.placed)]
-                       if k not in placed]
+                       if k not in built]
     jobs = {(ep.mode, ep.index): where.job_of(ep) for ep in ctx.workers}
     job_of = {k: jobs[w] for w in placed for k in per_worker.instance_keys(specs, *w)}
     workers = [u for u in earlier if not u.is_service]
