@@ -25,10 +25,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from harness import Harness
 from helpers import get, sse_events, wait_until
 from load import scaled
-from reconciler.mocker.tiny_llama import make_tiny_llama
 from support.clients import Client, stop
 from support.record import events, routed
-from support.vllm import COLD_START, recipe, require_vllm, serving, write_cluster_config
+from support.vllm import COLD_START, recipe, require_vllm, serving, shared, write_cluster_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
 
@@ -123,8 +122,8 @@ def dep(tmp_path_factory):
     """(harness, recipe name, endpoint, served model name) of one Ready, autoscaled vLLM worker."""
     require_vllm()
     tmp = tmp_path_factory.mktemp("vllm-autoscale")
-    model = make_tiny_llama(tmp / "tiny-llama")
-    write_cluster_config(tmp)
+    model, home = shared(tmp_path_factory)
+    write_cluster_config(tmp, home)
     h = Harness(tmp, "slurm", wide=2)  # two workers of 52 ports each (harness.WIDE)
     name = h.name("vllmas")
     (h.manifests / f"{name}.yaml").write_text(recipe(name, model, args=f", max-num-seqs: {SEQS}", extra=AUTOSCALE))

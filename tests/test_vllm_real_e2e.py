@@ -16,10 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness import Harness, scancel
 from helpers import get, post, wait_until
-from reconciler.mocker.tiny_llama import make_tiny_llama
 from reconciler.world import life_name
 from support.clients import Client
-from support.vllm import COLD_START, recipe, require_vllm, serving, split, step_started, write_cluster_config
+from support.vllm import COLD_START, recipe, require_vllm, serving, shared, split, step_started, write_cluster_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
 
@@ -29,8 +28,8 @@ def dep(tmp_path_factory):
     """(harness, recipe name, endpoint, served model name) of one Ready vLLM deployment."""
     require_vllm()
     tmp = tmp_path_factory.mktemp("vllm-real")
-    model = make_tiny_llama(tmp / "tiny-llama")
-    write_cluster_config(tmp)
+    model, home = shared(tmp_path_factory)
+    write_cluster_config(tmp, home)
     h = Harness(tmp, "slurm", wide=0)  # two lives of 52 ports each (harness.WIDE)
     name = h.name("vllm")
     h.dep = {"model": model}

@@ -18,8 +18,7 @@ import pytest
 
 from harness import Harness
 from helpers import metric, post, sse_events, wait_until
-from reconciler.mocker.tiny_llama import make_tiny_llama
-from support.vllm import recipe, require_vllm, serving, write_cluster_config
+from support.vllm import recipe, require_vllm, serving, shared, write_cluster_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
 # round robin: the router's default (cache-aware) sent all eight streams to one worker, so the
@@ -37,8 +36,8 @@ DRAIN = "reconcile: {rollout: {drain_seconds: 120}}\n"
 def dep(tmp_path_factory):
     require_vllm()
     tmp = tmp_path_factory.mktemp("vllm-router")
-    model = make_tiny_llama(tmp / "tiny-llama")
-    write_cluster_config(tmp)
+    model, home = shared(tmp_path_factory)
+    write_cluster_config(tmp, home)
     h = Harness(tmp, "slurm", wide=1)  # two lives of 52 ports each (harness.WIDE)
     name = h.name("vllm2")
     h.model = model

@@ -18,6 +18,7 @@ from helpers import get, wait_until
 from load import scaled
 from programs import require_program
 from reconciler.backends.vllm import start_phases
+from reconciler.mocker.tiny_llama import make_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_BIN = ROOT / ".stacks" / "vllm" / "bin"
@@ -47,11 +48,25 @@ def require_vllm() -> Path:
     return VLLM_BIN / "python"
 
 
-def write_cluster_config(tmp: Path) -> None:
+def shared(tmp_path_factory) -> tuple[Path, Path]:
+    """(the tiny Llama, a HOME) shared by the session's real-vLLM modules. They run one after the
+    other on one xdist worker (conftest.REAL_VLLM), and vLLM keys its torch.compile cache (under
+    HOME) by its config, the model's path among it: one path and one HOME let a later module's
+    first life reuse the warm-up an earlier one compiled (a relaunch's warm-up is a third of a cold
+    one's, docs/performance.md). The first module's first life is still a cold start."""
+    root = tmp_path_factory.getbasetemp() / "vllm-shared"
+    model, done = root / "tiny-llama", root / "tiny-llama.done"
+    if not done.exists():  # deterministic from its seed: one written by a module that failed midway is written again
+        make_tiny_llama(model)
+        done.touch()
+    return model, root / "home"
+
+
+def write_cluster_config(tmp: Path, home: Path | None = None) -> None:
     """``vllm serve`` from .stacks/vllm on the host: its bin first on PATH, 1 GiB of KV cache,
-    a scratch HOME (torch.compile's cache), no hub."""
-    home = tmp / "home"
-    home.mkdir(exist_ok=True)
+    a HOME for torch.compile's cache (``home``, else a scratch one in ``tmp``), no hub."""
+    home = home or tmp / "home"
+    home.mkdir(parents=True, exist_ok=True)
     (tmp / "srtslurm.yaml").write_text(json.dumps({
         "host_runtime": {"python": str(VLLM_BIN / "python"), "env": {
             "PATH": f"{VLLM_BIN}:/usr/local/bin:/usr/bin:/bin", "VLLM_CPU_KVCACHE_SPACE": "1",
