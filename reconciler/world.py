@@ -8,18 +8,13 @@ desired-state pipeline (``reconciler.desired``) fills ``Desired``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any
 from collections.abc import Mapping
 
 
 FRONTEND = "frontend"
-# json.dumps(doc, sort_keys=True) makes a new encoder per call; a spec hash is taken per unit per
-# build, so the one encoder (the same output: an immutable configuration, not state) is made once
-SORTED_JSON = json.JSONEncoder(sort_keys=True)
 SERVICE_PREFIX = "svc-"  # the step role of a service: svc-<name>
 
 
@@ -111,46 +106,11 @@ class Unit:
         return f"{self.scheme}://{self.nodes[0]}:{self.health_port}" if self.health_port else None
 
 
-_D = TypeVar("_D")
-
-
-def evolve(obj: _D, **changes: Any) -> _D:
-    """``dataclasses.replace`` for the build's frozen data (``Unit``, ``Launch``, ``Endpoint``: no
-    ``__post_init__``, no ``init=False`` field, no cached property): the fields are copied as they
-    are instead of going through ``__init__`` again, one frozen ``__setattr__`` each. replace()
-    costs ~20 us on a Unit's 30 fields and the build makes one per unit it finishes (10,000 units
-    at scale: docs/performance.md)."""
-    unknown = changes.keys() - obj.__dataclass_fields__.keys()  # type: ignore[attr-defined]
-    if unknown:
-        raise TypeError(f"{type(obj).__name__} has no field {', '.join(sorted(unknown))}")
-    new = object.__new__(type(obj))
-    new.__dict__.update(obj.__dict__)
-    new.__dict__.update(changes)
-    return new
-
-
 def life_name(unit: str, slot: int) -> str:
     """A unit has two life slots, so that a surge life can run beside the old one: slot 0 is the
     unit's own name (as before slots existed), slot 1 ``<name>@b``. Its ports are owned by
     ``<recipe>/<life>``, and its logs and exit records are ``logs/<life>.<rank>.*``."""
     return f"{unit}@b" if slot else unit
-
-
-def spec_hash(
-    launches: tuple[Launch, ...], container: str | None, files: Mapping[str, str],
-    srun_options: tuple[tuple[str, str], ...] = (),
-) -> str:
-    # tuples encode as the JSON arrays lists do, and the encoder sorts every mapping's keys: the
-    # document is the same text without copying each argv and environment into lists first
-    doc = {
-        "launches": [(l.rank, l.ntasks, l.mpi, l.argv, l.env) for l in launches],
-        "container": container,
-        "files": dict(files),
-    }
-    if srun_options:
-        doc["srun"] = srun_options
-    return hashlib.sha256(SORTED_JSON.encode(doc).encode()).hexdigest()[:10]
-
 
 
 LIVE_JOB_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING"})

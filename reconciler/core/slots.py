@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from reconciler.recipe.topology import Endpoint
-from reconciler.world import Unit, evolve
+from reconciler.frozen import evolve
+from reconciler.world import Unit
 from reconciler.world import Step
 
 Key = tuple[str, int]  # (role, index)

@@ -23,7 +23,9 @@ from reconciler.core.slots import choose_slots, surge_flips
 from reconciler.desired.preambles import with_cluster_preamble
 from reconciler.desired.sources.base import Key, Life
 from reconciler.recipe.model import Recipe
-from reconciler.world import Step, Unit, evolve, life_name, spec_hash
+from reconciler.desired.spec_hash import spec_hash
+from reconciler.frozen import evolve
+from reconciler.world import Step, Unit, life_name
 
 
 def finish(unit: Unit | None, recipe: Recipe, container_srun: Mapping[str, str]) -> Unit | None:

@@ -27,7 +27,7 @@ from reconciler.desired.services.mooncake import store_of
 from reconciler.desired.services.spec import Facts, ServiceSpec, discovery_of, resolve
 from reconciler.recipe.model import Recipe
 from reconciler.recipe.topology import Allocation, Endpoint
-from reconciler.world import SORTED_JSON
+from reconciler.desired.spec_hash import SORTED_JSON
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from reconciler.labels import engine_role
 from reconciler.recipe.model import Recipe
 from reconciler.recipe.topology import Endpoint, Mode, Process
 from reconciler.recipe.failover import FailoverConfig
-from reconciler.world import Launch, RestartPolicy, Unit, evolve
+from reconciler.frozen import evolve
+from reconciler.world import Launch, RestartPolicy, Unit
 
 # what srtctl's worker stage sets on every dynamo.* worker, under the recipe's env (cli/mixins/worker_stage.py)
 DYNAMO_WORKER_ENV = {"DYN_LOG": "info,dynamo_runtime::pipeline::network::ingress::push_handler=warn",
