@@ -166,12 +166,15 @@ def counts(d: DesiredRecipe, c: Classified) -> dict[str, RoleCounts]:
     running: dict[str, int] = {}
     ready: dict[str, int] = {}
     for v in c.units:
-        if v.unit.run_once:  # a benchmark is not part of what serves: it never counts as unavailable
+        u = v.unit
+        if u.run_once:  # a benchmark is not part of what serves: it never counts as unavailable
             continue
-        role = v.unit.role
+        role = u.role
         desired[role] = desired.get(role, 0) + 1
-        running[role] = running.get(role, 0) + any(not s.pending for s in v.steps)
-        ready[role] = ready.get(role, 0) + v.ready
+        if _started(v.current) or _started(v.old):
+            running[role] = running.get(role, 0) + 1
+        if v.ready:
+            ready[role] = ready.get(role, 0) + 1
     for role, _ in c.waiting:
         desired[role] = desired.get(role, 0) + 1
     for name in d.unplaceable:  # wanted, but no allocation can hold it yet: desired and unavailable
@@ -179,6 +182,13 @@ def counts(d: DesiredRecipe, c: Classified) -> dict[str, RoleCounts]:
             desired[role] = desired.get(role, 0) + 1
     return {role: RoleCounts(n, running.get(role, 0), ready.get(role, 0), n - ready.get(role, 0))
             for role, n in desired.items()}
+
+
+def _started(steps) -> bool:
+    for s in steps:
+        if not s.pending:
+            return True
+    return False
 
 
 def defer(rp: RecipePlan, retry_at: float) -> RecipePlan:
