@@ -292,6 +292,8 @@ class AllocSpec:
     time_min: str | None = None  # sbatch --time-min (slurm.time_min)
     reservation: str | None = None  # sbatch --reservation (slurm.reservation)
     packed: tuple[tuple[str, int], ...] = ()  # (role, workers) its ordinals are packed for (desired/baseline.py)
+    # the workers a new allocation is submitted for (what its events name; logical ordinals are internal)
+    workers: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)

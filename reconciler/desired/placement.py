@@ -176,7 +176,8 @@ def place(
         start = min(e.nodes[0] for e in g)
         count = max(e.nodes[-1] for e in g) - start + 1
         gpus = max(gpus_on.get(o, 0) for o in range(start, start + count))
-        new_specs.append(_spec(recipe, next_index, start, count, min(gpus * surge, gpn), lay.packed))
+        new_specs.append(_spec(recipe, next_index, start, count, min(gpus * surge, gpn), lay.packed,
+                               tuple(e.name for e in g)))
         wanted = Alloc("", recipe.name, next_index, start, count, "WANTED")  # not submitted yet: never running
         for e in g:
             placement[(e.mode, e.index)] = wanted
@@ -221,10 +222,10 @@ def _short(a: Alloc, ep: Endpoint) -> str:
 
 
 def _spec(recipe: Recipe, index: int, start: int, count: int, gpus: int,
-          packed: tuple[tuple[str, int], ...] = ()) -> AllocSpec:
+          packed: tuple[tuple[str, int], ...] = (), workers: tuple[str, ...] = ()) -> AllocSpec:
     return AllocSpec(
         recipe=recipe.name, index=index, start=start, count=count, gpus_per_node=gpus,
         partition=recipe.slurm.partition, account=recipe.slurm.account, time_limit=recipe.slurm.time_limit,
         time_min=recipe.slurm.time_min, reservation=recipe.slurm.reservation,
-        directives=tuple(sorted(recipe.sbatch_directives.items())), packed=packed,
+        directives=tuple(sorted(recipe.sbatch_directives.items())), packed=packed, workers=workers,
     )

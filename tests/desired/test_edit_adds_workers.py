@@ -160,6 +160,7 @@ def test_one_to_two_keeps_the_running_worker_and_adds_a_job():
     p = c.plan({"r": agg(2)})
     (sub,) = [a for a in p.actions if isinstance(a, SubmitAlloc)]
     assert (sub.spec.start, sub.spec.count, sub.spec.gpus_per_node) == (G_AGG, 1, 1)
+    assert sub.describe().endswith("(needed for agg_1)"), sub.describe()  # not its logical ordinal
     assert not [a for a in p.actions if isinstance(a, CancelStep | CancelAlloc)]
     c.apply(p)
     p = c.plan({"r": agg(2)})
@@ -214,3 +215,14 @@ def test_the_label_carries_the_baseline_through_slurm():
     assert (old.gpus, old.packed) == (2, None)
     spec = placement(topology(agg(2)), [], []).allocs[0]
     assert any(a.endswith(" packed=agg:2") for a in sbatch_argv(spec, "o", Path("/log")) if a.startswith("--comment="))
+
+
+def test_a_submission_names_its_workers_not_their_ordinals():
+    """Logical node ordinals are internal (an added worker's are past GROWN_BASE): events name the
+    workers an allocation is submitted for, the first three and how many more."""
+    from reconciler.world import AllocSpec
+    many = AllocSpec("r", 0, 0, 2, 8, workers=tuple(f"agg_{i}" for i in range(5)))
+    assert SubmitAlloc(many).describe() == ("submit allocation r/a0: 2 node(s) x 8 GPU(s) "
+                                            "(needed for agg_0, agg_1, agg_2 and 2 more)")
+    assert SubmitAlloc(AllocSpec("r", 1, 4, 1, 8)).describe().endswith("(needed for nodes 4-4)")
+    assert many == AllocSpec("r", 0, 0, 2, 8)  # what it is for is said, not compared

@@ -110,8 +110,13 @@ class SubmitAlloc:
 
     def describe(self) -> str:
         s = self.spec
-        why = self.handover or f"needed for nodes {s.start}-{s.start + s.count - 1}"
+        why = self.handover or f"needed for {_names(s.workers) if s.workers else f'nodes {s.start}-{s.start + s.count - 1}'}"
         return f"submit allocation {shown(s.recipe)}/a{s.index}: {s.count} node(s) x {s.gpus_per_node} GPU(s) ({why})"
+
+
+def _names(workers: tuple[str, ...], shown: int = 3) -> str:
+    more = len(workers) - shown
+    return ", ".join(workers[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 @dataclass(frozen=True)
