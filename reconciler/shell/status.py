@@ -234,6 +234,10 @@ def worker_rows(
     # a unit this plan relaunches for its service's new life lost its registrations with the old
     # one: not Ready from this tick on, though its probe still passed a moment ago
     leaving = {c.unit for c in rp.stop if c.reason is StopReason.DEPENDENCY_RESTARTED}
+    # launched by this very pass for the first time (a scale-up, a new worker): the snapshot this
+    # status is built from predates it, so it has no step yet; not down (a relaunch after a
+    # failure is: its restart counts it)
+    starting = {a.unit.name for a in rp.place if not a.restart}
     for u in d.all_units:
         if u.run_once:  # reported apart (state/<recipe>/benchmarks/): not part of Ready or Degraded
             continue
@@ -241,7 +245,8 @@ def worker_rows(
         ok = bool(o.ready.get(u.key)) and u.name not in leaving
         if not ss:
             wait = rp.waiting.get(u.name)
-            phase = MISSING_PHASE.get(wait.reason, "Pending") if wait else "Pending"
+            phase = MISSING_PHASE.get(wait.reason, "Pending") if wait else \
+                "Starting" if u.name in starting else "Pending"
         elif any(s.spec_hash != u.spec_hash for s in ss):
             phase = "Outdated"
         else:

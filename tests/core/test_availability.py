@@ -220,3 +220,21 @@ def test_a_hand_over_never_flaps_available_nor_progressing():
     assert all(k["Progressing"][0] == "True" for k in kinds[:-1]), [k["Progressing"] for k in kinds]
     assert kinds[-1]["Progressing"] == ("False", "Converged") and kinds[-1]["Ready"] == ("True", "AllReady")
     assert len(seen) > 5
+
+
+def test_a_worker_launched_by_this_pass_for_the_first_time_is_starting_not_down():
+    """The status is built from the snapshot before this pass's launches: a scale-up's new worker
+    has no step in it yet. Not down (Degraded stays False: no blip at every scale-up); a worker
+    relaunched after its life failed is (its restart is in the plan)."""
+    d = desired_recipe(A0, A1)
+    rp = plan(desired(d), observed(step(index=0), ready=[("agg", 0)]), 100.0).recipes["r"]
+    assert [(a.unit.name, a.restart) for a in rp.place] == [("agg_1", 0)]
+    st = build_status("r", d, observed(step(index=0), ready=[("agg", 0)]), rp, None, {},
+                      {"agg_1": {"launches": 1, "restarts": 0}}, 100.0)
+    assert [w["phase"] for w in st["workers"]] == ["Ready", "Starting"]
+    assert conds(st)["Degraded"] == ("False", "AsExpected")
+    crashed = observed(step(index=0), ready=[("agg", 0)], health={("agg", 1): life(exit=(1, 99.0))})
+    rp = plan(desired(d), crashed, 100.0).recipes["r"]
+    assert [(a.unit.name, a.restart > 0) for a in rp.place] == [("agg_1", True)]
+    st = build_status("r", d, crashed, rp, None, {}, {"agg_1": {"launches": 1, "restarts": 0}}, 100.0)
+    assert st["workers"][1]["phase"] == "Pending" and conds(st)["Degraded"] == ("True", "WorkersDown")
