@@ -27,7 +27,7 @@ from helpers import get, sse_events, wait_until
 from load import scaled
 from support.clients import Client, stop
 from support.record import events, routed
-from support.vllm import COLD_START, recipe, require_vllm, serving, shared, write_cluster_config
+from support.vllm import COLD_START, deployment, recipe
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
 
@@ -120,18 +120,7 @@ def _autoscale(h: Harness, name: str) -> dict:
 @pytest.fixture(scope="module")
 def dep(tmp_path_factory):
     """(harness, recipe name, endpoint, served model name) of one Ready, autoscaled vLLM worker."""
-    require_vllm()
-    tmp = tmp_path_factory.mktemp("vllm-autoscale")
-    model, home = shared(tmp_path_factory)
-    write_cluster_config(tmp, home)
-    h = Harness(tmp, "slurm", wide=2)  # two workers of 52 ports each (harness.WIDE)
-    name = h.name("vllmas")
-    (h.manifests / f"{name}.yaml").write_text(recipe(name, model, args=f", max-num-seqs: {SEQS}", extra=AUTOSCALE))
-    h.start()
-    try:
-        yield (h, name, *serving(h, name))
-    finally:
-        h.cleanup()
+    yield from deployment(tmp_path_factory, "vllm-autoscale", "vllmas", 2, lambda name, model: recipe(name, model, args=f", max-num-seqs: {SEQS}", extra=AUTOSCALE))
 
 
 def test_vllms_own_queue_scales_the_role_up_and_its_end_scales_it_back_down(dep, summary):

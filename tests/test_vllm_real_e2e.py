@@ -18,7 +18,7 @@ from harness import Harness, scancel
 from helpers import get, post, wait_until
 from reconciler.world import life_name
 from support.clients import Client
-from support.vllm import COLD_START, recipe, require_vllm, serving, shared, split, step_started, write_cluster_config
+from support.vllm import COLD_START, deployment, recipe, split, step_started
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
 
@@ -26,20 +26,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
 @pytest.fixture(scope="module")
 def dep(tmp_path_factory):
     """(harness, recipe name, endpoint, served model name) of one Ready vLLM deployment."""
-    require_vllm()
-    tmp = tmp_path_factory.mktemp("vllm-real")
-    model, home = shared(tmp_path_factory)
-    write_cluster_config(tmp, home)
-    h = Harness(tmp, "slurm", wide=0)  # two lives of 52 ports each (harness.WIDE)
-    name = h.name("vllm")
-    h.dep = {"model": model}
-    (h.manifests / f"{name}.yaml").write_text(recipe(name, model))
-    h.start()
-    try:
-        endpoint, served = serving(h, name)
-        yield h, name, endpoint, served
-    finally:
-        h.cleanup()
+    yield from deployment(tmp_path_factory, "vllm-real", "vllm", 0, lambda name, model: recipe(name, model))
 
 
 def _status(h: Harness, name: str) -> dict:
@@ -134,7 +121,7 @@ def test_a_flag_change_rolls_the_engine_with_no_failed_request(dep, summary):
     client.start()
     try:
         wait_until(lambda: client.ok >= 3, timeout=60, what="the client's first answers")
-        (h.manifests / f"{name}.yaml").write_text(recipe(name, h.dep["model"], args=", max-num-seqs: 64"))
+        (h.manifests / f"{name}.yaml").write_text(recipe(name, h.model, args=", max-num-seqs: 64"))
         t0 = time.monotonic()
         def alone() -> bool:  # one life of agg_0 left, and not the first one (lives: both during the surge)
             mine = [sid for unit, _, sid in h.lives(name) if unit == "agg_0"]

@@ -16,9 +16,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from harness import Harness
 from helpers import metric, post, sse_events, wait_until
-from support.vllm import recipe, require_vllm, serving, shared, write_cluster_config
+from support.vllm import deployment, recipe
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
 # round robin: the router's default (cache-aware) sent all eight streams to one worker, so the
@@ -34,19 +33,8 @@ DRAIN = "reconcile: {rollout: {drain_seconds: 120}}\n"
 
 @pytest.fixture(scope="module")
 def dep(tmp_path_factory):
-    require_vllm()
-    tmp = tmp_path_factory.mktemp("vllm-router")
-    model, home = shared(tmp_path_factory)
-    write_cluster_config(tmp, home)
-    h = Harness(tmp, "slurm", wide=1)  # two lives of 52 ports each (harness.WIDE)
-    name = h.name("vllm2")
-    h.model = model
-    (h.manifests / f"{name}.yaml").write_text(recipe(name, model, workers=2, max_len=MAX_LEN, extra=DRAIN).replace("frontend: {type: builtin}\n", ROUTER))
-    h.start()
-    try:
-        yield (h, name, *serving(h, name))
-    finally:
-        h.cleanup()
+    """Two Ready vLLM workers behind the SGLang router (harness, name, endpoint, served model)."""
+    yield from deployment(tmp_path_factory, "vllm-router", "vllm2", 1, lambda name, model: recipe(name, model, workers=2, max_len=MAX_LEN, extra=DRAIN).replace("frontend: {type: builtin}\n", ROUTER))
 
 
 def test_two_vllm_workers_serve_behind_the_sglang_router(dep):

@@ -78,6 +78,29 @@ def write_cluster_config(tmp: Path, home: Path | None = None) -> None:
     }))
 
 
+def deployment(tmp_path_factory, label: str, prefix: str, wide: int, text):
+    """One Ready real-vLLM deployment for a module: (harness, recipe name, endpoint, served model)
+    while the module runs, torn down after. ``text(name, model)`` is its recipe, named from
+    ``prefix``; ``wide``: the
+    module's own wide port range (harness.WIDE: lives of 52 ports each). The harness's ``model``
+    is the tiny Llama it serves."""
+    require_vllm()
+    tmp = tmp_path_factory.mktemp(label)
+    model, home = shared(tmp_path_factory)
+    write_cluster_config(tmp, home)
+    from harness import Harness  # a test module's, not the package's
+
+    h = Harness(tmp, "slurm", wide=wide)
+    name = h.name(prefix)
+    h.model = model
+    (h.manifests / f"{name}.yaml").write_text(text(name, model))
+    h.start()
+    try:
+        yield (h, name, *serving(h, name))
+    finally:
+        h.cleanup()
+
+
 def recipe(name: str, model: Path, workers: int = 1, args: str = "", extra: str = "", max_len: int = 256) -> str:
     return RECIPE.format(name=name, model=model, workers=workers, args=args, extra=extra, max_len=max_len)
 
