@@ -149,3 +149,28 @@ def test_describe_names_the_rename_from_the_record(tmp_path):
     (root / describe_recorded.FILE).write_text("{}")
     doc = describe_recorded.doc(tmp_path, "old", 0.0)
     assert doc["rename"] == {"reason": "BeingReplaced", "message": "renamed to new in app.yaml"}
+
+
+def _rename_onto_a_held_name(tmp_path, hold):
+    man, f, c = _setup(tmp_path)
+    other = man / "other.yaml"
+    _write(other, TEXT.format(name="taken", workers=1))
+    _pass(c, 150.0)
+    hold(other)
+    _write(f, TEXT.format(name="taken", workers=3))  # app.yaml sorts first: it reads `taken` first
+    return c, _pass(c, 200.0)
+
+
+def test_a_rename_onto_a_name_held_by_an_invalid_file_keeps_the_old_one(tmp_path):
+    c, m = _rename_onto_a_held_name(tmp_path, lambda o: _write(o, TEXT.format(name="taken", workers="[1]")))
+    assert m.recipes["taken"].roles.agg.workers == 1  # the other file's, on its last applied spec
+    assert m.recipes["old"].roles.agg.workers == 2 and "also used by" in m.invalid["old"]
+    assert not m.renames
+
+
+def test_a_rename_onto_a_name_held_within_its_delete_grace_keeps_the_old_one(tmp_path):
+    # the other file gone a moment (an editor's save): its name is held for the delete grace
+    c, m = _rename_onto_a_held_name(tmp_path, lambda o: o.unlink())
+    assert m.recipes["taken"].roles.agg.workers == 1  # the other file's, on its last applied spec
+    assert m.recipes["old"].roles.agg.workers == 2 and "also used by" in m.invalid["old"]
+    assert not m.renames

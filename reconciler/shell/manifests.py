@@ -28,6 +28,9 @@ class Manifests:
     # file being written, unreadable, or whose every name another file holds)
     declared: dict[str, list[str]] = field(default_factory=dict)
     renames: dict = field(default_factory=dict)  # new name -> core.plan.rename.Rename in progress (shell/renames.py)
+    # file path -> why a name it declares is another file's (a file read earlier, or one held on its
+    # last applied spec: invalid, being written, missing within its grace); settled once all are read
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 DEBOUNCE = 0.5  # seconds a file must be unchanged before it is applied (an editor may still be writing it)
@@ -53,7 +56,6 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
     files = iter_recipe_files([directory]) if directory.is_dir() else []
     m.files_seen = len(files)
     m.skipped = skipped_entries(directory) if files or directory.is_dir() else {}
-    refused: dict[str, str] = {}  # file path -> why a name it declares is another file's
     for f in files:
         path = str(f)
         # the folder under manifests/ is the recipe's namespace: its key is folder + name
@@ -99,37 +101,50 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
                 other = next(p for p, ns in m.paths.items() if name in ns)
                 if name not in known.get(path, ()) or name in known.get(other, ()):
                     m.invalid[name] = f"{path}: recipe name {namespaces.display(name)!r} is also used by {other}; this file is ignored"
-                    refused.setdefault(path, m.invalid[name])
+                    m.refused.setdefault(path, m.invalid[name])
                     continue
                 # the file this recipe was applied from keeps it, though a newcomer sorts first
-                m.paths[other].remove(name)
-                if not m.paths[other]:
-                    del m.paths[other]
-                if name in m.declared.get(other, ()):
-                    m.declared[other].remove(name)
-                    if not m.declared[other]:
-                        del m.declared[other]
                 m.invalid[name] = f"{other}: recipe name {namespaces.display(name)!r} is also used by {path}; this file is ignored"
-                refused.setdefault(other, m.invalid[name])
+                _take_from(m, other, name, m.invalid[name])
             m.recipes[name] = _keyed(lr.recipe, name)
             m.texts[name] = lr.text
             m.paths.setdefault(path, []).append(name)
             m.declared.setdefault(path, []).append(name)
-    for path, why in refused.items():
-        if path not in m.declared:
-            # every name it declares now is another file's (a rename onto a name in use): what it
-            # was applied as runs on, on its last applied spec, and shows why, as for an invalid file
-            applied = [n for n in known.get(path, ()) if n not in m.recipes]
-            for name in applied:
-                m.invalid.setdefault(name, why)
-            keep_last_applied(m, state, path, applied, True, cluster)
     present = {str(f) for f in files}
     if gone is not None and now is not None and delete_grace > 0:
         _hold_missing(m, state, known, present, gone, now, delete_grace, cluster)
+    _settle_refused(m, state, known, cluster)
     if cache is not None:
         for path in set(cache) - present:
             del cache[path]
     return m
+
+
+def _take_from(m: Manifests, newcomer: str, name: str, why: str) -> None:
+    """``name`` is another file's (the one it was applied from): the newcomer file, which read it
+    first, gives it up, in what it declares too; with none left it is refused (``_settle_refused``)."""
+    for held in (m.paths, m.declared):
+        if name in held.get(newcomer, ()):
+            held[newcomer].remove(name)
+            if not held[newcomer]:
+                del held[newcomer]
+    m.refused.setdefault(newcomer, why)
+
+
+def _settle_refused(m: Manifests, state: StateDir, known: dict[str, list[str]], cluster: Cluster | None) -> None:
+    """Once every file is read (held and missing ones too): a file left declaring nothing of its
+    own (every name it declares now another file's: a rename onto a name in use) runs on what it
+    was applied as, on its last applied spec, and shows why, as an invalid file does."""
+    done: set[str] = set()
+    while todo := [p for p in m.refused if p not in done]:  # holding one may refuse another
+        for path in todo:
+            done.add(path)
+            if path in m.declared:
+                continue
+            applied = [n for n in known.get(path, ()) if n not in m.recipes]
+            for name in applied:
+                m.invalid.setdefault(name, m.refused[path])
+            keep_last_applied(m, state, path, applied, True, cluster)
 
 
 def _hold_missing(m: Manifests, state: StateDir, known: dict[str, list[str]], present: set[str],
@@ -188,10 +203,9 @@ def keep_last_applied(m: Manifests, state: StateDir, path: str, names: list[str]
             if other is None or other == path or name in known.get(other, ()):
                 continue
             # a newcomer took the name of the recipe this file was applied as: it is not the newcomer's
-            m.paths[other].remove(name)
-            if not m.paths[other]:
-                del m.paths[other]
-            m.invalid.setdefault(name, f"{other}: recipe name {namespaces.display(name)!r} is also used by {path}; this file is ignored")
+            why = f"{other}: recipe name {namespaces.display(name)!r} is also used by {path}; this file is ignored"
+            m.invalid.setdefault(name, why)  # an invalid file's own error, when it is one, says more
+            _take_from(m, other, name, why)
         try:
             m.recipes[name] = _keyed(load_text(last, f"{path} (last applied)", cluster, preflight=False).recipe, name)
         except Exception:  # noqa: BLE001 - no usable last spec: the recipe is only Invalid (or waits)
