@@ -174,3 +174,76 @@ def test_a_rename_onto_a_name_held_within_its_delete_grace_keeps_the_old_one(tmp
     assert m.recipes["taken"].roles.agg.workers == 1  # the other file's, on its last applied spec
     assert m.recipes["old"].roles.agg.workers == 2 and "also used by" in m.invalid["old"]
     assert not m.renames
+
+
+def test_a_hand_edited_record_is_set_aside_and_every_deployment_reconciled(tmp_path):
+    """A record a hand broke (a time as text, a list, a step unknown, a name twice) is said as a
+    corrupt state and left out; the pass goes on for every file, and a rename whose record it was
+    is found again from files.json (the old one still held until the new one takes over)."""
+    man, f, c = _setup(tmp_path)
+    _write(man / "unrelated.yaml", TEXT.format(name="unrelated", workers=1))
+    _write(f, TEXT.format(name="new", workers=1))
+    _pass(c, 200.0)
+    p = c.state.root / "renames.json"
+    for bad in ({"since": "2024-01-01T00:00:00Z"}, {"since": [1]}, {"step": ["x"]}, {"new": "old"}):
+        doc = json.loads(p.read_text())
+        doc[str(f)].update(bad)
+        doc["/elsewhere/gone.yaml"] = {"old": "a", "new": "b", "since": 1.0, "step": "Starting"}  # a good one beside
+        p.write_text(json.dumps(doc))
+        assert set(renames.recorded(c.state)) == {"/elsewhere/gone.yaml"}
+        m = _pass(c, 300.0)
+        assert set(m.recipes) == {"old", "new", "unrelated"}, bad
+        assert m.renames["new"].old == "old" and m.renames["new"].step is Step.STARTING
+        assert _events(c)[-1] != "Renamed" and "CorruptState" in _events(c)
+        assert set(json.loads(p.read_text())) == {str(f)}  # written again from this pass's renames
+
+
+def test_the_record_lost_mid_rename_the_old_one_is_not_deleted(tmp_path):
+    """files.json still says the file holds the new name and the old one: the rename is found again
+    from there (its step from the facts), never taken for a sweep cut down to one name."""
+    man, f, c = _setup(tmp_path)
+    _write(f, TEXT.format(name="new", workers=1))
+    _pass(c, 200.0)
+    for lose in ("{truncated", None):
+        p = c.state.root / "renames.json"
+        if lose is None:
+            p.unlink()
+        else:
+            p.write_text(lose)
+        c2 = Controller(man, c.state.root, LocalDriver(c.state.root))  # a restart, too
+        m = _pass(c2, 300.0)
+        assert set(m.recipes) == {"old", "new"} and m.recipes["old"].roles.agg.workers == 2
+        assert m.renames["new"].old == "old" and json.loads(p.read_text())[str(f)]["new"] == "new"
+    c2.state.write_status("new", {"name": "new", "phase": "Ready"})
+    p.unlink()
+    m = _pass(c2, 400.0)
+    assert set(m.recipes) == {"new"}  # the new one Ready, nothing to hand over: the old one goes
+
+
+def test_a_sweep_cut_down_to_one_name_is_no_rename(tmp_path):
+    man, f, c = _setup(tmp_path)
+    s = man / "sweep.yaml"
+    _write(s, "name: sw\nmodel: {path: m}\nengine: mocker\nroles: {agg: {workers: '{w}', gpus: 1}}\n"
+              "sweep: {w: [1, 2]}\n")
+    names = set(_pass(c, 150.0).recipes) - {"old"}
+    assert len(names) == 2, names
+    keep = sorted(names)[0]
+    _write(s, TEXT.format(name=keep, workers=1))
+    m = _pass(c, 200.0)
+    assert set(m.recipes) == {"old", keep} and not m.renames
+
+
+def test_a_rename_that_fails_to_advance_stays_where_it_was(tmp_path, monkeypatch):
+    """Whatever breaks one file's rename (a state file unreadable in a new way) fails neither the
+    pass nor the other files: the rename stays where it was recorded, the old one held."""
+    man, f, c = _setup(tmp_path)
+    _write(man / "unrelated.yaml", TEXT.format(name="unrelated", workers=1))
+    _write(f, TEXT.format(name="new", workers=1))
+    _pass(c, 200.0)
+
+    def broken(*a, **kw):
+        raise OSError("EIO")
+
+    monkeypatch.setattr(renames, "_gateway", broken)
+    m = _pass(c, 300.0)
+    assert set(m.recipes) == {"old", "new", "unrelated"} and m.renames["new"].step is Step.STARTING

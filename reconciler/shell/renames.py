@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import structlog
+
 from reconciler.core.plan import rename as policy
 from reconciler.core.plan.rename import Rename, Step
 from reconciler.drivers.state import StateDir
@@ -17,24 +19,28 @@ from reconciler.shell.gateway.record import facts as gateway_facts, in_job, pref
 from reconciler.shell.gateway.sweep import master_pid
 from reconciler.shell.manifests import Manifests, keep_last_applied
 
+log = structlog.get_logger("reconciler")
 FILE = "renames.json"
 REASONS = ("BeingReplaced", "Replacing")  # a deployment's status reason during a rename
 
 
 def _valid(d) -> bool:
-    return isinstance(d, dict) and all(isinstance(v, dict) and isinstance(v.get("old"), str)
-                                       and isinstance(v.get("new"), str) for v in d.values())
+    return isinstance(d, dict)  # each entry is checked on its own (policy.from_doc): one bad one is set aside
 
 
-def recorded(state: StateDir) -> dict[str, Rename]:
-    """file path -> the rename recorded for it."""
+def recorded(state: StateDir, report: bool = False) -> dict[str, Rename]:
+    """file path -> the rename recorded for it. An entry that is no rename (a hand's edit: a time
+    as text, a step unknown, a name twice) is left out; with ``report``, said as a corrupt state
+    (``CorruptState``): the file is written again without it once the pass records its renames."""
     out = {}
     for path, v in state.read_json(state.root / FILE, {}, _valid).items():
-        try:
-            step = Step(v.get("step", Step.STARTING.value))
-        except ValueError:
-            step = Step.STARTING
-        out[path] = Rename(path, v["old"], v["new"], float(v.get("since") or 0.0), step)
+        r = policy.from_doc(path, v)
+        if isinstance(r, Rename):
+            out[path] = r
+        elif report and not state.read_only:
+            log.warning("corrupt rename record set aside", path=path, error=r)
+            state.event("CorruptState", None, f"{FILE}: the rename of {path}: {r}; set aside (what the "
+                        "file was applied as is found again from files.json)")
     return out
 
 
@@ -57,41 +63,59 @@ def _gateway(root: Path, name: str) -> dict:
         return {}
 
 
+def _holdable(state: StateDir, path: str, names: tuple[str, ...]) -> frozenset[str]:
+    """The names with a last applied spec of their own to be held on (a sweep's variants are not)."""
+    head = f"# expanded from {path}\n"
+    return frozenset(n for n in names if namespaces.fits_state(n)
+                     and (text := state.last_applied(n)) is not None and not text.startswith(head))
+
+
 def apply(m: Manifests, state: StateDir, cluster: Cluster | None, now: float) -> None:
     """Find the renames of this pass, advance them, and hold each old deployment on its last
-    applied spec while its step says so (``m.renames``: new name -> the rename)."""
+    applied spec while its step says so (``m.renames``: new name -> the rename).
+    One file's rename failing (whatever is on disk) touches no other: it stays where it was."""
     known = state.files()
-    records = recorded(state)
+    records = recorded(state, report=True)
     # a recorded rename whose file is gone for good (deleted) is over: what it declared goes with it
     for path in sorted(m.paths):
-        # None: not read cleanly this pass (being written, invalid, every name another file's)
-        declared = tuple(m.declared[path]) if path in m.declared else None
-        applied = tuple(known.get(path, ()))
-        claimed = frozenset(n for p, ns in m.declared.items() if p != path for n in ns)
-        old = records[path].old if path in records else applied[0] if len(applied) == 1 else None
-        r = policy.ongoing(path, declared, applied, records.get(path),
-                           old is not None and state.last_applied(old) is not None, claimed, now)
-        if r is None:
-            continue
-        if r.new not in m.recipes:
-            continue  # the new one has no spec this pass (refused, held elsewhere): nothing to rename to
-        old_gw, new_gw = _gateway(state.root, r.old), _gateway(state.root, r.new)
-        new_status = state.status(r.new) if namespaces.fits_state(r.new) else {}
-        new_recipe = m.recipes[r.new]
-        took = new_gw.get("takenFrom") == r.old and isinstance(new_gw.get("port"), int)
-        up = bool(took and (f := gateway_facts(state.root, r.new)) and f["up"])
-        r = policy.advance(
-            r, new_ready=new_status.get("phase") == "Ready",
-            new_has_frontend=new_recipe.frontend.type != "none"
-            and new_recipe.reconcile.gateway.allocation is None,
-            old_endpoint=isinstance(old_gw.get("port"), int) and not in_job(old_gw),
-            new_took_endpoint=took, new_serves_endpoint=up,
-            old_gateway_runs=master_pid(prefix_of(state.root, r.old)) is not None)
-        if not policy.holds_old(r):
-            continue  # released: from here on the old one is a recipe no file names (a normal delete)
-        keep_last_applied(m, state, path, [r.old], True, cluster)
-        if r.old in m.recipes:  # else its last applied spec cannot be loaded: no rename, the old one goes
-            m.renames[r.new] = r
+        try:
+            _apply_one(m, state, cluster, now, path, tuple(known.get(path, ())), records.get(path))
+        except Exception as e:  # noqa: BLE001 - one file's rename must not stop the pass
+            log.exception("rename not advanced", path=path, error=f"{type(e).__name__}: {e}")
+            r = records.get(path)
+            if r is not None and r.new in m.recipes:  # where it was: the old one serves on
+                keep_last_applied(m, state, path, [r.old], True, cluster)
+                if r.old in m.recipes:
+                    m.renames[r.new] = r
+
+
+def _apply_one(m: Manifests, state: StateDir, cluster: Cluster | None, now: float, path: str,
+               applied: tuple[str, ...], record: Rename | None) -> None:
+    # None: not read cleanly this pass (being written, invalid, every name another file's)
+    declared = tuple(m.declared[path]) if path in m.declared else None
+    claimed = frozenset(n for p, ns in m.declared.items() if p != path for n in ns)
+    r = policy.ongoing(path, declared, applied, record, _holdable(state, path, applied), claimed, now)
+    if r is None:
+        return
+    if r.new not in m.recipes:
+        return  # the new one has no spec this pass (refused, held elsewhere): nothing to rename to
+    old_gw, new_gw = _gateway(state.root, r.old), _gateway(state.root, r.new)
+    new_status = state.status(r.new) if namespaces.fits_state(r.new) else {}
+    new_recipe = m.recipes[r.new]
+    took = new_gw.get("takenFrom") == r.old and isinstance(new_gw.get("port"), int)
+    up = bool(took and (f := gateway_facts(state.root, r.new)) and f["up"])
+    r = policy.advance(
+        r, new_ready=new_status.get("phase") == "Ready",
+        new_has_frontend=new_recipe.frontend.type != "none"
+        and new_recipe.reconcile.gateway.allocation is None,
+        old_endpoint=isinstance(old_gw.get("port"), int) and not in_job(old_gw),
+        new_took_endpoint=took, new_serves_endpoint=up,
+        old_gateway_runs=master_pid(prefix_of(state.root, r.old)) is not None)
+    if not policy.holds_old(r):
+        return  # released: from here on the old one is a recipe no file names (a normal delete)
+    keep_last_applied(m, state, path, [r.old], True, cluster)
+    if r.old in m.recipes:  # else its last applied spec cannot be loaded: no rename, the old one goes
+        m.renames[r.new] = r
 
 
 def old_of(m: Manifests) -> dict[str, Rename]:

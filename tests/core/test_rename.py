@@ -4,7 +4,7 @@ rename a file is in, and its step from the facts of a pass."""
 import pytest
 
 from reconciler.core.plan.rename import (
-    Rename, Step, advance, holds_old, new_gateway_waits, old_gateway_stops, ongoing,
+    Rename, Step, advance, from_doc, holds_old, new_gateway_waits, old_gateway_stops, ongoing,
 )
 
 P = "manifests/app.yaml"
@@ -13,26 +13,37 @@ HANDING = Rename(P, "old", "new", 10.0, Step.HANDING_OVER)
 NOW = 20.0
 
 
-@pytest.mark.parametrize("declared, applied, record, old_spec, claimed, want", [
+OLD = frozenset({"old"})  # the applied names with a last applied spec of their own
+NONE = frozenset()
+
+
+@pytest.mark.parametrize("declared, applied, record, holdable, claimed, want", [
     # the file was applied as `old` and names `new` now: a rename, first seen now
-    (("new",), ("old",), None, True, frozenset(), ("old", "new", NOW)),
-    (("old",), ("old",), None, True, frozenset(), None),  # the same name: an edit, no rename
-    (("new",), (), None, True, frozenset(), None),  # a new file: a create
-    (("new",), ("old",), None, False, frozenset(), None),  # no last applied spec to hold the old on
-    (("new",), ("old",), None, True, frozenset({"old"}), None),  # another file names `old` now: it is theirs
-    (("a", "b"), ("old",), None, True, frozenset(), None),  # a sweep: its names are its values
-    (("new",), ("a", "b"), None, True, frozenset(), None),  # was a sweep: its variants are deleted
+    (("new",), ("old",), None, OLD, frozenset(), ("old", "new", NOW)),
+    (("old",), ("old",), None, OLD, frozenset(), None),  # the same name: an edit, no rename
+    (("new",), (), None, OLD, frozenset(), None),  # a new file: a create
+    (("new",), ("old",), None, NONE, frozenset(), None),  # no last applied spec to hold the old on
+    (("new",), ("old",), None, OLD, frozenset({"old"}), None),  # another file names `old` now: it is theirs
+    (("a", "b"), ("old",), None, OLD, frozenset(), None),  # a sweep: its names are its values
+    (("new",), ("a", "b"), None, OLD, frozenset(), None),  # was a sweep: its variants are deleted
     # a rename in progress
-    (("new",), ("new", "old"), REC, True, frozenset(), ("old", "new", 10.0)),  # goes on, since kept
-    (None, ("new", "old"), REC, True, frozenset(), ("old", "new", 10.0)),  # unreadable or being written: held
-    (("old",), ("new", "old"), REC, True, frozenset(), None),  # renamed back: ended, the new one goes
-    (("third",), ("new", "old"), REC, True, frozenset(), ("old", "third", NOW)),  # again: old keeps the endpoint
-    (("third",), ("new", "old"), REC, True, frozenset({"old"}), None),  # and another file took `old`
-    (("a", "b"), ("new", "old"), REC, True, frozenset(), None),  # became a sweep: no rename
-    (None, ("old",), None, True, frozenset(), None),  # the first save unreadable: no rename (old held as Invalid)
+    (("new",), ("new", "old"), REC, OLD, frozenset(), ("old", "new", 10.0)),  # goes on, since kept
+    (None, ("new", "old"), REC, OLD, frozenset(), ("old", "new", 10.0)),  # unreadable or being written: held
+    (("old",), ("new", "old"), REC, OLD, frozenset(), None),  # renamed back: ended, the new one goes
+    (("third",), ("new", "old"), REC, OLD, frozenset(), ("old", "third", NOW)),  # again: old keeps the endpoint
+    (("third",), ("new", "old"), REC, OLD, frozenset({"old"}), None),  # and another file took `old`
+    (("a", "b"), ("new", "old"), REC, OLD, frozenset(), None),  # became a sweep: no rename
+    (None, ("old",), None, OLD, frozenset(), None),  # the first save unreadable: no rename (old held as Invalid)
+    # the record lost (removed, set aside as corrupt) mid-rename: files.json still holds both names,
+    # the old one held on a spec of its own: found again, never taken for a sweep cut to one name
+    (("new",), ("new", "old"), None, frozenset({"new", "old"}), frozenset(), ("old", "new", NOW)),
+    (("new",), ("old", "new"), None, frozenset({"new", "old"}), frozenset(), ("old", "new", NOW)),
+    (("new",), ("new", "old"), None, frozenset({"new", "old"}), frozenset({"old"}), None),  # another file's now
+    (("new",), ("new", "old"), None, frozenset({"new"}), frozenset(), None),  # `old` was a sweep's variant: it goes
+    (("new",), ("new", "a", "b"), None, frozenset({"new", "a", "b"}), frozenset(), None),  # more than one: a sweep
 ])
-def test_which_rename_a_file_is_in(declared, applied, record, old_spec, claimed, want):
-    r = ongoing(P, declared, applied, record, old_spec, claimed, NOW)
+def test_which_rename_a_file_is_in(declared, applied, record, holdable, claimed, want):
+    r = ongoing(P, declared, applied, record, holdable, claimed, NOW)
     assert (None if r is None else (r.old, r.new, r.since)) == want
 
 
@@ -68,3 +79,32 @@ def test_what_each_step_holds(step, held, gateway_waits, old_gateway_stops_):
 
 def test_a_record_round_trips():
     assert HANDING.doc() == {"old": "old", "new": "new", "since": 10.0, "step": "HandingOver"}
+
+
+GOOD = {"old": "old", "new": "new", "since": 10.0, "step": "HandingOver"}
+
+
+@pytest.mark.parametrize("doc, why", [
+    (GOOD, None),
+    ({**GOOD, "since": 10}, None),  # an int is a time too
+    ({**GOOD, "since": "2024-01-01T00:00:00Z"}, "since"),  # a hand's edit: a time as text
+    ({**GOOD, "since": [1]}, "since"),
+    ({**GOOD, "since": float("inf")}, "since"),  # 1e400 in JSON
+    ({**GOOD, "since": float("nan")}, "since"),
+    ({**GOOD, "since": True}, "since"),
+    ({**GOOD, "since": -1.0}, "since"),
+    ({k: v for k, v in GOOD.items() if k != "since"}, "since"),
+    ({**GOOD, "step": ["x"]}, "step"),  # unhashable: no crash in the lookup
+    ({**GOOD, "step": "Done"}, "step"),
+    ({**GOOD, "new": "old"}, "both"),  # would pin the deployment to its last applied spec forever
+    ({**GOOD, "old": "../etc"}, "old"),  # no deployment's name
+    ({**GOOD, "new": "quarantine.json"}, "new"),  # a name state/ keeps for itself
+    ({**GOOD, "new": 3}, "new"),
+    ([1], "list"),
+])
+def test_a_recorded_rename_is_checked_field_by_field(doc, why):
+    r = from_doc(P, doc)
+    if why is None:
+        assert r == Rename(P, "old", "new", 10.0, Step.HANDING_OVER)
+    else:
+        assert isinstance(r, str) and why in r

@@ -16,8 +16,11 @@ no renames: its names are the swept values (docs/recipes.md).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from enum import Enum
+
+from reconciler.recipe import namespaces
 
 
 class Step(str, Enum):
@@ -39,12 +42,41 @@ class Rename:
         return {"old": self.old, "new": self.new, "since": self.since, "step": self.step.value}
 
 
+STEPS = tuple(s.value for s in Step)
+
+
+def from_doc(path: str, v: object) -> Rename | str:
+    """A rename as recorded in ``state/renames.json`` (which a hand may have edited), or why the
+    entry is not one: every field checked, so that one bad entry is set aside, not the pass."""
+    if not isinstance(v, dict):
+        return f"{type(v).__name__}, not an object"
+    old, new = v.get("old"), v.get("new")
+    for field, name in (("old", old), ("new", new)):
+        if not isinstance(name, str) or not namespaces.fits_state(name):
+            return f"{field}: {name!r} is not a deployment name"
+    if old == new:
+        return f"old and new are both {old!r}: no rename"
+    since = v.get("since")
+    if isinstance(since, bool) or not isinstance(since, (int, float)) or not math.isfinite(since) or since < 0:
+        return f"since: {since!r} is not a time (seconds since the epoch)"
+    step = v.get("step")
+    if step not in STEPS:
+        return f"step: {step!r} is none of {', '.join(STEPS)}"
+    return Rename(path, old, new, float(since), Step(step))
+
+
 def ongoing(path: str, declared: tuple[str, ...] | None, applied: tuple[str, ...], record: Rename | None,
-            old_spec: bool, claimed: frozenset[str], now: float) -> Rename | None:
+            holdable: frozenset[str], claimed: frozenset[str], now: float) -> Rename | None:
     """The rename the file at ``path`` is in, if any. ``declared``: the deployments the file declares
     now (None: it could not be read this pass); ``applied``: what it declared when last applied
-    (files.json); ``record``: the rename recorded for it (state/renames.json); ``old_spec``: the
-    old deployment has a last applied spec to be held on; ``claimed``: names other files declare."""
+    (files.json; mid-rename, the new name and the old one it holds); ``record``: the rename recorded
+    for it (state/renames.json); ``holdable``: the applied names with a last applied spec of their
+    own to be held on (not a sweep's variants); ``claimed``: names other files declare.
+
+    The record lost (removed, or set aside as corrupt) mid-rename, files.json still says it: the file
+    holds two names, the one it declares and one with a spec of its own (a sweep's are its values),
+    which it can only hold because of a rename. The rename is found again from there (its step from
+    the facts), never taken for a sweep cut down to one name, which would delete the old one at once."""
     if declared is None:
         return record  # unreadable, or being written: where it was (the old one serves on)
     if len(declared) != 1:
@@ -57,10 +89,11 @@ def ongoing(path: str, declared: tuple[str, ...] | None, applied: tuple[str, ...
             return None  # renamed back: the old one is the file's again; the new one goes
         # renamed again before the hand-over: the old one still holds the endpoint
         return Rename(path, record.old, new, now) if record.old not in claimed else None
-    if len(applied) != 1 or applied[0] == new:
-        return None
-    old = applied[0]
-    if old in claimed or not old_spec:
+    others = [n for n in applied if n != new]
+    if len(others) != 1 or len(applied) - len(others) > 1:
+        return None  # an edit of the same name, a new file, or was a sweep: its variants go
+    (old,) = others
+    if old in claimed or old not in holdable:
         return None  # another file declares it now (it is theirs), or there is no spec to hold it on
     return Rename(path, old, new, now)
 
