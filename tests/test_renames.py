@@ -10,6 +10,7 @@ import os
 from reconciler.core.plan.rename import Step
 from reconciler.drivers.local import LocalDriver
 from reconciler.shell import renames
+from reconciler.shell.gateway.local import gateway_host
 from reconciler.shell.loop import Controller
 
 TEXT = "name: {name}\nmodel: {{path: m}}\nengine: mocker\nroles: {{agg: {{workers: {workers}, gpus: 1}}}}\n"
@@ -82,7 +83,7 @@ def test_a_rename_holds_the_old_deployment_until_the_new_one_serves_its_endpoint
 
 def test_the_new_one_ready_hands_the_old_gateways_address_over(tmp_path):
     man, f, c = _setup(tmp_path)
-    (c.state.root / "old" / "gateway.json").write_text(json.dumps({"host": "h", "port": 18123}))
+    (c.state.root / "old" / "gateway.json").write_text(json.dumps({"host": gateway_host(), "port": 18123}))
     _write(f, TEXT.format(name="new", workers=1))
     assert _pass(c, 200.0).renames["new"].step is Step.STARTING
     c.state.write_status("new", {"name": "new", "phase": "Ready"})
@@ -151,31 +152,6 @@ def test_describe_names_the_rename_from_the_record(tmp_path):
     assert doc["rename"] == {"reason": "BeingReplaced", "message": "renamed to new in app.yaml"}
 
 
-def _rename_onto_a_held_name(tmp_path, hold):
-    man, f, c = _setup(tmp_path)
-    other = man / "other.yaml"
-    _write(other, TEXT.format(name="taken", workers=1))
-    _pass(c, 150.0)
-    hold(other)
-    _write(f, TEXT.format(name="taken", workers=3))  # app.yaml sorts first: it reads `taken` first
-    return c, _pass(c, 200.0)
-
-
-def test_a_rename_onto_a_name_held_by_an_invalid_file_keeps_the_old_one(tmp_path):
-    c, m = _rename_onto_a_held_name(tmp_path, lambda o: _write(o, TEXT.format(name="taken", workers="[1]")))
-    assert m.recipes["taken"].roles.agg.workers == 1  # the other file's, on its last applied spec
-    assert m.recipes["old"].roles.agg.workers == 2 and "also used by" in m.invalid["old"]
-    assert not m.renames
-
-
-def test_a_rename_onto_a_name_held_within_its_delete_grace_keeps_the_old_one(tmp_path):
-    # the other file gone a moment (an editor's save): its name is held for the delete grace
-    c, m = _rename_onto_a_held_name(tmp_path, lambda o: o.unlink())
-    assert m.recipes["taken"].roles.agg.workers == 1  # the other file's, on its last applied spec
-    assert m.recipes["old"].roles.agg.workers == 2 and "also used by" in m.invalid["old"]
-    assert not m.renames
-
-
 def test_a_hand_edited_record_is_set_aside_and_every_deployment_reconciled(tmp_path):
     """A record a hand broke (a time as text, a list, a step unknown, a name twice) is said as a
     corrupt state and left out; the pass goes on for every file, and a rename whose record it was
@@ -231,6 +207,47 @@ def test_a_sweep_cut_down_to_one_name_is_no_rename(tmp_path):
     _write(s, TEXT.format(name=keep, workers=1))
     m = _pass(c, 200.0)
     assert set(m.recipes) == {"old", keep} and not m.renames
+
+
+def test_an_old_gateway_on_another_host_is_not_handed_over(tmp_path):
+    """A standby took over on another host (or this one was renamed): the old gateway's address
+    cannot be bound here, so the rename goes as where there is none (the old one goes once the new
+    one is Ready, the endpoint moves), and an event says why; never stuck handing over."""
+    man, f, c = _setup(tmp_path)
+    (c.state.root / "old" / "gateway.json").write_text(json.dumps({"host": "elsewhere", "port": 18123}))
+    _write(f, TEXT.format(name="new", workers=1))
+    assert _pass(c, 200.0).renames["new"].step is Step.STARTING
+    c.state.write_status("new", {"name": "new", "phase": "Ready"})
+    m = _pass(c, 300.0)
+    assert set(m.recipes) == {"new"} and not m.renames
+    assert "RenameEndpointMoved" in _events(c)
+    ev = [json.loads(x) for x in (c.state.root / "events.jsonl").read_text().splitlines()]
+    assert any("elsewhere" in e["message"] for e in ev if e["kind"] == "RenameEndpointMoved")
+
+
+def _rename_onto_a_held_name(tmp_path, hold):
+    man, f, c = _setup(tmp_path)
+    other = man / "other.yaml"
+    _write(other, TEXT.format(name="taken", workers=1))
+    _pass(c, 150.0)
+    hold(other)
+    _write(f, TEXT.format(name="taken", workers=3))  # app.yaml sorts first: it reads `taken` first
+    return c, _pass(c, 200.0)
+
+
+def test_a_rename_onto_a_name_held_by_an_invalid_file_keeps_the_old_one(tmp_path):
+    c, m = _rename_onto_a_held_name(tmp_path, lambda o: _write(o, TEXT.format(name="taken", workers="[1]")))
+    assert m.recipes["taken"].roles.agg.workers == 1  # the other file's, on its last applied spec
+    assert m.recipes["old"].roles.agg.workers == 2 and "also used by" in m.invalid["old"]
+    assert not m.renames
+
+
+def test_a_rename_onto_a_name_held_within_its_delete_grace_keeps_the_old_one(tmp_path):
+    # the other file gone a moment (an editor's save): its name is held for the delete grace
+    c, m = _rename_onto_a_held_name(tmp_path, lambda o: o.unlink())
+    assert m.recipes["taken"].roles.agg.workers == 1  # the other file's, on its last applied spec
+    assert m.recipes["old"].roles.agg.workers == 2 and "also used by" in m.invalid["old"]
+    assert not m.renames
 
 
 def test_a_rename_that_fails_to_advance_stays_where_it_was(tmp_path, monkeypatch):

@@ -159,7 +159,8 @@ class Controller:
         m = load_manifests(self.manifests_dir, self.state, now, self.debounce, self.cluster, self._manifest_cache,
                            self._gone if self.debounce > 0 and not self.single_pass else None)
         # a file whose name: changed: the old deployment held until the new one takes its endpoint
-        renames.apply(m, self.state, self.cluster, self.clock() if now is None else now)
+        renames.apply(m, self.state, self.cluster, self.clock() if now is None else now,
+                      self.gateways.host if self.gateways is not None else None)
         return m
 
     # ---------------------------------------------------------------- one read of the world

@@ -15,7 +15,8 @@ from reconciler.core.plan.rename import Rename, Step
 from reconciler.drivers.state import StateDir
 from reconciler.recipe import namespaces
 from reconciler.recipe.cluster import Cluster
-from reconciler.shell.gateway.record import facts as gateway_facts, in_job, prefix_of, record_path
+from reconciler.shell.gateway.local import gateway_host
+from reconciler.shell.gateway.record import facts as gateway_facts, prefix_of, record_path
 from reconciler.shell.gateway.sweep import master_pid
 from reconciler.shell.manifests import Manifests, keep_last_applied
 
@@ -70,16 +71,18 @@ def _holdable(state: StateDir, path: str, names: tuple[str, ...]) -> frozenset[s
                      and (text := state.last_applied(n)) is not None and not text.startswith(head))
 
 
-def apply(m: Manifests, state: StateDir, cluster: Cluster | None, now: float) -> None:
+def apply(m: Manifests, state: StateDir, cluster: Cluster | None, now: float, host: str | None = None) -> None:
     """Find the renames of this pass, advance them, and hold each old deployment on its last
-    applied spec while its step says so (``m.renames``: new name -> the rename).
+    applied spec while its step says so (``m.renames``: new name -> the rename). ``host``: this
+    host's name (the gateways' records'); an old gateway elsewhere has no address to hand over.
     One file's rename failing (whatever is on disk) touches no other: it stays where it was."""
     known = state.files()
     records = recorded(state, report=True)
+    host = host or gateway_host()
     # a recorded rename whose file is gone for good (deleted) is over: what it declared goes with it
     for path in sorted(m.paths):
         try:
-            _apply_one(m, state, cluster, now, path, tuple(known.get(path, ())), records.get(path))
+            _apply_one(m, state, cluster, now, host, path, tuple(known.get(path, ())), records.get(path))
         except Exception as e:  # noqa: BLE001 - one file's rename must not stop the pass
             log.exception("rename not advanced", path=path, error=f"{type(e).__name__}: {e}")
             r = records.get(path)
@@ -89,7 +92,7 @@ def apply(m: Manifests, state: StateDir, cluster: Cluster | None, now: float) ->
                     m.renames[r.new] = r
 
 
-def _apply_one(m: Manifests, state: StateDir, cluster: Cluster | None, now: float, path: str,
+def _apply_one(m: Manifests, state: StateDir, cluster: Cluster | None, now: float, host: str, path: str,
                applied: tuple[str, ...], record: Rename | None) -> None:
     # None: not read cleanly this pass (being written, invalid, every name another file's)
     declared = tuple(m.declared[path]) if path in m.declared else None
@@ -104,14 +107,20 @@ def _apply_one(m: Manifests, state: StateDir, cluster: Cluster | None, now: floa
     new_recipe = m.recipes[r.new]
     took = new_gw.get("takenFrom") == r.old and isinstance(new_gw.get("port"), int)
     up = bool(took and (f := gateway_facts(state.root, r.new)) and f["up"])
+    was = r.step
     r = policy.advance(
         r, new_ready=new_status.get("phase") == "Ready",
         new_has_frontend=new_recipe.frontend.type != "none"
         and new_recipe.reconcile.gateway.allocation is None,
-        old_endpoint=isinstance(old_gw.get("port"), int) and not in_job(old_gw),
+        old_endpoint=policy.address_takeable(old_gw, host),
         new_took_endpoint=took, new_serves_endpoint=up,
         old_gateway_runs=master_pid(prefix_of(state.root, r.old)) is not None)
     if not policy.holds_old(r):
+        why = policy.why_not_takeable(old_gw, host)
+        if was is not r.step and not took and isinstance(old_gw.get("port"), int) and why and not state.read_only:
+            state.event("RenameEndpointMoved", r.new, f"{namespaces.display(r.new)} is Ready; the endpoint of "
+                        f"{namespaces.display(r.old)} ({old_gw.get('host')}:{old_gw['port']}) cannot be carried "
+                        f"over ({why}): {namespaces.display(r.old)} is deleted and the endpoint is the new one's")
         return  # released: from here on the old one is a recipe no file names (a normal delete)
     keep_last_applied(m, state, path, [r.old], True, cluster)
     if r.old in m.recipes:  # else its last applied spec cannot be loaded: no rename, the old one goes

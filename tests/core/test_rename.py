@@ -4,7 +4,8 @@ rename a file is in, and its step from the facts of a pass."""
 import pytest
 
 from reconciler.core.plan.rename import (
-    Rename, Step, advance, from_doc, holds_old, new_gateway_waits, old_gateway_stops, ongoing,
+    Rename, Step, address_takeable, advance, from_doc, holds_old, new_gateway_waits, old_gateway_stops, ongoing,
+    why_not_takeable,
 )
 
 P = "manifests/app.yaml"
@@ -108,3 +109,18 @@ def test_a_recorded_rename_is_checked_field_by_field(doc, why):
         assert r == Rename(P, "old", "new", 10.0, Step.HANDING_OVER)
     else:
         assert isinstance(r, str) and why in r
+
+
+@pytest.mark.parametrize("gateway, why", [
+    ({"host": "h1", "port": 18123}, None),
+    ({"host": "h1", "port": 18123, "mode": "here"}, None),
+    ({"host": "h2", "port": 18123}, "on h2"),  # a standby took over on another host (or it was renamed)
+    ({"host": "h1", "port": 18123, "mode": "job"}, "Slurm job"),  # reconcile.gateway.allocation
+    ({"host": "h1"}, "no gateway address"),
+    ({"host": "h1", "port": "18123"}, "no gateway address"),
+    ({}, "no gateway address"),
+])
+def test_whether_the_old_gateways_address_can_be_taken_here(gateway, why):
+    got = why_not_takeable(gateway, "h1")
+    assert (got is None) if why is None else (why in got)
+    assert address_takeable(gateway, "h1") is (why is None)

@@ -65,6 +65,25 @@ def from_doc(path: str, v: object) -> Rename | str:
     return Rename(path, old, new, float(since), Step(step))
 
 
+def why_not_takeable(old_gateway: dict, host: str) -> str | None:
+    """Why the old name's gateway has no address the new name's can take (None: it can): it needs a
+    port, on this host (a standby that took over elsewhere, or a renamed host, cannot bind there),
+    run as this host's own master (not in a Slurm job: reconcile.gateway.allocation). The one test
+    for both the rename's step (``advance``'s ``old_endpoint``) and the take-over (shell/gateway/)."""
+    port = old_gateway.get("port")
+    if not isinstance(port, int) or isinstance(port, bool):
+        return "it has no gateway address"
+    if old_gateway.get("mode") == "job":
+        return "its gateway runs in a Slurm job (reconcile.gateway.allocation)"
+    if old_gateway.get("host") != host:
+        return f"its gateway is on {old_gateway.get('host')}, this reconciler on {host}"
+    return None
+
+
+def address_takeable(old_gateway: dict, host: str) -> bool:
+    return why_not_takeable(old_gateway, host) is None
+
+
 def ongoing(path: str, declared: tuple[str, ...] | None, applied: tuple[str, ...], record: Rename | None,
             holdable: frozenset[str], claimed: frozenset[str], now: float) -> Rename | None:
     """The rename the file at ``path`` is in, if any. ``declared``: the deployments the file declares

@@ -16,7 +16,6 @@ is gone is started again: the first time at once, then with a doubling backoff c
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -29,52 +28,26 @@ import structlog
 
 from reconciler.fsutil import atomic_write_text
 from reconciler.gateway import ANY, GatewayConfig, render
-from reconciler.gateway.procs import children_of, quit_nginx_workers
 from reconciler.recipe.gateway import bind_error
 from reconciler.core.plan.gateway import backoff_after, restart_delay
 from reconciler.core.ports import NodePortAllocator, PortsExhausted
 from reconciler.drivers.exits import ExitWatch
 from reconciler.drivers.state import StateDir
-from reconciler.shell.gateway import holder_supervisor, refind
+from reconciler.shell.gateway import holder_supervisor, refind, takeover
 from reconciler.shell.gateway.bindcheck import bind_free
 from reconciler.shell.gateway.confine import nginx_user, unsafe_prefix
 from reconciler.shell.gateway.job import GatewayJobs, Placement
+from reconciler.shell.gateway.local import gateway_host, nginx_binary, stop_orphans, workers_of  # noqa: F401 - tests import them here
 from reconciler.shell.gateway.record import (
     OWNER_NAME, Change, Records, health_page, in_job, prefix_of, record_path,
 )
-from reconciler.shell.gateway.sweep import end_master, held_by, master_pid, nginx_masters, orphan_nginx_workers
+from reconciler.shell.gateway.sweep import end_master, held_by, master_pid, nginx_masters
 
 log = structlog.get_logger("reconciler")
 STALE_DUE_S = 2.0
 START_TIMEOUT_S = 10.0
 CONFIRM_TIMEOUT_S = 2.0
 RETIRE_WAIT_S = 1.0
-
-
-def nginx_binary() -> str | None:
-    """Debian installs nginx in /usr/sbin, which a non-root PATH may not list."""
-    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx")
-                                          if os.access(p, os.X_OK)), None)
-
-
-def gateway_host() -> str:
-    """The name clients reach this host by (the node name Slurm would use for it)."""
-    return socket.gethostname()
-
-
-def workers_of(pid: int) -> list[int]:
-    """The master's worker processes (kept so that orphans of a killed master can be stopped)."""
-    return sorted(children_of(pid))
-
-
-def stop_orphans(pids: list[int], port: int) -> None:
-    """Workers outlive a master killed with SIGKILL and keep the listening socket (and serving
-    with the old upstreams). SIGQUIT makes each close its listener at once and finish its
-    requests; the new master can bind once they have let go (bounded wait)."""
-    quit_nginx_workers({*pids, *([] if bind_free(port) else orphan_nginx_workers(port))})
-    deadline = time.monotonic() + 5.0
-    while not bind_free(port) and time.monotonic() < deadline:
-        time.sleep(0.01)
 
 
 class Gateways(Records):
@@ -102,23 +75,17 @@ class Gateways(Records):
         """The deployment's host:port: allocated the first time, the same ever after. The port is
         held under every name this host goes by (the local driver's units run on "localhost"),
         so no unit is ever given it. ``take_from``: a renamed deployment's old name (core/plan/
-        rename.py): its first address is the old one's, whose master still listens there."""
+        rename.py): its first address is the old one's, whose master still listens there, when
+        it can be taken (takeover.py; else one of its own, as for any new deployment)."""
         rec = self._record(recipe)
         owner = f"{recipe}/{OWNER_NAME}"
         if isinstance(rec.get("port"), int) and rec.get("host"):
             for node in {rec["host"], *self.aliases}:  # a registry rebuilt from scratch learns it
                 ports.claim(node, owner, "http", rec["port"])
             return rec["host"], rec["port"]
-        old = self._record(take_from) if take_from else {}
-        if isinstance(old.get("port"), int) and old.get("host") == self.host and not in_job(old):
-            host, port = old["host"], old["port"]
-            for node in {host, *self.aliases}:  # the port is the new name's from now on
-                ports.release_key(node, f"{take_from}/{OWNER_NAME}", "http")
-                ports.claim(node, owner, "http", port)
-            # both masters listen on it (SO_REUSEPORT) until the old one is stopped
-            self._write(recipe, {**rec, "host": host, "port": port, "allocatedAt": now, "takenFrom": take_from,
-                                 "reuseport": True})
-            return host, port
+        if take_from and (got := takeover.take(self, recipe, rec, take_from, ports, now, self.host,
+                                               self.aliases)) is not None:
+            return got
         for _ in range(64):
             port = ports.allocate(self.host, owner, "http")
             if bind_free(port) and all(ports.claim(n, owner, "http", port) for n in self.aliases):
