@@ -489,3 +489,22 @@ def test_a_renamed_deployments_gateway_takes_the_old_ones_address_beside_it(gw, 
         gw.stop("new", ports)
     finally:
         a.stop()
+
+
+def test_a_renamed_gateway_takes_no_address_it_cannot_bind(tmp_path):
+    """The old name's gateway on another host (a standby took over, the host renamed) or in a Slurm
+    job: the new one gets an address of its own (the rename goes on without a hand-over), by the
+    same test as the rename's step (core/plan/rename.why_not_takeable)."""
+    gw = Gateways(StateDir(tmp_path / "state"), host="127.0.0.1", nginx=None)
+    ports = _ports()
+    for old in ({"host": "elsewhere", "port": ports.base + 7}, {"host": "127.0.0.1", "port": ports.base + 7, "mode": "job"}):
+        record_path(gw.state.root, "old").parent.mkdir(parents=True, exist_ok=True)
+        record_path(gw.state.root, "old").write_text(json.dumps(old))
+        record_path(gw.state.root, "new").unlink(missing_ok=True)
+        host, port = gw.address("new", ports, 1.0, take_from="old")
+        rec = json.loads(record_path(gw.state.root, "new").read_text())
+        assert (host, "takenFrom" in rec, "reuseport" in rec) == ("127.0.0.1", False, False)
+        ports.release("new/gateway")
+    record_path(gw.state.root, "old").write_text(json.dumps({"host": "127.0.0.1", "port": ports.base + 7}))
+    record_path(gw.state.root, "new").unlink()
+    assert gw.address("new", ports, 2.0, take_from="old") == ("127.0.0.1", ports.base + 7)  # here: taken
