@@ -143,9 +143,7 @@ class Gateways(Records):
         # taken, or a new port and a second master would move the endpoint (refind.py)
         found = refind.again(self, recipe, prefix, ports, now)[1] if refind.lost(self._record(recipe), conf) else []
         host, port = self.address(recipe, ports, now, take_from)
-        rec = self._record(recipe)
-        if share and not rec.get("reuseport"):
-            self._write(recipe, rec := {**rec, "reuseport": True})  # a reload sets it on the bound socket
+        rec = takeover.shared(self, recipe, self._record(recipe), share)
         # a renamed deployment's first start beside the old name's master, which listens on the port
         beside = bool(rec.get("takenFrom")) and rec.get("startedAt") is None
         listen = listen or rec.get("listen") or ANY  # the record says what nginx binds now
@@ -292,12 +290,9 @@ class Gateways(Records):
         holder_supervisor.say_nothing_comes(prefix_of(self.state.root, recipe), holder_supervisor.DELETED)  # what it still holds hears why
         holder_supervisor.stop(prefix_of(self.state.root, recipe))
         ports.release(f"{recipe}/{OWNER_NAME}")
-        rec = self._record(recipe)
-        old = self._record(rec["takenFrom"]) if isinstance(rec.get("takenFrom"), str) else {}
-        if old.get("port") == rec.get("port") and isinstance(old.get("port"), int):
-            # a rename given up mid-hand-over: the old name's gateway, still there, has its port back
-            for node in {old.get("host") or self.host, *self.aliases}:
-                ports.claim(node, f"{rec['takenFrom']}/{OWNER_NAME}", "http", old["port"])
+        # a rename's other gateway on the same address (given up mid-hand-over; or retiring the old
+        # name's while the new one serves there) keeps the port
+        takeover.keep_shared(self, recipe, self._record(recipe), ports, self.aliases)
         path = record_path(self.state.root, recipe)
         if not path.exists():
             return []

@@ -82,7 +82,10 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot, answering
     retiring = {r.old for r in renames.values() if old_gateway_stops(r)}
     wanted -= retiring
     take = {n: r.old for n, r in renames.items() if r.step is Step.HANDING_OVER}
-    share = {r.old for r in renames.values() if holds_old(r)}
+    # two masters on one port only while a rename needs them: once over, SO_REUSEPORT is dropped
+    # from the record and the config (takeover.shared)
+    share = {r.old for r in renames.values() if holds_old(r)} | {
+        n for n, r in renames.items() if r.step in (Step.HANDING_OVER, Step.RETIRING)}
     for name in sorted(wanted):
         dr = d.recipes[name]
         try:
