@@ -32,7 +32,7 @@ def _executable(path: str | Path) -> str | None:
 
 
 def _nginx() -> str | None:
-    from reconciler.shell.gateway.host import nginx_binary
+    from reconciler.shell.gateway.local import nginx_binary
 
     return nginx_binary()
 

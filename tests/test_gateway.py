@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from reconciler.gateway import GatewayConfig, render
-from reconciler.shell.gateway.host import Gateways, stop_orphans
+from reconciler.shell.gateway.host import Gateways
+from reconciler.shell.gateway.local import stop_orphans
 from reconciler.shell.gateway.record import facts, prefix_of, record_path
 from reconciler.shell.gateway.sweep import master_pid
 from reconciler.drivers.state import StateDir

@@ -20,7 +20,7 @@ from reconciler.gateway import GatewayConfig, render
 from reconciler.recipe.cluster import Cluster, ClusterConfig
 from reconciler.shell.gateway.bindcheck import bind_free
 from reconciler.shell.gateway.record import facts
-from reconciler.shell.gateway.host import nginx_binary
+from reconciler.shell.gateway.local import nginx_binary
 from support.recipes import builtin_one as recipe
 from reconciler.shell.gateway.job import GatewayJobs
 from reconciler.shell.gateway.job_slurm import (

@@ -37,7 +37,7 @@ from reconciler.shell.gateway import holder_supervisor, refind, takeover
 from reconciler.shell.gateway.bindcheck import bind_free
 from reconciler.shell.gateway.confine import nginx_user, unsafe_prefix
 from reconciler.shell.gateway.job import GatewayJobs, Placement
-from reconciler.shell.gateway.local import gateway_host, nginx_binary, stop_orphans, workers_of  # noqa: F401 - tests import them here
+from reconciler.shell.gateway.local import gateway_host, nginx_binary, stop_orphans, workers_of
 from reconciler.shell.gateway.record import (
     OWNER_NAME, Change, Records, health_page, in_job, prefix_of, record_path,
 )
