@@ -181,44 +181,57 @@ class Gateways(Records):
             self._write(recipe, rec := {**rec, "pid": None, "exitedAt": now, "notBefore": None, "backoff": 0})
             pid = master_pid(prefix)
         if pid is not None:
-            self._watch(recipe, pid)
-            served = sorted(upstreams)
-            # the text this process last wrote and nginx took (kept: not read back every tick); after
-            # a restart of the reconciler, the file; none when the file was removed under the master
-            # (refind.py): written again by a reload, which recreates its temp and log paths too
-            previous = (self._conf.get(recipe) or conf.read_text()) if conf.exists() else None
-            # a reload is due when the text changed, or when the last one was not confirmed: the
-            # record holds what nginx was confirmed to serve, never what was only asked of it
-            if (previous != text or rec.get("upstreams") != served or bool(rec.get("unproven")) != unproven
-                    or rec.get("lastError")):
-                if (unsafe := unsafe_prefix(prefix, self.state.root)) is not None:
-                    return self._failed(recipe, unsafe)
-                atomic_write_text(conf, text)
-                err = self._run(["-t", "-q"], prefix)
-                if err is not None:
-                    if previous is not None:  # the running master's file stays what it serves
-                        atomic_write_text(conf, previous)
-                    return self._failed(recipe, f"config test failed: {err}")
-                old = workers_of(pid)
-                os.kill(pid, signal.SIGHUP)  # graceful: old workers finish what they carry
-                if not self._confirm(port, served, unproven):
-                    return self._failed(recipe, "the reload was not confirmed by /gateway/health in time; "
-                                                   "retried next pass")
-                self._await_gone(pid, old)
-                self._conf[recipe] = text
-                how = " (none alive: where the frontends are relaunched)" if unproven else ""
-                changes.append(Change("GatewayReloaded", recipe, f"upstreams now {', '.join(served) or 'none'}{how}"))
-            # its workers change only with a reload or a start: asked of /proc then, not every tick
-            workers = (workers_of(pid) or rec.get("workers", [])) if changes or rec.get("pid") != pid \
-                else rec.get("workers", [])
-            up = {**rec, "upstreams": served, "unproven": unproven, "pid": pid, "lastError": None,
-                  "workers": workers}
-            if rec.get("backoff") and rec.get("startedAt") is not None:  # stayed up: the next failure restarts at once
-                up["backoff"] = backoff_after(rec["backoff"], now - rec["startedAt"])
-            if up != rec:
-                self._write(recipe, up)
-            return changes
-        # not running: start (first time), or restart after the backoff the last exits earned
+            return self._serve_running(recipe, pid, rec, text, conf, upstreams, unproven, port, now, changes)
+        return self._start_master(recipe, rec, text, conf, port, host, listen, upstreams, unproven, moved, beside,
+                                  ports, now, changes)
+
+    def _serve_running(self, recipe: str, pid: int, rec: dict, text: str, conf: Path, upstreams: list[str],
+                       unproven: bool, port: int, now: float, changes: list[Change]) -> list[Change]:
+        """A running master: reloaded when its config text changed or was not confirmed."""
+        prefix = conf.parent
+        self._watch(recipe, pid)
+        served = sorted(upstreams)
+        # the text this process last wrote and nginx took (kept: not read back every tick); after
+        # a restart of the reconciler, the file; none when the file was removed under the master
+        # (refind.py): written again by a reload, which recreates its temp and log paths too
+        previous = (self._conf.get(recipe) or conf.read_text()) if conf.exists() else None
+        # a reload is due when the text changed, or when the last one was not confirmed: the
+        # record holds what nginx was confirmed to serve, never what was only asked of it
+        if (previous != text or rec.get("upstreams") != served or bool(rec.get("unproven")) != unproven
+                or rec.get("lastError")):
+            if (unsafe := unsafe_prefix(prefix, self.state.root)) is not None:
+                return self._failed(recipe, unsafe)
+            atomic_write_text(conf, text)
+            err = self._run(["-t", "-q"], prefix)
+            if err is not None:
+                if previous is not None:  # the running master's file stays what it serves
+                    atomic_write_text(conf, previous)
+                return self._failed(recipe, f"config test failed: {err}")
+            old = workers_of(pid)
+            os.kill(pid, signal.SIGHUP)  # graceful: old workers finish what they carry
+            if not self._confirm(port, served, unproven):
+                return self._failed(recipe, "the reload was not confirmed by /gateway/health in time; "
+                                               "retried next pass")
+            self._await_gone(pid, old)
+            self._conf[recipe] = text
+            how = " (none alive: where the frontends are relaunched)" if unproven else ""
+            changes.append(Change("GatewayReloaded", recipe, f"upstreams now {', '.join(served) or 'none'}{how}"))
+        # its workers change only with a reload or a start: asked of /proc then, not every tick
+        workers = (workers_of(pid) or rec.get("workers", [])) if changes or rec.get("pid") != pid \
+            else rec.get("workers", [])
+        up = {**rec, "upstreams": served, "unproven": unproven, "pid": pid, "lastError": None,
+              "workers": workers}
+        if rec.get("backoff") and rec.get("startedAt") is not None:  # stayed up: the next failure restarts at once
+            up["backoff"] = backoff_after(rec["backoff"], now - rec["startedAt"])
+        if up != rec:
+            self._write(recipe, up)
+        return changes
+
+    def _start_master(self, recipe: str, rec: dict, text: str, conf: Path, port: int, host: str, listen: str,
+                      upstreams: list[str], unproven: bool, moved: bool, beside: bool, ports: NodePortAllocator,
+                      now: float, changes: list[Change]) -> list[Change]:
+        """No master runs: start (first time), or restart after the backoff the last exits earned."""
+        prefix = conf.parent
         backoff = int(rec.get("backoff", 0) or 0)
         if rec.get("pid") is not None and rec.get("exitedAt") is None:
             # noticed now (a daemon leaves no exit record; the pidfd watcher wakes the loop at once)
