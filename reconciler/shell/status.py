@@ -28,7 +28,11 @@ def build_status(
 ) -> dict[str, Any]:
     """Conditions and worker rows from the desired state and the plan's named results (``rp``).
     ``gateway``: the deployment's gateway as the shell found it (``shell/gateway/record.py:facts``): its URL
-    is the endpoint, and the recipe is Ready only while it runs."""
+    is the endpoint, and the recipe is Ready only while it runs.
+
+    Long on purpose (~120 lines): the conditions read each other's facts (ready and wanted counts,
+    the frontend, the gateway, what moves), in the order Kubernetes gives them; cut into functions
+    they would pass a dozen of those values to each other. ``availability`` is apart: it reads none."""
     rp = rp or RecipePlan(name)
     rows = worker_rows(name, d, o, rp, launches, exits or {}) if d else []
     workers = [r for r in rows if r["role"] in ROLES]
