@@ -11,6 +11,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from load import scaled
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -108,7 +110,9 @@ def start_mocker(tmp_path: Path, *args: str, name: str = "mocker") -> tuple[Proc
     proc = Proc("reconciler.mocker", "--host", "127.0.0.1", "--port", str(port), "--model-name", "m", *args,
                 log=tmp_path / f"{name}-{port}.log")
     url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: proc.p.poll() is not None or get(url + "/metrics")[0] == 200, what=f"{name} up")
+    # its imports alone take seconds on two busy cores (30 s were seen at load 20): bounded by the load factor
+    wait_until(lambda: proc.p.poll() is not None or get(url + "/metrics")[0] == 200, timeout=scaled(60),
+               what=f"{name} up")
     assert proc.p.poll() is None, proc.output()
     return proc, url
 

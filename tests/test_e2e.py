@@ -15,6 +15,7 @@ import pytest
 
 from harness import Harness, scancel, sh
 from helpers import get, post, wait_until
+from load import scaled
 from support.clusters import h  # noqa: F401 - fixtures among them
 from support.recipes import DISAGG, KEEP
 
@@ -320,9 +321,15 @@ def test_get_and_plan_write_nothing_and_need_no_lock(h):
             r = h.cli(*args)
             assert r.returncode in (0, 2), (args, r.stderr)
             assert _state_bytes(h.state) == before, f"reconciler {' '.join(args)} wrote to state/"
-    r = h.cli("plan", "-o", "json")
-    out = json.loads(r.stdout)
-    rp = out["recipes"][name]
+
+    def planned() -> tuple:
+        # plan probes the workers itself (no run is running): on a loaded host one probe may time
+        # out, and decode_0 reads not ready for that look; it is Ready, so a later look says so
+        r = h.cli("plan", "-o", "json")
+        rp = json.loads(r.stdout)["recipes"][name]
+        return (r, rp) if rp["counts"]["decode"]["ready"] == 1 else None
+
+    r, rp = wait_until(planned, timeout=scaled(60), interval=1, what="plan seeing decode_0 Ready")
     assert r.returncode == 2 and rp["counts"]["decode"] == {"desired": 2, "running": 1, "ready": 1, "unavailable": 1}
     # the running job keeps what it was packed for (prefill_0, decode_0): the added worker waits for
     # a job of its own (desired/baseline.py), nothing that runs moves
@@ -347,7 +354,8 @@ def test_corrupt_state_of_one_recipe_and_a_killed_worker_of_another(h):
     (h.state / "ports.json").write_text("{not json")
     (h.state / "files.json").write_text("[]")
     h.start()
-    wait_until(lambda: h.ticks() >= 2, what="the restarted controller ticking")
+    # a restarted controller's imports and first passes over the corrupt files: tens of seconds at load 20
+    wait_until(lambda: h.ticks() >= 2, timeout=scaled(90), what="the restarted controller ticking")
     sid, _node = before["agg_0"]
     if h.driver == "slurm":
         scancel(sid)
