@@ -79,10 +79,14 @@ def apply(m: Manifests, state: StateDir, cluster: Cluster | None, now: float, ho
     known = state.files()
     records = recorded(state, report=True)
     host = host or gateway_host()
+    owners: dict[str, int] = {}  # name -> how many files declare it (once per pass, not per file)
+    for ns in m.declared.values():
+        for n in ns:
+            owners[n] = owners.get(n, 0) + 1
     # a recorded rename whose file is gone for good (deleted) is over: what it declared goes with it
     for path in sorted(m.paths):
         try:
-            _apply_one(m, state, cluster, now, host, path, tuple(known.get(path, ())), records.get(path))
+            _apply_one(m, state, cluster, now, host, path, tuple(known.get(path, ())), records.get(path), owners)
         except Exception as e:  # noqa: BLE001 - one file's rename must not stop the pass
             log.exception("rename not advanced", path=path, error=f"{type(e).__name__}: {e}")
             r = records.get(path)
@@ -93,11 +97,14 @@ def apply(m: Manifests, state: StateDir, cluster: Cluster | None, now: float, ho
 
 
 def _apply_one(m: Manifests, state: StateDir, cluster: Cluster | None, now: float, host: str, path: str,
-               applied: tuple[str, ...], record: Rename | None) -> None:
+               applied: tuple[str, ...], record: Rename | None, owners: dict[str, int]) -> None:
     # None: not read cleanly this pass (being written, invalid, every name another file's)
     declared = tuple(m.declared[path]) if path in m.declared else None
-    claimed = frozenset(n for p, ns in m.declared.items() if p != path for n in ns)
-    r = policy.ongoing(path, declared, applied, record, _holdable(state, path, applied), claimed, now)
+    # the only names policy.ongoing asks about: the recorded old one, or an applied name no longer
+    # declared (none for a file whose names did not change: no state read for it)
+    asked = {record.old} if record is not None else {n for n in applied if n not in (declared or ())}
+    claimed = frozenset(n for n in asked if owners.get(n, 0) > (n in (declared or ())))
+    r = policy.ongoing(path, declared, applied, record, _holdable(state, path, tuple(asked)), claimed, now)
     if r is None:
         return
     if r.new not in m.recipes:
