@@ -8,6 +8,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import http.client
 from pathlib import Path
@@ -432,7 +434,7 @@ def test_a_restart_quits_the_orphan_workers_its_record_missed(gw):
     os.kill(rec["pid"], signal.SIGKILL)
     wait_until(lambda: master_pid(prefix_of(gw.state.root, "r1")) is None, what="master gone")
     said = gw.sync("r1", [], ports, 2.0)
-    assert [c.kind for c in said] == ["GatewayRestarted"], said
+    assert [c.kind for c in said] == ["GatewayRestarted"], [c.message for c in said]
     wait_until(lambda: not Path(f"/proc/{worker}").exists(), what=f"orphan worker {worker} gone")
 
 
@@ -538,3 +540,38 @@ def test_a_renamed_gateway_takes_no_address_it_cannot_bind(tmp_path):
     record_path(gw.state.root, "old").write_text(json.dumps({"host": "127.0.0.1", "port": ports.base + 7}))
     record_path(gw.state.root, "new").unlink()
     assert gw.address("new", ports, 2.0, take_from="old") == ("127.0.0.1", ports.base + 7)  # here: taken
+
+
+@needs_nginx
+def test_orphan_workers_adopted_by_a_subreaper_are_found_too(tmp_path):
+    """Under a subreaper (a container's init, a CI runner) the orphaned workers of a killed master
+    get the subreaper as their parent, not pid 1: they are orphans all the same (CI showed it)."""
+    ports = _ports()
+    script = f"""
+import json, os, signal, sys, time
+sys.path[:0] = {[str(Path(__file__).parent), str(Path(__file__).parent.parent)]!r}
+from pathlib import Path
+from reconciler.shell.gateway.host import Gateways
+from reconciler.shell.gateway.sweep import master_pid, orphan_nginx_workers
+from reconciler.shell.gateway.record import prefix_of, record_path
+from reconciler.drivers.state import StateDir
+from reconciler.core.ports import NodePortAllocator
+gw = Gateways(StateDir(Path({str(tmp_path / "state")!r})), host="127.0.0.1")
+ports = NodePortAllocator({ports.base}, {ports.limit})
+gw.sync("r1", [], ports, 1.0)
+rec = json.loads(record_path(gw.state.root, "r1").read_text())
+(worker,) = rec["workers"]
+os.kill(rec["pid"], signal.SIGKILL)
+deadline = time.monotonic() + 20
+while master_pid(prefix_of(gw.state.root, "r1")) is not None and time.monotonic() < deadline:
+    time.sleep(0.05)
+found = orphan_nginx_workers(rec["port"])
+os.kill(worker, signal.SIGQUIT)
+print(json.dumps({{"worker": worker, "found": found, "parent": int(open(f"/proc/{{worker}}/stat").read().rsplit(")", 1)[1].split()[1])}}))
+"""
+    out = subprocess.run([sys.executable, str(Path(__file__).parent / "support" / "subreaper.py"),
+                          sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["parent"] != 1, seen  # adopted by the subreaper: the case this is about
+    assert seen["found"] == [seen["worker"]], seen

@@ -100,16 +100,17 @@ def listeners(port: int) -> dict[int, str]:
 
 
 def orphan_nginx_workers(port: int) -> list[int]:
-    """nginx workers whose master is gone (parent: init) that still listen on ``port``: what a
-    gateway master killed with SIGKILL leaves holding the port, found even when its record did
-    not list them."""
+    """nginx workers whose master is gone that still listen on ``port``: what a gateway master
+    killed with SIGKILL leaves holding the port, found even when its record did not list them.
+    Orphaned means its parent is no nginx master, not that its parent is pid 1: a subreaper (a
+    container's init, a CI runner, systemd --user) adopts orphans under its own pid."""
     out = []
     for pid, cmd in listeners(port).items():
         try:
-            ppid = _ppid(pid)
+            parent = Path(f"/proc/{_ppid(pid)}/cmdline").read_bytes().decode(errors="replace")
         except (OSError, ValueError, IndexError):
-            continue
-        if cmd.startswith("nginx: worker process") and ppid == 1:
+            parent = ""  # the parent is gone too: nothing adopted it yet
+        if cmd.startswith("nginx: worker process") and not parent.startswith("nginx: master process"):
             out.append(pid)
     return out
 
