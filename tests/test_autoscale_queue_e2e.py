@@ -2,7 +2,12 @@
 test's own with one GPU (tests/private_slurm.py), a recipe autoscaled 1..2 one-GPU workers.
 Under load the second worker's allocation cannot start (Resources): the role reports it as
 capacity coming, with Slurm's reason; no second allocation is submitted for the same need; when
-the load is gone the still-pending allocation is cancelled, and no request failed."""
+the load is gone the still-pending allocation is cancelled, and no request failed.
+
+The target is 2 waiting per worker, not 1: on a busy machine the light client's request (or the
+canary) is caught queued for one engine step now and then, and one waiting request against a
+target of 1 is a ratio of 1, which keeps the count (HPA's tolerance): one such scrape in each
+scale-down window held the second worker for good (seen in CI at load 20)."""
 
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ frontend: {{type: builtin, args: {{poll-interval: 0.2}}}}
 reconcile:
   autoscale:
     roles:
-      agg: {{min: 1, max: 2, target: {{waiting_per_worker: 1}}}}
+      agg: {{min: 1, max: 2, target: {{waiting_per_worker: 2}}}}
     interval_seconds: 1
     scale_down_after_seconds: 6
     drain_seconds: 1
@@ -74,7 +79,8 @@ def test_a_worker_whose_allocation_pends_is_coming_capacity_and_is_cancelled_whe
             # the load goes: the pending allocation is cancelled (and the extra worker drained)
             load.end()
             wait_until(lambda: not pending(private), timeout=90, interval=0.5,
-                       what=f"the pending allocation cancelled (events: {[e['message'] for e in events(h, name)][-6:]})")
+                       what=lambda: f"the pending allocation cancelled (events: {[e['message'] for e in events(h, name)][-6:]}; "
+                                    f"autoscale: {(h.state / name / 'autoscale.json').read_text()}; ticks {h.ticks()}; log:\n{h.log()[-3000:]})")
             wait_until(lambda: set(h.steps(name)) == {"agg_0", "frontend_0"}, timeout=120, interval=0.5,
                        what="back to one worker")
             stop(light)
