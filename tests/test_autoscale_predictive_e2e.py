@@ -111,7 +111,7 @@ def first_need(h, name: str, looks: Looks) -> float | None:
     return min(over, default=None)
 
 
-def test_a_rising_load_gets_its_worker_ready_before_it_needs_it(tmp_path):
+def test_a_rising_load_gets_its_worker_ready_before_it_needs_it(tmp_path, summary):
     with deployed(tmp_path, TEXT, "predict", timeout=150) as (h, name, endpoint):
         # the first worker's own launch-to-Ready is measured (the engine's 30 s, and the launch's own)
         first = wait_until(lambda: startup_lives(h, name).get("agg_0"), timeout=60, interval=0.5,
@@ -136,7 +136,7 @@ def test_a_rising_load_gets_its_worker_ready_before_it_needs_it(tmp_path):
                    f"{up[0]['message']}; agg_1 launched at {added['launched']:.1f}, Ready at {ready_at:.1f} "
                    f"(launch-to-Ready {added['readyAfter']}s); first load beyond one worker at {need:.1f} "
                    f"(Ready {need - ready_at:+.1f}s before it)")
-        print(figures)
+        summary(f"predictive e2e: {figures}")
         # the point of it: Ready (by the reconciler's own record) before the load that needed it came
         assert ready_at < need, figures
         assert added["readyAfter"] >= STARTUP, added

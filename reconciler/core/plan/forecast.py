@@ -5,10 +5,13 @@ Each decision keeps a sample of the role's load totals (queued, in flight, KV us
 workers) for the trend window. The trend is the least-squares line over that window; the forecast
 is that line at the horizon plus the band the samples reached above it (their largest residual):
 a gauge read once per decision swings around its trend, and the worker must be there for the
-swings, not for the mean. The horizon is the role's measured startup p90 (``startup.py``) plus two
-decision intervals: the load is seen up to one interval late, and the added worker's allocation is
-asked for at the next pass. A rising load so asks for the worker one startup before the per-worker
-target would be crossed, not when it is.
+swings, not for the mean. The horizon is the role's measured startup p90 (``startup.py``) plus
+``LEAD_INTERVALS`` decision intervals. A worker asked for at a decision is Ready the allocation's
+start plus one startup later; the first decision whose forecast reaches the crossing comes up to one
+interval after the moment it would have had to, so with two intervals the worker was Ready as little
+as one interval less the allocation's start (2-3 s at 5 s) before the load: any forecast error beyond
+that was late (CI at load 20: 1-3 s late). Three keep at least one interval more in hand. A rising
+load so asks for the worker one startup before the per-worker target would be crossed, not when it is.
 
 The windows follow the measured startup, not constants (Kubernetes HPA's stabilisation windows):
 
@@ -30,7 +33,8 @@ from dataclasses import dataclass
 from reconciler.core.plan.startup import Startup
 from reconciler.recipe.autoscale import AutoscaleConfig, RoleScale
 
-MAX_WINDOW = 600.0  # a trend longer than ten minutes is not the one a startup has to catch up with
+MAX_WINDOW = 600.0
+LEAD_INTERVALS = 3  # decision intervals added to the startup p90 for the horizon (see above)  # a trend longer than ten minutes is not the one a startup has to catch up with
 MIN_SAMPLES = 3  # a line through two reads is any step extrapolated (idle -> one client read as a ramp)
 # a trend is carried at most this many times as far ahead as the samples span: three reads 2 s
 # apart at the first client after a quiet start are no evidence for 67 s ahead (the policy benchmark
@@ -44,7 +48,7 @@ Sample = tuple[float, float, float, float]
 
 @dataclass(frozen=True)
 class Windows:
-    horizon: float  # how far ahead the forecast looks (startup p90 + two decisions)
+    horizon: float  # how far ahead the forecast looks (startup p90 + LEAD_INTERVALS decisions)
     trend: float  # the slope's window
     down: float  # scale-down stabilisation: the largest ask of this long is kept
 
@@ -54,7 +58,7 @@ class Windows:
 
 def windows(cfg: AutoscaleConfig, startup: Startup) -> Windows:
     """The windows for ``startup``; the recipe's own values win where it sets them."""
-    horizon = startup.p90 + 2 * cfg.interval_seconds
+    horizon = startup.p90 + LEAD_INTERVALS * cfg.interval_seconds
     trend = cfg.forecast_window_seconds
     if trend is None:
         trend = min(MAX_WINDOW, max(3 * cfg.interval_seconds, horizon))
