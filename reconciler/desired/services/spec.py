@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from reconciler.errors import ServiceError  # noqa: F401 - raised here, imported from here by callers
 from reconciler.recipe.model import Recipe
-from reconciler.desired.services.kinds import KINDS, NOT_YET, WORKER_PLACEMENTS
+from reconciler.desired.services.kinds import KINDS, NOT_YET, WORKER_PLACEMENTS, Kind
+from reconciler.recipe.carried import ServiceConfig
 from reconciler.world import SERVICE_PREFIX
 from reconciler.desired.services.types import (  # noqa: F401 - the names callers import from here
     ALLOC_PORT, PHASES, SINGLE, WORKER_NODES, WORKER_ROLES, _ROLE, Discovery, Readiness, ServiceSpec, discovery_of)
@@ -138,13 +139,7 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
     at = f"services.{i}"
     if not s.enabled:
         return None
-    if s.type in NOT_YET:
-        raise ServiceError(f"{at}.type", f"unsupported feature: service type {s.type!r} "
-                                         f"(the reconciler runs {', '.join(KINDS)})")
-    kind = KINDS.get(s.type)
-    if kind is None:
-        raise ServiceError(f"{at}.type", f"unknown service type {s.type!r} (expected one of "
-                                         f"{', '.join(KINDS)}, or later {', '.join(NOT_YET)})")
+    kind = _kind(s, at)
     slug = s.name.lower().replace("_", "-").replace(".", "-")
     if not _ROLE.fullmatch(slug):
         raise ServiceError(f"{at}.name", f"expected letters, digits, '-', '_' or '.' (at most 40), found {s.name!r}")
@@ -152,56 +147,11 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
         raise ServiceError(f"{at}.{key}", unsupported)
     if s.external is not None and not kind.external:
         raise ServiceError(f"{at}.external", f"a {s.type} service cannot be external (etcd and nats can)")
-    # a gms service is per worker unless it says otherwise (srtctl's default_per), and then it is refused
-    per_given = s.placement is not None and "per" in s.placement.model_fields_set
-    per_worker = (per_given and s.placement.per == "worker") or (s.type == "gms" and not per_given)
-    placement = s.placement.node if s.placement and "node" in s.placement.model_fields_set else \
-        ("workers" if per_worker else "head")
-    worker_roles: tuple[str, ...] = ()
-    if per_worker:
-        if placement not in WORKER_PLACEMENTS:
-            raise ServiceError(f"{at}.placement.node", f"a per-worker service is placed on workers: expected one "
-                                                       f"of {', '.join(WORKER_PLACEMENTS)}, found {placement!r}")
-        worker_roles = tuple(m for m, _ in recipe.roles.items() if placement in ("workers", m))
-        if not worker_roles:
-            raise ServiceError(f"{at}.placement.node", f"the recipe has no {placement} role")
-        if s.readiness is not None and any(getattr(s.readiness, k) is not None for k in ("port", "tcp", "http")):
-            raise ServiceError(f"{at}.readiness", "the instances of one node share its network: a per-worker "
-                                                  "service's readiness must be a log probe")
-    elif s.type == "gms":
-        raise ServiceError(f"{at}.placement.per", "a gms service runs one instance per worker: placement.per "
-                                                  "must be worker")
-    else:
-        if placement not in (*SINGLE, *WORKER_NODES):
-            raise ServiceError(f"{at}.placement.node", f"expected one of {', '.join((*SINGLE, *WORKER_NODES))}, "
-                                                       f"found {placement!r}")
-        if placement not in kind.placements:
-            raise ServiceError(f"{at}.placement.node", f"a {s.type} service cannot be placed on {placement!r} "
-                                                       f"(it takes {', '.join(kind.placements)})")
-        if placement in ("prefill", "decode", "agg") and placement not in dict(recipe.roles.items()):
-            raise ServiceError(f"{at}.placement.node", f"the recipe has no {placement} role (it has "
-                                                       f"{', '.join(m for m, _ in recipe.roles.items())})")
+    placement, worker_roles = _placed(recipe, s, kind, at)
     phase = s.start or kind.phase
     if phase not in PHASES:
         raise ServiceError(f"{at}.start", f"expected one of {', '.join(PHASES)}, found {phase!r}")
-    if s.type == "generic" and not s.command:
-        raise ServiceError(f"{at}.command", "a generic service needs a command (an argv list)")
-    for j, a in enumerate([*(s.command or []), *s.args]):
-        if not str(a).strip():
-            raise ServiceError(f"{at}.command", f"entry {j} is blank")
-    if s.name in ("etcd", "nats") and s.type != s.name:
-        raise ServiceError(f"{at}.type", f"the name {s.name!r} is the implied {s.name} service: declare it with "
-                                         f"type: {s.name}, or pick another name")
-    if s.type in ("etcd", "nats") and s.name != s.type:
-        raise ServiceError(f"{at}.name", f"a {s.type} service is named {s.type!r} (it takes the implied one over); "
-                                         "one per recipe")
-    mb = s.options.get("max_payload_mb")
-    if mb is not None and (isinstance(mb, bool) or not isinstance(mb, int) or mb < 1):
-        raise ServiceError(f"{at}.options.max_payload_mb", f"expected a whole number of MB >= 1, found {mb!r}")
-    unknown = sorted(set(s.options) - set(kind.options))
-    if unknown:
-        raise ServiceError(f"{at}.options.{unknown[0]}", f"unknown option for a {s.type} service"
-                           + (f" (known: {', '.join(kind.options)})" if kind.options else " (it takes none)"))
+    _check_command_and_options(s, kind, at)
     srun = dict(s.srun_options)
     if s.cpus_per_task is not None:
         srun["cpus-per-task"] = str(s.cpus_per_task)
@@ -226,6 +176,73 @@ def _declared(recipe: Recipe, i: int, implied_by: str) -> ServiceSpec | None:
         implied_by=implied_by, worker_roles=worker_roles, port_names=("port",) if uses_port else (),
         placement=placement,
     )
+
+
+def _kind(s: ServiceConfig, at: str) -> Kind:
+    """The service's kind, or a located error for a type the reconciler does not (yet) run."""
+    if s.type in NOT_YET:
+        raise ServiceError(f"{at}.type", f"unsupported feature: service type {s.type!r} "
+                                         f"(the reconciler runs {', '.join(KINDS)})")
+    kind = KINDS.get(s.type)
+    if kind is None:
+        raise ServiceError(f"{at}.type", f"unknown service type {s.type!r} (expected one of "
+                                         f"{', '.join(KINDS)}, or later {', '.join(NOT_YET)})")
+    return kind
+
+
+def _placed(recipe: Recipe, s: ServiceConfig, kind: Kind, at: str) -> tuple[str, tuple[str, ...]]:
+    """(where the service runs, the roles whose workers each get an instance: per-worker only)."""
+    # a gms service is per worker unless it says otherwise (srtctl's default_per), and then it is refused
+    per_given = s.placement is not None and "per" in s.placement.model_fields_set
+    per_worker = (per_given and s.placement.per == "worker") or (s.type == "gms" and not per_given)
+    placement = s.placement.node if s.placement and "node" in s.placement.model_fields_set else \
+        ("workers" if per_worker else "head")
+    if per_worker:
+        if placement not in WORKER_PLACEMENTS:
+            raise ServiceError(f"{at}.placement.node", f"a per-worker service is placed on workers: expected one "
+                                                       f"of {', '.join(WORKER_PLACEMENTS)}, found {placement!r}")
+        worker_roles = tuple(m for m, _ in recipe.roles.items() if placement in ("workers", m))
+        if not worker_roles:
+            raise ServiceError(f"{at}.placement.node", f"the recipe has no {placement} role")
+        if s.readiness is not None and any(getattr(s.readiness, k) is not None for k in ("port", "tcp", "http")):
+            raise ServiceError(f"{at}.readiness", "the instances of one node share its network: a per-worker "
+                                                  "service's readiness must be a log probe")
+        return placement, worker_roles
+    if s.type == "gms":
+        raise ServiceError(f"{at}.placement.per", "a gms service runs one instance per worker: placement.per "
+                                                  "must be worker")
+    if placement not in (*SINGLE, *WORKER_NODES):
+        raise ServiceError(f"{at}.placement.node", f"expected one of {', '.join((*SINGLE, *WORKER_NODES))}, "
+                                                   f"found {placement!r}")
+    if placement not in kind.placements:
+        raise ServiceError(f"{at}.placement.node", f"a {s.type} service cannot be placed on {placement!r} "
+                                                   f"(it takes {', '.join(kind.placements)})")
+    if placement in ("prefill", "decode", "agg") and placement not in dict(recipe.roles.items()):
+        raise ServiceError(f"{at}.placement.node", f"the recipe has no {placement} role (it has "
+                                                   f"{', '.join(m for m, _ in recipe.roles.items())})")
+    return placement, ()
+
+
+def _check_command_and_options(s: ServiceConfig, kind: Kind, at: str) -> None:
+    """The command, the names etcd and nats keep for themselves, and the kind's options."""
+    if s.type == "generic" and not s.command:
+        raise ServiceError(f"{at}.command", "a generic service needs a command (an argv list)")
+    for j, a in enumerate([*(s.command or []), *s.args]):
+        if not str(a).strip():
+            raise ServiceError(f"{at}.command", f"entry {j} is blank")
+    if s.name in ("etcd", "nats") and s.type != s.name:
+        raise ServiceError(f"{at}.type", f"the name {s.name!r} is the implied {s.name} service: declare it with "
+                                         f"type: {s.name}, or pick another name")
+    if s.type in ("etcd", "nats") and s.name != s.type:
+        raise ServiceError(f"{at}.name", f"a {s.type} service is named {s.type!r} (it takes the implied one over); "
+                                         "one per recipe")
+    mb = s.options.get("max_payload_mb")
+    if mb is not None and (isinstance(mb, bool) or not isinstance(mb, int) or mb < 1):
+        raise ServiceError(f"{at}.options.max_payload_mb", f"expected a whole number of MB >= 1, found {mb!r}")
+    unknown = sorted(set(s.options) - set(kind.options))
+    if unknown:
+        raise ServiceError(f"{at}.options.{unknown[0]}", f"unknown option for a {s.type} service"
+                           + (f" (known: {', '.join(kind.options)})" if kind.options else " (it takes none)"))
 
 
 def _unsupported(s) -> dict[str, str]:
