@@ -47,10 +47,13 @@ def is_v1(data: dict[str, Any]) -> bool:
     return False
 
 
+Where = dict[Path, str]
+
+
 def normalize(data: dict[str, Any]) -> tuple[dict[str, Any], dict[Path, str], list[str]]:
     """Return (schema-2 data, new-path -> v1 key path, notes)."""
     d = copy.deepcopy(data)
-    where: dict[Path, str] = {}
+    where: Where = {}
     notes: list[str] = ["v1 layout normalised into schema 2"]
     if "roles" in d or "engine" in d:
         raise _Mixed()
@@ -60,7 +63,27 @@ def normalize(data: dict[str, Any]) -> tuple[dict[str, Any], dict[Path, str], li
     if backend is not None and not isinstance(backend, dict):
         raise _BadBackend(backend)
     backend = backend or {}
+    roles = _roles(res, where)
+    engine_type = _role_configs(backend, roles, where, notes)
+    _role_env_and_args(backend, roles, where, notes)
+    _kv_events(backend, roles, where)
+    engine: dict[str, Any] = {"type": engine_type or "sglang"}
+    engine.update(backend)  # the remaining backend keys are engine knobs
+    d["engine"] = engine
+    where[("engine",)] = "backend"
+    d["roles"] = roles
+    d["resources"] = res
+    _moved(d, where, notes)
+    fe = d.get("frontend")
+    if isinstance(fe, dict) and fe.get("type") == "sglang":
+        # v1 spelled the SGLang router "sglang"; schema 2 calls it sglang-router
+        fe["type"] = "sglang-router"
+        notes.append("frontend.type 'sglang' (v1) read as 'sglang-router'")
+    return d, where, notes
 
+
+def _roles(res: dict[str, Any], where: Where) -> dict[str, dict[str, Any]]:
+    """The roles v1's resources size (their keys taken out of ``res``)."""
     roles: dict[str, dict[str, Any]] = {}
     for role in ("prefill", "decode", "agg"):
         for field, pattern in RESOURCE_KEYS.items():
@@ -75,7 +98,13 @@ def normalize(data: dict[str, Any]) -> tuple[dict[str, Any], dict[Path, str], li
     for role, r in roles.items():
         if role == "decode" and r.get("nodes") == 0:
             r["nodes"] = "colocate"
+    return roles
 
+
+def _role_configs(backend: dict[str, Any], roles: dict[str, dict[str, Any]], where: Where,
+                  notes: list[str]) -> str | None:
+    """Each role's engine args from backend.<engine>_config (taken out of ``backend``); the engine
+    type, from backend.type or the config's name."""
     engine_type = backend.pop("type", None)
     for cfg_key, etype in ENGINE_CONFIG_KEYS.items():
         cfg = backend.pop(cfg_key, None)
@@ -94,6 +123,12 @@ def normalize(data: dict[str, Any]) -> tuple[dict[str, Any], dict[Path, str], li
                     notes.append(f"backend.{cfg_key}.{v1name} ignored: the recipe has no {role} role")
         for k in cfg:
             notes.append(f"backend.{cfg_key}.{k} ignored (not a role)")
+    return engine_type
+
+
+def _role_env_and_args(backend: dict[str, Any], roles: dict[str, dict[str, Any]], where: Where,
+                       notes: list[str]) -> None:
+    """backend.<role>_environment and <role>_extra_args onto their roles."""
     for role, v1name in V1_ROLE.items():
         for suffix, field in (("_environment", "env"), ("_extra_args", "extra_args")):
             key = v1name + suffix
@@ -104,6 +139,10 @@ def normalize(data: dict[str, Any]) -> tuple[dict[str, Any], dict[Path, str], li
                     where[("roles", role, field)] = f"backend.{key}"
                 else:
                     notes.append(f"backend.{key} ignored: the recipe has no {role} role")
+
+
+def _kv_events(backend: dict[str, Any], roles: dict[str, dict[str, Any]], where: Where) -> None:
+    """backend.kv_events_config onto the roles that publish."""
     kv = backend.pop("kv_events_config", None)
     if kv is True:  # srtctl: a global true publishes from prefill and decode, with the defaults
         kv = {"prefill": True, "decode": True}
@@ -114,12 +153,9 @@ def normalize(data: dict[str, Any]) -> tuple[dict[str, Any], dict[Path, str], li
                     roles[role]["kv_events"] = kv[name]
                     where[("roles", role, "kv_events")] = f"backend.kv_events_config.{name}"
 
-    engine: dict[str, Any] = {"type": engine_type or "sglang"}
-    engine.update(backend)  # the remaining backend keys are engine knobs
-    d["engine"] = engine
-    where[("engine",)] = "backend"
-    d["roles"] = roles
-    d["resources"] = res
+
+def _moved(d: dict[str, Any], where: Where, notes: list[str]) -> None:
+    """Keys v1 kept under another name in the same section."""
     for (section, key), (new, derive) in MOVED.items():
         sec = d.get(section)
         if isinstance(sec, dict) and key in sec:
@@ -130,12 +166,6 @@ def normalize(data: dict[str, Any]) -> tuple[dict[str, Any], dict[Path, str], li
                 sec[new] = value
             where[(section, new)] = f"{section}.{key}"
             notes.append(f"{section}.{key} (v1) read as {section}.{new}")
-    fe = d.get("frontend")
-    if isinstance(fe, dict) and fe.get("type") == "sglang":
-        # v1 spelled the SGLang router "sglang"; schema 2 calls it sglang-router
-        fe["type"] = "sglang-router"
-        notes.append("frontend.type 'sglang' (v1) read as 'sglang-router'")
-    return d, where, notes
 
 
 class _Mixed(ValueError):
