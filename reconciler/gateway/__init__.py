@@ -183,55 +183,7 @@ def _front_door(cfg: GatewayConfig) -> str:
 def render(cfg: GatewayConfig) -> str:
     """The complete nginx.conf of one gateway (deterministic: the same input renders the same text)."""
     _check(cfg)
-    no_frontend = json.dumps({"error": {"message": f"{cfg.recipe}: no Ready frontend behind the gateway",
-                                        "type": "service_unavailable", "code": 503}})
-    no_answer = json.dumps({"error": {"message": f"{cfg.recipe}: no frontend behind the gateway answered",
-                                      "type": "service_unavailable", "code": 503}})
-    # what a reload is confirmed by: the shell waits until the gateway answers with the new list
-    # (and, for a gateway in its own job, this config's version: a change of the hold is one too)
-    health = json.dumps({"gateway": cfg.recipe, "upstreams": list(cfg.upstreams), "unproven": cfg.unproven,
-                         "version": version(cfg), "instance": instance(cfg.recipe, cfg.prefix)})
-    hold = f"127.0.0.1:{cfg.holder}" if cfg.holder is not None else None
-    if cfg.upstreams or hold:
-        # all unproven and marked failed, nginx would answer "no live upstreams" for fail_timeout
-        # after one of them is back (a single server is never marked: nginx ignores max_fails then)
-        fails = "max_fails=0" if cfg.unproven else f"max_fails=1 fail_timeout={FAIL_TIMEOUT_S}s"
-        servers = "".join(f"        server {u} {fails};\n" for u in cfg.upstreams)
-        if hold:  # alone, or the frontends' backup: tried once every frontend failed the request
-            servers += f"        server {hold}{' backup' if cfg.upstreams else ''};\n"
-        tries = len(cfg.upstreams) + 1 + int(hold is not None)
-        # no kept-alive upstream connections: a frontend that died is then seen at once as a refused
-        # connect (next frontend, no wait), never as a dead cached connection
-        upstream = ("    upstream frontends {\n" + servers + "    }\n")
-        location = "".join(
-            f"        location {where} {{\n"
-            + _checked(cfg) +
-            "            proxy_pass http://frontends;\n"
-            "            proxy_http_version 1.1;\n"
-            "            proxy_set_header Host $http_host;\n"
-            "            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
-            "            proxy_buffering off;\n"
-            "            proxy_request_buffering on;\n"
-            "            proxy_next_upstream error timeout http_503 http_404 non_idempotent;\n"
-            f"            proxy_next_upstream_tries {tries};\n"
-            "            proxy_connect_timeout 2s;\n"
-            f"            proxy_read_timeout {READ_TIMEOUT_S}s;\n"
-            f"            proxy_send_timeout {READ_TIMEOUT_S}s;\n"
-            "            error_page 502 504 = @nofrontend;\n"
-            "        }\n" for where in OPENAI) + (
-            "        location @nofrontend {\n"
-            "            default_type application/json;\n"
-            f"            return 503 '{no_answer}\\n';\n"
-            "        }\n")
-    else:
-        upstream = ""
-        location = "".join(
-            f"        location {where} {{\n"
-            + _checked(cfg) +
-            "            default_type application/json;\n"
-            f"            return 503 '{no_frontend}\\n';\n"
-            "        }\n" for where in OPENAI)
-    location += _front_door(cfg)
+    upstream, location = _routes(cfg)
     return (
         f"# gateway of {cfg.recipe}: written by the reconciler, replaced on every upstream change\n"
         + (f"user {cfg.user};\n" if cfg.user else "")
@@ -253,27 +205,87 @@ def render(cfg: GatewayConfig) -> str:
         "    keepalive_timeout 75s;\n"
         + upstream
         + "    server {\n"
-        # [::] with nginx's default ipv6only=on would refuse every IPv4 client of the host's name
-        f"        listen {cfg.listen}:{cfg.port} backlog=4096{' ipv6only=off' if cfg.listen == ANY6 else ''}"
-        f"{' reuseport' if cfg.reuseport else ''}{' ssl' if cfg.tls else ''};\n"
-        # bound to one address: the reconciler's probe and the holder still reach it on loopback;
-        # with TLS, loopback stays plain HTTP for them (nginx tells the two apart by local address)
-        + (f"        listen 127.0.0.1:{cfg.port}{'' if cfg.listen == ANY else ' backlog=4096'}"
-           f"{' reuseport' if cfg.reuseport and cfg.listen != ANY else ''};\n"
-           if cfg.listen not in (ANY, ANY6, "127.0.0.1") or cfg.tls else "")
-        + (f"        ssl_certificate {cfg.tls[0]};\n        ssl_certificate_key {cfg.tls[1]};\n"
-           "        ssl_protocols TLSv1.2 TLSv1.3;\n" if cfg.tls else "")
-        + "        location = /gateway/health {\n"
-        "            default_type application/json;\n"
-        # `return` runs before allow/deny would (rewrite phase): the address is tested in an `if`
-        + ("            if ($remote_addr !~ '^(127\\.0\\.0\\.1|::1|::ffff:127\\.0\\.0\\.1)$') {\n"
-           f"                return 404 '{_NOT_HERE}\\n';\n"
-           "            }\n" if cfg.loopback_health else "")
-        + f"            return 200 '{health}\\n';\n"
-        "        }\n"
+        + _listen(cfg)
+        + _health(cfg)
         + location
         + "    }\n"
         "}\n")
+
+
+def _routes(cfg: GatewayConfig) -> tuple[str, str]:
+    """(the upstream block, the OpenAI locations and the front door): proxied to the frontends (and
+    the holder), or a 503 of its own when there is neither."""
+    hold = f"127.0.0.1:{cfg.holder}" if cfg.holder is not None else None
+    if not (cfg.upstreams or hold):
+        no_frontend = json.dumps({"error": {"message": f"{cfg.recipe}: no Ready frontend behind the gateway",
+                                            "type": "service_unavailable", "code": 503}})
+        return "", "".join(
+            f"        location {where} {{\n"
+            + _checked(cfg) +
+            "            default_type application/json;\n"
+            f"            return 503 '{no_frontend}\\n';\n"
+            "        }\n" for where in OPENAI) + _front_door(cfg)
+    no_answer = json.dumps({"error": {"message": f"{cfg.recipe}: no frontend behind the gateway answered",
+                                      "type": "service_unavailable", "code": 503}})
+    # all unproven and marked failed, nginx would answer "no live upstreams" for fail_timeout
+    # after one of them is back (a single server is never marked: nginx ignores max_fails then)
+    fails = "max_fails=0" if cfg.unproven else f"max_fails=1 fail_timeout={FAIL_TIMEOUT_S}s"
+    servers = "".join(f"        server {u} {fails};\n" for u in cfg.upstreams)
+    if hold:  # alone, or the frontends' backup: tried once every frontend failed the request
+        servers += f"        server {hold}{' backup' if cfg.upstreams else ''};\n"
+    tries = len(cfg.upstreams) + 1 + int(hold is not None)
+    # no kept-alive upstream connections: a frontend that died is then seen at once as a refused
+    # connect (next frontend, no wait), never as a dead cached connection
+    upstream = ("    upstream frontends {\n" + servers + "    }\n")
+    location = "".join(
+        f"        location {where} {{\n"
+        + _checked(cfg) +
+        "            proxy_pass http://frontends;\n"
+        "            proxy_http_version 1.1;\n"
+        "            proxy_set_header Host $http_host;\n"
+        "            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
+        "            proxy_buffering off;\n"
+        "            proxy_request_buffering on;\n"
+        "            proxy_next_upstream error timeout http_503 http_404 non_idempotent;\n"
+        f"            proxy_next_upstream_tries {tries};\n"
+        "            proxy_connect_timeout 2s;\n"
+        f"            proxy_read_timeout {READ_TIMEOUT_S}s;\n"
+        f"            proxy_send_timeout {READ_TIMEOUT_S}s;\n"
+        "            error_page 502 504 = @nofrontend;\n"
+        "        }\n" for where in OPENAI) + (
+        "        location @nofrontend {\n"
+        "            default_type application/json;\n"
+        f"            return 503 '{no_answer}\\n';\n"
+        "        }\n")
+    return upstream, location + _front_door(cfg)
+
+
+def _listen(cfg: GatewayConfig) -> str:
+    # [::] with nginx's default ipv6only=on would refuse every IPv4 client of the host's name
+    return (f"        listen {cfg.listen}:{cfg.port} backlog=4096{' ipv6only=off' if cfg.listen == ANY6 else ''}"
+            f"{' reuseport' if cfg.reuseport else ''}{' ssl' if cfg.tls else ''};\n"
+            # bound to one address: the reconciler's probe and the holder still reach it on loopback;
+            # with TLS, loopback stays plain HTTP for them (nginx tells the two apart by local address)
+            + (f"        listen 127.0.0.1:{cfg.port}{'' if cfg.listen == ANY else ' backlog=4096'}"
+               f"{' reuseport' if cfg.reuseport and cfg.listen != ANY else ''};\n"
+               if cfg.listen not in (ANY, ANY6, "127.0.0.1") or cfg.tls else "")
+            + (f"        ssl_certificate {cfg.tls[0]};\n        ssl_certificate_key {cfg.tls[1]};\n"
+               "        ssl_protocols TLSv1.2 TLSv1.3;\n" if cfg.tls else ""))
+
+
+def _health(cfg: GatewayConfig) -> str:
+    # what a reload is confirmed by: the shell waits until the gateway answers with the new list
+    # (and, for a gateway in its own job, this config's version: a change of the hold is one too)
+    health = json.dumps({"gateway": cfg.recipe, "upstreams": list(cfg.upstreams), "unproven": cfg.unproven,
+                         "version": version(cfg), "instance": instance(cfg.recipe, cfg.prefix)})
+    return ("        location = /gateway/health {\n"
+            "            default_type application/json;\n"
+            # `return` runs before allow/deny would (rewrite phase): the address is tested in an `if`
+            + ("            if ($remote_addr !~ '^(127\\.0\\.0\\.1|::1|::ffff:127\\.0\\.0\\.1)$') {\n"
+               f"                return 404 '{_NOT_HERE}\\n';\n"
+               "            }\n" if cfg.loopback_health else "")
+            + f"            return 200 '{health}\\n';\n"
+            "        }\n")
 
 
 __all__ = ["ANY", "GatewayConfig", "render", "version", "instance", "FAIL_TIMEOUT_S"]
