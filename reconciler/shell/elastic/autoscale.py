@@ -130,6 +130,48 @@ class Autoscaler:
     def _decide(self, name: str, recipe: Recipe, cfg: AutoscaleConfig, snap: Snapshot) -> bool:
         now, d, o = snap.now, snap.desired.recipes[name], snap.observed
         mem = self.memory(name, recipe, now)
+        facts, held = self._facts(name, cfg, d, o, mem, now)
+        startups = self.startup.startups(name, [role for role, _ in cfg.roles.items()], d.startup_grace)
+        decisions = compute_autoscale(cfg, facts, mem, now, startups)
+        spares_before = _spares(cfg, mem)
+        spares_after = _spares(cfg, {role: dec.memory for role, dec in decisions.items()})
+        doc = self.state.read_json(self.state.path_of(name, FILE), {}, lambda x: isinstance(x, dict))
+        history = list(doc.get("decisions", []))[-KEEP_DECISIONS:] if isinstance(doc.get("decisions"), list) else []
+        last = {}
+        moved = False
+        for role, dec in decisions.items():
+            before, after = mem[role], dec.memory
+            rs = dict(cfg.roles.items())[role]
+            last[role] = {"at": iso(now), "ask": dec.ask, "reason": dec.reason, "inputs": dict(dec.inputs),
+                          "ready": facts[role].ready, "target": after.target, "built": after.built,
+                          "min": rs.min, "max": rs.max,
+                          "draining": [f"{role}_{i}" for i in after.draining], "coming": coming(d, o, role, now),
+                          "policy": cfg.policy, "startup": brief(startups[role]),
+                          "spares": [{"name": f"{role}_{i}", "ready": _ready(d, o, role, i)} for i in spares_after[role]]}
+            if held:
+                last[role]["held"] = held
+            if dec.scaled:
+                history.append({"at": iso(now), "role": role, "from": before.target, "to": after.target,
+                                "reason": dec.reason, "inputs": dict(dec.inputs)})
+            self._tell(name, role, cfg, dec, before, held, startups[role].p90, last[role]["draining"])
+            self._tell_promoted(name, role, d, o, promoted(spares_before[role], after.built), len(spares_after[role]))
+            moved |= ((after.built, list(after.draining), spares_after[role])
+                      != (before.built, list(before.draining), spares_before[role]))
+        wake = wake_eta.track(doc.get("wake"), decisions, facts, now)
+        if cfg.scale_to_zero_after_seconds is not None:
+            measured = [s.p90 for s in startups.values() if s.lives]
+            wake_eta.tell_holder(self.state.root, name, wake, d, o, now,
+                                 at_zero=all(dec.memory.target == 0 for dec in decisions.values()),
+                                 startup=max(measured) if measured else None)
+        self.state.write_json(self.state.path_of(name, FILE), {
+            "recipe": name, "roles": {r: to_json(dec.memory) for r, dec in decisions.items()},
+            "last": last, "decisions": history[-KEEP_DECISIONS:], "wake": wake})
+        return moved
+
+    def _facts(self, name: str, cfg: AutoscaleConfig, d, o, mem: Mapping[str, RoleMemory],
+               now: float) -> tuple[dict[str, RoleFacts], int]:
+        """(each role's facts for this decision, the requests held at the gateway): the serving
+        workers' pages read once, the drain victims' and the frontends' with them."""
         roles = dict(cfg.roles.items())
         # warm spares are Ready but out of the routers: no serving capacity, no load, not idle-keeping
         serving = [u for u in d.units if u.role in roles and o.ready.get(u.key) and u.name not in d.draining
@@ -160,57 +202,31 @@ class Autoscaler:
         for key in [k for k in self._left if k[0] == name and k not in {u.key for u in victims}]:
             del self._left[key]  # stopped, or back in the routers
         self._note_routed(name, serving, pages, o, now)
-        startups = self.startup.startups(name, list(roles), d.startup_grace)
-        decisions = compute_autoscale(cfg, facts, mem, now, startups)
-        spares_before = _spares(cfg, mem)
-        spares_after = _spares(cfg, {role: dec.memory for role, dec in decisions.items()})
-        doc = self.state.read_json(self.state.path_of(name, FILE), {}, lambda x: isinstance(x, dict))
-        history = list(doc.get("decisions", []))[-KEEP_DECISIONS:] if isinstance(doc.get("decisions"), list) else []
-        last = {}
-        moved = False
-        for role, dec in decisions.items():
-            before, after = mem[role], dec.memory
-            last[role] = {"at": iso(now), "ask": dec.ask, "reason": dec.reason, "inputs": dict(dec.inputs),
-                          "ready": facts[role].ready, "target": after.target, "built": after.built,
-                          "min": roles[role].min, "max": roles[role].max,
-                          "draining": [f"{role}_{i}" for i in after.draining], "coming": coming(d, o, role, now),
-                          "policy": cfg.policy, "startup": brief(startups[role]),
-                          "spares": [{"name": f"{role}_{i}", "ready": _ready(d, o, role, i)} for i in spares_after[role]]}
-            if held:
-                last[role]["held"] = held
-            if dec.scaled:
-                history.append({"at": iso(now), "role": role, "from": before.target, "to": after.target,
-                                "reason": dec.reason, "inputs": dict(dec.inputs)})
-                verb = "up" if dec.scaled > 0 else "down"
-                why = ("ScaledToZero" if after.target == 0 else "WokeUp" if before.target == 0 else
-                       "ScaledUp" if dec.scaled > 0 else "ScaledDown")
-                extra = f"; {held} request(s) held at the gateway" if why == "WokeUp" and held else ""
-                self.state.event("Scaled", name, f"{role} scaled {verb} {dec.reason}{extra}", role=role,
-                                 reason=why, policy=cfg.policy, startupP90=startups[role].p90,
-                                 **{"from": before.target, "to": after.target})
-            if after.drain_since is not None and after.drain_since != before.drain_since:
-                self.state.event("Draining", name, f"{', '.join(last[role]['draining'])} out of the routers; "
-                                 f"stopped once their requests are done (at most {cfg.drain_timeout_seconds:g}s)",
-                                 role=role)
-            up = promoted(spares_before[role], after.built)
-            if up:
-                names = ", ".join(f"{role}_{i}" + ("" if _ready(d, o, role, i) else " (not Ready yet: routed once it is)")
-                                  for i in up)
-                self.state.event("SparePromoted", name, f"{names} routed from the warm spares (no cold start); "
-                                 f"{len(spares_after[role])} spare(s) kept behind it", role=role,
-                                 promoted=[f"{role}_{i}" for i in up])
-            moved |= ((after.built, list(after.draining), spares_after[role])
-                      != (before.built, list(before.draining), spares_before[role]))
-        wake = wake_eta.track(doc.get("wake"), decisions, facts, now)
-        if cfg.scale_to_zero_after_seconds is not None:
-            measured = [s.p90 for s in startups.values() if s.lives]
-            wake_eta.tell_holder(self.state.root, name, wake, d, o, now,
-                                 at_zero=all(dec.memory.target == 0 for dec in decisions.values()),
-                                 startup=max(measured) if measured else None)
-        self.state.write_json(self.state.path_of(name, FILE), {
-            "recipe": name, "roles": {r: to_json(dec.memory) for r, dec in decisions.items()},
-            "last": last, "decisions": history[-KEEP_DECISIONS:], "wake": wake})
-        return moved
+        return facts, held
+
+    def _tell(self, name: str, role: str, cfg: AutoscaleConfig, dec, before: RoleMemory, held: int,
+              startup_p90: float, draining: list[str]) -> None:
+        """The decision's events: Scaled when the count changed, Draining when victims left the routers."""
+        after = dec.memory
+        if dec.scaled:
+            verb = "up" if dec.scaled > 0 else "down"
+            why = ("ScaledToZero" if after.target == 0 else "WokeUp" if before.target == 0 else
+                   "ScaledUp" if dec.scaled > 0 else "ScaledDown")
+            extra = f"; {held} request(s) held at the gateway" if why == "WokeUp" and held else ""
+            self.state.event("Scaled", name, f"{role} scaled {verb} {dec.reason}{extra}", role=role,
+                             reason=why, policy=cfg.policy, startupP90=startup_p90,
+                             **{"from": before.target, "to": after.target})
+        if after.drain_since is not None and after.drain_since != before.drain_since:
+            self.state.event("Draining", name, f"{', '.join(draining)} out of the routers; "
+                             f"stopped once their requests are done (at most {cfg.drain_timeout_seconds:g}s)",
+                             role=role)
+
+    def _tell_promoted(self, name: str, role: str, d, o, up: list[int], kept: int) -> None:
+        if up:
+            names = ", ".join(f"{role}_{i}" + ("" if _ready(d, o, role, i) else " (not Ready yet: routed once it is)")
+                              for i in up)
+            self.state.event("SparePromoted", name, f"{names} routed from the warm spares (no cold start); "
+                             f"{kept} spare(s) kept behind it", role=role, promoted=[f"{role}_{i}" for i in up])
 
     def _note_routed(self, name: str, serving: list, pages: dict[str, em.Reading | None], o, now: float) -> None:
         """A serving worker's first request of its life (a client's or a canary's: either went through
