@@ -4,8 +4,8 @@ rename a file is in, and its step from the facts of a pass."""
 import pytest
 
 from reconciler.core.plan.rename import (
-    Rename, Step, address_takeable, advance, from_doc, holds_old, new_gateway_waits, old_gateway_stops, ongoing,
-    why_not_takeable,
+    Rename, Step, address_takeable, advance, from_doc, holds_old, new_gateway_shares, new_gateway_takes_over,
+    new_gateway_waits, old_gateway_stops, ongoing, why_not_takeable,
 )
 
 P = "manifests/app.yaml"
@@ -67,15 +67,19 @@ def test_the_step_of_a_rename(r, ready, frontend, old_endpoint, took, serves, ol
     assert got.step is step and (got.old, got.new, got.since) == (r.old, r.new, r.since)
 
 
-@pytest.mark.parametrize("step, held, gateway_waits, old_gateway_stops_", [
-    (Step.STARTING, True, True, False),
-    (Step.HANDING_OVER, True, False, False),  # both gateways listen; the old deployment still serves
-    (Step.RETIRING, True, False, True),  # the old gateway stops before the deployment it routes to
-    (Step.RELEASED, False, False, False),  # a normal delete of a recipe no file names
+# (step, old held, new gateway waits, old gateway stops, new gateway takes the address, new gateway shares it)
+@pytest.mark.parametrize("step, want", [
+    (Step.STARTING, (True, True, False, False, False)),
+    # both gateways listen; the old deployment still serves
+    (Step.HANDING_OVER, (True, False, False, True, True)),
+    # the old gateway stops before the deployment it routes to; the new one keeps reuseport until then
+    (Step.RETIRING, (True, False, True, False, True)),
+    (Step.RELEASED, (False, False, False, False, False)),  # a normal delete of a recipe no file names
 ])
-def test_what_each_step_holds(step, held, gateway_waits, old_gateway_stops_):
+def test_what_each_step_holds(step, want):
     r = Rename(P, "old", "new", 0.0, step)
-    assert (holds_old(r), new_gateway_waits(r), old_gateway_stops(r)) == (held, gateway_waits, old_gateway_stops_)
+    assert (holds_old(r), new_gateway_waits(r), old_gateway_stops(r), new_gateway_takes_over(r),
+            new_gateway_shares(r)) == want
 
 
 def test_a_record_round_trips():

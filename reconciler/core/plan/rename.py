@@ -150,3 +150,14 @@ def old_gateway_stops(r: Rename) -> bool:
 def new_gateway_waits(r: Rename) -> bool:
     """The new deployment's gateway is not started yet: it will take the old one's address."""
     return r.step is Step.STARTING
+
+
+def new_gateway_takes_over(r: Rename) -> bool:
+    """The new deployment's gateway binds the old one's address beside it in this step."""
+    return r.step is Step.HANDING_OVER
+
+
+def new_gateway_shares(r: Rename) -> bool:
+    """The new deployment's gateway listens with SO_REUSEPORT in this step (beside the old one, or
+    until the old one has stopped)."""
+    return r.step in (Step.HANDING_OVER, Step.RETIRING)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import structlog
 
-from reconciler.core.plan.rename import Step, holds_old, new_gateway_waits, old_gateway_stops
+from reconciler.core.plan.rename import (holds_old, new_gateway_shares, new_gateway_takes_over, new_gateway_waits,
+                                         old_gateway_stops)
 from reconciler.drivers.state import StateDir
 from reconciler.shell.readiness import router_sync
 from reconciler.shell.gateway import holder_supervisor, wake_eta
@@ -81,11 +82,10 @@ def sync_gateways(state: StateDir, gateways: Gateways, snap: Snapshot, answering
     # ... and once the new one serves there, the old one's gateway stops before its deployment goes
     retiring = {r.old for r in renames.values() if old_gateway_stops(r)}
     wanted -= retiring
-    take = {n: r.old for n, r in renames.items() if r.step is Step.HANDING_OVER}
+    take = {n: r.old for n, r in renames.items() if new_gateway_takes_over(r)}
     # two masters on one port only while a rename needs them: once over, SO_REUSEPORT is dropped
     # from the record and the config (takeover.shared)
-    share = {r.old for r in renames.values() if holds_old(r)} | {
-        n for n, r in renames.items() if r.step in (Step.HANDING_OVER, Step.RETIRING)}
+    share = {r.old for r in renames.values() if holds_old(r)} | {n for n, r in renames.items() if new_gateway_shares(r)}
     for name in sorted(wanted):
         dr = d.recipes[name]
         try:
