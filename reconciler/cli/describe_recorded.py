@@ -14,13 +14,10 @@ from typing import Any
 
 from reconciler.cli.recorded import _json
 from reconciler.pending_words import PendingInfo
+from reconciler.record_names import DETAIL_FILE, RENAME_REASONS
 from reconciler.timefmt import slurm_duration
 
-# a deployment's status reason during a rename (shell/renames.py:REASONS; not imported: describe
-# answers from the record without loading the controller)
-RENAME_REASONS = ("BeingReplaced", "Replacing")
-
-FILE = "detail.json"  # shell/describe_facts.FILE
+FILE = DETAIL_FILE
 
 
 def allocations(recorded: list[Any], now: float) -> list[dict]:

@@ -19,9 +19,10 @@ from typing import Any
 from reconciler.drivers.state import StateDir
 from reconciler.shell.gates import bench_results
 from reconciler.shell.snapshot import Snapshot
+from reconciler.record_names import DETAIL_FILE
 from reconciler.timefmt import iso, slurm_seconds
 
-FILE = "detail.json"
+FILE = DETAIL_FILE
 END_SLACK = 5.0  # seconds an allocation's recorded end may drift before it is rewritten
 
 

@@ -15,6 +15,7 @@ from reconciler.core.plan.rename import Rename, Step
 from reconciler.drivers.state import StateDir
 from reconciler.recipe import namespaces
 from reconciler.recipe.cluster import Cluster
+from reconciler.record_names import RENAME_REASONS
 from reconciler.shell.gateway.local import gateway_host
 from reconciler.shell.gateway.record import facts as gateway_facts, prefix_of, record_path
 from reconciler.shell.gateway.sweep import master_pid
@@ -22,7 +23,7 @@ from reconciler.shell.manifests import Manifests, keep_last_applied
 
 log = structlog.get_logger("reconciler")
 FILE = "renames.json"
-REASONS = ("BeingReplaced", "Replacing")  # a deployment's status reason during a rename
+REASONS = RENAME_REASONS  # a deployment's status reason during a rename
 
 
 def _valid(d) -> bool:
