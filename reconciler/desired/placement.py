@@ -154,8 +154,22 @@ def place(
                              "waits for that job to be released (no wanted worker is left in it)")
     # new allocations for uncovered ordinals, cut at worker boundaries (and around each extra worker)
     gpus_on = lay.gpus_on
-    chunk = recipe.reconcile.nodes_per_allocation
     surge = 2 if recipe.reconcile.rollout.surge_gpus else 1  # room for each worker's surge life (mirror GPUs)
+    new_specs = _new_allocations(recipe, lay, _groups(lay, uncovered, recipe.reconcile.nodes_per_allocation),
+                                 {a.index for a in live}, surge, placement)
+    keep = [a.job_id for a in live if used_by[a.job_id]]
+    kept_specs = [
+        _spec(recipe, a.index, a.start, a.count,
+              min(gpn, surge * max((gpus_on.get(o, 0) for o in range(a.start, a.start + a.count)), default=0)),
+              lay.packed)
+        for a in live if used_by[a.job_id]
+    ]
+    return kept_specs + new_specs, keep, placement, unplaceable, resize, frozenset(resizing)
+
+
+def _groups(lay: NodeLayout, uncovered: list[Endpoint], chunk: int | None) -> list[list[Endpoint]]:
+    """The uncovered workers in runs of contiguous ordinals, each at most ``chunk`` nodes (an extra
+    worker's elastic ordinals always alone)."""
     groups: list[list[Endpoint]] = []
     for ep in sorted(uncovered, key=lambda e: (e.nodes[0], e.mode, e.index)):
         if groups and not lay.elastic(ep.nodes[0]):
@@ -167,7 +181,14 @@ def place(
                 g.append(ep)
                 continue
         groups.append([ep])
-    taken = {a.index for a in live}
+    return groups
+
+
+def _new_allocations(recipe: Recipe, lay: NodeLayout, groups: list[list[Endpoint]], taken: set[int], surge: int,
+                     placement: dict[tuple[str, int], Alloc]) -> list[AllocSpec]:
+    """One allocation per group at the lowest free index; its workers placed on it (not submitted
+    yet: never running)."""
+    gpn = recipe.resources.gpus_per_node
     next_index = 0
     new_specs: list[AllocSpec] = []
     for g in groups:
@@ -175,21 +196,14 @@ def place(
             next_index += 1
         start = min(e.nodes[0] for e in g)
         count = max(e.nodes[-1] for e in g) - start + 1
-        gpus = max(gpus_on.get(o, 0) for o in range(start, start + count))
+        gpus = max(lay.gpus_on.get(o, 0) for o in range(start, start + count))
         new_specs.append(_spec(recipe, next_index, start, count, min(gpus * surge, gpn), lay.packed,
                                tuple(e.name for e in g)))
-        wanted = Alloc("", recipe.name, next_index, start, count, "WANTED")  # not submitted yet: never running
+        wanted = Alloc("", recipe.name, next_index, start, count, "WANTED")
         for e in g:
             placement[(e.mode, e.index)] = wanted
         taken.add(next_index)
-    keep = [a.job_id for a in live if used_by[a.job_id]]
-    kept_specs = [
-        _spec(recipe, a.index, a.start, a.count,
-              min(gpn, surge * max((gpus_on.get(o, 0) for o in range(a.start, a.start + a.count)), default=0)),
-              lay.packed)
-        for a in live if used_by[a.job_id]
-    ]
-    return kept_specs + new_specs, keep, placement, unplaceable, resize, frozenset(resizing)
+    return new_specs
 
 
 def covered_by(a: Alloc) -> range:
