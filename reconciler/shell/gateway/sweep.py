@@ -27,7 +27,26 @@ def quit_under(root: Path) -> list[int]:
             os.kill(pid, signal.SIGQUIT)
         except OSError:
             continue
-    return told + holder_supervisor.quit_holders_under(Path(root))
+    return told + holder_supervisor.quit_holders_under(Path(root)) + _quit_orphans_under(Path(root))
+
+
+def _quit_orphans_under(root: Path) -> list[int]:
+    """The workers of a master killed with SIGKILL outlive it, holding its port with no master to
+    tell: those listening on a port a gateway record under ``root`` names are told to quit too."""
+    told: list[int] = []
+    for rec in sorted(root.rglob("gateway.json")):
+        try:
+            port = json.loads(rec.read_text()).get("port")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(port, int) and not bind_free(port):
+            for pid in orphan_nginx_workers(port):
+                try:
+                    os.kill(pid, signal.SIGQUIT)
+                    told.append(pid)
+                except OSError:
+                    continue
+    return told
 
 
 def masters_under(root: Path, among: dict[int, str] | None = None) -> list[int]:
