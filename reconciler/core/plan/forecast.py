@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from reconciler.core.plan.startup import Startup
 from reconciler.recipe.autoscale import AutoscaleConfig, RoleScale
 
-MAX_WINDOW = 600.0
-LEAD_INTERVALS = 3  # decision intervals added to the startup p90 for the horizon (see above)  # a trend longer than ten minutes is not the one a startup has to catch up with
+MAX_WINDOW = 600.0  # a trend longer than ten minutes is not the one a startup has to catch up with
+LEAD_INTERVALS = 3  # decision intervals added to the startup p90 for the horizon (see above)
 MIN_SAMPLES = 3  # a line through two reads is any step extrapolated (idle -> one client read as a ramp)
 # a trend is carried at most this many times as far ahead as the samples span: three reads 2 s
 # apart at the first client after a quiet start are no evidence for 67 s ahead (the policy benchmark

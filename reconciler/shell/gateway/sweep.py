@@ -126,9 +126,13 @@ def orphan_nginx_workers(port: int) -> list[int]:
     out = []
     for pid, cmd in listeners(port).items():
         try:
-            parent = Path(f"/proc/{_ppid(pid)}/cmdline").read_bytes().decode(errors="replace")
+            ppid = _ppid(pid)
         except (OSError, ValueError, IndexError):
-            parent = ""  # the parent is gone too: nothing adopted it yet
+            continue  # gone meanwhile
+        try:
+            parent = Path(f"/proc/{ppid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            parent = ""  # its parent is gone too
         if cmd.startswith("nginx: worker process") and not parent.startswith("nginx: master process"):
             out.append(pid)
     return out
