@@ -185,10 +185,17 @@ def test_vllms_own_queue_scales_the_role_up_and_its_end_scales_it_back_down(dep,
         stop(*burst, join=300)
         t_end = time.monotonic()
         victim_running = 0.0
+        # streams sent to agg_1 itself, one after the other until it leaves the routers: the routed
+        # streams may all be on agg_0 at that moment (seen once at load 15: nothing on the victim,
+        # so nothing the drain could be shown to wait for); the one in flight then must end whole
+        direct = Streams(second, served, "direct to agg_1")
+        clients.append(direct)
+        direct.start()
 
         def drained_and_gone() -> bool:
             nonlocal victim_running
             if "agg_1" in (_autoscale(h, name).get("last", {}).get("agg", {}).get("draining") or []):
+                direct.halt.set()  # no new one: the drain waits for the one in flight
                 try:
                     victim_running = max(victim_running, metric(second, "vllm:num_requests_running"))
                 except OSError:
@@ -213,13 +220,15 @@ def test_vllms_own_queue_scales_the_role_up_and_its_end_scales_it_back_down(dep,
     assert routed(h, name) == ["agg_0"] and h.get(name)["autoscale"]["agg"]["desired"] == 1
     # the drain must have found streams on its victim, or the 0 below proves nothing about them
     assert victim_running >= 1, "no stream ran on agg_1 while it drained"
-    streams = [*steady, *burst]
+    assert direct.ok >= 1, ("no stream sent to agg_1 itself ended", direct.failed[:3])
+    streams = [*steady, *burst, direct]
     total = light.ok + sum(s.ok for s in streams)
     failed = light.failed + [f for s in streams for f in s.failed]
     summary(f"vllm autoscale 1 -> 2 -> 1 on vllm:num_requests_waiting (max-num-seqs {SEQS}, {STEADY}+{BURST} streams "
             f"of {TOKENS} tokens + 1 light client): scaled up {t_up:.1f} s after the load began (queue "
             f"{peak_waiting:g} seen); agg_1 Ready {t_ready:.1f} s after it (launch to Ready {ready_after:.1f} s); "
             f"agg_1 served {served_by_second:g} by then; back to 1 worker {t_down:.1f} s after the burst ended "
-            f"({victim_running:g} streams running on the victim while it drained); {total} requests, {len(failed)} failed")
+            f"({victim_running:g} streams running on the victim while it drained, {direct.ok} sent to it directly); "
+            f"{total} requests, {len(failed)} failed")
     assert not failed, failed[:5]
     assert all(s.ok >= 1 for s in burst), [s.ok for s in burst]
