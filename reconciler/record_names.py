@@ -4,4 +4,5 @@ in one leaf module, so that a reader needs neither the shell nor its imports to 
 DETAIL_FILE = "detail.json"  # state/<recipe>/detail.json: describe's facts, written each pass
 
 # a deployment's status reason during a rename (shell/renames.py): the old name's, the new name's
-RENAME_REASONS = ("BeingReplaced", "Replacing")
+BEING_REPLACED, REPLACING = "BeingReplaced", "Replacing"
+RENAME_REASONS = (BEING_REPLACED, REPLACING)

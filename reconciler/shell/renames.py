@@ -15,7 +15,7 @@ from reconciler.core.plan.rename import Rename, Step
 from reconciler.drivers.state import StateDir
 from reconciler.recipe import namespaces
 from reconciler.recipe.cluster import Cluster
-from reconciler.record_names import RENAME_REASONS
+from reconciler.record_names import BEING_REPLACED, REPLACING
 from reconciler.shell.gateway.local import gateway_host
 from reconciler.shell.gateway.record import facts as gateway_facts, prefix_of, record_path
 from reconciler.shell.gateway.sweep import master_pid
@@ -23,7 +23,6 @@ from reconciler.shell.manifests import Manifests, keep_last_applied
 
 log = structlog.get_logger("reconciler")
 FILE = "renames.json"
-REASONS = RENAME_REASONS  # a deployment's status reason during a rename
 
 
 def _valid(d) -> bool:
@@ -146,13 +145,13 @@ def reason(m: Manifests, name: str, endpoint: str | None = None) -> tuple[str, s
         step = ("its gateway's address is being taken over by the new one" if r.step is Step.HANDING_OVER
                 else "its gateway stops: the new one serves its address" if r.step is Step.RETIRING
                 else f"serving until {namespaces.display(r.new)} is Ready and takes over its endpoint")
-        return "BeingReplaced", (f"renamed to {namespaces.display(r.new)} in {r.path}: {step}; then it is deleted")
+        return BEING_REPLACED, (f"renamed to {namespaces.display(r.new)} in {r.path}: {step}; then it is deleted")
     if (r := m.renames.get(name)) is not None:
         at = f" ({endpoint})" if endpoint else ""
         step = ("taking over its endpoint" + at if r.step is Step.HANDING_OVER
                 else "serves its endpoint" + at + "; the old one's gateway stops" if r.step is Step.RETIRING
                 else "takes over its endpoint" + at + " once Ready")
-        return "Replacing", f"replaces {namespaces.display(r.old)} (renamed in {r.path}): {step}"
+        return REPLACING, f"replaces {namespaces.display(r.old)} (renamed in {r.path}): {step}"
     return None
 
 

@@ -130,8 +130,9 @@ class Autoscaler:
     def _decide(self, name: str, recipe: Recipe, cfg: AutoscaleConfig, snap: Snapshot) -> bool:
         now, d, o = snap.now, snap.desired.recipes[name], snap.observed
         mem = self.memory(name, recipe, now)
+        roles = dict(cfg.roles.items())
         facts, held = self._facts(name, cfg, d, o, mem, now)
-        startups = self.startup.startups(name, [role for role, _ in cfg.roles.items()], d.startup_grace)
+        startups = self.startup.startups(name, list(roles), d.startup_grace)
         decisions = compute_autoscale(cfg, facts, mem, now, startups)
         spares_before = _spares(cfg, mem)
         spares_after = _spares(cfg, {role: dec.memory for role, dec in decisions.items()})
@@ -141,7 +142,7 @@ class Autoscaler:
         moved = False
         for role, dec in decisions.items():
             before, after = mem[role], dec.memory
-            rs = dict(cfg.roles.items())[role]
+            rs = roles[role]
             last[role] = {"at": iso(now), "ask": dec.ask, "reason": dec.reason, "inputs": dict(dec.inputs),
                           "ready": facts[role].ready, "target": after.target, "built": after.built,
                           "min": rs.min, "max": rs.max,

@@ -12,6 +12,7 @@ import signal
 import time
 from pathlib import Path
 
+from reconciler.gateway.procs import quit_nginx_workers
 from reconciler.shell.gateway import holder_supervisor
 from reconciler.shell.gateway.bindcheck import bind_free
 
@@ -40,12 +41,7 @@ def _quit_orphans_under(root: Path) -> list[int]:
         except (OSError, ValueError, AttributeError):
             continue
         if isinstance(port, int) and not bind_free(port):
-            for pid in orphan_nginx_workers(port):
-                try:
-                    os.kill(pid, signal.SIGQUIT)
-                    told.append(pid)
-                except OSError:
-                    continue
+            told += quit_nginx_workers(orphan_nginx_workers(port))
     return told
 
 
