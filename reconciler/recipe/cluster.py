@@ -167,13 +167,23 @@ def load(explicit: str | Path | None = None, cwd: Path | None = None) -> Cluster
 
 
 def apply(data: dict[str, Any], cluster: Cluster | None) -> tuple[dict[str, Any], list[str]]:
-    """The recipe mapping (schema 2) with the cluster's defaults and aliases; notes of what changed."""
+    """The recipe mapping (schema 2) with the cluster's defaults and aliases; notes of what changed.
+    A recipe's own value always wins: a default fills only what it leaves unset."""
     if cluster is None:
         return data, []
     c = cluster.config
     d = copy.deepcopy(data)
     notes: list[str] = []
+    _job_defaults(d, c, notes)
+    _reconcile_defaults(d, c, notes)
+    _gateway_defaults(d, c, notes)
+    _runtime_defaults(d, c, notes)
+    return d, notes
 
+
+def _job_defaults(d: dict, c: ClusterConfig, notes: list[str]) -> None:
+    """Slurm's account, partition and times, the GPUs, the model and container aliases, and the
+    site's sbatch directives, srun options and mounts under the recipe's own."""
     def default(section: str, key: str, value: Any) -> None:
         if value is None:
             return
@@ -198,6 +208,11 @@ def apply(data: dict[str, Any], cluster: Cluster | None) -> tuple[dict[str, Any]
                        ("container_mounts", c.default_mounts)):
         if extra and isinstance(d.get(key, {}), dict):
             d[key] = {**extra, **d.get(key, {})}
+
+
+def _reconcile_defaults(d: dict, c: ClusterConfig, notes: list[str]) -> None:
+    """The reconcile block's site keys: the devices variable, the interface, srtctl's configs
+    directory and the bash preamble."""
     if "visible_devices_env" in c.model_fields_set:
         rec = d.setdefault("reconcile", {})
         if isinstance(rec, dict) and "visible_devices_env" not in rec:
@@ -214,6 +229,11 @@ def apply(data: dict[str, Any], cluster: Cluster | None) -> tuple[dict[str, Any]
         if isinstance(rec, dict) and key not in rec:
             rec[key] = value
             notes.append(f"reconcile.{key} from the cluster config")
+
+
+def _gateway_defaults(d: dict, c: ClusterConfig, notes: list[str]) -> None:
+    """The site's gateway allocation (not for a recipe that scales to zero: its holder wakes it
+    on this host) and its API keys."""
     if c.default_gateway_allocation is not None:
         rec = d.setdefault("reconcile", {})
         gw = rec.setdefault("gateway", {}) if isinstance(rec, dict) else None
@@ -230,6 +250,10 @@ def apply(data: dict[str, Any], cluster: Cluster | None) -> tuple[dict[str, Any]
         if isinstance(gw, dict) and "api_keys" not in gw:
             gw["api_keys"] = c.default_gateway_api_keys
             notes.append("reconcile.gateway.api_keys from the cluster config")
+
+
+def _runtime_defaults(d: dict, c: ClusterConfig, notes: list[str]) -> None:
+    """The host runtime (no container: the engine's Python and environment) and discovery."""
     if c.host_runtime is not None:
         rec = d.setdefault("reconcile", {})
         if isinstance(rec, dict):
@@ -245,7 +269,6 @@ def apply(data: dict[str, Any], cluster: Cluster | None) -> tuple[dict[str, Any]
             if c.discovery.shared_dir:
                 rec.setdefault("discovery_dir", c.discovery.shared_dir)
             notes.append(f"discovery from the cluster config: {rec.get('discovery')}")
-    return d, notes
 
 
 def _resolve_containers(node: Any, aliases: dict[str, str], path: tuple, notes: list[str]) -> None:
