@@ -58,31 +58,47 @@ RUNS_FRONTEND = ("builtin", "dynamo", "sglang-router", "sgl-router", "vllm-route
 
 
 def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
-    """Key path (schema 2 spelling) -> why it is carried without effect."""
+    """Key path (schema 2 spelling) -> why it is carried without effect. Each helper below
+    answers for one part of the recipe; a later one may say more of a key an earlier one named."""
+    from reconciler.desired import preambles
+    from reconciler.desired.runtime import _containers_used, nvtx_preset
+
     out: dict[str, str] = {k: SECTION_WHY for k in sorted(data) if k not in ACTED_ON}
-    roles = [m for m, _ in recipe.roles.items()]
-    for pattern, why in NESTED.items():
-        for path in _expand(pattern, roles):
-            if _is_set(recipe, path.split(".")):
-                out[path] = why
+    out |= _nested(recipe)
     out |= _mooncake_carried(recipe)
+    if "observability" in out and nvtx_preset(recipe):
+        out["observability"] = ("only the nsys preset's NVTX environment reaches the workers (Backend.nvtx_environment); "
+                                "no nsys capture, tachometer or OTEL export runs")
+    out |= _frontend_not_started(recipe)
+    out |= _engine_knobs(recipe)
+    out |= _dynamo_install(recipe)
+    out |= preambles.not_acted_on(recipe, _containers_used(recipe))
+    out |= _mounts_and_extra_args(recipe, data)
+    out |= _read_by_what_does_not_run(recipe, data)
+    return out
+
+
+def _nested(recipe: Recipe) -> dict[str, str]:
+    """NESTED's keys the recipe sets, but those its engine or connector does read."""
+    from reconciler.backends.base import get_key
+
+    roles = [m for m, _ in recipe.roles.items()]
+    out = {path: why for pattern, why in NESTED.items() for path in _expand(pattern, roles)
+           if _is_set(recipe, path.split("."))}
     for m in roles:  # SGLang and dynamo.vllm get --kv-events-config from it (srtctl); other engines do not
         engine = recipe.engine_for(m).type
         if engine == "sglang" or (engine == "vllm" and recipe.frontend.type == "dynamo"):
             out.pop(f"roles.{m}.kv_events", None)
-    from reconciler.desired.runtime import nvtx_preset
-
-    if "observability" in out and nvtx_preset(recipe):
-        out["observability"] = ("only the nsys preset's NVTX environment reaches the workers (Backend.nvtx_environment); "
-                                "no nsys capture, tachometer or OTEL export runs")
     if recipe.serving_engine.type == "trtllm" and _has_mooncake_master(recipe):
-        from reconciler.backends.base import get_key
-
         for m, r in recipe.roles.items():  # a role whose connector reads the store config gets its file
             conn = get_key(r.args, "kv_connector_config")
             if isinstance(conn, dict) and conn.get("connector") == "mooncake-store":
                 out.pop(f"roles.{m}.mooncake_store_config", None)
-    fe = recipe.frontend
+    return out
+
+
+def _frontend_not_started(recipe: Recipe) -> dict[str, str]:
+    fe, out = recipe.frontend, {}
     if fe.type not in RUNS_FRONTEND or (fe.type == "vllm-router" and recipe.disaggregated):
         what = f"no {fe.type} frontend is started yet" + (" in front of disaggregated workers" if fe.type == "vllm-router" else "")
         out["frontend.type"] = f"{what} (builtin, dynamo, sglang-router, atomesh, tilert-router and aggregated vllm-router run); workers serve directly"
@@ -90,28 +106,35 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
             out["frontend.args"] = f"read by the {fe.type} frontend, which is not started"
         if fe.env:
             out["frontend.env"] = f"read by the {fe.type} frontend, which is not started"
+    return out
+
+
+def _engine_knobs(recipe: Recipe) -> dict[str, str]:
+    """Each engine's own knobs its backend does not act on (Backend.not_acted_on)."""
     engines = [("engine", recipe.engine)] if recipe.engine is not None else [
         (f"roles.{m}.engine", r.engine) for m, r in recipe.roles.items()
     ]
-    for prefix, engine in engines:
-        if engine is None:
-            continue
-        bound = bind(engine, recipe)
-        for knob, why in bound.not_acted_on().items():
-            out[f"{prefix}.{knob}"] = why
+    return {f"{prefix}.{knob}": why for prefix, engine in engines if engine is not None
+            for knob, why in bind(engine, recipe).not_acted_on().items()}
+
+
+def _dynamo_install(recipe: Recipe) -> dict[str, str]:
     from reconciler.backends.dynamo_install import install_spec
     from reconciler.desired.runtime import _containers_used
 
-    d = recipe.dynamo
+    fe, out = recipe.frontend, {}
     asks = any(_is_set(recipe, ["dynamo", k]) for k in ("install", "version", "wheel", "source"))
     if asks and install_spec(recipe) is not None and not _containers_used(recipe):
         out["dynamo.install"] = "workers run on the hosts: the host Python's Dynamo is used, nothing is installed"
-    if fe.type != "dynamo" and asks and d.install:
+    if fe.type != "dynamo" and asks and recipe.dynamo.install:
         out["dynamo.install"] = f"srtctl installs Dynamo only behind the Dynamo frontend; this recipe uses {fe.type}"
+    return out
 
-    from reconciler.desired import preambles
 
-    out |= preambles.not_acted_on(recipe, _containers_used(recipe))
+def _mounts_and_extra_args(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
+    from reconciler.desired.runtime import _containers_used
+
+    out = {}
     if not _containers_used(recipe):
         for key in ("container_mounts", "extra_mount"):
             if key in data:
@@ -122,6 +145,13 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
             out[f"roles.{mode}.extra_args"] = (
                 f"{backend.type} does not read extra_args (srtctl passes them to trtllm-serve only); use args"
             )
+    return out
+
+
+def _read_by_what_does_not_run(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
+    """Keys only a program this recipe does not start reads: a metrics scraper, a service build,
+    a router's own container, NATS and Dynamo's planes without the Dynamo frontend."""
+    fe, out = recipe.frontend, {}
     for i, svc in enumerate(recipe.services):
         if "metrics" in svc.model_fields_set:
             out[f"services.{i}.metrics"] = "no metrics scraper (tachometer) is run"
