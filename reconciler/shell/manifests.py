@@ -67,49 +67,11 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
             m.paths[path] = [where]
             continue
         stem = namespaces.key(ns, f.stem)
-        if now is not None and debounce > 0:
-            try:
-                stable_at = f.stat().st_mtime + debounce
-            except OSError:
-                stable_at = 0.0
-            if stable_at > now:
-                m.settling[path] = stable_at
-                applied = known.get(path) or _expanded_from(state, path)
-                keep_last_applied(m, state, path, applied, True, cluster)
-                for name in applied or ([stem] if stem in state.known_recipes() else []):
-                    if name not in m.recipes:  # held while the file settles: never mistaken for deleted
-                        m.invalid[name] = f"{path}: being written; its last applied spec is not usable"
-                continue
-        try:
-            escape = outside_link(directory, f)
-            if escape:
-                raise RecipeError(path, escape.split(": ", 1)[1])
-            loaded: list[LoadedRecipe] = _load_cached(f, cluster, cache)
-            keys = [keyed_name(lr, ns) for lr in loaded]  # a key too long for state/ is refused at its name
-        except Exception as e:  # noqa: BLE001 - one unreadable file must not stop the others
-            # what this file declared when last read (or, files.json lost, what its variants say)
-            applied = known.get(path) or _expanded_from(state, path)
-            names = applied or [stem]
-            msg = str(e) if isinstance(e, RecipeError) else f"{path}: cannot load: {type(e).__name__}: {e}"
-            for name in names:
-                m.invalid[name] = msg
-            keep_last_applied(m, state, path, applied, False, cluster)
-            m.paths[path] = names
+        if now is not None and debounce > 0 and _held_while_written(m, state, known, f, stem, now, debounce, cluster):
             continue
-        for lr, name in zip(loaded, keys):
-            if name in m.recipes:  # claimed by an earlier file (a broken one keeps its claim)
-                other = next(p for p, ns in m.paths.items() if name in ns)
-                if name not in known.get(path, ()) or name in known.get(other, ()):
-                    m.invalid[name] = f"{path}: recipe name {namespaces.display(name)!r} is also used by {other}; this file is ignored"
-                    m.refused.setdefault(path, m.invalid[name])
-                    continue
-                # the file this recipe was applied from keeps it, though a newcomer sorts first
-                m.invalid[name] = f"{other}: recipe name {namespaces.display(name)!r} is also used by {path}; this file is ignored"
-                _take_from(m, other, name, m.invalid[name])
-            m.recipes[name] = _keyed(lr.recipe, name)
-            m.texts[name] = lr.text
-            m.paths.setdefault(path, []).append(name)
-            m.declared.setdefault(path, []).append(name)
+        loaded = _load_or_hold(m, state, known, directory, f, ns, stem, cluster, cache)
+        if loaded is not None:
+            _claim(m, known, path, *loaded)
     present = {str(f) for f in files}
     if gone is not None and now is not None and delete_grace > 0:
         _hold_missing(m, state, known, present, gone, now, delete_grace, cluster)
@@ -118,6 +80,66 @@ def load_manifests(directory: Path, state: StateDir, now: float | None = None, d
         for path in set(cache) - present:
             del cache[path]
     return m
+
+
+def _held_while_written(m: Manifests, state: StateDir, known: dict[str, list[str]], f: Path, stem: str,
+                        now: float, debounce: float, cluster: Cluster | None) -> bool:
+    """A file modified less than ``debounce`` seconds ago is not read: what it declared stays on
+    its last applied spec (a new file's name is held invalid, never mistaken for deleted)."""
+    path = str(f)
+    try:
+        stable_at = f.stat().st_mtime + debounce
+    except OSError:
+        stable_at = 0.0
+    if stable_at <= now:
+        return False
+    m.settling[path] = stable_at
+    applied = known.get(path) or _expanded_from(state, path)
+    keep_last_applied(m, state, path, applied, True, cluster)
+    for name in applied or ([stem] if stem in state.known_recipes() else []):
+        if name not in m.recipes:
+            m.invalid[name] = f"{path}: being written; its last applied spec is not usable"
+    return True
+
+
+def _load_or_hold(m: Manifests, state: StateDir, known: dict[str, list[str]], directory: Path, f: Path, ns: str,
+                  stem: str, cluster: Cluster | None, cache: dict | None) -> tuple[list[LoadedRecipe], list[str]] | None:
+    """(the file's recipes, their keys); None when it cannot be loaded: what it declared when
+    last read (or, files.json lost, what its variants say) is then invalid, on its last applied spec."""
+    path = str(f)
+    try:
+        escape = outside_link(directory, f)
+        if escape:
+            raise RecipeError(path, escape.split(": ", 1)[1])
+        loaded: list[LoadedRecipe] = _load_cached(f, cluster, cache)
+        return loaded, [keyed_name(lr, ns) for lr in loaded]  # a key too long for state/ is refused at its name
+    except Exception as e:  # noqa: BLE001 - one unreadable file must not stop the others
+        applied = known.get(path) or _expanded_from(state, path)
+        names = applied or [stem]
+        msg = str(e) if isinstance(e, RecipeError) else f"{path}: cannot load: {type(e).__name__}: {e}"
+        for name in names:
+            m.invalid[name] = msg
+        keep_last_applied(m, state, path, applied, False, cluster)
+        m.paths[path] = names
+        return None
+
+
+def _claim(m: Manifests, known: dict[str, list[str]], path: str, loaded: list[LoadedRecipe], keys: list[str]) -> None:
+    """The file's recipes, each under its key unless an earlier file claimed it: the file it was
+    applied from keeps a name, though a newcomer sorts first (a broken one keeps its claim too)."""
+    for lr, name in zip(loaded, keys):
+        if name in m.recipes:
+            other = next(p for p, ns in m.paths.items() if name in ns)
+            if name not in known.get(path, ()) or name in known.get(other, ()):
+                m.invalid[name] = f"{path}: recipe name {namespaces.display(name)!r} is also used by {other}; this file is ignored"
+                m.refused.setdefault(path, m.invalid[name])
+                continue
+            m.invalid[name] = f"{other}: recipe name {namespaces.display(name)!r} is also used by {path}; this file is ignored"
+            _take_from(m, other, name, m.invalid[name])
+        m.recipes[name] = _keyed(lr.recipe, name)
+        m.texts[name] = lr.text
+        m.paths.setdefault(path, []).append(name)
+        m.declared.setdefault(path, []).append(name)
 
 
 def _take_from(m: Manifests, newcomer: str, name: str, why: str) -> None:
