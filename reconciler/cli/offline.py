@@ -22,8 +22,7 @@ from reconciler.errors import RecipeError
 def validate(paths: tuple[str, ...], output: str, verbose: bool, strict: bool) -> None:
     """Validate recipe files (or every *.yaml under directories)."""
     from reconciler.recipe import namespaces
-    from reconciler.recipe.load import iter_recipe_files, keyed_name, name_clashes, outside_link
-    from reconciler.desired.admission import load_file
+    from reconciler.recipe.load import iter_recipe_files, name_clashes
 
     cluster = _cluster()
     if cluster and output == "text":
@@ -32,33 +31,7 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool, strict: bool) -
                                                         if carried else ""), err=True)
     files = iter_recipe_files(list(paths))
     roots = {f: next((Path(p) for p in paths if Path(p).is_dir() and f.is_relative_to(Path(p))), None) for f in files}
-    results = []
-    for f in files:
-        try:
-            escape = outside_link(roots[f], f) if roots[f] else None
-            if escape:
-                raise RecipeError(str(f), escape.split(": ", 1)[1])
-            try:  # a directory's folders are namespaces: the same name in two folders is two deployments
-                ns = namespaces.namespace_of_file(roots[f], f) if roots[f] else ""
-            except namespaces.NamespaceError as e:
-                raise RecipeError(str(f), str(e)) from None
-            for lr in load_file(f, cluster):  # a sweep / override file: one result per deployment
-                keyed_name(lr, ns)  # run refuses a key too long to name its state/ directory: so does validate
-                layouts = lr.recipe.role_layouts()
-                results.append({
-                    "path": str(f), "valid": True, "error": None, "name": lr.recipe.name, "namespace": ns,
-                    "layout": lr.layout,
-                    "engine": "/".join(dict.fromkeys(lr.recipe.engine_for(m).type for m, _ in lr.recipe.roles.items())),
-                    "frontend": lr.recipe.frontend.type,
-                    "roles": {m: {"workers": l.workers, "gpus": l.gpus, "nodes": l.nodes} for m, l in layouts.items()},
-                    "notes": lr.notes, "not_acted_on": lr.not_acted_on, "variant_of": lr.variant_of,
-                })
-        except RecipeError as e:
-            results.append({
-                "path": str(f), "valid": False, "error": str(e), "key": e.key or None, "line": e.line,
-                "unsupported": e.unsupported,
-                "problems": [{"key": p.key or None, "line": p.line, "message": p.message} for p in e.problems()],
-            })
+    results = [r for f in files for r in _validated(f, roots[f], cluster)]
     if not files:  # only directories were named, and none holds a recipe (a fresh clone's manifests/)
         click.echo(f"no recipe files (*.yaml, *.yml) in {', '.join(paths)}: nothing to validate", err=True)
         if output == "json":
@@ -75,27 +48,67 @@ def validate(paths: tuple[str, ...], output: str, verbose: bool, strict: bool) -
     if output == "json":
         click.echo(json.dumps(results, indent=2))
     else:
-        for r in results:
-            if r["valid"]:
-                roles = ", ".join(f"{m} {v['workers']}x{v['gpus']}gpu" for m, v in r["roles"].items())
-                shown = f"{r['namespace']}/{r['name']}" if r["namespace"] else r["name"]
-                click.echo(f"{click.style('valid  ', fg='green')} {r['path']}  ({shown}: {r['engine']}, {roles})")
-                if verbose:
-                    for n in r["notes"]:
-                        click.echo(f"         note: {n}")
-                _print_carried(r["not_acted_on"], verbose, "         ")
-            elif r.get("duplicate"):
-                click.echo(f"{click.style('ignored', fg='yellow')} {r['error']}")
-            else:
-                click.echo(f"{click.style('invalid', fg='red')} {r['error']}")
-        bad = sum(not r["valid"] for r in results)
-        dup = sum(bool(r.get("duplicate")) for r in results)
-        click.echo(f"{len(results) - bad} valid, {bad - dup} invalid"
-                   + (f", {dup} ignored (a name an earlier file in the same folder already has: run keeps that "
-                      "file; rename one to run both)" if dup else ""), err=True)
+        _print_validated(results, verbose)
     # an ignored file is a warning: the tree is what run accepts (it runs the first of the name and
     # reports the other); --strict makes it an error for a tree that must run every file
     sys.exit(0 if all(r["valid"] or (r.get("duplicate") and not strict) for r in results) else 1)
+
+
+def _validated(f: Path, root: Path | None, cluster) -> list[dict]:
+    """One result per deployment the file declares (a sweep or override file: several), or one
+    saying why it is refused, with its key and line."""
+    from reconciler.recipe import namespaces
+    from reconciler.recipe.load import keyed_name, outside_link
+    from reconciler.desired.admission import load_file
+
+    results = []
+    try:
+        escape = outside_link(root, f) if root else None
+        if escape:
+            raise RecipeError(str(f), escape.split(": ", 1)[1])
+        try:  # a directory's folders are namespaces: the same name in two folders is two deployments
+            ns = namespaces.namespace_of_file(root, f) if root else ""
+        except namespaces.NamespaceError as e:
+            raise RecipeError(str(f), str(e)) from None
+        for lr in load_file(f, cluster):
+            keyed_name(lr, ns)  # run refuses a key too long to name its state/ directory: so does validate
+            layouts = lr.recipe.role_layouts()
+            results.append({
+                "path": str(f), "valid": True, "error": None, "name": lr.recipe.name, "namespace": ns,
+                "layout": lr.layout,
+                "engine": "/".join(dict.fromkeys(lr.recipe.engine_for(m).type for m, _ in lr.recipe.roles.items())),
+                "frontend": lr.recipe.frontend.type,
+                "roles": {m: {"workers": l.workers, "gpus": l.gpus, "nodes": l.nodes} for m, l in layouts.items()},
+                "notes": lr.notes, "not_acted_on": lr.not_acted_on, "variant_of": lr.variant_of,
+            })
+    except RecipeError as e:
+        results.append({
+            "path": str(f), "valid": False, "error": str(e), "key": e.key or None, "line": e.line,
+            "unsupported": e.unsupported,
+            "problems": [{"key": p.key or None, "line": p.line, "message": p.message} for p in e.problems()],
+        })
+    return results
+
+
+def _print_validated(results: list[dict], verbose: bool) -> None:
+    for r in results:
+        if r["valid"]:
+            roles = ", ".join(f"{m} {v['workers']}x{v['gpus']}gpu" for m, v in r["roles"].items())
+            shown = f"{r['namespace']}/{r['name']}" if r["namespace"] else r["name"]
+            click.echo(f"{click.style('valid  ', fg='green')} {r['path']}  ({shown}: {r['engine']}, {roles})")
+            if verbose:
+                for n in r["notes"]:
+                    click.echo(f"         note: {n}")
+            _print_carried(r["not_acted_on"], verbose, "         ")
+        elif r.get("duplicate"):
+            click.echo(f"{click.style('ignored', fg='yellow')} {r['error']}")
+        else:
+            click.echo(f"{click.style('invalid', fg='red')} {r['error']}")
+    bad = sum(not r["valid"] for r in results)
+    dup = sum(bool(r.get("duplicate")) for r in results)
+    click.echo(f"{len(results) - bad} valid, {bad - dup} invalid"
+               + (f", {dup} ignored (a name an earlier file in the same folder already has: run keeps that "
+                  "file; rename one to run both)" if dup else ""), err=True)
 
 
 def _print_carried(keys: dict[str, str], verbose: bool, indent: str) -> None:
