@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from reconciler.core.plan import RecipePlan, WaitReason
@@ -28,109 +29,30 @@ def build_status(
 ) -> dict[str, Any]:
     """Conditions and worker rows from the desired state and the plan's named results (``rp``).
     ``gateway``: the deployment's gateway as the shell found it (``shell/gateway/record.py:facts``): its URL
-    is the endpoint, and the recipe is Ready only while it runs.
-
-    Long on purpose (~120 lines): the conditions read each other's facts (ready and wanted counts,
-    the frontend, the gateway, what moves), in the order Kubernetes gives them; cut into functions
-    they would pass a dozen of those values to each other. ``availability`` is apart: it reads none."""
+    is the endpoint, and the recipe is Ready only while it runs. The facts every condition reads
+    are gathered once (``_Facts``); each condition, in the order Kubernetes gives them, is then
+    one function of them."""
     rp = rp or RecipePlan(name)
     rows = worker_rows(name, d, o, rp, launches, exits or {}) if d else []
-    workers = [r for r in rows if r["role"] in ROLES]
-    services = [r for r in rows if is_service_role(r["role"])]
-    critical = {u.role for u in d.services if u.critical} if d else set()
-    services_up = all(r["ready"] for r in services if r["role"] in critical)  # the rest: Degraded only
-    ready = sum(r["ready"] for r in workers)
-    want = len(workers)
-    fe_rows = [r for r in rows if r["role"] == FRONTEND]
-    # the recipe serves while one of its frontends does: the first Ready one stands for them all
-    fe = next((r for r in fe_rows if r["ready"]), fe_rows[0] if fe_rows else None)
-    pending_actions = rp.actions or rp.deferred
-    suspended = bool(d and d.suspended)
-    # Slurm's reason in words and its expected start, per pending allocation (core/plan/pending.py)
-    pending = sorted((o.pending[a.job_id] for a in o.allocs_of(name) if a.job_id in o.pending), key=lambda p: p.index)
-    # rollout analysis refused the new spec: the old lives serve on, nothing moves until the recipe changes
-    refused = sorted(f"{u}: {w.detail}" for u, w in rp.waiting.items() if w.reason is WaitReason.ROLLOUT_FAILED)
-    conds = []
+    f = _facts(name, d, o, rp, rows, gateway)
 
-    def cond(kind: str, status: bool, reason: str, message: str) -> None:
+    def cond(kind: str, status: bool, reason: str, message: str) -> dict:
         old = next((c for c in prev.get("conditions", []) if c["type"] == kind), None)
         value = "True" if status else "False"
         since = old["lastTransitionTime"] if old and old["status"] == value else iso(now)
-        conds.append({"type": kind, "status": value, "reason": reason, "message": message,
-                      "lastTransitionTime": since, "observedGeneration": d.generation if d else None})
+        return {"type": kind, "status": value, "reason": reason, "message": message,
+                "lastTransitionTime": since, "observedGeneration": d.generation if d else None}
 
-    failed = [r["name"] for r in workers if r["phase"] == "Failed"]
-    # nothing left to do but some workers are down for good: stalled, not progressing
-    stalled = bool(failed) and all(r["ready"] or r["phase"] == "Failed" for r in workers)
-    # suspended keeps what runs: it can be serving, and Ready says so
-    gateway_up = gateway is None or fe is None or gateway["up"]
-    # the gateway routes only once run has reloaded it with a frontend (what nginx was confirmed
-    # to serve, gateway.json): before that a request through the endpoint is answered 503
-    gateway_routes = gateway is None or fe is None or not gateway["up"] or bool(gateway.get("upstreams"))
-    all_ready = d is not None and want > 0 and ready == want and not d.waiting and (
-        fe is None or fe["ready"]) and services_up and gateway_up and gateway_routes
-    # scaled to zero (reconcile.autoscale): nothing runs on purpose; the gateway holds requests
-    zero = d is not None and want == 0 and not fe_rows and not d.waiting and not d.units
-    fe_down = bool(fe_rows) and not fe["ready"]  # type: ignore[index]
-    canary = next((r["notReadyReason"] for r in fe_rows if r.get("notReadyReason")), None)
-    reason = ("AllReady" if all_ready else "ScaledToZero" if zero else "GatewayDown" if not gateway_up
-              else "FrontendNotAnswering" if fe_down and canary
-              else "GatewayNotRouting" if not gateway_routes and not fe_down and ready == want else "NotReady")
-    cond("Ready", all_ready, reason,
-         f"{ready}/{want} workers ready" + ((f", frontend {'ready' if fe['ready'] else 'not ready'}" if len(fe_rows) == 1 else
-            f", frontends {sum(r['ready'] for r in fe_rows)}/{len(fe_rows)} ready") if fe else "")
-         + (f", services {sum(r['ready'] for r in services)}/{len(services)} ready" if services else "")
-         + (f", gateway down: {gateway['reason']}" if not gateway_up else "")
-         + (", the gateway routes to no frontend yet" if gateway_up and not gateway_routes else "")
-         + (f" ({canary})" if fe_down and canary else ""))
-    cond("Available", *availability(d, workers, fe_rows, zero, gateway_up and gateway_routes))
-    # what the recipe still moves: a successor allocation queued or beside its predecessor, old lives
-    # beside their successors, scale-down victims draining, units waiting on a step of the change
-    moving = sorted({w.reason.name for w in rp.waiting.values() if w.reason in MOVING}
-                    | ({"HandOver"} if _succession(o, name) else set())
-                    | ({"OldLivesServing"} if d is not None and d.previous else set())
-                    | ({"Draining"} if d is not None and d.draining else set()))
-    updated = sum(r["upToDate"] for r in workers)
-    progress = f" ({updated}/{want} workers updated, {sum(r['available'] for r in workers)} available)" if want else ""
-    if d is None:
-        cond("Progressing", False, "NoSpec", "no desired state: see Invalid, or the recipe's error")
-    elif suspended:
-        cond("Progressing", False, "Suspended", "suspended (reconcile.suspend or `reconciler suspend`): no actions "
-             "are taken; what runs keeps running")
-    elif zero:
-        cond("Progressing", False, "ScaledToZero", "scaled to zero (reconcile.autoscale): no worker and no "
-             "allocation; the gateway holds requests and one brings a worker back")
-    elif d.waiting and pending:
-        cond("Progressing", True, "AllocationPending", "; ".join(p.explain(now) for p in pending) + progress)
-    elif d.waiting and d.pending_reason:
-        cond("Progressing", True, "AllocationPending", d.pending_reason)
-    elif d.waiting:
-        cond("Progressing", True, "AllocationPending", f"{len(d.waiting)} worker(s) wait for their allocation")
-    elif refused:
-        cond("Progressing", False, "RolloutFailed", "rollout analysis failed, the old lives keep serving and the "
-             "spec is not tried again until the recipe changes: " + "; ".join(refused))
-    elif pending_actions:
-        cond("Progressing", True, "Reconciling", "; ".join(a.describe() for a in pending_actions[:3])
-             + (f" (+{len(pending_actions) - 3} more)" if len(pending_actions) > 3 else "") + progress)
-    elif not all_ready and stalled:
-        cond("Progressing", False, "WorkersFailed", f"{', '.join(failed)} will not be restarted (restart policy)")
-    elif not all_ready:
-        cond("Progressing", True, "WaitingForReady", f"{ready}/{want} workers ready" + progress)
-    elif moving:  # everything wanted is Ready, and the change is still being finished (old lives leaving)
-        cond("Progressing", True, "Reconciling", "finishing: " + ", ".join(moving)
-             + ("; " + "; ".join(p.explain(now) for p in pending) if pending else "") + progress)
-    else:
-        cond("Progressing", False, "Converged", "every worker runs the current spec and is ready")
-    down = [r["name"] for r in services + workers if r["phase"] in ("Pending", "BackOff", "Failed")
-            and launches.get(r["name"], {}).get("launches", 0) > 0]
-    cond("Degraded", bool(down), "WorkersFailed" if failed else ("WorkersDown" if down else "AsExpected"),
-         (f"not restarted: {', '.join(failed)}; " if failed else "")
-         + (f"down: {', '.join(down)}" if down else "no worker is down"))
-    cond("Invalid", invalid is not None, "InvalidSpec" if invalid else "Valid",
-         (invalid + ("; still running the last applied spec" if d else "")) if invalid else "the recipe file validates")
-    phase = ("Invalid" if invalid and d is None else "Suspended" if suspended else "Ready" if all_ready
-             else "ScaledToZero" if zero
-             else "Degraded" if (stalled and not pending_actions) or refused else "Progressing")
+    conds = [cond("Ready", *_ready(f, gateway)),
+             cond("Available", *availability(d, f.workers, f.fe_rows, f.zero, f.gateway_up and f.gateway_routes)),
+             cond("Progressing", *_progressing(f, d, now)),
+             cond("Degraded", *_degraded(f, launches)),
+             cond("Invalid", invalid is not None, "InvalidSpec" if invalid else "Valid",
+                  (invalid + ("; still running the last applied spec" if d else "")) if invalid
+                  else "the recipe file validates")]
+    phase = ("Invalid" if invalid and d is None else "Suspended" if f.suspended else "Ready" if f.all_ready
+             else "ScaledToZero" if f.zero
+             else "Degraded" if (f.stalled and not f.pending_actions) or f.refused else "Progressing")
     return {
         "name": name,
         "phase": phase,
@@ -141,14 +63,139 @@ def build_status(
         "conditions": conds,
         "roles": role_counts(rp, rows),
         # kubectl's READY / UP-TO-DATE / AVAILABLE, over the engine workers
-        "replicas": {"desired": want, "ready": ready, "upToDate": updated,
-                     "available": sum(r["available"] for r in workers)},
-        "endpoint": gateway["url"] if gateway and (fe or zero) else (fe["url"] if fe else None),
+        "replicas": {"desired": f.want, "ready": f.ready, "upToDate": f.updated,
+                     "available": sum(r["available"] for r in f.workers)},
+        "endpoint": gateway["url"] if gateway and (f.fe or f.zero) else (f.fe["url"] if f.fe else None),
         # what clients send as "model": kept from the last spec while the file is invalid or missing
         "servedModel": d.served_model if d else prev.get("servedModel"),
         "workers": rows,
-        "pendingAllocations": [p.doc(now) for p in pending],
+        "pendingAllocations": [p.doc(now) for p in f.pending],
     }
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What the conditions read of one recipe, gathered once."""
+
+    workers: list[dict]        # the engine workers' rows
+    services: list[dict]       # the services' rows
+    fe_rows: list[dict]        # the frontends' rows
+    fe: dict | None            # the frontend that stands for them all: the first Ready one, else the first
+    ready: int                 # engine workers Ready
+    want: int                  # engine workers wanted
+    updated: int               # engine workers on the current spec
+    services_up: bool          # every critical service Ready (the rest make it Degraded only)
+    pending: list              # Slurm's reason and expected start per pending allocation (core/plan/pending.py)
+    refused: list[str]         # units whose rollout analysis refused the new spec
+    pending_actions: list      # what the plan does (or defers) this pass
+    suspended: bool
+    failed: list[str]          # workers down for good (restart policy)
+    stalled: bool              # nothing left to do but some workers are down for good
+    gateway_up: bool
+    gateway_routes: bool       # nginx was confirmed to serve a frontend (gateway.json's upstreams)
+    all_ready: bool
+    zero: bool                 # scaled to zero on purpose (reconcile.autoscale)
+    fe_down: bool
+    canary: str | None         # why the canary says the frontend does not answer
+    moving: list[str]          # what the change still moves once everything wanted is Ready
+
+
+def _facts(name: str, d: DesiredRecipe | None, o: Observed, rp: RecipePlan, rows: list[dict],
+           gateway: dict | None) -> _Facts:
+    workers = [r for r in rows if r["role"] in ROLES]
+    services = [r for r in rows if is_service_role(r["role"])]
+    critical = {u.role for u in d.services if u.critical} if d else set()
+    services_up = all(r["ready"] for r in services if r["role"] in critical)
+    ready, want = sum(r["ready"] for r in workers), len(workers)
+    fe_rows = [r for r in rows if r["role"] == FRONTEND]
+    # the recipe serves while one of its frontends does: the first Ready one stands for them all
+    fe = next((r for r in fe_rows if r["ready"]), fe_rows[0] if fe_rows else None)
+    failed = [r["name"] for r in workers if r["phase"] == "Failed"]
+    # suspended keeps what runs: it can be serving, and Ready says so
+    gateway_up = gateway is None or fe is None or gateway["up"]
+    # the gateway routes only once run has reloaded it with a frontend (what nginx was confirmed
+    # to serve, gateway.json): before that a request through the endpoint is answered 503
+    gateway_routes = gateway is None or fe is None or not gateway["up"] or bool(gateway.get("upstreams"))
+    # what the recipe still moves: a successor allocation queued or beside its predecessor, old lives
+    # beside their successors, scale-down victims draining, units waiting on a step of the change
+    moving = sorted({w.reason.name for w in rp.waiting.values() if w.reason in MOVING}
+                    | ({"HandOver"} if _succession(o, name) else set())
+                    | ({"OldLivesServing"} if d is not None and d.previous else set())
+                    | ({"Draining"} if d is not None and d.draining else set()))
+    return _Facts(
+        workers=workers, services=services, fe_rows=fe_rows, fe=fe, ready=ready, want=want,
+        updated=sum(r["upToDate"] for r in workers), services_up=services_up,
+        pending=sorted((o.pending[a.job_id] for a in o.allocs_of(name) if a.job_id in o.pending), key=lambda p: p.index),
+        # rollout analysis refused the new spec: the old lives serve on, nothing moves until the recipe changes
+        refused=sorted(f"{u}: {w.detail}" for u, w in rp.waiting.items() if w.reason is WaitReason.ROLLOUT_FAILED),
+        pending_actions=rp.actions or rp.deferred, suspended=bool(d and d.suspended), failed=failed,
+        stalled=bool(failed) and all(r["ready"] or r["phase"] == "Failed" for r in workers),
+        gateway_up=gateway_up, gateway_routes=gateway_routes,
+        all_ready=d is not None and want > 0 and ready == want and not d.waiting and (
+            fe is None or fe["ready"]) and services_up and gateway_up and gateway_routes,
+        zero=d is not None and want == 0 and not fe_rows and not d.waiting and not d.units,
+        fe_down=bool(fe_rows) and not fe["ready"],  # type: ignore[index]
+        canary=next((r["notReadyReason"] for r in fe_rows if r.get("notReadyReason")), None),
+        moving=moving)
+
+
+def _ready(f: _Facts, gateway: dict | None) -> tuple[bool, str, str]:
+    reason = ("AllReady" if f.all_ready else "ScaledToZero" if f.zero else "GatewayDown" if not f.gateway_up
+              else "FrontendNotAnswering" if f.fe_down and f.canary
+              else "GatewayNotRouting" if not f.gateway_routes and not f.fe_down and f.ready == f.want else "NotReady")
+    fe, fe_rows, services = f.fe, f.fe_rows, f.services
+    return (f.all_ready, reason,
+            f"{f.ready}/{f.want} workers ready" + ((f", frontend {'ready' if fe['ready'] else 'not ready'}" if len(fe_rows) == 1 else
+               f", frontends {sum(r['ready'] for r in fe_rows)}/{len(fe_rows)} ready") if fe else "")
+            + (f", services {sum(r['ready'] for r in services)}/{len(services)} ready" if services else "")
+            + (f", gateway down: {gateway['reason']}" if not f.gateway_up else "")  # type: ignore[index]
+            + (", the gateway routes to no frontend yet" if f.gateway_up and not f.gateway_routes else "")
+            + (f" ({f.canary})" if f.fe_down and f.canary else ""))
+
+
+def _progressing(f: _Facts, d: DesiredRecipe | None, now: float) -> tuple[bool, str, str]:
+    """The first of these that holds, in this order: no spec, suspended, scaled to zero, waiting
+    for an allocation, refused by analysis, acting, stalled, waiting for Ready, finishing, converged."""
+    progress = (f" ({f.updated}/{f.want} workers updated, {sum(r['available'] for r in f.workers)} available)"
+                if f.want else "")
+    if d is None:
+        return False, "NoSpec", "no desired state: see Invalid, or the recipe's error"
+    if f.suspended:
+        return False, "Suspended", ("suspended (reconcile.suspend or `reconciler suspend`): no actions "
+                                    "are taken; what runs keeps running")
+    if f.zero:
+        return False, "ScaledToZero", ("scaled to zero (reconcile.autoscale): no worker and no "
+                                       "allocation; the gateway holds requests and one brings a worker back")
+    if d.waiting and f.pending:
+        return True, "AllocationPending", "; ".join(p.explain(now) for p in f.pending) + progress
+    if d.waiting and d.pending_reason:
+        return True, "AllocationPending", d.pending_reason
+    if d.waiting:
+        return True, "AllocationPending", f"{len(d.waiting)} worker(s) wait for their allocation"
+    if f.refused:
+        return False, "RolloutFailed", ("rollout analysis failed, the old lives keep serving and the "
+                                        "spec is not tried again until the recipe changes: " + "; ".join(f.refused))
+    acts = f.pending_actions
+    if acts:
+        return True, "Reconciling", ("; ".join(a.describe() for a in acts[:3])
+                                     + (f" (+{len(acts) - 3} more)" if len(acts) > 3 else "") + progress)
+    if not f.all_ready and f.stalled:
+        return False, "WorkersFailed", f"{', '.join(f.failed)} will not be restarted (restart policy)"
+    if not f.all_ready:
+        return True, "WaitingForReady", f"{f.ready}/{f.want} workers ready" + progress
+    if f.moving:  # everything wanted is Ready, and the change is still being finished (old lives leaving)
+        return True, "Reconciling", ("finishing: " + ", ".join(f.moving)
+                                     + ("; " + "; ".join(p.explain(now) for p in f.pending) if f.pending else "") + progress)
+    return False, "Converged", "every worker runs the current spec and is ready"
+
+
+def _degraded(f: _Facts, launches: dict[str, dict]) -> tuple[bool, str, str]:
+    """A worker or service down after it was launched at least once (not one still to start)."""
+    down = [r["name"] for r in f.services + f.workers if r["phase"] in ("Pending", "BackOff", "Failed")
+            and launches.get(r["name"], {}).get("launches", 0) > 0]
+    return (bool(down), "WorkersFailed" if f.failed else ("WorkersDown" if down else "AsExpected"),
+            (f"not restarted: {', '.join(f.failed)}; " if f.failed else "")
+            + (f"down: {', '.join(down)}" if down else "no worker is down"))
 
 
 def serves(d: DesiredRecipe, o: Observed, u, ok: bool) -> bool:
