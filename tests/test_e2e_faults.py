@@ -52,8 +52,10 @@ def test_crash_loop_backs_off_and_never_policy_gives_up(h):
     wait_until(lambda: _row(h, loop, "agg_0").get("restarts", 0) >= 2, timeout=40, what="two restarts")
     rec = json.loads((h.state / loop / "launches.json").read_text())["agg_0"]
     assert rec["restarts"] >= 2 and rec["backoff"] >= 2  # the backoff counter grows with each failed life
-    wait_until(lambda: _row(h, once, "agg_0").get("phase") == "Failed", timeout=30, what="never: Failed")
-    row = _row(h, once, "agg_0")
+    # Failed may come first from the engine's fatal log line, a pass before the launcher's exit
+    # record is written (its code then follows): wait for both, not for the first of them
+    row = wait_until(lambda: (r := _row(h, once, "agg_0")).get("phase") == "Failed" and r.get("lastExit") and r,
+                     timeout=30, what="never: Failed, with its exit")
     assert row["lastExit"]["code"] == 3 and row["restarts"] == 0
     degraded = next(c for c in _status(h, once)["conditions"] if c["type"] == "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "WorkersFailed"
