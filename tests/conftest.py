@@ -197,7 +197,7 @@ def summary(request):
     return lambda text: request.node.user_properties.append(("summary", text))
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")  # a path: module-scoped fixtures read it too
 def corpus() -> Path:
     source = "RECONCILER_CORPUS" if os.environ.get("RECONCILER_CORPUS") else "../shared/corpus beside the checkout"
     if not CORPUS.is_dir():

@@ -18,7 +18,7 @@ from harness import Harness, scancel
 from helpers import get, post, wait_until
 from reconciler.world import life_name
 from support.clients import Client
-from support.vllm import COLD_START, deployment, recipe, split, step_started
+from support.vllm import COLD_START, EAGER, deployment, recipe, split, step_started
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
 
@@ -121,7 +121,8 @@ def test_a_flag_change_rolls_the_engine_with_no_failed_request(dep, summary):
     client.start()
     try:
         wait_until(lambda: client.ok >= 3, timeout=60, what="the client's first answers")
-        (h.manifests / f"{name}.yaml").write_text(recipe(name, h.model, args=", max-num-seqs: 64"))
+        # a flag the corpus's own vLLM recipes set (enforce-eager): the new life also skips torch.compile
+        (h.manifests / f"{name}.yaml").write_text(recipe(name, h.model, args=EAGER))
         t0 = time.monotonic()
         def alone() -> bool:  # one life of agg_0 left, and not the first one (lives: both during the surge)
             mine = [sid for unit, _, sid in h.lives(name) if unit == "agg_0"]
@@ -139,4 +140,4 @@ def test_a_flag_change_rolls_the_engine_with_no_failed_request(dep, summary):
     # the engine that serves now is the new spec's: vLLM logs the flag among its non-default args
     rec = _launches(h, name)["agg_0"]
     log = (h.state / name / "logs" / f"{life_name('agg_0', rec['slot'])}.0.log").read_text(errors="replace")
-    assert "'max_num_seqs': 64" in log
+    assert "'enforce_eager': True" in log

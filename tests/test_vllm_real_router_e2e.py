@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from helpers import metric, post, sse_events, wait_until
-from support.vllm import deployment, recipe
+from support.vllm import EAGER, deployment, recipe
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
 # round robin: the router's default (cache-aware) sent all eight streams to one worker, so the
@@ -34,7 +34,7 @@ DRAIN = "reconcile: {rollout: {drain_seconds: 120}}\n"
 @pytest.fixture(scope="module")
 def dep(tmp_path_factory):
     """Two Ready vLLM workers behind the SGLang router (harness, name, endpoint, served model)."""
-    yield from deployment(tmp_path_factory, "vllm-router", "vllm2", 1, lambda name, model: recipe(name, model, workers=2, max_len=MAX_LEN, extra=DRAIN).replace("frontend: {type: builtin}\n", ROUTER))
+    yield from deployment(tmp_path_factory, "vllm-router", "vllm2", 1, lambda name, model: recipe(name, model, workers=2, max_len=MAX_LEN, args=EAGER, extra=DRAIN).replace("frontend: {type: builtin}\n", ROUTER))
 
 
 def test_two_vllm_workers_serve_behind_the_sglang_router(dep):

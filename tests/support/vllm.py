@@ -28,6 +28,12 @@ VLLM_BIN = ROOT / ".stacks" / "vllm" / "bin"
 # health-check budget (1,800 s)
 COLD_START = min(scaled(600.0), 1800.0)
 
+# vLLM's flag for no torch.compile (and no warm-up of it): the modules whose subject is not the
+# cold start set it. A compiled first start is 96 s quiet and 5 min beside a busy suite, most of it
+# the compile; an eager one is its three processes' imports (the engine core and its worker are
+# spawned, each imports vLLM again). tests/test_vllm_real_e2e.py keeps the compiled start.
+EAGER = ", enforce-eager: true"
+
 RECIPE = """\
 schema: 2
 name: {name}
