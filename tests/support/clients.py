@@ -56,11 +56,12 @@ def serves(endpoint: str, model: str) -> bool:
 class Client(threading.Thread):
     """Sequential chat completions through the router until stopped or ``limit`` sent (bounded)."""
 
-    def __init__(self, endpoint: str, limit: int = 5000, max_tokens: int = 4, timeout: float = 10):
+    def __init__(self, endpoint: str, limit: int = 5000, max_tokens: int = 4, timeout: float = 10, pause: float = 0.0):
+        """``pause``: seconds between one answer and the next request (0: back to back)."""
         super().__init__(daemon=True)
         u = urlsplit(endpoint)
         self.host, self.port = u.hostname, u.port
-        self.limit, self.max_tokens, self.timeout = limit, max_tokens, timeout
+        self.limit, self.max_tokens, self.timeout, self.pause = limit, max_tokens, timeout, pause
         self.ok = 0
         self.failed: list[str] = []
         self.halt = threading.Event()
@@ -81,6 +82,8 @@ class Client(threading.Thread):
                 self.failed.append(repr(e))
             finally:
                 conn.close()
+            if self.pause:
+                self.halt.wait(self.pause)
 
     def wait_more(self, count: int, what: str) -> None:
         """Wait until ``count`` more requests than now have been answered."""
