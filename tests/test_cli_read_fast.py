@@ -136,16 +136,23 @@ def test_without_a_running_run_get_looks_at_the_cluster(tmp_path):
 
 def test_get_watch_prints_a_row_again_when_runs_record_changes(state):
     """`get -w` while `run` runs: the table, then a row whenever status.json changes (no controller)."""
-    import select
+    import queue
+    import threading
     import time
 
     p = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "get", "-w", "--interval", "0.2", "--state", str(state)],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=state.parent)
+    # lines from a reader thread: a select() on the pipe says nothing of the lines readline() has
+    # already buffered (the header and the rows written at once were read together, and the wait
+    # for the second line then timed out with it in the buffer: the suite of 2026-12-07 17:00)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in p.stdout], daemon=True).start()
     try:
         def line(timeout: float) -> str:
-            ready, _, _ = select.select([p.stdout], [], [], timeout)
-            assert ready, "get -w printed nothing in time"
-            return p.stdout.readline()
+            try:
+                return lines.get(timeout=max(timeout, 0))
+            except queue.Empty:
+                raise AssertionError("get -w printed nothing in time") from None
 
         assert line(60).startswith("NAME")
         table = [line(10) for _ in range(4)]  # three rows and the controller line
