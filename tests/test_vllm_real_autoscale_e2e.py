@@ -27,7 +27,7 @@ from helpers import get, sse_events, wait_until
 from load import scaled
 from support.clients import Client, stop
 from support.record import events, routed
-from support.vllm import COLD_START, EAGER, deployment, recipe, renice_engine
+from support.vllm import COLD_START, EAGER, deployment, recipe
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
 
@@ -167,20 +167,11 @@ def test_vllms_own_queue_scales_the_role_up_and_its_end_scales_it_back_down(dep,
         assert r.returncode == 0 and "Autoscale:" in r.stdout and "agg 1 -> 2" in r.stdout \
             and "waiting_per_worker" in r.stdout, r.stdout
 
-        # 2. the second worker cold-starts under the load, turns Ready, is routed and serves. On a
-        # cluster it starts on a node of its own; here it shares two cores with the first engine
-        # serving the burst (1.45 cores of it: its API server, engine core and worker, 2026-12-07)
-        # and the rest of the suite, and its start was 10 min (603 s; 122 s for the first life).
-        # The first engine's threads are niced while it starts, so the start gets the cores first
-        # (the burst then waits longer in agg_0's queue, which is what asked for agg_1); set back
-        # once agg_1 is Ready. Still twice the bound of one cold start.
-        first_port = int(next(iter(_launch(h, name, "agg_0")["ports"].values()))["http"])
-        assert renice_engine(first_port, 15) >= 3, "agg_0's vLLM processes not found"
-        try:
-            wait_until(lambda: _launch(h, name, "agg_1").get("readyAfter") is not None,
-                       timeout=min(2 * COLD_START, 1800), interval=1, what=lambda: f"agg_1 Ready ({note()})")
-        finally:
-            renice_engine(first_port, 0)
+        # 2. the second worker cold-starts under the load, turns Ready, is routed and serves. Its cold
+        # start shares the cores with the first engine serving the burst: 3-4x the first one's here
+        # (146-155 s alone, 484-556 s beside the burst at load average 13-20), hence twice the bound
+        wait_until(lambda: _launch(h, name, "agg_1").get("readyAfter") is not None, timeout=min(2 * COLD_START, 1800),
+                   interval=1, what=lambda: f"agg_1 Ready ({note()})")
         t_ready = time.monotonic() - t0
         ready_after = _launch(h, name, "agg_1")["readyAfter"]
         wait_until(lambda: routed(h, name) == ["agg_0", "agg_1"], timeout=60, what="agg_1 routed")

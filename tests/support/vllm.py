@@ -9,7 +9,6 @@ minutes on two cores and ~3 GB of memory): the tiny random-weights Llama of
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from dataclasses import dataclass
 from datetime import datetime
@@ -157,36 +156,3 @@ def serving(h, name: str) -> tuple[str, str]:
     status, body = get(g["endpoint"] + "/v1/models", timeout=10)
     assert status == 200, body
     return g["endpoint"], json.loads(body)["data"][0]["id"]
-
-
-def renice_engine(port: int, nice: int) -> int:
-    """Set the nice value of every thread of the vLLM serving on ``port`` (its API server, found by
-    ``--port`` on its command line, and the engine core and worker it spawned); the threads set.
-    Linux keeps a nice value per thread, so each of /proc/<pid>/task/ is set."""
-    procs: dict[int, tuple[int, list[bytes]]] = {}  # pid -> (ppid, argv)
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            procs[int(entry)] = (ppid, argv)
-    roots = [pid for pid, (_, argv) in procs.items() if b"serve" in argv and b"--port" in argv
-             and argv[argv.index(b"--port") + 1:argv.index(b"--port") + 2] == [str(port).encode()]]
-    tree, todo = set(roots), list(roots)
-    while todo:
-        parent = todo.pop()
-        for pid, (ppid, _) in procs.items():
-            if ppid == parent and pid not in tree:
-                tree.add(pid)
-                todo.append(pid)
-    n = 0
-    for pid in tree:
-        for tid in (os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else ()):
-            try:
-                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
-                n += 1
-            except OSError:
-                pass  # ended meanwhile
-    return n
