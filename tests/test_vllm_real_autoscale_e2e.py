@@ -161,7 +161,10 @@ def test_vllms_own_queue_scales_the_role_up_and_its_end_scales_it_back_down(dep,
         assert up["from"] == 1 and up["reason"] == "ScaledUp", up
         assert "scaled up" in up["message"] and "waiting_per_worker" in up["message"], up
         assert peak_waiting >= 1, f"vLLM's own queue was never seen above 0 (vllm:num_requests_waiting {peak_waiting})"
-        decision = next(d for d in _autoscale(h, name)["decisions"] if d["to"] == 2)
+        # the Scaled event is told before autoscale.json is written with the decision it announces
+        # (shell/elastic/autoscale.py): read once the file has it (its absence failed a suite at load 20)
+        decision = wait_until(lambda: next((d for d in _autoscale(h, name)["decisions"] if d["to"] == 2), None),
+                              timeout=scaled(30), interval=0.5, what="the scale-up decision in autoscale.json")
         assert decision["inputs"].get("waiting_per_worker", 0) >= 1, decision
         r = h.cli("describe", name)
         assert r.returncode == 0 and "Autoscale:" in r.stdout and "agg 1 -> 2" in r.stdout \
