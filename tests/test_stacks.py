@@ -57,6 +57,11 @@ def test_srtctl_mocker_recipe_runs_the_real_dynamo_stack(stack, corpus, rel, ser
     # workers 1 -> 2: the frontend sees two instances
     f.write_text(f.read_text().replace("agg_workers: 1", "agg_workers: 2"))
     h.wait_steps(name, {*services, "agg_0", "agg_1", "frontend_0"}, timeout=60)
+    # Ready first: the edit also rolls agg_0 (its GPUs go from 4 to 2: the node is shared out), and its surge
+    # life made 2 instances while agg_1 was still launching; a scancel of a step Slurm has not
+    # finished launching ("aborted before step completely launched") left its worker running and
+    # the step listed for over a minute (2026-12-07 17:51, v1-agg): no relaunch to see
+    h.wait_ready(name, timeout=90)
     wait_until(lambda: instances(endpoint) == 2, timeout=60, what="the frontend to list 2 instances")
 
     # scancel a worker: relaunched, and requests succeed again
