@@ -38,13 +38,13 @@ def test_slope(name, points, want):
 
 # (name, config keys, startup, expected windows)
 WINDOWS = [
-    ("measured 30 s: horizon = p90 + four decisions; trend and scale-down follow it", {}, MEASURED,
-     Windows(50.0, 50.0, 50.0)),
-    ("a fast engine: the horizon is its p90 and four decisions", {}, Startup(1, 1, 3), Windows(21.0, 21.0, 21.0)),
+    ("measured 30 s: horizon = p90 + three decisions; trend and scale-down follow it", {}, MEASURED,
+     Windows(45.0, 45.0, 45.0)),
+    ("a fast engine: the trend keeps three decisions' worth", {}, Startup(1, 1, 3), Windows(16.0, 16.0, 16.0)),
     ("no life yet: the budget, the horizon and trend capped at ten minutes", {}, Startup(1800, 1800, 0),
-     Windows(600.0, 600.0, 1820.0)),
-    ("the recipe's scale-down window wins", {"scale_down_after_seconds": 120}, MEASURED, Windows(50.0, 50.0, 120.0)),
-    ("the recipe's trend window wins", {"forecast_window_seconds": 20}, MEASURED, Windows(50.0, 20.0, 50.0)),
+     Windows(600.0, 600.0, 1815.0)),
+    ("the recipe's scale-down window wins", {"scale_down_after_seconds": 120}, MEASURED, Windows(45.0, 45.0, 120.0)),
+    ("the recipe's trend window wins", {"forecast_window_seconds": 20}, MEASURED, Windows(45.0, 20.0, 45.0)),
 ]
 
 
@@ -115,7 +115,7 @@ def test_predict(name, samples, ready, current, want):
                                windows(c, MEASURED))
     assert ask == want, why
     if want is not None:
-        assert "forecast running_per_worker" in why and "in 50s" in why and "forecast_running_per_worker" in inputs
+        assert "forecast running_per_worker" in why and "in 45s" in why and "forecast_running_per_worker" in inputs
 
 
 def inflight(n: float) -> RoleFacts:
@@ -149,9 +149,9 @@ def test_scale_down_holds_the_peak_for_one_startup_horizon_not_the_constant():
     steps = [(5, inflight(8.0)), (5, inflight(8.0))] + [(5, inflight(0.5))] * 12
     out, _ = run(c, steps, workers=2)
     targets = [t for t, _ in out]
-    # the peak's last ask (t=10) holds 2 until it is out of the 50 s window: the decision at t=65
-    assert targets[:12] == [2] * 12 and targets[12] == 1, targets
-    assert "2 -> 1" in out[12][1] and "scale-down window 50s" in out[12][1], out[12][1]
+    # the peak's last ask (t=10) holds 2 until it is out of the 45 s window: the decision at t=60
+    assert targets[:11] == [2] * 11 and targets[11] == 1, targets
+    assert "2 -> 1" in out[11][1] and "scale-down window 45s" in out[11][1], out[11][1]
     # the reactive default (300 s) would hold it the whole time
     react, _ = run(cfg(policy="reactive"), steps, workers=2)
     assert [t for t, _ in react] == [2] * 14

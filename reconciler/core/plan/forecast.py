@@ -10,11 +10,8 @@ swings, not for the mean. The horizon is the role's measured startup p90 (``star
 start plus one startup later; the first decision whose forecast reaches the crossing comes up to one
 interval after the moment it would have had to, so with two intervals the worker was Ready as little
 as one interval less the allocation's start (2-3 s at 5 s) before the load: any forecast error beyond
-that was late (CI at load 20: 1-3 s late). With three, the slope of a staircase load read once per
-decision was still under-estimated by enough that the crossing came one step late (one client per
-15 s at 5 s: the worker Ready 1.1 s after the load, a suite at load 20, 2026-12-07). Four keep two
-intervals in hand. A rising load so asks for the worker one startup before the per-worker target
-would be crossed, not when it is.
+that was late (CI at load 20: 1-3 s late). Three keep at least one interval more in hand. A rising
+load so asks for the worker one startup before the per-worker target would be crossed, not when it is.
 
 The windows follow the measured startup, not constants (Kubernetes HPA's stabilisation windows):
 
@@ -37,7 +34,7 @@ from reconciler.core.plan.startup import Startup
 from reconciler.recipe.autoscale import AutoscaleConfig, RoleScale
 
 MAX_WINDOW = 600.0  # a trend longer than ten minutes is not the one a startup has to catch up with
-LEAD_INTERVALS = 4  # decision intervals added to the startup p90 for the horizon (see above)
+LEAD_INTERVALS = 3  # decision intervals added to the startup p90 for the horizon (see above)
 MIN_SAMPLES = 3  # a line through two reads is any step extrapolated (idle -> one client read as a ramp)
 # a trend is carried at most this many times as far ahead as the samples span: three reads 2 s
 # apart at the first client after a quiet start are no evidence for 67 s ahead (the policy benchmark
