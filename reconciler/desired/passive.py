@@ -70,10 +70,11 @@ def not_acted_on(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
         out["observability"] = ("only the nsys preset's NVTX environment reaches the workers (Backend.nvtx_environment); "
                                 "no nsys capture, tachometer or OTEL export runs")
     out |= _frontend_not_started(recipe)
+    containers = _containers_used(recipe)
     out |= _engine_knobs(recipe)
-    out |= _dynamo_install(recipe)
-    out |= preambles.not_acted_on(recipe, _containers_used(recipe))
-    out |= _mounts_and_extra_args(recipe, data)
+    out |= _dynamo_install(recipe, containers)
+    out |= preambles.not_acted_on(recipe, containers)
+    out |= _mounts_and_extra_args(recipe, data, containers)
     out |= _read_by_what_does_not_run(recipe, data)
     return out
 
@@ -118,24 +119,21 @@ def _engine_knobs(recipe: Recipe) -> dict[str, str]:
             for knob, why in bind(engine, recipe).not_acted_on().items()}
 
 
-def _dynamo_install(recipe: Recipe) -> dict[str, str]:
+def _dynamo_install(recipe: Recipe, containers: bool) -> dict[str, str]:
     from reconciler.backends.dynamo_install import install_spec
-    from reconciler.desired.runtime import _containers_used
 
     fe, out = recipe.frontend, {}
     asks = any(_is_set(recipe, ["dynamo", k]) for k in ("install", "version", "wheel", "source"))
-    if asks and install_spec(recipe) is not None and not _containers_used(recipe):
+    if asks and install_spec(recipe) is not None and not containers:
         out["dynamo.install"] = "workers run on the hosts: the host Python's Dynamo is used, nothing is installed"
     if fe.type != "dynamo" and asks and recipe.dynamo.install:
         out["dynamo.install"] = f"srtctl installs Dynamo only behind the Dynamo frontend; this recipe uses {fe.type}"
     return out
 
 
-def _mounts_and_extra_args(recipe: Recipe, data: dict[str, Any]) -> dict[str, str]:
-    from reconciler.desired.runtime import _containers_used
-
+def _mounts_and_extra_args(recipe: Recipe, data: dict[str, Any], containers: bool) -> dict[str, str]:
     out = {}
-    if not _containers_used(recipe):
+    if not containers:
         for key in ("container_mounts", "extra_mount"):
             if key in data:
                 out[key] = "no worker runs in a container: there is nothing to mount into"
