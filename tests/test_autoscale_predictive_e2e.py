@@ -21,8 +21,7 @@ import time
 import pytest
 
 from helpers import wait_until
-from support.autoscale import Heavy
-from support.clients import stop
+from support.clients import Client, stop
 from support.clusters import deployed
 from support.record import events
 
@@ -48,7 +47,15 @@ reconcile:
 
 class Ramp(threading.Thread):
     """One more slow client every ``step`` seconds, up to ``most`` (paced by an event's wait, so that
-    ``end`` stops it at once); every client stopped by ``end``."""
+    ``end`` stops it at once); every client stopped by ``end``.
+
+    Each client's requests are long (600 tokens, about 4 s at ``speedup_ratio: 1``): the in-flight
+    gauge then reads one per client. With 60-token requests (0.4 s) each client spent a tenth of its
+    time or more between requests (or queued a step before running), the 5 s reads swung by one
+    to two, and the least-squares slope of 10 of them was off by about its standard error (0.015/s
+    of 0.067/s): enough, one run in two or three at CI's load, to move the crossing one client
+    (15 s) later than the ramp's own. The forecast is judged on the load's trend, not the gauge's
+    swings."""
 
     def __init__(self, endpoint: str, step: float, most: int):
         super().__init__(daemon=True)
@@ -58,7 +65,7 @@ class Ramp(threading.Thread):
 
     def run(self) -> None:
         while not self.halt.is_set() and len(self.clients) < self.most:
-            c = Heavy(self.endpoint, limit=5000)
+            c = Client(self.endpoint, limit=5000, max_tokens=600, timeout=60)
             c.start()
             self.clients.append(c)
             self.halt.wait(self.step)
