@@ -20,7 +20,7 @@ STATE_OPT = click.option(
 )
 PORTS_OPT = click.option(
     "--port-range", "port_range", default="20000-32000", show_default=True, envvar="RECONCILER_PORT_RANGE",
-    help="Ports handed to workers and routers (LO-HI), unique per node across recipes.",
+    help="Ports handed to workers and routers (LO-HI: LO included, HI not), unique per node across recipes.",
 )
 INSTANCE_OPT = click.option(
     "--instance", default=None, envvar="RECONCILER_INSTANCE",

@@ -84,7 +84,7 @@ class NodePortAllocator:
                 self._put(node, key, port)
                 self._cursor[node] = port + 1 if port + 1 < self.limit else self.base
                 return port
-        raise PortsExhausted(f"no free port left on {node} in {self.base}..{self.limit}")
+        raise PortsExhausted(f"no free port left on {node} in --port-range {self.base}-{self.limit} (HI excluded)")
 
     def allocate_block(self, node: str, owner: str, name: str, size: int) -> int:
         """``size`` consecutive ports (an engine that opens base + rank); returns the base.
@@ -118,7 +118,7 @@ class NodePortAllocator:
                     self._put(node, f"{owner}#{n}", base + i)
                 self._cursor[node] = base + size if base + size < self.limit else self.base
                 return base
-        raise PortsExhausted(f"no {size} consecutive free ports left on {node} in {self.base}..{self.limit}")
+        raise PortsExhausted(f"no {size} consecutive free ports left on {node} in --port-range {self.base}-{self.limit} (HI excluded)")
 
     def claim(self, node: str, owner: str, name: str, port: int) -> bool:
         """Record a port already in use by ``owner``; False when someone else holds it."""
