@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import start_mocker
+from reconciler.benchrun.__main__ import aiperf_env
 from reconciler.benchrun.summary import FAILED, SUCCEEDED, records_summary, summarize, verdict
 from reconciler.desired.bench_map import bench_plan
 from reconciler.mocker.model_dir import make_model_dir
@@ -35,6 +36,18 @@ def lv(**kw):
 def test_verdicts(levels, status, reason):
     got = verdict(levels, osl=32, max_error_rate=0.0)
     assert got[0] == status and reason in got[1]
+
+
+@pytest.mark.parametrize("base, left, window", [
+    ({}, 600.0, "600"),  # the benchmark's time left
+    ({}, 4.2, "30"),  # never below aiperf's own 30 s
+    ({}, 1e9, "100000"),  # nor above what aiperf accepts
+    ({"AIPERF_SERVICE_REGISTRATION_TIMEOUT": "45", "AIPERF_SERVICE_REGISTRATION_MAX_ATTEMPTS": "45"}, 600.0, "45"),
+])
+def test_aiperfs_registration_window_is_the_benchmarks_time_left(base, left, window):
+    env = aiperf_env({"HF_HUB_OFFLINE": "1", "PATH": "/bin", **base}, "/tmp/b", left)
+    assert env["AIPERF_SERVICE_REGISTRATION_TIMEOUT"] == env["AIPERF_SERVICE_REGISTRATION_MAX_ATTEMPTS"] == window
+    assert env["TMPDIR"] == "/tmp/b" and env["PATH"] == "/bin" and "HF_HUB_OFFLINE" not in env
 
 
 def test_error_threshold_is_the_policys():

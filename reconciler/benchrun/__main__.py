@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -47,13 +49,25 @@ def why_failed(log: Path) -> str:
     return ((errors or lines or [""])[-1])[-300:]
 
 
+def aiperf_env(base: Mapping[str, str], tmp: str, left: float) -> dict[str, str]:
+    """aiperf's environment. Its services must register with its controller within 30 s (10
+    attempts a second apart), its guess for a quiet host: on a busy node (a CPU-bound suite beside
+    it, load 21 on 2 cores) they did not, and the level failed "Some services failed to register
+    within timeout". The benchmark's own ``timeout_seconds`` bounds the run, so the window is the
+    time it has left (at least aiperf's 30 s); a value set in the environment wins."""
+    window = str(min(100_000, max(30, math.ceil(left))))  # aiperf's own bounds: 1..100000
+    return ({k: v for k, v in base.items() if k != "HF_HUB_OFFLINE"} | {"TMPDIR": tmp}
+            | {k: base.get(k, window) for k in ("AIPERF_SERVICE_REGISTRATION_TIMEOUT",
+                                                "AIPERF_SERVICE_REGISTRATION_MAX_ATTEMPTS")})
+
+
 def run_level(aiperf: str, url: str, art: Path, level: dict, deadline: float) -> dict:
     """One aiperf invocation; its figures, or ``failed`` with why."""
     art.mkdir(parents=True, exist_ok=True)
     argv = [aiperf, "profile", *level["args"], "--url", url, "--artifact-dir", str(art)]
     # aiperf's ZMQ sockets live under TMPDIR and a deep one is past their path limit
     with tempfile.TemporaryDirectory(prefix="bench", dir="/tmp") as tmp, open(art / "aiperf.log", "wb") as log:
-        env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"} | {"TMPDIR": tmp}
+        env = aiperf_env(os.environ, tmp, deadline - time.time())
         try:
             p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         except OSError as e:
