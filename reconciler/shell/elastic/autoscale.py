@@ -140,6 +140,9 @@ class Autoscaler:
         history = list(doc.get("decisions", []))[-KEEP_DECISIONS:] if isinstance(doc.get("decisions"), list) else []
         last = {}
         moved = False
+        # the events are told once autoscale.json holds the decision they tell: a reader that sees
+        # a Scaled event finds its decision in the file (it used to be written after them)
+        tells: list = []
         for role, dec in decisions.items():
             before, after = mem[role], dec.memory
             rs = roles[role]
@@ -154,8 +157,10 @@ class Autoscaler:
             if dec.scaled:
                 history.append({"at": iso(now), "role": role, "from": before.target, "to": after.target,
                                 "reason": dec.reason, "inputs": dict(dec.inputs)})
-            self._tell(name, role, cfg, dec, before, held, startups[role].p90, last[role]["draining"])
-            self._tell_promoted(name, role, d, o, promoted(spares_before[role], after.built), len(spares_after[role]))
+            tells.append(lambda role=role, dec=dec, before=before, after=after: (
+                self._tell(name, role, cfg, dec, before, held, startups[role].p90, last[role]["draining"]),
+                self._tell_promoted(name, role, d, o, promoted(spares_before[role], after.built),
+                                    len(spares_after[role]))))
             moved |= ((after.built, list(after.draining), spares_after[role])
                       != (before.built, list(before.draining), spares_before[role]))
         wake = wake_eta.track(doc.get("wake"), decisions, facts, now)
@@ -167,6 +172,8 @@ class Autoscaler:
         self.state.write_json(self.state.path_of(name, FILE), {
             "recipe": name, "roles": {r: to_json(dec.memory) for r, dec in decisions.items()},
             "last": last, "decisions": history[-KEEP_DECISIONS:], "wake": wake})
+        for tell in tells:
+            tell()
         return moved
 
     def _facts(self, name: str, cfg: AutoscaleConfig, d, o, mem: Mapping[str, RoleMemory],
