@@ -115,12 +115,29 @@ class Harness:
 
     # ---------------------------------------------------------------- the reconciler
     def start(self, *extra: str) -> None:
+        """Start ``reconciler run`` and return once it has made its first pass (or exited). At load
+        21 on 2 cores (a soak under --load 1) a start took 64 s to log "reconciler started" (a
+        Python start at a tenth of a core), so a test's next wait, sized for the reconciler's
+        work, spent itself on the start: it waits for the work, this for the start. A standby may
+        wait for its lease all along: its start is not waited for."""
         log = open(self.tmp / "reconciler.log", "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "reconciler.cli", "run", "--manifests", str(self.manifests), "--state",
              str(self.state), "--driver", self.driver, "--resync", "1", *extra],
             stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp, env=self.env,
         )
+        if "--standby" not in extra:
+            wait_until(self._first_pass_made, timeout=scaled(180), interval=0.1,
+                       what=lambda: f"the reconciler's first pass (log:\n{self.log()[-3000:]})")
+
+    def _first_pass_made(self) -> bool:
+        """This process wrote state/controller.json (after every pass, failed or not), or it ended."""
+        if self.proc is None or self.proc.poll() is not None:
+            return True
+        try:
+            return json.loads((self.state / "controller.json").read_text()).get("pid") == self.proc.pid
+        except (FileNotFoundError, ValueError):
+            return False
 
     def kill9(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
