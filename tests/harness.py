@@ -94,6 +94,12 @@ def _forked_launcher(pid: str, cmd: list[bytes]) -> bool:
         return False
 
 
+# seconds (x the load factor) a reconciler process may take to start and make a pass: at load 21
+# on 2 cores (the suite under --load 1) a start alone took 64 s, and the teardown's `run --once`
+# (and a CLI call) timed out at 60 s x 1.17 in a soak run of 2026-12-07
+START = 180
+
+
 class Harness:
     def __init__(self, tmp: Path, driver: str, wide: int | None = None):
         self.tmp = tmp
@@ -127,7 +133,7 @@ class Harness:
             stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp, env=self.env,
         )
         if "--standby" not in extra:
-            wait_until(self._first_pass_made, timeout=scaled(180), interval=0.1,
+            wait_until(self._first_pass_made, timeout=scaled(START), interval=0.1,
                        what=lambda: f"the reconciler's first pass (log:\n{self.log()[-3000:]})")
 
     def _first_pass_made(self) -> bool:
@@ -152,7 +158,7 @@ class Harness:
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "reconciler.cli", *args, "--manifests", str(self.manifests),
                                "--state", str(self.state), "--driver", self.driver],
-                              capture_output=True, text=True, timeout=scaled(60), cwd=self.tmp, env=self.env)
+                              capture_output=True, text=True, timeout=scaled(START), cwd=self.tmp, env=self.env)
 
     def get(self, name: str) -> dict:
         r = self.cli("get", name, "-o", "json")
@@ -267,7 +273,7 @@ class Harness:
             f.unlink()
         r = subprocess.run([sys.executable, "-m", "reconciler.cli", "run", "--once", "--allow-empty", "--manifests",
                             str(self.manifests), "--state", str(self.state), "--driver", self.driver],
-                           capture_output=True, text=True, timeout=scaled(60), cwd=self.tmp, env=self.env)
+                           capture_output=True, text=True, timeout=scaled(START), cwd=self.tmp, env=self.env)
         problems = [] if r.returncode == 0 else [f"the teardown run exited {r.returncode}: {r.stderr.strip()[-2000:]}"]
         if self.driver == "slurm":
             for n in self.names:
