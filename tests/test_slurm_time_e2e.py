@@ -21,6 +21,7 @@ from support.clusters import deployed
 from support.record import events, routed
 
 from reconciler.core.plan.pending import words
+from reconciler.timefmt import slurm_seconds
 
 pytestmark = pytest.mark.slurm
 
@@ -73,12 +74,8 @@ def test_a_job_whose_limit_slurm_lowered_is_handed_over_in_time_with_no_failed_r
 
 
 def _minutes(limit: str) -> float:
-    """A Slurm time limit as squeue/scontrol print it ([D-]HH:MM:SS, or MM:SS) in minutes."""
-    days, _, clock = limit.rpartition("-")
-    parts = [int(x) for x in clock.split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0)
-    return (int(days or 0) * 24 * 60) + parts[0] * 60 + parts[1] + parts[2] / 60
+    """A Slurm time limit as scontrol prints it, in minutes."""
+    return slurm_seconds(limit) / 60
 
 
 QUEUED = """\
