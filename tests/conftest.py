@@ -73,7 +73,7 @@ def _gate(items, marker: str, check, what: str, hint: str, fixture: str) -> None
 # chain: three cold starts in a row) starts first, the router module and the argv parse a few
 # slow modules later, so that four vLLMs never start at once on the two cores.
 SLOW_FIRST = ("test_vllm_real_e2e", "test_analysis_e2e", "test_chaos", "test_handover_e2e", "test_vllm_real_router_e2e",
-              "test_slurm_time_e2e", "test_vllm_real_autoscale_e2e", "test_vllm_argv", "test_slow_start_e2e",
+              "test_slurm_time_e2e", "test_vllm_real_autoscale_e2e", "test_vllm_argv", "test_slow_start_e2e", "test_sglang_argv",
               "test_multinode_slurm_time", "test_autoscale_queue_e2e", "test_bench_e2e", "test_benchmarks",
               "test_multinode_nodes", "test_autoscale_disagg_e2e", "test_autoscale_e2e", "test_stacks",
               "test_benchrun", "test_gateway_job_e2e", "test_stack_handover_e2e", "test_e2e")
@@ -89,7 +89,8 @@ def pytest_configure(config):
 # start of minutes): xdist must run each on one worker, or every worker that gets one of its tests
 # starts the deployment again. (xdist's own loadgroup does not group here: pytest 9 no longer reads
 # the suffixed nodeid it relies on.)
-SHARED_DEPLOYMENT = ("test_vllm_real_e2e", "test_vllm_real_router_e2e", "test_vllm_real_autoscale_e2e")
+SHARED_DEPLOYMENT = ("test_vllm_real_e2e", "test_vllm_real_router_e2e", "test_vllm_real_autoscale_e2e",
+                     "test_sglang_argv")  # no deployment: its module-scoped parse of the corpus (a minute)
 # Everything that starts the real vLLM runs on one worker, one after the other: each cold start
 # takes a core for minutes, and four at once (two modules, the argv parse, the benchmark's smoke)
 # starved each other past their bounds (suite of 2026-12-07: a surge life not Ready in 14 min).

@@ -31,6 +31,10 @@ def _executable(path: str | Path) -> str | None:
     return str(path) if os.access(path, os.X_OK) else None
 
 
+def _present(path: Path) -> str | None:
+    return str(path) if path.is_file() else None
+
+
 def _nginx() -> str | None:
     from reconciler.shell.gateway.local import nginx_binary
 
@@ -55,6 +59,8 @@ PROGRAMS: dict[str, tuple[Callable[[], str | None], str]] = {
     "dynamo": (lambda: _executable(STACKS / "dynamo" / "bin" / "python"), STACKS_INSTALL),
     "aiperf": (lambda: _executable(STACKS / "aiperf" / "bin" / "aiperf"), STACKS_INSTALL),
     "vllm": (lambda: _executable(STACKS / "vllm" / "bin" / "vllm"), STACKS_INSTALL),  # its CPU build
+    # SGLang's argument parser only (the wheel without its dependencies, run by .stacks/vllm's Python)
+    "sglang-args": (lambda: _present(STACKS / "sglang-args" / "sglang" / "srt" / "server_args.py"), STACKS_INSTALL),
     "chromium": (lambda: _executable(shutil.which("chromium") or "/usr/bin/chromium"), BROWSER_INSTALL),
     "chromedriver": (lambda: _executable(shutil.which("chromedriver") or "/usr/bin/chromedriver"), BROWSER_INSTALL),
     "selenium": (_module("selenium.webdriver"), "pip install -e '.[dev]'"),
