@@ -21,6 +21,7 @@ import pytest
 
 from programs import STACKS, require_program
 from reconciler.desired.admission import load_file
+from support.argv import refusals, verdict
 from reconciler.desired.render import render_units
 from reconciler.errors import RecipeError
 
@@ -120,23 +121,12 @@ def test_every_rendered_sglang_command_parses_with_sglangs_own_parser(corpus, ch
     items, total, out = checked
     direct = sum(it["argv"][0] == "sglang.launch_server" for it in items)
     assert direct >= 5 and len(items) - direct >= 50, f"too few SGLang commands: {direct} launch_server, {len(items) - direct} dynamo.sglang"
-    assert out["checked"] == len(items) + len(PROBES)
-    refused = {x["id"]: x["error"] for x in out["refused"] if not x["id"].startswith("probe:")}
-    skew = out["skew"]  # id -> the other-SGLang flags taken out before the rest of its command parsed
-    assert not any(k.startswith("probe:") for k in skew), skew
-    used = {f for flags in skew.values() for f in flags}
+    refused, skew, used = verdict(out, len(PROBES), len(items), corpus, RECIPES_OTHER_SGLANG, "SGLang")
     summary(f"sglang argv: {total} engine commands from the corpus, {len(items)} shapes ({direct} sglang.launch_server, "
             f"{len(items) - direct} dynamo.sglang) parsed by SGLang 0.5.23's own parser: {len(items) - len(refused)} "
             f"accepted, {len(skew)} of them once the flags their recipe writes for another SGLang were taken out "
             f"({', '.join(sorted(used))}), {len(refused)} refused")
-    assert not refused, "SGLang refuses rendered commands:\n" + "\n".join(f"{k}: {v}" for k, v in sorted(refused.items()))
-    stale = set(RECIPES_OTHER_SGLANG) - used
-    assert not stale, f"no recipe writes these any more: drop them from RECIPES_OTHER_SGLANG: {stale}"
-    # each flag taken out really is the recipe's own (in its role args), never one the backend adds
-    for k, flags in skew.items():
-        recipe_file = corpus / k.split(" [", 1)[0]
-        for f in flags:
-            assert f.removeprefix("--") in recipe_file.read_text(), (k, f)
+    assert not refused, refusals(refused, "SGLang")
 
 
 @pytest.mark.timeout(900)

@@ -19,6 +19,7 @@ import pytest
 from reconciler.desired.admission import load_file
 from reconciler.desired.render import render_units
 from reconciler.errors import RecipeError
+from support.argv import refusals, verdict
 from support.vllm import ROOT, require_vllm
 
 CHECK = Path(__file__).with_name("vllm_argv_check.py")
@@ -93,23 +94,12 @@ def test_every_rendered_vllm_command_parses_with_vllms_own_parser(corpus, checke
     items, out = checked
     serve = sum("serve" in it["argv"][:2] for it in items)
     assert serve >= 5 and len(items) - serve >= 50, f"too few vLLM commands rendered: {serve} serve, {len(items) - serve} dynamo.vllm"
-    assert out["checked"] == len(items) + len(PROBES)
-    refused = {x["id"]: x["error"] for x in out["refused"] if not x["id"].startswith("probe:")}
-    skew = out["skew"]  # id -> the older-vLLM flags taken out before the rest of its command parsed
-    assert not any(k.startswith("probe:") for k in skew), skew
-    used = {f for flags in skew.values() for f in flags}
+    refused, skew, used = verdict(out, len(PROBES), len(items), corpus, RECIPES_OLDER_VLLM, "vLLM")
     summary(f"vllm argv: {len(items)} engine commands from the corpus ({serve} vllm serve, "
             f"{len(items) - serve} dynamo.vllm) parsed by vLLM 0.32's own parser: {len(items) - len(refused)} accepted, "
             f"{len(skew)} of them once the flags their recipe writes for an older vLLM were taken out "
             f"({', '.join(sorted(used))}), {len(refused)} refused")
-    assert not refused, "vLLM refuses rendered commands:\n" + "\n".join(f"{k}: {v}" for k, v in sorted(refused.items()))
-    stale = set(RECIPES_OLDER_VLLM) - used
-    assert not stale, f"no recipe writes these any more: drop them from RECIPES_OLDER_VLLM: {stale}"
-    # each flag taken out really is the recipe's own (in its role args), never one the backend adds
-    for k, flags in skew.items():
-        recipe_file = corpus / k.split(" [", 1)[0]
-        for f in flags:
-            assert f.removeprefix("--") in recipe_file.read_text(), (k, f)
+    assert not refused, refusals(refused, "vLLM")
 
 
 @pytest.mark.timeout(900)
