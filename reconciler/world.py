@@ -193,6 +193,7 @@ class UnitHealth:
     ready_since: float | None = None  # start of the current unbroken run of Ready probes
     first_ready: float | None = None  # the first Ready probe of this life (seen by this process)
     probe_failures: int = 0  # consecutive failed probes since it was last Ready
+    failing_since: float | None = None  # the first of those failed probes (None: none, or not known)
     fatal: str | None = None  # a line of this life's log matching a fatal pattern
     watched_since: float | None = None  # when this reconciler process first probed it (after a restart)
     ready_after: float | None = None  # seconds this life took from launch to Ready (state/, when seen)
@@ -342,6 +343,7 @@ class DesiredRecipe:
     restart: Mapping[str, RestartPolicy] = field(default_factory=dict)  # role -> policy (frontend: default)
     startup_grace: float = 1800.0  # seconds a new life may take to become Ready
     liveness_failures: int = 3  # consecutive failed probes after Ready that mean "dead"
+    liveness_seconds: float = 10.0  # ... once the first of them is at least this old
     services: tuple[Unit, ...] = ()  # service instances placed on the head allocation
     gates: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # phase -> roles Ready before later phases
     max_surge: int = 0  # extra lives per role during a rollout (reconcile.rollout.max_surge)

@@ -26,7 +26,10 @@ class ReconcileConfig(Strict):
     container_runtime: Literal["pyxis", "none"] = "pyxis"
     # the interpreter that runs dynamo.* and the engines' modules: one word (a command or a path)
     engine_python: str = "python3"
-    liveness_failures: int = Field(3, ge=1)
+    liveness_failures: int = Field(3, ge=1, le=1000)
+    # ... and failing for at least this long: dead is a time, not a count of passes (a pass comes
+    # every 0.5 s while anything converges, so three failures alone could be a CPU stall of ~2 s)
+    liveness_seconds: float = Field(10.0, ge=0, le=3600)
     # how Dynamo components find each other: etcd (srtctl's way) or files in a shared directory
     discovery: Literal["etcd", "file"] | None = None
     discovery_dir: str | None = None  # file discovery: a directory every node of the recipe sees

@@ -144,7 +144,8 @@ class Observer:
             out[u.key] = UnitHealth(
                 launches=rec.get("launches", 0), restarts=rec.get("backoff", 0), last_launch=rec.get("lastLaunch"),
                 last_exit=last_exit, missing_since=missing, stopped_for=stopped_for, was_ready=life.was_ready,
-                ready_since=life.ready_since, first_ready=life.first_ready, probe_failures=life.probe_failures, fatal=life.fatal,
+                ready_since=life.ready_since, first_ready=life.first_ready, probe_failures=life.probe_failures,
+                failing_since=life.failing_since, fatal=life.fatal,
                 watched_since=life.watched_since, ready_after=rec.get("readyAfter"),
                 took=rec.get("readyAfter", rec.get("lastReadyAfter")), last_spec=rec.get("spec"),
                 last_run_key=rec.get("runKey"),

@@ -79,9 +79,12 @@ def test_health_tracker_probe_history():
     assert (life_.was_ready, life_.ready_since) == (True, 2.0)
     t.probed(k, False, 4.0)
     t.probed(k, False, 5.0)
-    assert (life_.probe_failures, life_.ready_since) == (2, None)
+    assert (life_.probe_failures, life_.ready_since, life_.failing_since) == (2, None, 4.0)  # from the first
     t.probed(k, True, 6.0)
     assert (life_.probe_failures, life_.ready_since, life_.first_ready) == (0, 6.0, 2.0)  # a flap keeps the first
+    assert life_.failing_since is None
+    t.probed(k, False, 7.0)
+    assert (life_.probe_failures, life_.failing_since) == (1, 7.0)  # a new run of failures, a new clock
     t.new_life(k)
     assert (t.life(k).was_ready, t.life(k).first_ready) == (False, None)
 

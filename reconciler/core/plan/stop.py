@@ -59,11 +59,30 @@ def liveness(d: DesiredRecipe, h: UnitHealth | None, now: float,
         return None
     if h.fatal:
         return StopReason.FATAL_LOG, h.fatal[:160]
-    if h.was_ready and h.probe_failures >= d.liveness_failures:
+    if dead(d, h, now):
         return StopReason.LIVENESS, f"{h.probe_failures} health probes failed in a row"
     if not h.was_ready and h.grace_from is not None and now - h.grace_from > grace:
         return StopReason.STARTUP_TIMEOUT, f"{grace:g}s"
     return None
+
+
+def dead(d: DesiredRecipe, h: UnitHealth, now: float) -> bool:
+    """Ready before, and ``liveness_failures`` probes in a row have failed over at least
+    ``liveness_seconds`` (Kubernetes' failure threshold times its period): a count alone is a time
+    that follows the pass rate (0.5 s while anything converges), and three slow answers in a row
+    within two seconds are a loaded host's stall as often as a hung process. ``failing_since``
+    unknown: the count alone."""
+    if not h.was_ready or h.probe_failures < d.liveness_failures:
+        return False
+    return h.failing_since is None or now - h.failing_since >= d.liveness_seconds
+
+
+def liveness_deadline(d: DesiredRecipe, v: UnitView) -> float | None:
+    """When a Ready-before unit failing its probes is judged dead if it goes on failing (for requeue_after)."""
+    h = v.health
+    if h is None or not h.was_ready or h.failing_since is None or h.probe_failures == 0:
+        return None
+    return h.failing_since + d.liveness_seconds
 
 
 def serving(d: DesiredRecipe, ready: bool, h: UnitHealth | None) -> bool:

@@ -32,6 +32,7 @@ class Life:
     ready_since: float | None = None
     first_ready: float | None = None  # the first Ready probe of this life: a flap does not reset it
     probe_failures: int = 0
+    failing_since: float | None = None  # the first of the failed probes in a row
     fatal: str | None = None
     log_ready: bool = False  # a ``log`` readiness probe's pattern matched in this life
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (inode, offset)
@@ -59,6 +60,7 @@ class HealthTracker:
         if ok:
             life.was_ready = True
             life.probe_failures = 0
+            life.failing_since = None
             if life.ready_since is None:
                 life.ready_since = now
             if life.first_ready is None:
@@ -67,6 +69,8 @@ class HealthTracker:
             life.ready_since = None
             if life.was_ready:
                 life.probe_failures += 1
+                if life.failing_since is None:
+                    life.failing_since = now
 
     def seen_running(self, key: Key) -> None:
         self.missing_since.pop(key, None)
