@@ -9,15 +9,17 @@ Strict mode (RECONCILER_REQUIRE_SLURM=1) fails rather than skips when vLLM is mi
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import Harness, scancel
+from harness import Harness, scancel, sh
 from helpers import get, post, wait_until
 from reconciler.world import life_name
 from support.clients import Client
+from support.record import events
 from support.vllm import COLD_START, EAGER, deployment, recipe, split, step_started
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(2400)]
@@ -112,6 +114,59 @@ def test_a_killed_engine_is_relaunched_and_serves_again(dep, summary):
     assert 0 < s.warmup < s.total and s.imports < s.total
 
 
+def _job(job: str) -> dict[str, str]:
+    return dict(t.split("=", 1) for t in sh("scontrol", "-o", "show", "job", job).split() if "=" in t)
+
+
+def _epoch(stamp: str) -> float:
+    return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))
+
+
+def test_a_lowered_time_limit_is_handed_over_with_no_failed_request(dep, summary):
+    """The engine's job gets a time limit (an administrator's ``scontrol update``, as backfill with
+    --time-min also grants less): the reconciler submits a successor at once, vLLM starts there
+    beside the old life (a real start: minutes), takes over the route, and the old job is released
+    before Slurm would end it; a client sending all along sees no failure. The deployment goes on
+    on the successor job (no limit: the recipe sets none)."""
+    h, name, endpoint, served = dep
+    (first,) = h.jobs(name)
+    # a hand-over time longer than the time left below, so that the successor is due at once
+    # (capped at half the granted limit: the job must have run at least as long as it has left).
+    # The same spec otherwise: no rollout.
+    (h.manifests / f"{name}.yaml").write_text(recipe(name, h.model, extra="reconcile: {handover_seconds: 1200}\n"))
+    # Time left for the successor's start and the switch: what the job has run less 90 s (the
+    # limit is whole minutes, rounded up: the time left stays within half of it), 3.5 to 8 minutes.
+    # A busy machine made the tests before this one slower too, so it leaves more time where the
+    # start is slower (a relaunch: 82 s quiet, 178 s in CI's run of 2026-12-07).
+    running = lambda: time.time() - _epoch(_job(first)["StartTime"])  # noqa: E731
+    wait_until(lambda: running() >= 300, timeout=330, interval=5, what=f"job {first} running for 300 s")
+    client = Client(endpoint, limit=100000, max_tokens=4, timeout=60, pause=0.2)
+    client.start()
+    try:
+        wait_until(lambda: client.ok >= 3, timeout=60, what="the client's first answers")
+        elapsed = running()
+        left = min(max(elapsed - 90, 210), 480)
+        sh("scontrol", "update", f"jobid={first}", f"timelimit={math.ceil((elapsed + left) / 60)}")
+        lowered = time.time()
+        end = _epoch(_job(first)["EndTime"])
+        wait_until(lambda: first not in h.jobs(name) and len(h.jobs(name)) == 1, timeout=end - time.time() + 30,
+                   interval=1, what=lambda: f"the hand-over away from job {first} (jobs: {h.jobs(name)})")
+        gone = time.time()
+        assert gone < end, f"job {first} ended by Slurm's limit, not released"  # released before Slurm's end
+        g = wait_until(lambda: (g := h.get(name))["status"] == "Ready" and g, timeout=60, what=f"{name} Ready")
+        assert g["endpoint"] == endpoint
+        ok = client.ok
+        wait_until(lambda: client.ok >= ok + 3, timeout=60, what="answers from the successor")
+    finally:
+        client.halt.set()
+        client.join(90)
+    assert events(h, name, "AllocationLost") == []
+    assert len([e for e in events(h, name, "SubmitAlloc") if f"successor of job {first}" in e["message"]]) == 1
+    summary(f"vllm hand-over: job {first} released {gone - lowered:.0f} s after its limit was lowered to "
+            f"{end - lowered:.0f} s ahead; {client.ok} requests, {len(client.failed)} failed")
+    assert not client.failed, client.failed[:5]
+
+
 def test_a_flag_change_rolls_the_engine_with_no_failed_request(dep, summary):
     """A new engine flag: the new life starts beside the old (surge), the old leaves only once the
     new one is Ready and routed; a client sending all along sees no failure."""
@@ -144,3 +199,4 @@ def test_a_flag_change_rolls_the_engine_with_no_failed_request(dep, summary):
     rec = _launches(h, name)["agg_0"]
     log = (h.state / name / "logs" / f"{life_name('agg_0', rec['slot'])}.0.log").read_text(errors="replace")
     assert "'enforce_eager': True" in log
+
