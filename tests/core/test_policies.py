@@ -187,6 +187,12 @@ def test_action_error_backoff_defers_a_recipes_actions(failures, now, deferred):
      observed(health={("agg", 0): life(restarts=1, exit=(1, 95.0))}), 100,
      5.0),
     ("starting: keep probing", desired_recipe(A0), observed(step(index=0)), 100, 0.5),
+    # a Ready-before unit failing its probes, not dead yet: the converging pace, never a past
+    # deadline (0: the loop would spin) — below the count long after the first failure, or at it
+    ("failing below the count, the window long past: keep probing", desired_recipe(A0, liveness_failures=10),
+     observed(step(index=0), health={("agg", 0): life(was_ready=True, probe_failures=3, failing_since=0.0)}), 100, 0.5),
+    ("failing at the count inside the window: keep probing", desired_recipe(A0),
+     observed(step(index=0), health={("agg", 0): life(was_ready=True, probe_failures=4, failing_since=95.0)}), 100, 0.5),
     ("backoff counter resets at ready_since + reset_after", desired_recipe(A0),
      observed(step(index=0), ready=[("agg", 0)], health={("agg", 0): life(restarts=2, ready_since=50.0,
                                                                           was_ready=True)}), 100, 550.0),

@@ -53,7 +53,7 @@ from reconciler.core.plan.results import (
 )
 from reconciler.core.plan.rollout import compute_rollout
 from reconciler.core.plan.dependents import compute_dependents
-from reconciler.core.plan.stop import compute_stop, drained_at, liveness_deadline, startup_deadline
+from reconciler.core.plan.stop import compute_stop, drained_at, startup_deadline
 from reconciler.world import Desired, DesiredRecipe, Observed
 
 __all__ = [
@@ -156,7 +156,6 @@ def converge(d: DesiredRecipe, observed: Observed, now: float,
     moving = bool(starting or any(w.reason is WaitReason.TERMINATING for w in waiting.values()))
     recheck = pending_recheck(observed.allocs_of(d.name), now) if c.waiting else None
     deadlines = [*later.values(), next_reset, recheck, next_handover, *dl_roll, *(startup_deadline(d, v) for v in c.running),
-                 *(liveness_deadline(d, v) for v in c.running),
                  *(w.until for w in w_stop.values() if w.reason is WaitReason.DRAINING)]
     return rp, moving, deadlines
 

@@ -71,18 +71,11 @@ def dead(d: DesiredRecipe, h: UnitHealth, now: float) -> bool:
     ``liveness_seconds`` (Kubernetes' failure threshold times its period): a count alone is a time
     that follows the pass rate (0.5 s while anything converges), and three slow answers in a row
     within two seconds are a loaded host's stall as often as a hung process. ``failing_since``
-    unknown: the count alone."""
+    unknown: the count alone. No deadline of its own for requeue_after: a failing unit is not
+    Ready, which keeps the loop at its converging pace (a past deadline would spin it)."""
     if not h.was_ready or h.probe_failures < d.liveness_failures:
         return False
     return h.failing_since is None or now - h.failing_since >= d.liveness_seconds
-
-
-def liveness_deadline(d: DesiredRecipe, v: UnitView) -> float | None:
-    """When a Ready-before unit failing its probes is judged dead if it goes on failing (for requeue_after)."""
-    h = v.health
-    if h is None or not h.was_ready or h.failing_since is None or h.probe_failures == 0:
-        return None
-    return h.failing_since + d.liveness_seconds
 
 
 def serving(d: DesiredRecipe, ready: bool, h: UnitHealth | None) -> bool:
