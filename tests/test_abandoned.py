@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from helpers import Proc, free_port, get, metric, post, start_mocker, wait_until
+from helpers import Proc, free_port, get, metric, post, start_mocker, start_router, wait_until
 from helpers import write_endpoints
 
 LONG = {"model": "m", "messages": [{"role": "user", "content": "tell me everything"}], "max_tokens": 200000}
@@ -128,11 +128,7 @@ def test_headers_that_never_end_are_cut_off(tmp_path, server, sent):
     else:
         ep = tmp_path / "endpoints.json"
         write_endpoints(ep, [])
-        port = free_port()
-        proc = Proc("reconciler.router", "--host", "127.0.0.1", "--port", str(port), "--endpoints-file", str(ep),
-                    "--request-timeout", "1", log=tmp_path / "router.log")
-        url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: get(url + "/health")[0] == 200, what="router up")
+        proc, url = start_router(tmp_path, ep, "--request-timeout", "1")
     try:
         host, port = url.removeprefix("http://").split(":")
         s = socket.create_connection((host, int(port)), timeout=15)
@@ -149,12 +145,8 @@ def test_headers_that_never_end_are_cut_off(tmp_path, server, sent):
 def test_router_counts_its_5xx(tmp_path):
     ep = tmp_path / "endpoints.json"
     write_endpoints(ep, [])
-    port = free_port()
-    router = Proc("reconciler.router", "--host", "127.0.0.1", "--port", str(port), "--endpoints-file", str(ep),
-                  log=tmp_path / "router.log")
-    url = f"http://127.0.0.1:{port}"
+    router, url = start_router(tmp_path, ep)
     try:
-        wait_until(lambda: get(url + "/health")[0] == 200, what="router up")
         assert post(url + "/v1/completions", {"prompt": "x"})[0] == 503
         assert post(url + "/v1/completions", _nested(100000))[0] == 400
         _, text = get(url + "/metrics")

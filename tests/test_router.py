@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from helpers import Proc, free_port, get, metric, post, sse_events, start_mocker, wait_until
+from helpers import get, metric, post, sse_events, start_mocker, start_router, wait_until
 from helpers import write_endpoints
 
 
@@ -15,11 +15,7 @@ from helpers import write_endpoints
 def router(tmp_path):
     ep = tmp_path / "endpoints.json"
     write_endpoints(ep, [])
-    port = free_port()
-    proc = Proc("reconciler.router", "--host", "127.0.0.1", "--port", str(port), "--endpoints-file", str(ep),
-                "--poll-interval", "0.05", log=tmp_path / "router.log")
-    url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: get(url + "/health")[0] == 200, what="router up")
+    proc, url = start_router(tmp_path, ep, "--poll-interval", "0.05")
     yield url, ep, proc
     proc.stop()
 
