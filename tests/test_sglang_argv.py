@@ -12,22 +12,19 @@ test with the recipe and SGLang's message.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from programs import STACKS, require_program
 from reconciler.desired.admission import load_file
-from support.argv import refusals, verdict
+from support.argv import probe_refusals, refusals, run_check, verdict
 from reconciler.desired.render import render_units
 from reconciler.errors import RecipeError
 
 CHECK = Path(__file__).with_name("sglang_argv_check.py")
 PYTHON = STACKS / "vllm" / "bin" / "python"
-DYNAMO_PY = STACKS / "dynamo" / "bin" / "python"
 ENGINES = ("sglang.launch_server", "dynamo.sglang")
 # Flags the *recipe* writes in its role args (passed through as written, as srtctl does) for the
 # SGLang of its own container (lmsysorg/sglang v0.5.6-0.5.8 for most): SGLang 0.5.23 has none of
@@ -106,14 +103,9 @@ def checked(corpus):
     require_program("sglang-args")
     require_program("dynamo")
     items, total = _rendered(corpus)
-    flags = subprocess.run([str(DYNAMO_PY), str(CHECK), "--list-dynamo-flags"], capture_output=True, text=True,
-                           timeout=300, check=True).stdout
-    assert {"--request-plane", "--dump-config-to"} <= set(json.loads(flags))
-    r = subprocess.run([str(PYTHON), str(CHECK), "--dynamo-flags", flags, "--skew", json.dumps(sorted(RECIPES_OTHER_SGLANG))],
-                       input=json.dumps(items + PROBES), capture_output=True, text=True, timeout=800,
-                       env={**os.environ, "PYTHONPATH": str(STACKS / "sglang-args")})
-    assert r.returncode == 0, f"the check itself failed: {r.stderr[-3000:]}"
-    return items, total, json.loads(r.stdout)
+    out = run_check(PYTHON, CHECK, {"--request-plane", "--dump-config-to"}, RECIPES_OTHER_SGLANG, items + PROBES,
+                    env={**os.environ, "PYTHONPATH": str(STACKS / "sglang-args")})
+    return items, total, out
 
 
 @pytest.mark.timeout(900)
@@ -132,7 +124,7 @@ def test_every_rendered_sglang_command_parses_with_sglangs_own_parser(corpus, ch
 @pytest.mark.timeout(900)
 def test_the_check_refuses_an_unknown_flag_a_bad_value_and_a_bad_choice(checked):
     """The parser really parses, and only Dynamo's worker has Dynamo's flags."""
-    refused = {x["id"]: x["error"] for x in checked[2]["refused"] if x["id"].startswith("probe:")}
+    refused = probe_refusals(checked[2])
     assert set(refused) == {"probe:unknown", "probe:value", "probe:choice", "probe:dyn-bad",
                             "probe:dyn-flag-to-sglang"}, refused
     assert "--no-such-flag" in refused["probe:unknown"]

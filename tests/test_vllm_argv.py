@@ -10,8 +10,6 @@ An unknown flag or a bad value fails the test with the recipe and vLLM's message
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,8 +17,8 @@ import pytest
 from reconciler.desired.admission import load_file
 from reconciler.desired.render import render_units
 from reconciler.errors import RecipeError
-from support.argv import refusals, verdict
-from support.vllm import ROOT, require_vllm
+from support.argv import probe_refusals, refusals, run_check, verdict
+from support.vllm import require_vllm
 
 CHECK = Path(__file__).with_name("vllm_argv_check.py")
 # Flags the *recipe* writes in its role args (passed through as written, as srtctl does) for the
@@ -32,7 +30,6 @@ RECIPES_OLDER_VLLM = {
     "--disable-log-requests": "removed in vLLM 0.11 (logging is off unless --enable-log-requests)",
     "--compilation-config": "pass_config.enable_fusion/enable_attn_fusion/enable_noop were renamed (fuse_*) in vLLM 0.11",
 }
-DYNAMO_PY = ROOT / ".stacks" / "dynamo" / "bin" / "python"
 
 
 def _engine_argv(argv: tuple[str, ...]) -> list[str] | None:
@@ -80,13 +77,7 @@ def checked(corpus):
     """(the corpus's rendered commands, the check's answer for them and the probes)."""
     python = require_vllm()
     items = _rendered(corpus)
-    flags = subprocess.run([str(DYNAMO_PY), str(CHECK), "--list-dynamo-flags"], capture_output=True, text=True,
-                           timeout=300, check=True).stdout
-    assert "--disaggregation-mode" in json.loads(flags)
-    r = subprocess.run([str(python), str(CHECK), "--dynamo-flags", flags, "--skew", json.dumps(sorted(RECIPES_OLDER_VLLM))],
-                       input=json.dumps(items + PROBES), capture_output=True, text=True, timeout=800)
-    assert r.returncode == 0, f"the check itself failed: {r.stderr[-3000:]}"
-    return items, json.loads(r.stdout)
+    return items, run_check(python, CHECK, {"--disaggregation-mode"}, RECIPES_OLDER_VLLM, items + PROBES)
 
 
 @pytest.mark.timeout(900)
@@ -105,7 +96,7 @@ def test_every_rendered_vllm_command_parses_with_vllms_own_parser(corpus, checke
 @pytest.mark.timeout(900)
 def test_the_check_refuses_an_unknown_flag_and_a_bad_value(checked):
     """The parser really parses: an unknown flag and a value of the wrong type are refused by name."""
-    refused = {x["id"]: x["error"] for x in checked[1]["refused"] if x["id"].startswith("probe:")}
+    refused = probe_refusals(checked[1])
     assert set(refused) == {"probe:unknown", "probe:value", "probe:dyn-bad"}, refused
     assert "--no-such-flag" in refused["probe:unknown"]
     assert "--max-model-len" in refused["probe:value"]

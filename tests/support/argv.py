@@ -3,8 +3,34 @@ writes the answer; tests/test_vllm_argv.py and tests/test_sglang_argv.py read it
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import subprocess
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+from programs import STACKS
+
+DYNAMO_PY = STACKS / "dynamo" / "bin" / "python"
+
+
+def run_check(python: Path, check: Path, dynamo_owns: Iterable[str], skew: Iterable[str], items: list[dict],
+              env: Mapping[str, str] | None = None) -> dict:
+    """The check's answer for ``items`` (tests/engine_argv.py), run by the engine's ``python``,
+    given the flags Dynamo's worker parses itself as Dynamo's own Python lists them (which must
+    include ``dynamo_owns``) and the other version's flags ``skew``."""
+    flags = subprocess.run([str(DYNAMO_PY), str(check), "--list-dynamo-flags"], capture_output=True, text=True,
+                           timeout=300, check=True).stdout
+    assert set(dynamo_owns) <= set(json.loads(flags))
+    r = subprocess.run([str(python), str(check), "--dynamo-flags", flags, "--skew", json.dumps(sorted(skew))],
+                       input=json.dumps(items), capture_output=True, text=True, timeout=800,
+                       env=None if env is None else dict(env))
+    assert r.returncode == 0, f"the check itself failed: {r.stderr[-3000:]}"
+    return json.loads(r.stdout)
+
+
+def probe_refusals(out: dict) -> dict[str, str]:
+    """The probes' refusals (id -> the engine's message) in the check's answer."""
+    return {x["id"]: x["error"] for x in out["refused"] if x["id"].startswith("probe:")}
 
 
 def verdict(out: dict, probes: int, items: int, corpus: Path, skew_table: Mapping[str, str],
