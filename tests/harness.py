@@ -26,6 +26,16 @@ def sh(*argv: str) -> str:
     return r.stdout
 
 
+def job_fields(job: str) -> dict[str, str]:
+    """``scontrol show job``'s KEY=VALUE fields of one job."""
+    return dict(t.split("=", 1) for t in sh("scontrol", "-o", "show", "job", job).split() if "=" in t)
+
+
+def slurm_epoch(stamp: str) -> float:
+    """A time as scontrol prints it (StartTime, EndTime: this host's local time) in epoch seconds."""
+    return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))
+
+
 def scancel(job_or_step: str) -> None:
     """Kill a job or step the test just saw live. A loaded slurmctld can answer a retried kill
     RPC with "Invalid job id" once the first one did its work: the object is gone either way

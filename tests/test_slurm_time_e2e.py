@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import Harness, sh
+from harness import Harness, job_fields, sh, slurm_epoch
 from private_slurm import running
 from helpers import free_port, get, wait_until
 from support.clients import Client, labelled_metric as _metric, sending, stop
@@ -37,10 +37,6 @@ reconcile: {{handover_seconds: 40, rollout: {{pickup_seconds: 1, drain_seconds: 
 """
 
 
-def job_fields(job: str) -> dict[str, str]:
-    return dict(t.split("=", 1) for t in sh("scontrol", "-o", "show", "job", job).split() if "=" in t)
-
-
 def test_a_job_whose_limit_slurm_lowered_is_handed_over_in_time_with_no_failed_request(tmp_path):
     with deployed(tmp_path, TEXT, "lowered") as (h, name, endpoint):
         (first,) = h.jobs(name)
@@ -54,10 +50,10 @@ def test_a_job_whose_limit_slurm_lowered_is_handed_over_in_time_with_no_failed_r
             wait_until(lambda: client.ok >= 5, what="requests before the limit is lowered")
             # Slurm lowers the limit (as backfill with --time-min would grant less): 60-120 s left now,
             # far less than the 10 minutes asked for; the plan reads the end from squeue each tick
-            elapsed = time.time() - time.mktime(time.strptime(job_fields(first)["StartTime"], "%Y-%m-%dT%H:%M:%S"))
+            elapsed = time.time() - slurm_epoch(job_fields(first)["StartTime"])
             minutes = min(math.ceil((elapsed + 60) / 60), int(_minutes(job_fields(first)["TimeLimit"])))
             sh("scontrol", "update", f"jobid={first}", f"timelimit={minutes}")
-            end = time.mktime(time.strptime(job_fields(first)["EndTime"], "%Y-%m-%dT%H:%M:%S"))
+            end = slurm_epoch(job_fields(first)["EndTime"])
             wait_until(lambda: first not in h.jobs(name) and len(h.jobs(name)) == 1, timeout=end - time.time() + 30,
                        interval=0.5, what=f"the hand-over away from job {first} (jobs: {h.jobs(name)})")
             gone_at = time.time()
@@ -150,7 +146,7 @@ def _explained(tmp_path: Path) -> None:
                 return None  # the backfill scheduler has not estimated it yet
             r = h.cli("describe", name, "-o", "json")
             (a,) = [a for a in json.loads(r.stdout)["allocations"] if a["job"] == job]
-            start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.mktime(time.strptime(row[0], "%Y-%m-%dT%H:%M:%S"))))
+            start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(slurm_epoch(row[0])))
             return (a, row) if (a.get("expectedStart"), a.get("reason")) == (start, row[1]) else None
 
         a, row = wait_until(same, timeout=120, interval=2, what="describe to match squeue --start")

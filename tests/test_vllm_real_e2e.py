@@ -15,7 +15,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import Harness, scancel, sh
+from harness import Harness, job_fields, scancel, sh, slurm_epoch
 from helpers import get, post, wait_until
 from reconciler.world import life_name
 from support.clients import Client
@@ -114,14 +114,6 @@ def test_a_killed_engine_is_relaunched_and_serves_again(dep, summary):
     assert 0 < s.warmup < s.total and s.imports < s.total
 
 
-def _job(job: str) -> dict[str, str]:
-    return dict(t.split("=", 1) for t in sh("scontrol", "-o", "show", "job", job).split() if "=" in t)
-
-
-def _epoch(stamp: str) -> float:
-    return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))
-
-
 def test_a_lowered_time_limit_is_handed_over_with_no_failed_request(dep, summary):
     """The engine's job gets a time limit (an administrator's ``scontrol update``, as backfill with
     --time-min also grants less): the reconciler submits a successor at once, vLLM starts there
@@ -141,7 +133,7 @@ def test_a_lowered_time_limit_is_handed_over_with_no_failed_request(dep, summary
     # The job must have run as long as it has left, plus 90 s (the limit is whole minutes, rounded up).
     starts = json.loads((h.state / name / "startup.json").read_text())["roles"]["agg"]
     left = min(max(2.5 * max((s["readyAfter"] for s in starts if s.get("readyAfter")), default=0), 300), 900)
-    running = lambda: time.time() - _epoch(_job(first)["StartTime"])  # noqa: E731
+    running = lambda: time.time() - slurm_epoch(job_fields(first)["StartTime"])  # noqa: E731
     wait_until(lambda: running() >= left + 90, timeout=left + 120, interval=5,
                what=f"job {first} running for {left + 90:.0f} s")
     client = Client(endpoint, limit=100000, max_tokens=4, timeout=60, pause=0.2)
@@ -150,7 +142,7 @@ def test_a_lowered_time_limit_is_handed_over_with_no_failed_request(dep, summary
         wait_until(lambda: client.ok >= 3, timeout=60, what="the client's first answers")
         sh("scontrol", "update", f"jobid={first}", f"timelimit={math.ceil((running() + left) / 60)}")
         lowered = time.time()
-        end = _epoch(_job(first)["EndTime"])
+        end = slurm_epoch(job_fields(first)["EndTime"])
         wait_until(lambda: first not in h.jobs(name) and len(h.jobs(name)) == 1, timeout=end - time.time() + 30,
                    interval=1, what=lambda: f"the hand-over away from job {first} (jobs: {h.jobs(name)})")
         gone = time.time()
